@@ -1,0 +1,77 @@
+"""Command line: ``python -m pipeline run INPUT.parquet OUTPUT.parquet [--config cluster.yaml]``."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="answer every row of a Parquet file; write one output row per input row")
+    run.add_argument("input", help="Parquet file with columns document, question and optional id")
+    run.add_argument("output", help="output Parquet file")
+    run.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
+    run.add_argument("--verbose", action="store_true", help="show Dask and vLLM logs")
+    prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
+    prep.add_argument("--config", default=None)
+    check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
+    check.add_argument("config", nargs="?", default=None)
+    return p
+
+
+def _quiet_logs(verbose: bool) -> None:
+    if verbose:
+        return
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for name in ("distributed", "vllm"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from pipeline.config import ConfigError, load_config
+    from pipeline.jobs import JobError
+    from pipeline.model import ModelError
+
+    try:
+        config = load_config(args.config)
+        if args.command == "check-config":
+            print(config.model_dump_json(indent=2))
+            return 0
+        if args.command == "prepare-model":
+            from pipeline.model import resolve_model
+
+            print(resolve_model(config))
+            return 0
+        _quiet_logs(args.verbose)
+        from pipeline.client import Pipeline
+        from pipeline.jobs import read_input, run_parquet
+
+        read_input(args.input)  # fail fast, before starting engines
+        t0 = time.perf_counter()
+        with Pipeline(config) as pipeline:
+            started = time.perf_counter() - t0
+            if not args.quiet:
+                starts = ", ".join(f"{s['shard']}: {s['engine_start_s']:.1f} s" for s in
+                                   sorted(pipeline.worker_stats(), key=lambda s: s["shard"]))
+                print(f"cluster up in {started:.1f} s (engine start per worker: {starts}); "
+                      f"dashboard: {pipeline.dashboard_link}", file=sys.stderr)
+            summary = run_parquet(pipeline, args.input, args.output, progress=None if not args.quiet else False)
+        print(summary.render())
+        print(f"wrote {args.output}")
+        return 0
+    except (ConfigError, JobError, ModelError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

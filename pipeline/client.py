@@ -1,0 +1,183 @@
+"""Python API: submit rows, get results back in input order or as they complete.
+
+    from pipeline import Pipeline
+    with Pipeline() as p:                      # embedded cluster from cluster.yaml
+        for r in p.stream(rows):               # as batches complete
+            print(r.id, r.answer)
+        results = p.run(rows)                  # in input order
+"""
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Iterator, Mapping
+
+from distributed import Client, as_completed
+
+from pipeline import codec
+from pipeline.cluster import connect
+from pipeline.config import Config, load_config
+from pipeline.model import resolve_model
+from pipeline.router import PrefixRouter, Route
+from pipeline.worker import PLUGIN_NAME, EnginePlugin, run_batch, worker_stats
+
+RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
+
+
+@dataclass
+class RowResult:
+    index: int            # position of the row in the submitted rows
+    id: Any
+    answer: str | None
+    error: str | None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    shard: str | None = None
+    latency_s: float = 0.0
+
+    def as_row(self) -> dict:
+        d = asdict(self)
+        return {k: d[k] for k in RESULT_FIELDS}
+
+
+@dataclass
+class TransferStats:
+    batches: int = 0
+    encoded_bytes: int = 0   # compressed task inputs actually shipped
+    raw_bytes: int = 0       # the same prompts' text if every row carried its own
+    per_shard_rows: dict = field(default_factory=dict)
+
+
+class Pipeline:
+    """A running pipeline: the cluster, one resident engine per shard, the router."""
+
+    def __init__(self, config: Config | str | None = None, *, engine: str = "vllm", client: Client | None = None):
+        self.config = config if isinstance(config, Config) else load_config(config)
+        self.engine_kind = engine
+        self._client = client
+        self._cluster = None
+        self._owns_client = client is None
+        self.transfer = TransferStats()
+
+    # -- life cycle -------------------------------------------------------------
+    def start(self) -> "Pipeline":
+        from tasks import get_task_kind
+
+        self.model = resolve_model(self.config) if self.engine_kind == "vllm" or self.config.model.path is None \
+            else self.config.model.path
+        self.tokenizer = _load_tokenizer(self.model)
+        self.task = get_task_kind(self.config.task, self.tokenizer)
+        if self._client is None:
+            self._client, self._cluster = connect(self.config)
+        self._client.wait_for_workers(len(self.config.shards))
+        self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
+        stats = self._check_shards()
+        routing = self.config.routing
+        block_size = routing.block_size or min(s["block_size"] for s in stats)
+        self.router = PrefixRouter(self.config.shard_names, block_size, routing.max_blocks, routing.decode_weight)
+        return self
+
+    def _check_shards(self) -> list[dict]:
+        stats = self.worker_stats()
+        served = {s.get("shard") for s in stats}
+        missing = [n for n in self.config.shard_names if n not in served]
+        if missing:
+            raise RuntimeError(f"no worker serves shard(s) {', '.join(missing)}; workers report {sorted(map(str, served))}")
+        return stats
+
+    def close(self) -> None:
+        if self._client is not None and self._owns_client:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+        self._client = self._cluster = None
+
+    def __enter__(self) -> "Pipeline":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return self._client.dashboard_link if self._client is not None else None
+
+    def worker_stats(self) -> list[dict]:
+        return [s for s in self._client.run(worker_stats).values() if s]
+
+    # -- submission -------------------------------------------------------------
+    def run(self, rows: Iterable[Mapping[str, Any]]) -> list[RowResult]:
+        """Results in input order, one per row."""
+        out = sorted(self.stream(rows), key=lambda r: r.index)
+        return out
+
+    def stream(self, rows: Iterable[Mapping[str, Any]]) -> Iterator[RowResult]:
+        """Results as their batches complete (not in input order); one per row."""
+        from tasks import RowError
+
+        rows = list(rows)
+        ids = [row.get("id", i) for i, row in enumerate(rows)]
+        per_shard: dict[str, dict[str, list[tuple[int, str]]]] = {s: {} for s in self.config.shard_names}
+        routes: dict[int, Route] = {}
+        token_cache: dict[str, list[int]] = {}
+        max_tokens = self.config.sampling.max_tokens
+        for i, row in enumerate(rows):
+            try:
+                parts = self.task.split(row)
+            except RowError as exc:
+                yield RowResult(index=i, id=ids[i], answer=None, error=f"input: {exc}")
+                continue
+            tokens = token_cache.get(parts.prefix)
+            if tokens is None:
+                tokens = token_cache[parts.prefix] = self.tokenizer.encode(parts.prefix, add_special_tokens=False)
+            route = self.router.route(tokens, suffix_len=len(parts.suffix) // 4 + 1, decode_tokens=max_tokens)
+            routes[i] = route
+            per_shard[route.shard].setdefault(parts.prefix, []).append((i, parts.suffix))
+
+        futures = []
+        for shard, groups in per_shard.items():
+            resource = self.config.shards[self.config.shard_names.index(shard)].resource
+            for batch in _batches(groups, self.config.intake.batch_size):
+                payload = codec.encode(batch, self.config.intake.compression_level)
+                self.transfer.batches += 1
+                self.transfer.encoded_bytes += len(payload)
+                self.transfer.raw_bytes += codec.raw_size(batch)
+                self.transfer.per_shard_rows[shard] = self.transfer.per_shard_rows.get(shard, 0) + len(batch.requests)
+                futures.append(self._client.submit(run_batch, payload, key=batch.batch_id,
+                                                   resources={resource: 1}, pure=False))
+        for fut in as_completed(futures):
+            result = codec.decode_result(fut.result())
+            fut.release()
+            for r in result.results:
+                self.router.done(routes[r.index])
+                yield RowResult(index=r.index, id=ids[r.index], answer=r.answer, error=r.error,
+                                prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
+                                completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)
+
+
+def _batches(groups: dict[str, list[tuple[int, str]]], size: int) -> Iterator[codec.Batch]:
+    """Rows of one shard in batches of up to ``size``; a document's questions stay adjacent
+    and each batch carries each of its documents once."""
+    flat = ((prefix, i, suffix) for prefix, items in groups.items() for i, suffix in items)
+    while True:
+        chunk = list(itertools.islice(flat, size))
+        if not chunk:
+            return
+        prefixes: dict[str, int] = {}
+        requests = []
+        for prefix, i, suffix in chunk:
+            slot = prefixes.setdefault(prefix, len(prefixes))
+            requests.append(codec.Request(index=i, prefix=slot, suffix=suffix))
+        yield codec.Batch(batch_id=f"pipeline-batch-{uuid.uuid4().hex}", prefixes=list(prefixes), requests=requests)
+
+
+def _load_tokenizer(model: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model)

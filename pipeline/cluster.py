@@ -1,0 +1,77 @@
+"""Start the embedded local cluster from the config, or connect to an existing scheduler.
+
+Uses Dask's own SpecCluster/Nanny machinery: one Nanny-managed worker process per
+shard, pinned by its environment, advertising the resource ``shard-<name>`` so a
+batch routed to that shard can only run there.
+"""
+from __future__ import annotations
+
+import dask
+from distributed import Client, Nanny, Scheduler, SpecCluster
+
+from pipeline.config import Config
+
+# What vLLM inside Dask workers needs (see README, "Why these Dask settings").
+DASK_SETTINGS = {
+    "distributed.worker.daemon": False,             # vLLM spawns its engine-core process
+    "distributed.scheduler.work-stealing": False,   # stealing would break prefix affinity
+    "distributed.worker.memory.target": False,
+    "distributed.worker.memory.spill": False,
+    "distributed.worker.memory.pause": False,
+    "distributed.worker.memory.terminate": False,
+}
+
+# A worker's shard resource is plentiful: concurrency is bounded by its nthreads.
+SHARD_RESOURCE_AMOUNT = 1_000_000
+
+
+def apply_dask_settings() -> None:
+    dask.config.set(DASK_SETTINGS)
+
+
+def worker_specs(config: Config) -> dict:
+    host = config.scheduler.host
+    return {
+        shard.name: {
+            "cls": Nanny,
+            "options": {
+                "name": shard.name,
+                "host": host,
+                "nthreads": config.intake.concurrent_batches,
+                "memory_limit": 0,  # the engine holds its own memory; never kill for it
+                "resources": {shard.resource: SHARD_RESOURCE_AMOUNT},
+                "env": shard.worker_env(),
+                "dashboard": False,
+                "config": DASK_SETTINGS,
+            },
+        }
+        for shard in config.shards
+    }
+
+
+def start_local_cluster(config: Config) -> SpecCluster:
+    apply_dask_settings()
+    dash = config.scheduler.dashboard_address
+    scheduler = {
+        "cls": Scheduler,
+        "options": {
+            "host": config.scheduler.host,
+            "port": config.scheduler.port,
+            "dashboard": dash is not None,
+            "dashboard_address": dash or ":0",
+        },
+    }
+    return SpecCluster(workers=worker_specs(config), scheduler=scheduler, name="pipeline")
+
+
+def connect(config: Config) -> tuple[Client, SpecCluster | None]:
+    """A client for the configured cluster, and the embedded cluster if one was started."""
+    apply_dask_settings()
+    if config.scheduler.address:
+        return Client(config.scheduler.address), None
+    cluster = start_local_cluster(config)
+    try:
+        return Client(cluster), cluster
+    except BaseException:
+        cluster.close()
+        raise

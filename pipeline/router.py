@@ -1,0 +1,119 @@
+"""Prefix router: prompt-prefix token blocks -> shard. Pure: no Dask, no vLLM.
+
+Each prefix is cut into blocks of ``block_size`` tokens and hashed as a chain
+(block i's hash covers blocks 0..i), the way vLLM's prefix cache keys its KV
+blocks. The router remembers, per block hash, which shards were sent that
+block, so it knows which shard already holds how much of a new prefix.
+
+A request goes to the shard with the lowest cost, where
+
+    cost(shard) = outstanding(shard) + new_prefill(shard) + decode
+
+``new_prefill`` is the prefix tokens that shard has not seen plus the suffix.
+So a document's later questions follow its first one (their cost there is the
+question alone), while an unseen document goes to the least-loaded shard.
+A shard that already holds a document only loses a question to another shard
+when it is behind by more than the document's whole prefill -- the imbalance
+guard that keeps one hot document from swamping its owner.
+
+Memory is bounded: at most ``max_blocks`` block hashes are remembered (LRU),
+one dict entry (~100 bytes) each.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+_MASK = (1 << 64) - 1
+
+
+def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
+    """Chained hashes of the full blocks of ``tokens`` (a partial last block is not hashed)."""
+    out: list[int] = []
+    h = 0
+    for end in range(block_size, len(tokens) + 1, block_size):
+        h = hash((h, tuple(tokens[end - block_size:end]))) & _MASK
+        out.append(h)
+    return out
+
+
+@dataclass(frozen=True)
+class Route:
+    shard: str
+    cost: float          # estimated work charged to the shard (prefill tokens + decode)
+    cached_tokens: int   # prefix tokens the shard is expected to hold already
+
+
+class PrefixRouter:
+    def __init__(self, shards: Sequence[str], block_size: int = 16,
+                 max_blocks: int = 1_000_000, decode_weight: float = 1.0):
+        if not shards:
+            raise ValueError("router needs at least one shard")
+        if len(set(shards)) != len(shards):
+            raise ValueError("shard names must be unique")
+        self.shards = list(shards)
+        self.block_size = block_size
+        self.max_blocks = max_blocks
+        self.decode_weight = decode_weight
+        self._bit = {s: 1 << i for i, s in enumerate(self.shards)}
+        self._blocks: OrderedDict[int, int] = OrderedDict()  # block hash -> bitmask of shards
+        self.outstanding: dict[str, float] = {s: 0.0 for s in self.shards}
+
+    def _cached_by_shard(self, hashes: list[int]) -> dict[str, int]:
+        """Blocks of the longest prefix each shard holds (0 for none)."""
+        held = dict.fromkeys(self.shards, 0)
+        alive = (1 << len(self.shards)) - 1
+        for i, h in enumerate(hashes):
+            mask = self._blocks.get(h, 0) & alive
+            if not mask:
+                break
+            alive = mask
+            for s in self.shards:
+                if mask & self._bit[s]:
+                    held[s] = i + 1
+        return held
+
+    def route(self, prefix_tokens: Sequence[int], suffix_len: int = 0,
+              decode_tokens: int = 0) -> Route:
+        hashes = block_hashes(prefix_tokens, self.block_size)
+        held = self._cached_by_shard(hashes)
+        n = len(prefix_tokens)
+        best: tuple[float, int, str, float, int] | None = None
+        for order, s in enumerate(self.shards):
+            cached = held[s] * self.block_size
+            work = (n - cached) + suffix_len + self.decode_weight * decode_tokens
+            key = (self.outstanding[s] + work, order, s, work, cached)
+            if best is None or key < best:
+                best = key
+        _, _, shard, work, cached = best
+        self._remember(hashes, shard)
+        self.outstanding[shard] += work
+        return Route(shard=shard, cost=work, cached_tokens=cached)
+
+    def done(self, route: Route) -> None:
+        """The routed request finished: its work is no longer outstanding."""
+        self.outstanding[route.shard] = max(0.0, self.outstanding[route.shard] - route.cost)
+
+    def forget_shard(self, shard: str) -> None:
+        """Drop what ``shard`` was known to hold (it lost its cache, e.g. restarted)."""
+        bit = self._bit[shard]
+        for h in list(self._blocks):
+            mask = self._blocks[h] & ~bit
+            if mask:
+                self._blocks[h] = mask
+            else:
+                del self._blocks[h]
+        self.outstanding[shard] = 0.0
+
+    def _remember(self, hashes: list[int], shard: str) -> None:
+        bit = self._bit[shard]
+        blocks = self._blocks
+        for h in hashes:
+            blocks[h] = blocks.get(h, 0) | bit
+            blocks.move_to_end(h)
+        while len(blocks) > self.max_blocks:
+            blocks.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._blocks)

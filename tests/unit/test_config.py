@@ -1,0 +1,72 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_default_cluster_yaml_is_two_cpu_shards_on_loopback():
+    cfg = load_config()
+    assert [(s.name, s.kind, s.device) for s in cfg.shards] == [("cpu0", "cpu", 0), ("cpu1", "cpu", 1)]
+    assert cfg.scheduler.host == "127.0.0.1"
+    assert cfg.scheduler.dashboard_address.startswith("127.0.0.1:")
+    env = cfg.shards[1].worker_env()
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["PIPELINE_SHARD"] == "cpu1"
+
+
+def test_gpu_shard_pins_cuda_device():
+    cfg = parse_config({"shards": [{"name": "g3", "kind": "gpu", "device": 3}]})
+    assert cfg.shards[0].worker_env()["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "cluster.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_unknown_key_is_named(tmp_path):
+    p = _write(tmp_path, "shards: [{name: a, device: 0}]\nengine: {max_model_length: 10}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "engine.max_model_length: unknown key" in str(e.value)
+
+
+def test_bad_value_is_named_with_what_was_given(tmp_path):
+    p = _write(tmp_path, "shards: [{name: a, device: 0}]\nsampling: {max_tokens: -5}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "sampling.max_tokens" in str(e.value) and "-5" in str(e.value)
+
+
+def test_missing_shards_and_duplicate_names(tmp_path):
+    with pytest.raises(ConfigError, match="shards: required key is missing"):
+        load_config(_write(tmp_path, "engine: {}\n"))
+    with pytest.raises(ConfigError, match="repeated: a"):
+        load_config(_write(tmp_path, "shards: [{name: a, device: 0}, {name: a, device: 1}]\n"))
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(_write(tmp_path, "shards: [\n"))
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_cli_reports_config_error_without_traceback(tmp_path):
+    p = _write(tmp_path, "shards: [{name: a, device: 0}]\nintake: {batch_size: 0}\n")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "intake.batch_size" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_replace_merges_sections():
+    cfg = load_config().replace(scheduler={"dashboard_address": None}, sampling={"max_tokens": 8})
+    assert cfg.scheduler.dashboard_address is None and cfg.scheduler.host == "127.0.0.1"
+    assert cfg.sampling.max_tokens == 8

@@ -1,0 +1,92 @@
+import random
+
+import pytest
+
+from pipeline.router import PrefixRouter, block_hashes
+
+
+def doc(seed, n=160):
+    rng = random.Random(seed)
+    return [rng.randrange(50_000) for _ in range(n)]
+
+
+def test_block_hashes_are_chained_and_deterministic():
+    a = block_hashes(list(range(40)), 16)
+    assert len(a) == 2  # the partial third block is not hashed
+    assert a == block_hashes(list(range(40)), 16)
+    b = block_hashes([99] + list(range(1, 40)), 16)
+    assert a[0] != b[0] and a[1] != b[1]  # a change in block 0 changes every later hash
+
+
+def test_questions_on_a_document_follow_it():
+    r = PrefixRouter(["a", "b", "c"], block_size=16)
+    docs = [doc(i) for i in range(9)]
+    first = {i: r.route(d, suffix_len=10).shard for i, d in enumerate(docs)}
+    for _ in range(3):
+        for i, d in enumerate(docs):
+            assert r.route(d, suffix_len=10).shard == first[i]
+
+
+def test_unseen_documents_spread_by_outstanding_work():
+    r = PrefixRouter(["a", "b"], block_size=16)
+    shards = [r.route(doc(i), suffix_len=10).shard for i in range(10)]
+    assert shards.count("a") == 5 and shards.count("b") == 5
+
+
+def test_longest_match_prefers_shard_holding_more_of_the_prefix():
+    r = PrefixRouter(["a", "b"], block_size=16)
+    head = doc(1, 64)
+    r.route(head + doc(2, 96))            # goes to a
+    r.route(doc(3, 160))                  # goes to b (a is busier)
+    route = r.route(head + doc(2, 96)[:48] + doc(4, 48))
+    assert route.shard == "a" and route.cached_tokens == 64 + 48
+
+
+def test_shared_system_prompt_does_not_pull_everything_to_one_shard():
+    r = PrefixRouter(["a", "b", "c", "d"], block_size=16)
+    system = doc(0, 32)
+    counts = {}
+    for i in range(40):
+        s = r.route(system + doc(100 + i, 320)).shard
+        counts[s] = counts.get(s, 0) + 1
+    assert sorted(counts.values()) == [10, 10, 10, 10]
+
+
+def test_imbalance_guard_moves_work_off_an_overloaded_owner():
+    r = PrefixRouter(["a", "b"], block_size=16)
+    hot = doc(7, 64)
+    shards = [r.route(hot, suffix_len=32).shard for _ in range(20)]
+    # every repeat costs 32 on the owner; once it is behind by more than the whole
+    # 96-token prefill, the other shard takes the document too
+    assert shards[0] == "a" and "b" in shards
+
+
+def test_done_releases_outstanding_work():
+    r = PrefixRouter(["a", "b"], block_size=16)
+    route = r.route(doc(1), suffix_len=10, decode_tokens=5)
+    assert r.outstanding["a"] == route.cost == 160 + 10 + 5
+    r.done(route)
+    assert r.outstanding["a"] == 0
+
+
+def test_memory_is_bounded_by_lru():
+    r = PrefixRouter(["a", "b"], block_size=16, max_blocks=50)
+    for i in range(100):
+        r.route(doc(i))
+    assert len(r) == 50
+
+
+def test_forget_shard_drops_its_cache():
+    r = PrefixRouter(["a", "b"], block_size=16)
+    d = doc(1)
+    assert r.route(d).shard == "a"
+    r.forget_shard("a")
+    r.outstanding["b"] = 10_000
+    assert r.route(d).cached_tokens == 0
+
+
+def test_bad_shards_rejected():
+    with pytest.raises(ValueError):
+        PrefixRouter([])
+    with pytest.raises(ValueError):
+        PrefixRouter(["a", "a"])
