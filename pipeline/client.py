@@ -76,7 +76,8 @@ class Pipeline:
         stats = self._check_shards()
         routing = self.config.routing
         block_size = routing.block_size or min(s["block_size"] for s in stats)
-        self.router = PrefixRouter(self.config.shard_names, block_size, routing.max_blocks, routing.decode_weight)
+        self.router = PrefixRouter(self.config.shard_names, block_size, routing.max_blocks, routing.decode_weight,
+                                   routing.min_match, routing.imbalance_abs, routing.imbalance_ratio)
         return self
 
     def _check_shards(self) -> list[dict]:

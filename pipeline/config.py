@@ -94,6 +94,13 @@ class RoutingConfig(_Section):
     max_blocks: int = Field(1_000_000, gt=0)
     # Each request also costs its decode; counted as this many prefill tokens per new token.
     decode_weight: float = Field(1.0, ge=0)
+    # A request follows the shard holding its prefix when that shard holds at least this
+    # share of the prefix's blocks...
+    min_match: float = Field(0.5, ge=0, le=1)
+    # ...unless that shard's outstanding work exceeds the least-loaded shard's by more than
+    # imbalance_abs tokens and by a factor of imbalance_ratio (imbalance guard).
+    imbalance_abs: float = Field(4096, ge=0)
+    imbalance_ratio: float = Field(1.5, ge=1)
 
 
 class IntakeConfig(_Section):

@@ -5,16 +5,16 @@ Each prefix is cut into blocks of ``block_size`` tokens and hashed as a chain
 blocks. The router remembers, per block hash, which shards were sent that
 block, so it knows which shard already holds how much of a new prefix.
 
-A request goes to the shard with the lowest cost, where
-
-    cost(shard) = outstanding(shard) + new_prefill(shard) + decode
-
-``new_prefill`` is the prefix tokens that shard has not seen plus the suffix.
-So a document's later questions follow its first one (their cost there is the
-question alone), while an unseen document goes to the least-loaded shard.
-A shard that already holds a document only loses a question to another shard
-when it is behind by more than the document's whole prefill -- the imbalance
-guard that keeps one hot document from swamping its owner.
+A request whose prefix some shard already holds (at least ``min_match`` of its
+full blocks) goes to the least-loaded shard among those holding the longest
+match, so a document's later questions follow its first one. Any other request
+goes to the shard with the lowest ``outstanding + work it adds there``, where the
+work is the prefix tokens that shard lacks, the suffix and the decode (an unseen
+document lands on the least-loaded shard, and a shared system prompt counts
+where it is held). Imbalance guard: when the owner's outstanding work exceeds the
+least-loaded shard's by more than ``imbalance_abs`` tokens *and* by a factor of
+``imbalance_ratio``, the request is placed by cost instead, so one hot document
+cannot swamp its owner.
 
 Memory is bounded: at most ``max_blocks`` block hashes are remembered (LRU),
 one dict entry (~100 bytes) each.
@@ -46,8 +46,9 @@ class Route:
 
 
 class PrefixRouter:
-    def __init__(self, shards: Sequence[str], block_size: int = 16,
-                 max_blocks: int = 1_000_000, decode_weight: float = 1.0):
+    def __init__(self, shards: Sequence[str], block_size: int = 16, max_blocks: int = 1_000_000,
+                 decode_weight: float = 1.0, min_match: float = 0.5,
+                 imbalance_abs: float = 4096, imbalance_ratio: float = 1.5):
         if not shards:
             raise ValueError("router needs at least one shard")
         if len(set(shards)) != len(shards):
@@ -56,11 +57,14 @@ class PrefixRouter:
         self.block_size = block_size
         self.max_blocks = max_blocks
         self.decode_weight = decode_weight
+        self.min_match = min_match
+        self.imbalance_abs = imbalance_abs
+        self.imbalance_ratio = imbalance_ratio
         self._bit = {s: 1 << i for i, s in enumerate(self.shards)}
         self._blocks: OrderedDict[int, int] = OrderedDict()  # block hash -> bitmask of shards
         self.outstanding: dict[str, float] = {s: 0.0 for s in self.shards}
 
-    def _cached_by_shard(self, hashes: list[int]) -> dict[str, int]:
+    def _held_by_shard(self, hashes: list[int]) -> dict[str, int]:
         """Blocks of the longest prefix each shard holds (0 for none)."""
         held = dict.fromkeys(self.shards, 0)
         alive = (1 << len(self.shards)) - 1
@@ -74,22 +78,34 @@ class PrefixRouter:
                     held[s] = i + 1
         return held
 
+    def _imbalanced(self, shard: str) -> bool:
+        low = min(self.outstanding.values())
+        load = self.outstanding[shard]
+        return load - low > self.imbalance_abs and load > self.imbalance_ratio * low
+
     def route(self, prefix_tokens: Sequence[int], suffix_len: int = 0,
               decode_tokens: int = 0) -> Route:
         hashes = block_hashes(prefix_tokens, self.block_size)
-        held = self._cached_by_shard(hashes)
+        held = self._held_by_shard(hashes)
         n = len(prefix_tokens)
-        best: tuple[float, int, str, float, int] | None = None
-        for order, s in enumerate(self.shards):
-            cached = held[s] * self.block_size
-            work = (n - cached) + suffix_len + self.decode_weight * decode_tokens
-            key = (self.outstanding[s] + work, order, s, work, cached)
-            if best is None or key < best:
-                best = key
-        _, _, shard, work, cached = best
+        extra = suffix_len + self.decode_weight * decode_tokens
+
+        def work(s: str) -> float:
+            return (n - held[s] * self.block_size) + extra
+
+        longest = max(held.values())
+        owners = [s for s in self.shards if held[s] == longest]
+        shard = None
+        if hashes and longest >= self.min_match * len(hashes):
+            owner = min(owners, key=lambda s: self.outstanding[s])
+            if not self._imbalanced(owner):
+                shard = owner
+        if shard is None:
+            shard = min(self.shards, key=lambda s: self.outstanding[s] + work(s))
+        cost = work(shard)
         self._remember(hashes, shard)
-        self.outstanding[shard] += work
-        return Route(shard=shard, cost=work, cached_tokens=cached)
+        self.outstanding[shard] += cost
+        return Route(shard=shard, cost=cost, cached_tokens=held[shard] * self.block_size)
 
     def done(self, route: Route) -> None:
         """The routed request finished: its work is no longer outstanding."""

@@ -1,0 +1,34 @@
+"""Garbage-collector pause tracking through ``gc.callbacks`` (one per process)."""
+from __future__ import annotations
+
+import gc
+import time
+
+
+class GcPauses:
+    """Records the duration of every collection in this process since the last reset."""
+
+    def __init__(self) -> None:
+        self.pauses_ms: list[float] = []
+        self._t0 = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0:
+            self.pauses_ms.append((time.perf_counter() - self._t0) * 1000)
+            self._t0 = 0.0
+
+    def install(self) -> "GcPauses":
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+        return self
+
+    def reset(self) -> None:
+        self.pauses_ms = []
+
+    def summary(self) -> dict:
+        p = sorted(self.pauses_ms)
+        if not p:
+            return {"collections": 0, "max_ms": 0.0, "p99_ms": 0.0}
+        return {"collections": len(p), "max_ms": p[-1], "p99_ms": p[min(len(p) - 1, int(0.99 * len(p)))]}
