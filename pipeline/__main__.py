@@ -19,6 +19,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
     run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
     run.add_argument("--verbose", action="store_true", help="show Dask and vLLM logs")
+    bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
+    bench.add_argument("--config", default=None)
+    bench.add_argument("--pairs", type=int, default=5, help="rounds per burst (default 5)")
+    bench.add_argument("--bursts", default="no_reuse,reuse,skewed", help="comma-separated: no_reuse, reuse, skewed")
+    bench.add_argument("--documents", type=int, default=64, help="documents per burst (default 64)")
+    bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse burst (default 4)")
+    bench.add_argument("--skewed-requests", type=int, default=256)
+    bench.add_argument("--filler-sentences", type=int, default=12,
+                       help="document size: about 20 tokens each (default 12: ~260-token documents)")
+    bench.add_argument("--null-questions", type=int, default=20_000, help="plumbing run size; 0 skips it")
+    bench.add_argument("--out", default="bench-out", help="folder for bench.json, BENCHMARKS.md, bench.png")
+    bench.add_argument("--write-docs", action="store_true", help="also write docs/BENCHMARKS.md and docs/bench.png")
+    bench.add_argument("--quiet", action="store_true")
+    bench.add_argument("--verbose", action="store_true")
     prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
     prep.add_argument("--config", default=None)
     check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
@@ -52,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             print(resolve_model(config))
             return 0
         _quiet_logs(args.verbose)
+        if args.command == "bench":
+            return _bench(args, config)
         from pipeline.client import Pipeline
         from pipeline.jobs import read_input, run_parquet
 
@@ -71,6 +87,30 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, JobError, ModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _bench(args, config) -> int:
+    import shutil
+    from pathlib import Path
+
+    from pipeline.bench import BenchOptions, run_bench
+    from pipeline.bench_report import write_report
+
+    opts = BenchOptions(pairs=args.pairs, bursts=tuple(b for b in args.bursts.split(",") if b),
+                        docs=args.documents, questions_per_doc=args.questions_per_doc,
+                        skewed_requests=args.skewed_requests, filler_sentences=args.filler_sentences,
+                        null_questions=args.null_questions)
+    command = "python -m pipeline " + " ".join(sys.argv[1:] if sys.argv[0].endswith("__main__.py") else ["bench"])
+    report = run_bench(config, opts, progress=None if not args.quiet else False)
+    paths = write_report(report, Path(args.out), command)
+    print(paths["markdown"].read_text())
+    if args.write_docs:
+        docs = Path(__file__).resolve().parent.parent / "docs"
+        docs.mkdir(exist_ok=True)
+        shutil.copy(paths["markdown"], docs / "BENCHMARKS.md")
+        shutil.copy(paths["chart"], docs / "bench.png")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
 
 
 if __name__ == "__main__":

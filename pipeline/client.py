@@ -20,7 +20,7 @@ from pipeline.cluster import connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
 from pipeline.router import PrefixRouter, Route
-from pipeline.worker import PLUGIN_NAME, EnginePlugin, run_batch, worker_stats
+from pipeline.worker import PLUGIN_NAME, EnginePlugin, reset_worker, run_batch, worker_stats
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
 
@@ -74,11 +74,15 @@ class Pipeline:
         self._client.wait_for_workers(len(self.config.shards))
         self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
         stats = self._check_shards()
-        routing = self.config.routing
-        block_size = routing.block_size or min(s["block_size"] for s in stats)
-        self.router = PrefixRouter(self.config.shard_names, block_size, routing.max_blocks, routing.decode_weight,
-                                   routing.min_match, routing.imbalance_abs, routing.imbalance_ratio)
+        self.router = self.new_router(self.config.routing.block_size or min(s["block_size"] for s in stats))
         return self
+
+    def new_router(self, block_size: int | None = None) -> PrefixRouter:
+        """A fresh router with this pipeline's settings (and its block size unless given)."""
+        block_size = block_size or self.router.block_size
+        r = self.config.routing
+        return PrefixRouter(self.config.shard_names, block_size, r.max_blocks, r.decode_weight,
+                            r.min_match, r.imbalance_abs, r.imbalance_ratio)
 
     def _check_shards(self) -> list[dict]:
         stats = self.worker_stats()
@@ -112,6 +116,13 @@ class Pipeline:
     def worker_stats(self) -> list[dict]:
         return [s for s in self._client.run(worker_stats).values() if s]
 
+    def reset_cache(self) -> None:
+        """Forget every cached prefix: the engines' prefix caches and the router's view of
+        them (between benchmark runs, so each starts cold)."""
+        self._client.run(reset_worker)
+        self.router = self.new_router()
+        self.transfer = TransferStats()
+
     # -- submission -------------------------------------------------------------
     def run(self, rows: Iterable[Mapping[str, Any]]) -> list[RowResult]:
         """Results in input order, one per row."""
@@ -120,29 +131,13 @@ class Pipeline:
 
     def stream(self, rows: Iterable[Mapping[str, Any]]) -> Iterator[RowResult]:
         """Results as their batches complete (not in input order); one per row."""
-        from tasks import RowError
-
         rows = list(rows)
         ids = [row.get("id", i) for i, row in enumerate(rows)]
-        per_shard: dict[str, dict[str, list[tuple[int, str]]]] = {s: {} for s in self.config.shard_names}
-        routes: dict[int, Route] = {}
-        token_cache: dict[str, list[int]] = {}
-        max_tokens = self.config.sampling.max_tokens
-        for i, row in enumerate(rows):
-            try:
-                parts = self.task.split(row)
-            except RowError as exc:
-                yield RowResult(index=i, id=ids[i], answer=None, error=f"input: {exc}")
-                continue
-            tokens = token_cache.get(parts.prefix)
-            if tokens is None:
-                tokens = token_cache[parts.prefix] = self.tokenizer.encode(parts.prefix, add_special_tokens=False)
-            route = self.router.route(tokens, suffix_len=len(parts.suffix) // 4 + 1, decode_tokens=max_tokens)
-            routes[i] = route
-            per_shard[route.shard].setdefault(parts.prefix, []).append((i, parts.suffix))
-
+        plan = self.plan(rows)
+        for i, message in plan.errors.items():
+            yield RowResult(index=i, id=ids[i], answer=None, error=f"input: {message}")
         futures = []
-        for shard, groups in per_shard.items():
+        for shard, groups in plan.per_shard.items():
             resource = self.config.shards[self.config.shard_names.index(shard)].resource
             for batch in _batches(groups, self.config.intake.batch_size):
                 payload = codec.encode(batch, self.config.intake.compression_level)
@@ -156,10 +151,43 @@ class Pipeline:
             result = codec.decode_result(fut.result())
             fut.release()
             for r in result.results:
-                self.router.done(routes[r.index])
+                self.router.done(plan.routes[r.index])
                 yield RowResult(index=r.index, id=ids[r.index], answer=r.answer, error=r.error,
                                 prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
                                 completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)
+
+    def plan(self, rows: list[Mapping[str, Any]], router: PrefixRouter | None = None) -> "Plan":
+        """Split every row into prompt parts and route it (``self.router`` unless given)."""
+        return plan_rows(rows, self.task, self.tokenizer, router or self.router, self.config)
+
+
+@dataclass
+class Plan:
+    errors: dict[int, str]                                   # row index -> why it cannot be sent
+    routes: dict[int, Route]                                 # row index -> its route
+    per_shard: dict[str, dict[str, list[tuple[int, str]]]]   # shard -> prefix -> [(row index, suffix)]
+
+
+def plan_rows(rows, task, tokenizer, router: PrefixRouter, config: Config) -> Plan:
+    from tasks import RowError
+
+    plan = Plan({}, {}, {s: {} for s in config.shard_names})
+    token_cache: dict[str, list[int]] = {}
+    max_tokens = config.sampling.max_tokens
+    for i, row in enumerate(rows):
+        try:
+            parts = task.split(row)
+        except RowError as exc:
+            plan.errors[i] = str(exc)
+            continue
+        tokens = token_cache.get(parts.prefix)
+        if tokens is None:
+            tokens = token_cache[parts.prefix] = tokenizer.encode(parts.prefix, add_special_tokens=False)
+        # the suffix is not tokenized here: about 4 characters a token is close enough for a load estimate
+        route = router.route(tokens, suffix_len=len(parts.suffix) // 4 + 1, decode_tokens=max_tokens)
+        plan.routes[i] = route
+        plan.per_shard[route.shard].setdefault(parts.prefix, []).append((i, parts.suffix))
+    return plan
 
 
 def _batches(groups: dict[str, list[tuple[int, str]]], size: int) -> Iterator[codec.Batch]:

@@ -25,40 +25,48 @@ class Engine(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation: ...
+    async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...
+
+
+def engine_kwargs(model: str, config: Config) -> dict:
+    """Keyword arguments for vLLM's engine (``AsyncEngineArgs`` or ``LLM``) from the config."""
+    e = config.engine
+    kwargs = dict(
+        model=model,
+        tokenizer=model,
+        max_model_len=e.max_model_len,
+        max_num_seqs=e.max_num_seqs,
+        dtype=e.dtype,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        enable_prefix_caching=e.enable_prefix_caching,
+        seed=e.seed,
+        disable_log_stats=True,
+    )
+    if e.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
+    kwargs.update(e.extra)
+    return kwargs
+
+
+def sampling_params(config: Config):
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=config.sampling.max_tokens, temperature=config.sampling.temperature,
+                          seed=config.engine.seed)
 
 
 class VllmEngine:
     def __init__(self, model: str, config: Config):
-        from vllm import SamplingParams
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        e = config.engine
-        kwargs = dict(
-            model=model,
-            tokenizer=model,
-            max_model_len=e.max_model_len,
-            max_num_seqs=e.max_num_seqs,
-            dtype=e.dtype,
-            gpu_memory_utilization=e.gpu_memory_utilization,
-            enable_prefix_caching=e.enable_prefix_caching,
-            seed=e.seed,
-            disable_log_stats=True,
-        )
-        if e.max_num_batched_tokens is not None:
-            kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
-        kwargs.update(e.extra)
-        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config)))
         self.block_size = int(self._llm.vllm_config.cache_config.block_size)
         from transformers import AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(model)
-        self._sampling = SamplingParams(
-            max_tokens=config.sampling.max_tokens,
-            temperature=config.sampling.temperature,
-            seed=e.seed,
-        )
+        self._sampling = sampling_params(config)
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False)
@@ -77,6 +85,9 @@ class VllmEngine:
                           cached_tokens=int(final.num_cached_tokens or 0),
                           completion_tokens=len(c.token_ids))
 
+    async def reset_prefix_cache(self) -> None:
+        await self._llm.reset_prefix_cache()
+
     def shutdown(self) -> None:
         self._llm.shutdown()
 
@@ -92,6 +103,9 @@ class NullEngine:
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
         await asyncio.sleep(0)
         return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0)
+
+    async def reset_prefix_cache(self) -> None:
+        pass
 
     def shutdown(self) -> None:
         pass

@@ -19,6 +19,7 @@ from distributed import WorkerPlugin, get_worker
 from pipeline import codec
 from pipeline.config import Config
 from pipeline.engine import Engine, build_engine
+from pipeline.gcstats import GcPauses
 
 PLUGIN_NAME = "pipeline-engine"
 
@@ -51,7 +52,8 @@ class EnginePlugin(WorkerPlugin):
         }
         self._intake = asyncio.Semaphore(self.config.intake.max_in_flight)
         gc.collect()
-        gc.freeze()
+        gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
+        self.gc_pauses = GcPauses().install()
 
     async def teardown(self, worker) -> None:
         if self.engine is not None:
@@ -98,6 +100,17 @@ async def run_batch(payload: bytes) -> bytes:
 
 
 def worker_stats(dask_worker) -> dict:
-    """For ``client.run``: the engine plugin's counters on this worker."""
+    """For ``client.run``: the engine plugin's counters on this worker, with GC pauses
+    since the last reset."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    return dict(plugin.stats) if plugin is not None else {}
+    if plugin is None or not plugin.stats:
+        return {}
+    return {**plugin.stats, "gc": plugin.gc_pauses.summary()}
+
+
+async def reset_worker(dask_worker) -> None:
+    """For ``client.run``: empty the engine's prefix cache and the GC pause record."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    if plugin is not None and plugin.engine is not None:
+        await plugin.engine.reset_prefix_cache()
+        plugin.gc_pauses.reset()

@@ -1,0 +1,291 @@
+"""``python -m pipeline bench``: the pipeline side by side with standalone vLLM, in one run.
+
+Contenders (all warm, same model, engine arguments and greedy sampling):
+  standalone-rr      one plain vLLM process per shard, prompts split round-robin
+  standalone-routed  the same processes, prompts split by the pipeline's prefix router
+  pipeline           this pipeline with its configuration
+Protocol: for each burst, ``pairs`` rounds; in each round every contender runs the same
+rows (fresh documents per round) from an empty prefix cache, in an order that reverses
+every round. The clock covers the burst only. A null-engine run measures the plumbing.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from pipeline.config import Config
+from pipeline.workloads import document_questions, skewed_counts
+
+CONTENDERS = ("standalone-rr", "standalone-routed", "pipeline")
+BURSTS = ("no_reuse", "reuse", "skewed")
+
+
+@dataclass
+class BenchOptions:
+    pairs: int = 5
+    bursts: tuple[str, ...] = BURSTS
+    docs: int = 64                 # documents per burst
+    questions_per_doc: int = 4     # reuse burst: 4 x 64 = 256 requests
+    skewed_requests: int = 256
+    filler_sentences: int = 12     # about 260 prompt tokens per document with the default model
+    null_questions: int = 20_000   # plumbing run (null engine); 0 skips it
+    seed: int = 0
+
+
+def burst_rows(burst: str, opts: BenchOptions, seed: int) -> list[dict]:
+    kw = dict(filler_sentences=opts.filler_sentences, seed=seed, id_prefix=f"{burst}-")
+    if burst == "no_reuse":
+        return document_questions(opts.docs, 1, **kw)
+    if burst == "reuse":
+        return document_questions(opts.docs, opts.questions_per_doc, order="interleaved", **kw)
+    if burst == "skewed":
+        counts = skewed_counts(opts.docs, opts.skewed_requests, seed=seed)
+        return document_questions(opts.docs, counts, order="shuffled", **kw)
+    raise ValueError(f"unknown burst {burst!r}; known: {', '.join(BURSTS)}")
+
+
+@dataclass
+class Prepared:
+    """A burst's rows turned into prompts once, for every contender."""
+    rows: list[dict]
+    prefix_ids: list[list[int]]
+    suffix_ids: list[list[int]]
+    ideal_prefill: int   # every unique prefix computed once, plus every suffix
+
+    @classmethod
+    def build(cls, rows, task, tokenizer) -> "Prepared":
+        cache: dict[str, list[int]] = {}
+        prefixes, suffixes = [], []
+        for row in rows:
+            parts = task.split(row)
+            if parts.prefix not in cache:
+                cache[parts.prefix] = tokenizer.encode(parts.prefix, add_special_tokens=False)
+            prefixes.append(cache[parts.prefix])
+            suffixes.append(tokenizer.encode(parts.suffix, add_special_tokens=False))
+        ideal = sum(len(t) for t in cache.values()) + sum(len(s) for s in suffixes)
+        return cls(rows, prefixes, suffixes, ideal)
+
+
+@dataclass
+class RunResult:
+    contender: str
+    burst: str
+    pair: int
+    wall_s: float
+    requests: int
+    answered: int
+    errors: int
+    correct: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ideal_prefill: int
+    per_shard: dict
+    finish_s: dict
+    gc: dict
+    encoded_bytes: int | None = None
+    raw_bytes: int | None = None
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.wall_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s
+
+    @property
+    def prefill_computed(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(requests_per_s=self.requests_per_s, output_tokens_per_s=self.output_tokens_per_s,
+                 prefill_computed=self.prefill_computed)
+        return d
+
+
+def _correct(expected: str, answer: str | None) -> bool:
+    return answer is not None and expected.lower() in answer.lower()
+
+
+def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair) -> RunResult:
+    """``pipeline`` given: split the prompts with the pipeline's own routing (a fresh router,
+    same settings, same order of rows per shard); otherwise round-robin."""
+    assign: dict[str, list[int]] = {s: [] for s in shards.shards}
+    if pipeline is None:
+        for i in range(len(prep.rows)):
+            assign[shards.shards[i % len(shards.shards)]].append(i)
+    else:
+        plan = pipeline.plan(prep.rows, router=pipeline.new_router())
+        for shard, groups in plan.per_shard.items():
+            assign[shard] = [i for items in groups.values() for i, _ in items]
+    shards.reset_cache()
+    wall, finish, outputs, gc = shards.run({k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v]
+                                            for k, v in assign.items()})
+    res = RunResult(name, burst, pair, wall, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
+                    {k: len(v) for k, v in assign.items()}, finish, gc)
+    for shard, idx in assign.items():
+        for i, out in zip(idx, outputs[shard]):
+            res.answered += 1
+            res.correct += _correct(prep.rows[i]["expected"], out.text)
+            res.prompt_tokens += out.prompt_tokens
+            res.cached_tokens += out.cached_tokens
+            res.completion_tokens += out.completion_tokens
+    return res
+
+
+def run_pipeline(pipeline, prep: Prepared, burst, pair) -> RunResult:
+    pipeline.reset_cache()
+    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill, {}, {}, {})
+    t0 = time.perf_counter()
+    for r in pipeline.stream(prep.rows):
+        res.answered += 1
+        res.errors += r.error is not None
+        res.correct += _correct(prep.rows[r.index]["expected"], r.answer)
+        res.prompt_tokens += r.prompt_tokens
+        res.cached_tokens += r.cached_tokens
+        res.completion_tokens += r.completion_tokens
+        if r.shard is not None:
+            res.per_shard[r.shard] = res.per_shard.get(r.shard, 0) + 1
+            res.finish_s[r.shard] = time.perf_counter() - t0
+    res.wall_s = time.perf_counter() - t0
+    res.gc = {s["shard"]: s["gc"] for s in pipeline.worker_stats()}
+    res.encoded_bytes = pipeline.transfer.encoded_bytes
+    res.raw_bytes = pipeline.transfer.raw_bytes
+    return res
+
+
+def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
+    """Questions/s through routing, batching, compression, Dask and the result path,
+    with an engine that answers at once."""
+    from pipeline.client import Pipeline
+
+    rows = document_questions(max(1, questions // 4), 4, filler_sentences=12, seed=seed, order="interleaved")
+    cfg = config.replace(scheduler={"dashboard_address": None})
+    with Pipeline(cfg, engine="null") as p:
+        p.run(rows[:200])  # warm
+        p.reset_cache()
+        t0 = time.perf_counter()
+        n = sum(1 for _ in p.stream(rows))
+        wall = time.perf_counter() - t0
+        return {"questions": n, "wall_s": wall, "questions_per_s": n / wall,
+                "encoded_bytes": p.transfer.encoded_bytes, "raw_bytes": p.transfer.raw_bytes,
+                "batches": p.transfer.batches}
+
+
+def summarize(results: list[RunResult]) -> dict:
+    out: dict = {}
+    for burst in dict.fromkeys(r.burst for r in results):
+        rs = [r for r in results if r.burst == burst]
+        per: dict = {}
+        for c in dict.fromkeys(r.contender for r in rs):
+            cr = [r for r in rs if r.contender == c]
+            gc_max = max((g.get("max_ms", 0.0) for r in cr for g in r.gc.values()), default=0.0)
+            gc_p99 = max((g.get("p99_ms", 0.0) for r in cr for g in r.gc.values()), default=0.0)
+            per[c] = {
+                "requests_per_s": statistics.median(r.requests_per_s for r in cr),
+                "output_tokens_per_s": statistics.median(r.output_tokens_per_s for r in cr),
+                "runs_requests_per_s": [r.requests_per_s for r in cr],
+                "prefill_over_ideal": statistics.median(r.prefill_computed / r.ideal_prefill for r in cr),
+                "cached_share": statistics.median(r.cached_tokens / max(1, r.prompt_tokens) for r in cr),
+                "accuracy": sum(r.correct for r in cr) / sum(r.requests for r in cr),
+                "answered_all": all(r.answered == r.requests and r.errors == 0 for r in cr),
+                "gc_max_ms": gc_max, "gc_p99_ms": gc_p99,
+                "finish_spread_s": statistics.median(
+                    (max(r.finish_s.values()) - min(r.finish_s.values())) if r.finish_s else 0.0 for r in cr),
+                "per_shard": cr[-1].per_shard,
+                "encoded_over_raw": (statistics.median(r.encoded_bytes / r.raw_bytes for r in cr)
+                                     if cr[0].raw_bytes else None),
+            }
+        ratios = {}
+        for ref in ("standalone-routed", "standalone-rr"):
+            if "pipeline" in per and ref in per:
+                pairs = {r.pair: r for r in rs if r.contender == ref}
+                worst = min(r.requests_per_s / pairs[r.pair].requests_per_s
+                            for r in rs if r.contender == "pipeline" and r.pair in pairs)
+                ratios[f"pipeline/{ref}"] = {
+                    "median": per["pipeline"]["requests_per_s"] / per[ref]["requests_per_s"], "worst_pair": worst}
+        out[burst] = {"contenders": per, "ratios": ratios}
+    return out
+
+
+def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bool | None = None) -> dict:
+    """Run every contender on every burst; return the report (see pipeline/bench_report.py)."""
+    from tqdm import tqdm
+
+    from pipeline.client import Pipeline
+    from pipeline.standalone import StandaloneShards
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    own = pipeline is None
+    started = time.perf_counter()
+    if own:
+        pipeline = Pipeline(config).start()
+    try:
+        engine_start = {s["shard"]: s["engine_start_s"] for s in pipeline.worker_stats()}
+        with StandaloneShards(config, pipeline.model) as shards:
+            results: list[RunResult] = []
+            warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
+                                  pipeline.task, pipeline.tokenizer)
+            run_standalone("warm", shards, warm, None, "warm", -1)
+            run_pipeline(pipeline, warm, "warm", -1)
+            total = len(opts.bursts) * opts.pairs * len(CONTENDERS)
+            with tqdm(total=total, disable=not progress, unit="run", desc="bench") as bar:
+                for b, burst in enumerate(opts.bursts):
+                    for pair in range(opts.pairs):
+                        prep = Prepared.build(burst_rows(burst, opts, opts.seed + 1000 * b + pair),
+                                              pipeline.task, pipeline.tokenizer)
+                        order = CONTENDERS if pair % 2 == 0 else tuple(reversed(CONTENDERS))
+                        for c in order:
+                            bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")
+                            if c == "pipeline":
+                                results.append(run_pipeline(pipeline, prep, burst, pair))
+                            else:
+                                routed = pipeline if c == "standalone-routed" else None
+                                results.append(run_standalone(c, shards, prep, routed, burst, pair))
+                            bar.update(1)
+            standalone_start = dict(shards.start_s)
+        plumbing = run_plumbing(config, opts.null_questions, opts.seed) if opts.null_questions else None
+    finally:
+        if own:
+            pipeline.close()
+    return {
+        "options": asdict(opts),
+        "config": config.model_dump(),
+        "machine": machine_description(),
+        "engine_start_s": {"pipeline": engine_start, "standalone": standalone_start},
+        "summary": summarize(results),
+        "plumbing": plumbing,
+        "runs": [x.as_dict() for x in results],
+        "total_s": time.perf_counter() - started,
+    }
+
+
+def machine_description() -> dict:
+    import os
+    import platform
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem_gib = round(int(next(ln for ln in f if ln.startswith("MemTotal")).split()[1]) / 2**20, 1)
+    except (OSError, StopIteration):
+        pass
+    versions = {}
+    for mod in ("vllm", "torch", "dask", "distributed"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - a missing package is just not reported
+            pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem_gib, "python": platform.python_version(),
+            "platform": platform.platform(), **versions}

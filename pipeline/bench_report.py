@@ -1,0 +1,126 @@
+"""The benchmark report: JSON (everything), Markdown (the table) and a PNG chart."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.bench import CONTENDERS
+
+# (name, key path, target, "ge"/"le", burst or None for every burst)
+TARGETS = [
+    ("pipeline / standalone-routed, median", ("ratios", "pipeline/standalone-routed", "median"), 1.00, "ge", None),
+    ("pipeline / standalone-routed, worst pair", ("ratios", "pipeline/standalone-routed", "worst_pair"), 0.99, "ge", None),
+    ("pipeline / standalone-rr, median", ("ratios", "pipeline/standalone-rr", "median"), 1.5, "ge", "reuse"),
+    ("pipeline prefill computed / ideal", ("contenders", "pipeline", "prefill_over_ideal"), 1.05, "le", "reuse"),
+    ("pipeline encoded / raw bytes", ("contenders", "pipeline", "encoded_over_raw"), 1 / 40, "le", "reuse"),
+    ("pipeline max GC pause per worker (ms)", ("contenders", "pipeline", "gc_max_ms"), 2.0, "le", None),
+]
+
+
+def _get(d: dict, path: tuple):
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def target_rows(report: dict) -> list[dict]:
+    rows = []
+    for name, path, target, kind, only in TARGETS:
+        for burst, s in report["summary"].items():
+            if only and burst != only:
+                continue
+            value = _get(s, path)
+            if value is None:
+                continue
+            ok = value >= target if kind == "ge" else value <= target
+            miss = 0.0 if ok else (value / target - 1 if target else value)
+            rows.append({"target": name, "burst": burst, "value": value, "goal": f"{'≥' if kind == 'ge' else '≤'} {target:g}",
+                         "met": ok, "miss_by": miss})
+    p = report.get("plumbing")
+    if p:
+        ok = p["questions_per_s"] >= 10_000
+        rows.append({"target": "null-engine plumbing (questions/s)", "burst": "-", "value": p["questions_per_s"],
+                     "goal": "≥ 10000", "met": ok, "miss_by": 0.0 if ok else p["questions_per_s"] / 10_000 - 1})
+    return rows
+
+
+def render_markdown(report: dict, command: str) -> str:
+    m = report["machine"]
+    lines = [
+        "# Benchmarks", "",
+        f"Command: `{command}`  ",
+        f"Machine: {m.get('cpu')} ({m.get('cores')} cores, {m.get('memory_gib')} GiB), {m.get('platform')}; "
+        f"vllm {m.get('vllm')}, torch {m.get('torch')}, dask {m.get('dask')}.  ",
+        f"Options: {report['options']}.  ",
+        f"Engine start (s): pipeline workers {_fmt_map(report['engine_start_s']['pipeline'])}; "
+        f"standalone processes {_fmt_map(report['engine_start_s']['standalone'])}. Total run: {report['total_s']:.0f} s.",
+        "",
+        "Throughput is the median over pairs; each run starts from an empty prefix cache.", "",
+        "| burst | contender | req/s | out tok/s | prefill / ideal | cached share | accuracy | GC max / p99 ms | finish spread s | rows per shard | encoded / raw |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for burst, s in report["summary"].items():
+        for c in CONTENDERS:
+            v = s["contenders"].get(c)
+            if v is None:
+                continue
+            enc = f"1/{1 / v['encoded_over_raw']:.0f}" if v.get("encoded_over_raw") else "-"
+            lines.append(
+                f"| {burst} | {c} | {v['requests_per_s']:.2f} | {v['output_tokens_per_s']:.1f} | "
+                f"{v['prefill_over_ideal']:.3f} | {v['cached_share']:.3f} | {v['accuracy']:.1%} | "
+                f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} | {v['finish_spread_s']:.2f} | "
+                f"{_fmt_map(v['per_shard'])} | {enc} |")
+    lines += ["", "| burst | ratio | median | worst pair |", "|---|---|---|---|"]
+    for burst, s in report["summary"].items():
+        for name, r in s["ratios"].items():
+            lines.append(f"| {burst} | {name} | {r['median']:.3f} | {r['worst_pair']:.3f} |")
+    p = report.get("plumbing")
+    if p:
+        lines += ["", f"Null-engine plumbing: {p['questions']} questions in {p['wall_s']:.2f} s = "
+                      f"**{p['questions_per_s']:,.0f} questions/s** ({p['batches']} batches; encoded/raw bytes "
+                      f"1/{p['raw_bytes'] / max(1, p['encoded_bytes']):.0f})."]
+    lines += ["", "| target | burst | value | goal | met | missed by |", "|---|---|---|---|---|---|"]
+    for t in target_rows(report):
+        missed = "" if t["met"] else f"{t['miss_by']:+.1%}"
+        lines.append(f"| {t['target']} | {t['burst']} | {t['value']:.4g} | {t['goal']} | "
+                     f"{'yes' if t['met'] else 'no'} | {missed} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt_map(d: dict) -> str:
+    return ", ".join(f"{k}: {v:.1f}" if isinstance(v, float) else f"{k}: {v}" for k, v in sorted(d.items()))
+
+
+def render_chart(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bursts = list(report["summary"])
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / len(CONTENDERS)
+    for i, c in enumerate(CONTENDERS):
+        vals = [report["summary"][b]["contenders"].get(c, {}).get("requests_per_s", 0.0) for b in bursts]
+        xs = [x + (i - (len(CONTENDERS) - 1) / 2) * width for x in range(len(bursts))]
+        bars = ax.bar(xs, vals, width, label=c)
+        ax.bar_label(bars, fmt="%.1f", fontsize=8)
+    ax.set_xticks(range(len(bursts)), bursts)
+    ax.set_ylabel("requests / s (median over pairs)")
+    m = report["machine"]
+    ax.set_title(f"Completion throughput, {m.get('cores')} cores, vllm {m.get('vllm')}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(report: dict, out_dir: Path, command: str) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "bench.json", "markdown": out_dir / "BENCHMARKS.md", "chart": out_dir / "bench.png"}
+    paths["json"].write_text(json.dumps(report, indent=2, default=str))
+    paths["markdown"].write_text(render_markdown(report, command) + "\n![throughput](bench.png)\n")
+    render_chart(report, paths["chart"])
+    return paths

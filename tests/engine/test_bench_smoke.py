@@ -1,0 +1,36 @@
+"""A tiny `bench` run: every contender answers every request and the report is well formed.
+(Real figures come from full runs of `python -m pipeline bench`, never from tests.)"""
+import json
+
+from pipeline.bench import CONTENDERS, BenchOptions, run_bench
+from pipeline.bench_report import write_report
+
+
+def test_bench_smoke(pipeline, tmp_path):
+    opts = BenchOptions(pairs=1, docs=4, questions_per_doc=2, skewed_requests=8, filler_sentences=4,
+                        null_questions=400)
+    report = run_bench(pipeline.config, opts, pipeline=pipeline, progress=False)
+    paths = write_report(report, tmp_path, "python -m pipeline bench (smoke)")
+
+    runs = report["runs"]
+    assert sorted((r["burst"], r["contender"]) for r in runs) == sorted(
+        (b, c) for b in ("no_reuse", "reuse", "skewed") for c in CONTENDERS)
+    expected = {"no_reuse": 4, "reuse": 8, "skewed": 8}
+    for r in runs:
+        assert r["requests"] == expected[r["burst"]]
+        assert r["answered"] == r["requests"] and r["errors"] == 0, r
+        assert sum(r["per_shard"].values()) == r["requests"]
+        assert r["completion_tokens"] > 0 and r["wall_s"] > 0
+    for burst, s in report["summary"].items():
+        assert set(s["contenders"]) == set(CONTENDERS)
+        assert set(s["ratios"]) == {"pipeline/standalone-routed", "pipeline/standalone-rr"}
+        assert s["contenders"]["pipeline"]["encoded_over_raw"] < 1
+    assert report["plumbing"]["questions"] == 400
+
+    loaded = json.loads(paths["json"].read_text())
+    assert loaded["summary"].keys() == report["summary"].keys()
+    md = paths["markdown"].read_text()
+    for c in CONTENDERS:
+        assert f"| reuse | {c} |" in md
+    assert "questions/s" in md and "| target |" in md
+    assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
