@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--verbose", action="store_true")
     prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
     prep.add_argument("--config", default=None)
+    sub.add_parser("router-bench", help="micro-benchmark of the prefix router (see --help)", add_help=False)
     check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
     check.add_argument("config", nargs="?", default=None)
     return p
@@ -50,6 +51,11 @@ def _quiet_logs(verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["router-bench"]:
+        from pipeline.router_bench import main as router_bench
+
+        return router_bench(argv[1:])
     args = _parser().parse_args(argv)
     from pipeline.config import ConfigError, load_config
     from pipeline.jobs import JobError

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import itertools
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
@@ -19,7 +18,8 @@ from pipeline import codec
 from pipeline.cluster import connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
-from pipeline.router import PrefixRouter, Route
+from pipeline.dispatch import Dispatcher
+from pipeline.router import PrefixRouter
 from pipeline.worker import PLUGIN_NAME, EnginePlugin, reset_worker, run_batch, worker_stats
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
@@ -133,77 +133,74 @@ class Pipeline:
         """Results as their batches complete (not in input order); one per row."""
         rows = list(rows)
         ids = [row.get("id", i) for i, row in enumerate(rows)]
-        plan = self.plan(rows)
-        for i, message in plan.errors.items():
-            yield RowResult(index=i, id=ids[i], answer=None, error=f"input: {message}")
-        futures = []
-        for shard, groups in plan.per_shard.items():
-            resource = self.config.shards[self.config.shard_names.index(shard)].resource
-            for batch in _batches(groups, self.config.intake.batch_size):
-                payload = codec.encode(batch, self.config.intake.compression_level)
-                self.transfer.batches += 1
-                self.transfer.encoded_bytes += len(payload)
-                self.transfer.raw_bytes += codec.raw_size(batch)
-                self.transfer.per_shard_rows[shard] = self.transfer.per_shard_rows.get(shard, 0) + len(batch.requests)
-                futures.append(self._client.submit(run_batch, payload, key=batch.batch_id,
-                                                   resources={resource: 1}, pure=False))
-        for fut in as_completed(futures):
+        dispatcher = self._dispatcher(late_binding=self.config.routing.late_binding)
+        for i, error in self._queue(rows, dispatcher):
+            yield RowResult(index=i, id=ids[i], answer=None, error=f"input: {error}")
+        running = as_completed()
+        for shard, groups in dispatcher.bind():
+            running.add(self._submit(shard, groups))
+        while not running.is_empty():
+            fut = next(running)
             result = codec.decode_result(fut.result())
             fut.release()
+            dispatcher.completed([r.index for r in result.results])
+            for shard, groups in dispatcher.bind():
+                running.add(self._submit(shard, groups))
             for r in result.results:
-                self.router.done(plan.routes[r.index])
                 yield RowResult(index=r.index, id=ids[r.index], answer=r.answer, error=r.error,
                                 prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
                                 completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)
 
-    def plan(self, rows: list[Mapping[str, Any]], router: PrefixRouter | None = None) -> "Plan":
-        """Split every row into prompt parts and route it (``self.router`` unless given)."""
-        return plan_rows(rows, self.task, self.tokenizer, router or self.router, self.config)
+    def static_assignment(self, rows: list[Mapping[str, Any]]) -> dict[str, list[int]]:
+        """Row indices per shard as this pipeline's router splits them when every row is bound
+        up front (what a client doing the same routing without late binding would send)."""
+        dispatcher = self._dispatcher(late_binding=False, router=self.new_router())
+        self._queue(rows, dispatcher)
+        out: dict[str, list[int]] = {s: [] for s in self.config.shard_names}
+        for shard, groups in dispatcher.bind():
+            out[shard] += [i for items in groups.values() for i, _ in items]
+        return out
+
+    def _dispatcher(self, late_binding: bool, router: PrefixRouter | None = None) -> Dispatcher:
+        intake = self.config.intake
+        return Dispatcher(router or self.router, intake.batch_size, intake.queue_per_shard,
+                          decode_tokens=self.config.sampling.max_tokens, late_binding=late_binding)
+
+    def _queue(self, rows: list[Mapping[str, Any]], dispatcher: Dispatcher) -> list[tuple[int, str]]:
+        """Split rows into prompt parts and queue them; returns (index, error) for rows that cannot be sent."""
+        from tasks import RowError
+
+        errors, parts = [], []
+        for i, row in enumerate(rows):
+            try:
+                parts.append((i, self.task.split(row)))
+            except RowError as exc:
+                errors.append((i, str(exc)))
+        # Each distinct prefix is tokenized once, all in one call (the fast tokenizer batches it).
+        unique = list(dict.fromkeys(p.prefix for _, p in parts))
+        encoded = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
+        tokens = dict(zip(unique, encoded))
+        for i, p in parts:
+            dispatcher.add(i, p.prefix, p.suffix, tokens[p.prefix])
+        return errors
+
+    def _submit(self, shard: str, groups: dict[str, list[tuple[int, str]]]):
+        batch = _batch(groups)
+        payload = codec.encode(batch, self.config.intake.compression_level)
+        t = self.transfer
+        t.batches += 1
+        t.encoded_bytes += len(payload)
+        t.raw_bytes += codec.raw_size(batch)
+        t.per_shard_rows[shard] = t.per_shard_rows.get(shard, 0) + len(batch.requests)
+        resource = self.config.shards[self.config.shard_names.index(shard)].resource
+        return self._client.submit(run_batch, payload, key=batch.batch_id, resources={resource: 1}, pure=False)
 
 
-@dataclass
-class Plan:
-    errors: dict[int, str]                                   # row index -> why it cannot be sent
-    routes: dict[int, Route]                                 # row index -> its route
-    per_shard: dict[str, dict[str, list[tuple[int, str]]]]   # shard -> prefix -> [(row index, suffix)]
-
-
-def plan_rows(rows, task, tokenizer, router: PrefixRouter, config: Config) -> Plan:
-    from tasks import RowError
-
-    plan = Plan({}, {}, {s: {} for s in config.shard_names})
-    token_cache: dict[str, list[int]] = {}
-    max_tokens = config.sampling.max_tokens
-    for i, row in enumerate(rows):
-        try:
-            parts = task.split(row)
-        except RowError as exc:
-            plan.errors[i] = str(exc)
-            continue
-        tokens = token_cache.get(parts.prefix)
-        if tokens is None:
-            tokens = token_cache[parts.prefix] = tokenizer.encode(parts.prefix, add_special_tokens=False)
-        # the suffix is not tokenized here: about 4 characters a token is close enough for a load estimate
-        route = router.route(tokens, suffix_len=len(parts.suffix) // 4 + 1, decode_tokens=max_tokens)
-        plan.routes[i] = route
-        plan.per_shard[route.shard].setdefault(parts.prefix, []).append((i, parts.suffix))
-    return plan
-
-
-def _batches(groups: dict[str, list[tuple[int, str]]], size: int) -> Iterator[codec.Batch]:
-    """Rows of one shard in batches of up to ``size``; a document's questions stay adjacent
-    and each batch carries each of its documents once."""
-    flat = ((prefix, i, suffix) for prefix, items in groups.items() for i, suffix in items)
-    while True:
-        chunk = list(itertools.islice(flat, size))
-        if not chunk:
-            return
-        prefixes: dict[str, int] = {}
-        requests = []
-        for prefix, i, suffix in chunk:
-            slot = prefixes.setdefault(prefix, len(prefixes))
-            requests.append(codec.Request(index=i, prefix=slot, suffix=suffix))
-        yield codec.Batch(batch_id=f"pipeline-batch-{uuid.uuid4().hex}", prefixes=list(prefixes), requests=requests)
+def _batch(groups: dict[str, list[tuple[int, str]]]) -> codec.Batch:
+    """One batch: each prefix once, its requests pointing at it."""
+    requests = [codec.Request(index=i, prefix=slot, suffix=suffix)
+                for slot, items in enumerate(groups.values()) for i, suffix in items]
+    return codec.Batch(batch_id=f"pipeline-batch-{uuid.uuid4().hex}", prefixes=list(groups), requests=requests)
 
 
 def _load_tokenizer(model: str):

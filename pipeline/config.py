@@ -101,6 +101,9 @@ class RoutingConfig(_Section):
     # imbalance_abs tokens and by a factor of imbalance_ratio (imbalance guard).
     imbalance_abs: float = Field(4096, ge=0)
     imbalance_ratio: float = Field(1.5, ge=1)
+    # Bind a document to a shard only when the least-loaded shard has room (see
+    # intake.queue_per_shard); false: bind every row of a submission up front.
+    late_binding: bool = True
 
 
 class IntakeConfig(_Section):
@@ -108,6 +111,9 @@ class IntakeConfig(_Section):
     max_in_flight: int = Field(96, gt=0)
     # Rows grouped into one Dask task.
     batch_size: int = Field(32, gt=0)
+    # With late binding: rows the client keeps bound but unanswered per shard; the rest wait
+    # unbound. Keep it above the engine's max_num_seqs so the engine never runs dry.
+    queue_per_shard: int = Field(128, gt=0)
     # Batches one worker runs at once (the worker's nthreads).
     concurrent_batches: int = Field(4, gt=0)
     # zlib-ng level for task inputs and results.

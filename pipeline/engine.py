@@ -51,9 +51,12 @@ def engine_kwargs(model: str, config: Config) -> dict:
 
 def sampling_params(config: Config):
     from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
 
+    # FINAL_ONLY: one output per request instead of one per generated token, which would
+    # wake the worker's event loop for every token of every request.
     return SamplingParams(max_tokens=config.sampling.max_tokens, temperature=config.sampling.temperature,
-                          seed=config.engine.seed)
+                          seed=config.engine.seed, output_kind=RequestOutputKind.FINAL_ONLY)
 
 
 class VllmEngine:

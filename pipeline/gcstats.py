@@ -10,6 +10,7 @@ class GcPauses:
 
     def __init__(self) -> None:
         self.pauses_ms: list[float] = []
+        self.generations: list[int] = []
         self._t0 = 0.0
 
     def _callback(self, phase: str, info: dict) -> None:
@@ -17,6 +18,7 @@ class GcPauses:
             self._t0 = time.perf_counter()
         elif self._t0:
             self.pauses_ms.append((time.perf_counter() - self._t0) * 1000)
+            self.generations.append(info.get("generation", -1))
             self._t0 = 0.0
 
     def install(self) -> "GcPauses":
@@ -26,9 +28,13 @@ class GcPauses:
 
     def reset(self) -> None:
         self.pauses_ms = []
+        self.generations = []
 
     def summary(self) -> dict:
         p = sorted(self.pauses_ms)
         if not p:
-            return {"collections": 0, "max_ms": 0.0, "p99_ms": 0.0}
-        return {"collections": len(p), "max_ms": p[-1], "p99_ms": p[min(len(p) - 1, int(0.99 * len(p)))]}
+            return {"collections": 0, "max_ms": 0.0, "p99_ms": 0.0, "max_generation": None}
+        worst = max(range(len(self.pauses_ms)), key=self.pauses_ms.__getitem__)
+        return {"collections": len(p), "max_ms": p[-1], "p99_ms": p[min(len(p) - 1, int(0.99 * len(p)))],
+                "max_generation": self.generations[worst],
+                "per_generation": {g: self.generations.count(g) for g in sorted(set(self.generations))}}

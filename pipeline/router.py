@@ -65,27 +65,38 @@ class PrefixRouter:
         self.outstanding: dict[str, float] = {s: 0.0 for s in self.shards}
 
     def _held_by_shard(self, hashes: list[int]) -> dict[str, int]:
-        """Blocks of the longest prefix each shard holds (0 for none)."""
-        held = dict.fromkeys(self.shards, 0)
+        """Blocks of the longest prefix each shard holds (0 for none); O(blocks + shards)."""
+        held: dict[str, int] = {}
         alive = (1 << len(self.shards)) - 1
+        blocks = self._blocks
         for i, h in enumerate(hashes):
-            mask = self._blocks.get(h, 0) & alive
-            if not mask:
-                break
+            mask = blocks.get(h, 0) & alive
+            dropped = alive & ~mask
+            while dropped:  # shards whose match ends before block i
+                low = dropped & -dropped
+                held[self.shards[low.bit_length() - 1]] = i
+                dropped ^= low
             alive = mask
-            for s in self.shards:
-                if mask & self._bit[s]:
-                    held[s] = i + 1
-        return held
+            if not alive:
+                break
+        else:
+            while alive:
+                low = alive & -alive
+                held[self.shards[low.bit_length() - 1]] = len(hashes)
+                alive ^= low
+        return {s: held.get(s, 0) for s in self.shards}
 
     def _imbalanced(self, shard: str) -> bool:
         low = min(self.outstanding.values())
         load = self.outstanding[shard]
         return load - low > self.imbalance_abs and load > self.imbalance_ratio * low
 
-    def route(self, prefix_tokens: Sequence[int], suffix_len: int = 0,
-              decode_tokens: int = 0) -> Route:
-        hashes = block_hashes(prefix_tokens, self.block_size)
+    def route(self, prefix_tokens: Sequence[int], suffix_len: int = 0, decode_tokens: int = 0,
+              hashes: list[int] | None = None) -> Route:
+        """Pick the shard for one request. ``hashes``: this prefix's ``block_hashes``, when the
+        caller routes several requests on one prefix and computed them once."""
+        if hashes is None:
+            hashes = block_hashes(prefix_tokens, self.block_size)
         held = self._held_by_shard(hashes)
         n = len(prefix_tokens)
         extra = suffix_len + self.decode_weight * decode_tokens

@@ -52,6 +52,8 @@ def _serve(conn, env: dict, model: str, config: Config) -> None:
             conn.send(("done", [(o.outputs[0].text, len(o.prompt_token_ids), int(o.num_cached_tokens or 0),
                                  len(o.outputs[0].token_ids)) for o in outs], pauses.summary()))
         elif cmd == "stop":
+            # Without an explicit shutdown the engine-core process outlives this one.
+            llm.llm_engine.engine_core.shutdown()
             conn.send(("ok",))
             return
 

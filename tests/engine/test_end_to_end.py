@@ -72,3 +72,23 @@ def test_parquet_job_keeps_ids_and_extra_columns(pipeline, tmp_path):
     assert set(out[0]) >= {"id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens",
                            "shard", "latency_s"}
     assert "document" not in out[0]
+
+
+def test_scattered_questions_share_their_document_on_one_shard(pipeline):
+    """Rows of one document far apart in the input still run on one shard, and the later
+    ones are served the document from the prefix cache."""
+    rows = document_questions(10, 3, seed=15, order="shuffled")
+    results = pipeline.run(rows)
+    block = pipeline.router.block_size
+    by_doc = defaultdict(list)
+    for row, r in zip(rows, results):
+        by_doc[row["doc_id"]].append((row, r))
+    spread = max(max(i for i, row in enumerate(rows) if row["doc_id"] == d) -
+                 min(i for i, row in enumerate(rows) if row["doc_id"] == d) for d in by_doc)
+    assert spread >= 15  # the input really scatters them
+    for doc_id, pairs in by_doc.items():
+        assert len({r.shard for _, r in pairs}) == 1, doc_id
+        prefix = pipeline.task.split(pairs[0][0]).prefix
+        full_blocks = len(pipeline.tokenizer.encode(prefix, add_special_tokens=False)) // block * block
+        covered = sum(r.cached_tokens >= full_blocks for _, r in pairs)
+        assert covered >= len(pairs) - 1, (doc_id, full_blocks, [r.cached_tokens for _, r in pairs])

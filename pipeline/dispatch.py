@@ -1,0 +1,90 @@
+"""Which rows go to which shard, and when: the pipeline's pure scheduling core (no Dask).
+
+Rows wait in per-prefix groups, in order of first appearance, so the questions on a
+document always travel together even when they are scattered through the input
+(grouping within the read-ahead window). A group is bound to a shard only when the
+least-loaded shard has room for more work (late binding): no shard is handed a
+document it cannot start soon, so the shards finish together instead of one idling
+while another still has a static share to work through. Once a prefix is bound,
+the router keeps its later questions on its shard.
+
+With ``late_binding=False`` every row is bound at once (a static split, as a client
+that routes a whole burst up front would do).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+from pipeline.router import PrefixRouter, Route, block_hashes
+
+# shard -> (prefix -> [(row index, suffix)]): one batch's worth of bound rows
+Bound = tuple[str, dict[str, list[tuple[int, str]]]]
+
+
+class Dispatcher:
+    def __init__(self, router: PrefixRouter, batch_size: int, queue_per_shard: int,
+                 decode_tokens: int = 0, late_binding: bool = True):
+        self.router = router
+        self.shards: Sequence[str] = router.shards
+        self.batch_size = batch_size
+        self.queue_per_shard = queue_per_shard
+        self.decode_tokens = decode_tokens
+        self.late_binding = late_binding
+        self._pending: OrderedDict[str, list[tuple[int, str]]] = OrderedDict()
+        self._tokens: dict[str, list[int]] = {}
+        self._buffers: dict[str, dict[str, list[tuple[int, str]]]] = {s: {} for s in self.shards}
+        self._buffered = dict.fromkeys(self.shards, 0)
+        self.in_flight = dict.fromkeys(self.shards, 0)  # bound and not yet completed
+        self.routes: dict[int, Route] = {}
+
+    def add(self, index: int, prefix: str, suffix: str, prefix_tokens: list[int]) -> None:
+        """Queue one row; rows with the same prefix wait (and will travel) together."""
+        group = self._pending.get(prefix)
+        if group is None:
+            self._pending[prefix] = group = []
+            self._tokens[prefix] = prefix_tokens
+        group.append((index, suffix))
+
+    @property
+    def pending_rows(self) -> int:
+        return sum(len(g) for g in self._pending.values())
+
+    def has_room(self) -> bool:
+        return not self.late_binding or min(self.in_flight.values()) < self.queue_per_shard
+
+    def bind(self) -> list[Bound]:
+        """Bind waiting groups while the least-loaded shard has room; return full batches,
+        then whatever is left in the buffers (so nothing bound waits for more rows)."""
+        out: list[Bound] = []
+        while self._pending:
+            least = min(self.shards, key=lambda s: self.router.outstanding[s])
+            if self.late_binding and self.in_flight[least] >= self.queue_per_shard:
+                break
+            prefix, items = self._pending.popitem(last=False)
+            tokens = self._tokens.pop(prefix)
+            hashes = block_hashes(tokens, self.router.block_size)
+            for index, suffix in items:
+                # about 4 characters a token: close enough for a load estimate
+                route = self.router.route(tokens, suffix_len=len(suffix) // 4 + 1, decode_tokens=self.decode_tokens,
+                                          hashes=hashes)
+                self.routes[index] = route
+                shard = route.shard
+                self._buffers[shard].setdefault(prefix, []).append((index, suffix))
+                self._buffered[shard] += 1
+                self.in_flight[shard] += 1
+                if self._buffered[shard] >= self.batch_size:
+                    out.append(self._take(shard))
+        out.extend(self._take(s) for s in self.shards if self._buffered[s])
+        return out
+
+    def _take(self, shard: str) -> Bound:
+        groups, self._buffers[shard] = self._buffers[shard], {}
+        self._buffered[shard] = 0
+        return shard, groups
+
+    def completed(self, indices: Sequence[int]) -> None:
+        for i in indices:
+            route = self.routes.pop(i)
+            self.router.done(route)
+            self.in_flight[route.shard] -= 1

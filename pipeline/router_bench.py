@@ -1,0 +1,64 @@
+"""Micro-benchmark of the prefix router alone: routing cost per request and memory at scale.
+
+    python -m pipeline router-bench --shards 64 --documents 100000
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+import tracemalloc
+
+from pipeline.router import PrefixRouter
+
+
+def run(shards: int = 64, documents: int = 100_000, questions_per_doc: int = 4, doc_tokens: int = 256,
+        system_tokens: int = 32, block_size: int = 16, max_blocks: int = 1_000_000, seed: int = 0) -> dict:
+    rng = random.Random(seed)
+    system = [rng.randrange(49_152) for _ in range(system_tokens)]
+    # Documents are generated lazily from their seed so the benchmark's own memory stays small.
+    def doc(d: int) -> list[int]:
+        r = random.Random(d)
+        return system + [r.randrange(49_152) for _ in range(doc_tokens)]
+
+    order = [d for d in range(documents) for _ in range(questions_per_doc)]
+    rng.shuffle(order)
+    tracemalloc.start()
+    router = PrefixRouter([f"s{i}" for i in range(shards)], block_size=block_size, max_blocks=max_blocks)
+    base = tracemalloc.get_traced_memory()[0]
+    route_s = 0.0
+    for d in order:
+        tokens = doc(d)
+        t0 = time.perf_counter()
+        route = router.route(tokens, suffix_len=12, decode_tokens=32)
+        route_s += time.perf_counter() - t0
+        router.done(route)
+    mem = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return {"shards": shards, "documents": documents, "requests": len(order),
+            "prefix_tokens": system_tokens + doc_tokens, "block_size": block_size,
+            "us_per_request": route_s / len(order) * 1e6, "requests_per_s": len(order) / route_s,
+            "blocks_remembered": len(router), "max_blocks": max_blocks,
+            "router_memory_mib": mem / 2**20, "bytes_per_block": mem / max(1, len(router))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m pipeline router-bench", description=__doc__)
+    p.add_argument("--shards", type=int, default=64)
+    p.add_argument("--documents", type=int, default=100_000)
+    p.add_argument("--questions-per-doc", type=int, default=4)
+    p.add_argument("--doc-tokens", type=int, default=256)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-blocks", type=int, default=1_000_000)
+    a = p.parse_args(argv)
+    res = run(a.shards, a.documents, a.questions_per_doc, a.doc_tokens, block_size=a.block_size,
+              max_blocks=a.max_blocks)
+    for k, v in res.items():
+        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

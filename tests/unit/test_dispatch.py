@@ -1,0 +1,89 @@
+import random
+
+from pipeline.dispatch import Dispatcher
+from pipeline.router import PrefixRouter
+
+
+def tokens(seed, n=64):
+    r = random.Random(seed)
+    return [r.randrange(1000) for _ in range(n)]
+
+
+def rows_of(bound):
+    return [i for _, groups in bound for items in groups.values() for i, _ in items]
+
+
+def make(late=True, cap=4, batch=3, shards=("a", "b")):
+    return Dispatcher(PrefixRouter(list(shards), block_size=16), batch_size=batch, queue_per_shard=cap,
+                      late_binding=late)
+
+
+def test_scattered_questions_on_a_document_travel_together():
+    d = make(late=False, batch=100)
+    order = [0, 1, 2, 0, 1, 2, 0]  # document of each row, scattered
+    for i, doc in enumerate(order):
+        d.add(i, f"doc{doc}", f"q{i}", tokens(doc))
+    bound = d.bind()
+    for shard, groups in bound:
+        for prefix, items in groups.items():
+            idx = [i for i, _ in items]
+            assert idx == sorted(idx)
+    by_prefix = {p: (s, [i for i, _ in items]) for s, groups in bound for p, items in groups.items()}
+    assert by_prefix["doc0"][1] == [0, 3, 6]
+    assert sorted(rows_of(bound)) == list(range(7))
+
+
+def test_late_binding_holds_back_work_until_a_shard_has_room():
+    d = make(late=True, cap=4, batch=2)
+    for doc in range(10):
+        for q in range(2):
+            d.add(doc * 2 + q, f"doc{doc}", "q", tokens(doc))
+    first = rows_of(d.bind())
+    assert len(first) == 8 and d.pending_rows == 12  # 4 rows per shard, the rest unbound
+    assert d.in_flight == {"a": 4, "b": 4}
+    # shard "b" finishes its rows: only "b" gets new documents
+    done_b = [i for i in first if d.routes[i].shard == "b"]
+    d.completed(done_b)
+    more = d.bind()
+    assert {s for s, _ in more} == {"b"} and len(rows_of(more)) == 4
+
+
+def test_late_bound_siblings_follow_their_document():
+    d = make(late=True, cap=2, batch=1)
+    d.add(0, "doc0", "q0", tokens(0))
+    d.add(1, "doc1", "q1", tokens(1))
+    bound = d.bind()
+    owner = {p: s for s, g in bound for p in g}
+    d.completed([0, 1])
+    d.add(2, "doc1", "q2", tokens(1))  # a later question on doc1 arrives
+    (shard, groups), = d.bind()
+    assert shard == owner["doc1"] and list(groups) == ["doc1"]
+
+
+def test_batches_respect_size_and_carry_each_prefix_once():
+    d = make(late=False, batch=4)
+    for i in range(10):
+        d.add(i, "same", f"q{i}", tokens(0))
+    bound = d.bind()
+    assert [sum(len(v) for v in g.values()) for _, g in bound] == [4, 4, 2]
+    assert all(list(g) == ["same"] for _, g in bound)
+
+
+def test_every_row_bound_exactly_once_under_random_completion():
+    rng = random.Random(3)
+    d = make(late=True, cap=5, batch=3, shards=("a", "b", "c"))
+    for i in range(200):
+        doc = rng.randrange(30)
+        d.add(i, f"doc{doc}", f"q{i}", tokens(doc))
+    seen, outstanding = [], []
+    while True:
+        got = rows_of(d.bind())
+        seen += got
+        outstanding += got
+        if not outstanding:
+            break
+        rng.shuffle(outstanding)
+        done, outstanding = outstanding[:4], outstanding[4:]
+        d.completed(done)
+    assert sorted(seen) == list(range(200)) and d.pending_rows == 0
+    assert all(v == 0 for v in d.in_flight.values())
