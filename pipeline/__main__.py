@@ -75,9 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             return _bench(args, config)
         from pipeline.client import Pipeline
-        from pipeline.jobs import read_input, run_parquet
+        from pipeline.jobs import check_output, read_input, run_parquet
 
-        read_input(args.input)  # fail fast, before starting engines
+        # Fail fast, before any engine starts.
+        read_input(args.input)
+        check_output(args.output)
         t0 = time.perf_counter()
         with Pipeline(config) as pipeline:
             started = time.perf_counter() - t0

@@ -186,6 +186,7 @@ def summarize(results: list[RunResult]) -> dict:
             cr = [r for r in rs if r.contender == c]
             gc_max = max((g.get("max_ms", 0.0) for r in cr for g in r.gc.values()), default=0.0)
             gc_p99 = max((g.get("p99_ms", 0.0) for r in cr for g in r.gc.values()), default=0.0)
+            gc_cpu = max((g.get("max_cpu_ms", 0.0) for r in cr for g in r.gc.values()), default=0.0)
             per[c] = {
                 "requests_per_s": statistics.median(r.requests_per_s for r in cr),
                 "output_tokens_per_s": statistics.median(r.output_tokens_per_s for r in cr),
@@ -194,7 +195,7 @@ def summarize(results: list[RunResult]) -> dict:
                 "cached_share": statistics.median(r.cached_tokens / max(1, r.prompt_tokens) for r in cr),
                 "accuracy": sum(r.correct for r in cr) / sum(r.requests for r in cr),
                 "answered_all": all(r.answered == r.requests and r.errors == 0 for r in cr),
-                "gc_max_ms": gc_max, "gc_p99_ms": gc_p99,
+                "gc_max_ms": gc_max, "gc_p99_ms": gc_p99, "gc_max_cpu_ms": gc_cpu,
                 "finish_spread_s": statistics.median(
                     (max(r.finish_s.values()) - min(r.finish_s.values())) if r.finish_s else 0.0 for r in cr),
                 "per_shard": cr[-1].per_shard,

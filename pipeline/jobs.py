@@ -83,11 +83,18 @@ def read_input(path: str | os.PathLike) -> pa.Table:
     return table
 
 
-def run_parquet(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None) -> JobSummary:
-    table = read_input(input_path)
-    out = Path(output_path)
+def check_output(path: str | os.PathLike) -> Path:
+    out = Path(path)
     if not out.parent.exists():
         raise JobError(f"output folder does not exist: {out.parent}")
+    if not os.access(out.parent, os.W_OK):
+        raise JobError(f"output folder is not writable: {out.parent}")
+    return out
+
+
+def run_parquet(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None) -> JobSummary:
+    table = read_input(input_path)
+    out = check_output(output_path)
     rows = table.select(list(REQUIRED_COLUMNS) + (["id"] if "id" in table.column_names else [])).to_pylist()
     if progress is None:
         progress = sys.stderr.isatty()
