@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--null-questions", type=int, default=20_000, help="plumbing run size; 0 skips it")
     bench.add_argument("--out", default="bench-out", help="folder for bench.json, BENCHMARKS.md, bench.png")
     bench.add_argument("--write-docs", action="store_true", help="also write docs/BENCHMARKS.md and docs/bench.png")
+    bench.add_argument("--experiments", action="store_true",
+                       help="instead of the contenders: the batch-size sweep and the big-job grouping experiment")
     bench.add_argument("--quiet", action="store_true")
     bench.add_argument("--verbose", action="store_true")
     prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
@@ -44,8 +46,11 @@ def _parser() -> argparse.ArgumentParser:
 def _quiet_logs(verbose: bool) -> None:
     if verbose:
         return
+    # Set before the workers are spawned: they inherit the environment, and Dask and vLLM
+    # read these when they are first imported there.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     for name in ("distributed", "vllm"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -109,6 +114,8 @@ def _bench(args, config) -> int:
                         skewed_requests=args.skewed_requests, filler_sentences=args.filler_sentences,
                         null_questions=args.null_questions)
     command = "python -m pipeline " + " ".join(sys.argv[1:] if sys.argv[0].endswith("__main__.py") else ["bench"])
+    if args.experiments:
+        return _experiments(config, opts, Path(args.out))
     report = run_bench(config, opts, progress=None if not args.quiet else False)
     paths = write_report(report, Path(args.out), command)
     print(paths["markdown"].read_text())
@@ -118,6 +125,32 @@ def _bench(args, config) -> int:
         shutil.copy(paths["markdown"], docs / "BENCHMARKS.md")
         shutil.copy(paths["chart"], docs / "bench.png")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _experiments(config, opts, out: Path) -> int:
+    import json
+
+    from pipeline.bench import run_batch_sweep, run_grouping
+    from pipeline.client import Pipeline
+
+    with Pipeline(config.replace(scheduler={"dashboard_address": None})) as p:
+        sweep = run_batch_sweep(p, opts=opts)
+    grouping = run_grouping(config)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiments.json").write_text(json.dumps({"batch_sweep": sweep, "grouping": grouping}, indent=2))
+    print("batch size sweep (reuse burst):")
+    for row in sweep:
+        print(f"  batch_size {row['batch_size']:>4}: {row['requests_per_s']:.2f} req/s, cached share "
+              f"{row['cached_share']:.3f}, encoded/raw 1/{1 / row['encoded_over_raw']:.0f}, {row['batches']} batches")
+    g = grouping
+    print(f"big job: {g['documents']} documents x {g['questions_per_doc']} questions, shuffled; document tokens "
+          f"{g['document_tokens']} = {g['documents_over_kv']:.1f}x the KV cache of all shards "
+          f"({g['kv_cache_tokens_all_shards']} tokens); ideal cached share {g['ideal_cached_share']:.3f}")
+    for k in ("grouped", "arrival_order"):
+        print(f"  {k:>13}: cached share {g[k]['cached_share']:.3f}, prefill/ideal {g[k]['prefill_over_ideal']:.3f}, "
+              f"{g[k]['requests_per_s']:.2f} req/s")
+    print(f"wrote {out / 'experiments.json'}")
     return 0
 
 

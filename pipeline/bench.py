@@ -177,6 +177,59 @@ def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
                 "batches": p.transfer.batches}
 
 
+def _drive(pipeline, prep: Prepared) -> dict:
+    pipeline.reset_cache()
+    t0 = time.perf_counter()
+    prompt = cached = done = 0
+    for r in pipeline.stream(prep.rows):
+        prompt += r.prompt_tokens
+        cached += r.cached_tokens
+        done += r.error is None
+    wall = time.perf_counter() - t0
+    return {"requests": len(prep.rows), "answered": done, "wall_s": wall, "requests_per_s": len(prep.rows) / wall,
+            "cached_share": cached / max(1, prompt), "prefill_over_ideal": (prompt - cached) / prep.ideal_prefill,
+            "encoded_over_raw": pipeline.transfer.encoded_bytes / max(1, pipeline.transfer.raw_bytes),
+            "batches": pipeline.transfer.batches}
+
+
+def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv_gib: float = 0.25,
+                 filler_sentences: int = 12, seed: int = 0) -> dict:
+    """A big job in miniature: each document's rows scattered through the input, documents
+    totalling several times the shards' KV cache. Cached share with and without grouping."""
+    from pipeline.client import Pipeline
+
+    shards = [{**s.model_dump(), "env": {**s.env, "VLLM_CPU_KVCACHE_SPACE": str(kv_gib)}} for s in config.shards]
+    cfg = config.replace(shards=shards, scheduler={"dashboard_address": None})
+    rows = document_questions(docs, questions_per_doc, filler_sentences=filler_sentences, seed=seed, order="shuffled")
+    with Pipeline(cfg) as p:
+        prep = Prepared.build(rows, p.task, p.tokenizer)
+        kv = sum(s["kv_cache_tokens"] for s in p.worker_stats())
+        unique_prefix_tokens = sum(len(t) for t in {tuple(t): t for t in prep.prefix_ids}.values())
+        total_prompt = sum(len(a) + len(b) for a, b in zip(prep.prefix_ids, prep.suffix_ids))
+        out = {"documents": docs, "questions_per_doc": questions_per_doc, "kv_cache_tokens_all_shards": kv,
+               "document_tokens": unique_prefix_tokens, "documents_over_kv": unique_prefix_tokens / max(1, kv),
+               "ideal_cached_share": 1 - prep.ideal_prefill / total_prompt}
+        for grouped in (True, False):
+            p.config = cfg.replace(routing={"group_by_prefix": grouped})
+            out["grouped" if grouped else "arrival_order"] = _drive(p, prep)
+    return out
+
+
+def run_batch_sweep(pipeline, sizes=(8, 16, 32, 64, 128), opts: BenchOptions | None = None) -> list[dict]:
+    """The reuse burst through the running pipeline at several batch sizes (client-side only)."""
+    opts = opts or BenchOptions()
+    base = pipeline.config
+    prep = Prepared.build(burst_rows("reuse", opts, opts.seed + 7), pipeline.task, pipeline.tokenizer)
+    out = []
+    try:
+        for size in sizes:
+            pipeline.config = base.replace(intake={"batch_size": size, "queue_per_shard": max(size, base.intake.queue_per_shard)})
+            out.append({"batch_size": size, **_drive(pipeline, prep)})
+    finally:
+        pipeline.config = base
+    return out
+
+
 def summarize(results: list[RunResult]) -> dict:
     out: dict = {}
     for burst in dict.fromkeys(r.burst for r in results):

@@ -130,24 +130,46 @@ class Pipeline:
         return out
 
     def stream(self, rows: Iterable[Mapping[str, Any]]) -> Iterator[RowResult]:
-        """Results as their batches complete (not in input order); one per row."""
-        rows = list(rows)
-        ids = [row.get("id", i) for i, row in enumerate(rows)]
+        """Results as their batches complete (not in input order); one per row.
+
+        ``rows`` may be any iterable: at most ``intake.read_ahead_rows`` rows wait unbound at
+        a time (a document's questions are grouped within that window), so memory stays
+        bounded however long the input is."""
+        source = enumerate(rows)
+        ids: dict[int, Any] = {}
         dispatcher = self._dispatcher(late_binding=self.config.routing.late_binding)
-        for i, error in self._queue(rows, dispatcher):
-            yield RowResult(index=i, id=ids[i], answer=None, error=f"input: {error}")
+        window = self.config.intake.read_ahead_rows
         running = as_completed()
-        for shard, groups in dispatcher.bind():
-            running.add(self._submit(shard, groups))
-        while not running.is_empty():
+        exhausted = False
+
+        def read_ahead() -> list[RowResult]:
+            nonlocal exhausted
+            chunk = []
+            while not exhausted and dispatcher.pending_rows + len(chunk) < window:
+                item = next(source, None)
+                if item is None:
+                    exhausted = True
+                else:
+                    chunk.append(item)
+                    ids[item[0]] = item[1].get("id", item[0])
+            failed = [RowResult(index=i, id=ids.pop(i), answer=None, error=f"input: {error}")
+                      for i, error in self._queue(chunk, dispatcher)]
+            for shard, groups in dispatcher.bind():
+                running.add(self._submit(shard, groups))
+            return failed
+
+        yield from read_ahead()
+        while not running.is_empty() or not exhausted:
+            if running.is_empty():
+                yield from read_ahead()
+                continue
             fut = next(running)
             result = codec.decode_result(fut.result())
             fut.release()
             dispatcher.completed([r.index for r in result.results])
-            for shard, groups in dispatcher.bind():
-                running.add(self._submit(shard, groups))
+            yield from read_ahead()
             for r in result.results:
-                yield RowResult(index=r.index, id=ids[r.index], answer=r.answer, error=r.error,
+                yield RowResult(index=r.index, id=ids.pop(r.index), answer=r.answer, error=r.error,
                                 prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
                                 completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)
 
@@ -155,7 +177,7 @@ class Pipeline:
         """Row indices per shard as this pipeline's router splits them when every row is bound
         up front (what a client doing the same routing without late binding would send)."""
         dispatcher = self._dispatcher(late_binding=False, router=self.new_router())
-        self._queue(rows, dispatcher)
+        self._queue(list(enumerate(rows)), dispatcher)
         out: dict[str, list[int]] = {s: [] for s in self.config.shard_names}
         for shard, groups in dispatcher.bind():
             out[shard] += [i for items in groups.values() for i, _ in items]
@@ -164,14 +186,16 @@ class Pipeline:
     def _dispatcher(self, late_binding: bool, router: PrefixRouter | None = None) -> Dispatcher:
         intake = self.config.intake
         return Dispatcher(router or self.router, intake.batch_size, intake.queue_per_shard,
-                          decode_tokens=self.config.sampling.max_tokens, late_binding=late_binding)
+                          decode_tokens=self.config.sampling.max_tokens, late_binding=late_binding,
+                          group=self.config.routing.group_by_prefix)
 
-    def _queue(self, rows: list[Mapping[str, Any]], dispatcher: Dispatcher) -> list[tuple[int, str]]:
-        """Split rows into prompt parts and queue them; returns (index, error) for rows that cannot be sent."""
+    def _queue(self, rows: list[tuple[int, Mapping[str, Any]]], dispatcher: Dispatcher) -> list[tuple[int, str]]:
+        """Split (index, row) pairs into prompt parts and queue them; returns (index, error) for
+        rows that cannot be sent."""
         from tasks import RowError
 
         errors, parts = [], []
-        for i, row in enumerate(rows):
+        for i, row in rows:
             try:
                 parts.append((i, self.task.split(row)))
             except RowError as exc:

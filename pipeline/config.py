@@ -104,6 +104,9 @@ class RoutingConfig(_Section):
     # Bind a document to a shard only when the least-loaded shard has room (see
     # intake.queue_per_shard); false: bind every row of a submission up front.
     late_binding: bool = True
+    # Group the rows of one prefix within the read-ahead window so they run back to back
+    # (false: bind rows in arrival order; only for measuring what grouping buys).
+    group_by_prefix: bool = True
 
 
 class IntakeConfig(_Section):
@@ -114,6 +117,8 @@ class IntakeConfig(_Section):
     # With late binding: rows the client keeps bound but unanswered per shard; the rest wait
     # unbound. Keep it above the engine's max_num_seqs so the engine never runs dry.
     queue_per_shard: int = Field(128, gt=0)
+    # Rows read ahead of the engines and kept unbound, grouped by prefix (bounds memory).
+    read_ahead_rows: int = Field(50_000, gt=0)
     # Batches one worker runs at once (the worker's nthreads).
     concurrent_batches: int = Field(4, gt=0)
     # zlib-ng level for task inputs and results.

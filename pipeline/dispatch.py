@@ -9,7 +9,8 @@ while another still has a static share to work through. Once a prefix is bound,
 the router keeps its later questions on its shard.
 
 With ``late_binding=False`` every row is bound at once (a static split, as a client
-that routes a whole burst up front would do).
+that routes a whole burst up front would do). With ``group=False`` rows are bound in
+arrival order, one by one (to measure what grouping buys).
 """
 from __future__ import annotations
 
@@ -24,15 +25,17 @@ Bound = tuple[str, dict[str, list[tuple[int, str]]]]
 
 class Dispatcher:
     def __init__(self, router: PrefixRouter, batch_size: int, queue_per_shard: int,
-                 decode_tokens: int = 0, late_binding: bool = True):
+                 decode_tokens: int = 0, late_binding: bool = True, group: bool = True):
         self.router = router
         self.shards: Sequence[str] = router.shards
         self.batch_size = batch_size
         self.queue_per_shard = queue_per_shard
         self.decode_tokens = decode_tokens
         self.late_binding = late_binding
-        self._pending: OrderedDict[str, list[tuple[int, str]]] = OrderedDict()
-        self._tokens: dict[str, list[int]] = {}
+        self.group = group
+        # key (the prefix, or the row index without grouping) -> (prefix, tokens, rows)
+        self._pending: OrderedDict = OrderedDict()
+        self.pending_rows = 0
         self._buffers: dict[str, dict[str, list[tuple[int, str]]]] = {s: {} for s in self.shards}
         self._buffered = dict.fromkeys(self.shards, 0)
         self.in_flight = dict.fromkeys(self.shards, 0)  # bound and not yet completed
@@ -40,18 +43,12 @@ class Dispatcher:
 
     def add(self, index: int, prefix: str, suffix: str, prefix_tokens: list[int]) -> None:
         """Queue one row; rows with the same prefix wait (and will travel) together."""
-        group = self._pending.get(prefix)
-        if group is None:
-            self._pending[prefix] = group = []
-            self._tokens[prefix] = prefix_tokens
-        group.append((index, suffix))
-
-    @property
-    def pending_rows(self) -> int:
-        return sum(len(g) for g in self._pending.values())
-
-    def has_room(self) -> bool:
-        return not self.late_binding or min(self.in_flight.values()) < self.queue_per_shard
+        key = prefix if self.group else index
+        entry = self._pending.get(key)
+        if entry is None:
+            self._pending[key] = entry = (prefix, prefix_tokens, [])
+        entry[2].append((index, suffix))
+        self.pending_rows += 1
 
     def bind(self) -> list[Bound]:
         """Bind waiting groups while the least-loaded shard has room; return full batches,
@@ -61,8 +58,8 @@ class Dispatcher:
             least = min(self.shards, key=lambda s: self.router.outstanding[s])
             if self.late_binding and self.in_flight[least] >= self.queue_per_shard:
                 break
-            prefix, items = self._pending.popitem(last=False)
-            tokens = self._tokens.pop(prefix)
+            _, (prefix, tokens, items) = self._pending.popitem(last=False)
+            self.pending_rows -= len(items)
             hashes = block_hashes(tokens, self.router.block_size)
             for index, suffix in items:
                 # about 4 characters a token: close enough for a load estimate

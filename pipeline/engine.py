@@ -21,7 +21,8 @@ class Generation:
 
 
 class Engine(Protocol):
-    block_size: int  # tokens per KV-cache block (the prefix cache's unit)
+    block_size: int       # tokens per KV-cache block (the prefix cache's unit)
+    kv_cache_tokens: int  # tokens the engine's KV cache holds
 
     def encode(self, text: str) -> list[int]: ...
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation: ...
@@ -65,7 +66,9 @@ class VllmEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config)))
-        self.block_size = int(self._llm.vllm_config.cache_config.block_size)
+        cache = self._llm.vllm_config.cache_config
+        self.block_size = int(cache.block_size)
+        self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
         from transformers import AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(model)
@@ -99,6 +102,7 @@ class NullEngine:
     """Answers every request at once with an empty answer; tokenizes by characters."""
 
     block_size = 16
+    kv_cache_tokens = 0
 
     def encode(self, text: str) -> list[int]:
         return [ord(c) for c in text]

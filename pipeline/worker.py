@@ -47,6 +47,7 @@ class EnginePlugin(WorkerPlugin):
             "engine_builds": 1,
             "engine_start_s": time.perf_counter() - t0,
             "block_size": self.engine.block_size,
+            "kv_cache_tokens": self.engine.kv_cache_tokens,
             "batches": 0,
             "requests": 0,
         }

@@ -87,3 +87,12 @@ def test_every_row_bound_exactly_once_under_random_completion():
         d.completed(done)
     assert sorted(seen) == list(range(200)) and d.pending_rows == 0
     assert all(v == 0 for v in d.in_flight.values())
+
+
+def test_without_grouping_rows_are_bound_in_arrival_order():
+    d = Dispatcher(PrefixRouter(["a"], block_size=16), batch_size=100, queue_per_shard=100, group=False)
+    for i, doc in enumerate([0, 1, 0, 1]):
+        d.add(i, f"doc{doc}", f"q{i}", tokens(doc))
+    (_, groups), = d.bind()
+    assert [i for items in groups.values() for i, _ in items] == [0, 2, 1, 3]  # batch still ships each doc once
+    assert d.pending_rows == 0
