@@ -136,13 +136,14 @@ def _experiments(config, opts, out: Path) -> int:
 
     with Pipeline(config.replace(scheduler={"dashboard_address": None})) as p:
         sweep = run_batch_sweep(p, opts=opts)
-    grouping = run_grouping(config)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "experiments.json").write_text(json.dumps({"batch_sweep": sweep, "grouping": grouping}, indent=2))
     print("batch size sweep (reuse burst):")
     for row in sweep:
         print(f"  batch_size {row['batch_size']:>4}: {row['requests_per_s']:.2f} req/s, cached share "
-              f"{row['cached_share']:.3f}, encoded/raw 1/{1 / row['encoded_over_raw']:.0f}, {row['batches']} batches")
+              f"{row['cached_share']:.3f}, encoded/raw 1/{1 / row['encoded_over_raw']:.0f}, {row['batches']} batches",
+              flush=True)
+    grouping = run_grouping(config)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiments.json").write_text(json.dumps({"batch_sweep": sweep, "grouping": grouping}, indent=2))
     g = grouping
     print(f"big job: {g['documents']} documents x {g['questions_per_doc']} questions, shuffled; document tokens "
           f"{g['document_tokens']} = {g['documents_over_kv']:.1f}x the KV cache of all shards "

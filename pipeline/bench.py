@@ -55,20 +55,25 @@ class Prepared:
     rows: list[dict]
     prefix_ids: list[list[int]]
     suffix_ids: list[list[int]]
-    ideal_prefill: int   # every unique prefix computed once, plus every suffix
+    ideal_prefill: int        # every unique prefix computed once, plus every suffix
+    ideal_prefill_blocks: int  # the same at the KV cache's block granularity: a later question
+                               # also recomputes its prefix's last, partial block
 
     @classmethod
-    def build(cls, rows, task, tokenizer) -> "Prepared":
+    def build(cls, rows, task, tokenizer, block_size: int = 1) -> "Prepared":
         cache: dict[str, list[int]] = {}
         prefixes, suffixes = [], []
+        tail = 0
         for row in rows:
             parts = task.split(row)
             if parts.prefix not in cache:
                 cache[parts.prefix] = tokenizer.encode(parts.prefix, add_special_tokens=False)
+            else:
+                tail += len(cache[parts.prefix]) % block_size
             prefixes.append(cache[parts.prefix])
             suffixes.append(tokenizer.encode(parts.suffix, add_special_tokens=False))
         ideal = sum(len(t) for t in cache.values()) + sum(len(s) for s in suffixes)
-        return cls(rows, prefixes, suffixes, ideal)
+        return cls(rows, prefixes, suffixes, ideal, ideal + tail)
 
 
 @dataclass
@@ -85,6 +90,7 @@ class RunResult:
     cached_tokens: int
     completion_tokens: int
     ideal_prefill: int
+    ideal_prefill_blocks: int
     per_shard: dict
     finish_s: dict
     gc: dict
@@ -127,7 +133,7 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair) -> RunRe
     wall, finish, outputs, gc = shards.run({k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v]
                                             for k, v in assign.items()})
     res = RunResult(name, burst, pair, wall, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
-                    {k: len(v) for k, v in assign.items()}, finish, gc)
+                    prep.ideal_prefill_blocks, {k: len(v) for k, v in assign.items()}, finish, gc)
     for shard, idx in assign.items():
         for i, out in zip(idx, outputs[shard]):
             res.answered += 1
@@ -140,7 +146,8 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair) -> RunRe
 
 def run_pipeline(pipeline, prep: Prepared, burst, pair) -> RunResult:
     pipeline.reset_cache()
-    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill, {}, {}, {})
+    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
+                    prep.ideal_prefill_blocks, {}, {}, {})
     t0 = time.perf_counter()
     for r in pipeline.stream(prep.rows):
         res.answered += 1
@@ -188,27 +195,30 @@ def _drive(pipeline, prep: Prepared) -> dict:
     wall = time.perf_counter() - t0
     return {"requests": len(prep.rows), "answered": done, "wall_s": wall, "requests_per_s": len(prep.rows) / wall,
             "cached_share": cached / max(1, prompt), "prefill_over_ideal": (prompt - cached) / prep.ideal_prefill,
+            "prefill_over_block_ideal": (prompt - cached) / prep.ideal_prefill_blocks,
             "encoded_over_raw": pipeline.transfer.encoded_bytes / max(1, pipeline.transfer.raw_bytes),
             "batches": pipeline.transfer.batches}
 
 
-def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv_gib: float = 0.25,
+def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv_blocks: int = 96,
                  filler_sentences: int = 12, seed: int = 0) -> dict:
     """A big job in miniature: each document's rows scattered through the input, documents
     totalling several times the shards' KV cache. Cached share with and without grouping."""
     from pipeline.client import Pipeline
 
-    shards = [{**s.model_dump(), "env": {**s.env, "VLLM_CPU_KVCACHE_SPACE": str(kv_gib)}} for s in config.shards]
-    cfg = config.replace(shards=shards, scheduler={"dashboard_address": None})
+    # A small KV cache per shard (kv_blocks blocks), so the documents far exceed it.
+    cfg = config.replace(engine={"extra": {**config.engine.extra, "num_gpu_blocks_override": kv_blocks}},
+                         scheduler={"dashboard_address": None})
     rows = document_questions(docs, questions_per_doc, filler_sentences=filler_sentences, seed=seed, order="shuffled")
     with Pipeline(cfg) as p:
-        prep = Prepared.build(rows, p.task, p.tokenizer)
+        prep = Prepared.build(rows, p.task, p.tokenizer, p.router.block_size)
         kv = sum(s["kv_cache_tokens"] for s in p.worker_stats())
         unique_prefix_tokens = sum(len(t) for t in {tuple(t): t for t in prep.prefix_ids}.values())
         total_prompt = sum(len(a) + len(b) for a, b in zip(prep.prefix_ids, prep.suffix_ids))
         out = {"documents": docs, "questions_per_doc": questions_per_doc, "kv_cache_tokens_all_shards": kv,
                "document_tokens": unique_prefix_tokens, "documents_over_kv": unique_prefix_tokens / max(1, kv),
-               "ideal_cached_share": 1 - prep.ideal_prefill / total_prompt}
+               "ideal_cached_share": 1 - prep.ideal_prefill / total_prompt,
+               "block_ideal_cached_share": 1 - prep.ideal_prefill_blocks / total_prompt}
         for grouped in (True, False):
             p.config = cfg.replace(routing={"group_by_prefix": grouped})
             out["grouped" if grouped else "arrival_order"] = _drive(p, prep)
@@ -219,7 +229,8 @@ def run_batch_sweep(pipeline, sizes=(8, 16, 32, 64, 128), opts: BenchOptions | N
     """The reuse burst through the running pipeline at several batch sizes (client-side only)."""
     opts = opts or BenchOptions()
     base = pipeline.config
-    prep = Prepared.build(burst_rows("reuse", opts, opts.seed + 7), pipeline.task, pipeline.tokenizer)
+    prep = Prepared.build(burst_rows("reuse", opts, opts.seed + 7), pipeline.task, pipeline.tokenizer,
+                          pipeline.router.block_size)
     out = []
     try:
         for size in sizes:
@@ -245,6 +256,7 @@ def summarize(results: list[RunResult]) -> dict:
                 "output_tokens_per_s": statistics.median(r.output_tokens_per_s for r in cr),
                 "runs_requests_per_s": [r.requests_per_s for r in cr],
                 "prefill_over_ideal": statistics.median(r.prefill_computed / r.ideal_prefill for r in cr),
+                "prefill_over_block_ideal": statistics.median(r.prefill_computed / r.ideal_prefill_blocks for r in cr),
                 "cached_share": statistics.median(r.cached_tokens / max(1, r.prompt_tokens) for r in cr),
                 "accuracy": sum(r.correct for r in cr) / sum(r.requests for r in cr),
                 "answered_all": all(r.answered == r.requests and r.errors == 0 for r in cr),
@@ -284,8 +296,9 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
         engine_start = {s["shard"]: s["engine_start_s"] for s in pipeline.worker_stats()}
         with StandaloneShards(config, pipeline.model) as shards:
             results: list[RunResult] = []
+            bs = pipeline.router.block_size
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
-                                  pipeline.task, pipeline.tokenizer)
+                                  pipeline.task, pipeline.tokenizer, bs)
             run_standalone("warm", shards, warm, None, "warm", -1)
             run_pipeline(pipeline, warm, "warm", -1)
             total = len(opts.bursts) * opts.pairs * len(CONTENDERS)
@@ -293,7 +306,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                 for b, burst in enumerate(opts.bursts):
                     for pair in range(opts.pairs):
                         prep = Prepared.build(burst_rows(burst, opts, opts.seed + 1000 * b + pair),
-                                              pipeline.task, pipeline.tokenizer)
+                                              pipeline.task, pipeline.tokenizer, bs)
                         order = CONTENDERS if pair % 2 == 0 else tuple(reversed(CONTENDERS))
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")

@@ -75,6 +75,9 @@ class Pipeline:
         self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
         stats = self._check_shards()
         self.router = self.new_router(self.config.routing.block_size or min(s["block_size"] for s in stats))
+        kv_share = self.config.intake.kv_budget_share
+        self.token_budget = {s["shard"]: kv_share * s["kv_cache_tokens"] for s in stats
+                             if s.get("kv_cache_tokens") and kv_share}
         return self
 
     def new_router(self, block_size: int | None = None) -> PrefixRouter:
@@ -187,7 +190,7 @@ class Pipeline:
         intake = self.config.intake
         return Dispatcher(router or self.router, intake.batch_size, intake.queue_per_shard,
                           decode_tokens=self.config.sampling.max_tokens, late_binding=late_binding,
-                          group=self.config.routing.group_by_prefix)
+                          group=self.config.routing.group_by_prefix, token_budget=self.token_budget)
 
     def _queue(self, rows: list[tuple[int, Mapping[str, Any]]], dispatcher: Dispatcher) -> list[tuple[int, str]]:
         """Split (index, row) pairs into prompt parts and queue them; returns (index, error) for

@@ -73,6 +73,9 @@ class EngineConfig(_Section):
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
     max_num_batched_tokens: int | None = Field(None, gt=0)
+    # KV-cache block size in tokens (null: vLLM's default for the device). Smaller blocks
+    # let more of each document be reused; vLLM's CPU attention needs a multiple of 32.
+    block_size: int | None = Field(None, gt=0)
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
@@ -117,6 +120,9 @@ class IntakeConfig(_Section):
     # With late binding: rows the client keeps bound but unanswered per shard; the rest wait
     # unbound. Keep it above the engine's max_num_seqs so the engine never runs dry.
     queue_per_shard: int = Field(128, gt=0)
+    # With late binding: a shard takes no new work while its outstanding tokens exceed this
+    # share of its KV cache (0 disables the check).
+    kv_budget_share: float = Field(0.9, ge=0)
     # Rows read ahead of the engines and kept unbound, grouped by prefix (bounds memory).
     read_ahead_rows: int = Field(50_000, gt=0)
     # Batches one worker runs at once (the worker's nthreads).

@@ -25,7 +25,8 @@ Bound = tuple[str, dict[str, list[tuple[int, str]]]]
 
 class Dispatcher:
     def __init__(self, router: PrefixRouter, batch_size: int, queue_per_shard: int,
-                 decode_tokens: int = 0, late_binding: bool = True, group: bool = True):
+                 decode_tokens: int = 0, late_binding: bool = True, group: bool = True,
+                 token_budget: dict[str, float] | None = None):
         self.router = router
         self.shards: Sequence[str] = router.shards
         self.batch_size = batch_size
@@ -33,6 +34,11 @@ class Dispatcher:
         self.decode_tokens = decode_tokens
         self.late_binding = late_binding
         self.group = group
+        # With late binding, a shard also stops taking work once its outstanding tokens
+        # (prefixes it must hold + suffixes + decodes) reach its budget: a shard is never
+        # handed more than its KV cache holds, so a document is not evicted before its
+        # questions have run.
+        self.token_budget = token_budget or {}
         # key (the prefix, or the row index without grouping) -> (prefix, tokens, rows)
         self._pending: OrderedDict = OrderedDict()
         self.pending_rows = 0
@@ -56,7 +62,8 @@ class Dispatcher:
         out: list[Bound] = []
         while self._pending:
             least = min(self.shards, key=lambda s: self.router.outstanding[s])
-            if self.late_binding and self.in_flight[least] >= self.queue_per_shard:
+            if self.late_binding and (self.in_flight[least] >= self.queue_per_shard or (
+                    self.in_flight[least] and self.router.outstanding[least] >= self.token_budget.get(least, float("inf")))):
                 break
             _, (prefix, tokens, items) = self._pending.popitem(last=False)
             self.pending_rows -= len(items)

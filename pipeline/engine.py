@@ -46,6 +46,8 @@ def engine_kwargs(model: str, config: Config) -> dict:
     )
     if e.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
+    if e.block_size is not None:
+        kwargs["block_size"] = e.block_size
     kwargs.update(e.extra)
     return kwargs
 

@@ -96,3 +96,16 @@ def test_without_grouping_rows_are_bound_in_arrival_order():
     (_, groups), = d.bind()
     assert [i for items in groups.values() for i, _ in items] == [0, 2, 1, 3]  # batch still ships each doc once
     assert d.pending_rows == 0
+
+
+def test_token_budget_keeps_a_shard_within_its_kv_cache():
+    router = PrefixRouter(["a", "b"], block_size=16)
+    d = Dispatcher(router, batch_size=100, queue_per_shard=100, token_budget={"a": 100, "b": 100})
+    for doc in range(6):
+        d.add(doc, f"doc{doc}", "q", tokens(doc))  # each costs 65 tokens: 64 of prefix, 1 of question
+    bound = rows_of(d.bind())
+    # a shard takes documents while its outstanding tokens are under 100: two each
+    assert len(bound) == 4 and d.pending_rows == 2
+    assert router.outstanding == {"a": 130, "b": 130}
+    d.completed(bound)
+    assert len(rows_of(d.bind())) == 2  # room again once the work is done
