@@ -17,7 +17,8 @@ least-loaded shard's by more than ``imbalance_abs`` tokens *and* by a factor of
 cannot swamp its owner.
 
 Memory is bounded: at most ``max_blocks`` block hashes are remembered (LRU),
-one dict entry (~100 bytes) each.
+one dict entry each (about 210 bytes with its key and value, measured by
+`python -m pipeline router-bench`).
 """
 from __future__ import annotations
 
