@@ -185,19 +185,13 @@ def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
 
 
 def _drive(pipeline, prep: Prepared) -> dict:
-    pipeline.reset_cache()
-    t0 = time.perf_counter()
-    prompt = cached = done = 0
-    for r in pipeline.stream(prep.rows):
-        prompt += r.prompt_tokens
-        cached += r.cached_tokens
-        done += r.error is None
-    wall = time.perf_counter() - t0
-    return {"requests": len(prep.rows), "answered": done, "wall_s": wall, "requests_per_s": len(prep.rows) / wall,
-            "cached_share": cached / max(1, prompt), "prefill_over_ideal": (prompt - cached) / prep.ideal_prefill,
-            "prefill_over_block_ideal": (prompt - cached) / prep.ideal_prefill_blocks,
-            "encoded_over_raw": pipeline.transfer.encoded_bytes / max(1, pipeline.transfer.raw_bytes),
-            "batches": pipeline.transfer.batches}
+    """One pipeline run of ``prep``, summarized for the experiments."""
+    r = run_pipeline(pipeline, prep, "experiment", 0)
+    return {"requests": r.requests, "answered": r.answered - r.errors, "wall_s": r.wall_s,
+            "requests_per_s": r.requests_per_s, "cached_share": r.cached_tokens / max(1, r.prompt_tokens),
+            "prefill_over_ideal": r.prefill_computed / r.ideal_prefill,
+            "prefill_over_block_ideal": r.prefill_computed / r.ideal_prefill_blocks,
+            "encoded_over_raw": r.encoded_bytes / max(1, r.raw_bytes), "batches": pipeline.transfer.batches}
 
 
 def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv_blocks: int = 96,
