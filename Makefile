@@ -1,5 +1,5 @@
 # The two commands a newcomer types (see README.md). Each sets up .venv first if needed.
-.PHONY: setup run test test-unit bench sample
+.PHONY: setup run test test-unit sample
 
 setup:
 	@bash scripts/setup.sh
@@ -8,8 +8,10 @@ run: setup
 	@mkdir -p out
 	.venv/bin/python -m pipeline run datasets/sample.parquet out/sample-answers.parquet
 
+# pytest exits 5 when it collects no tests: the suite always has tests, so that is a failure.
 test: setup
-	.venv/bin/python -m pytest -q
+	@.venv/bin/python -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-unit: setup
 	.venv/bin/python -m pytest -q tests/unit
