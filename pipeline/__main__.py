@@ -147,9 +147,11 @@ def _experiments(config, opts, out: Path) -> int:
     g = grouping
     print(f"big job: {g['documents']} documents x {g['questions_per_doc']} questions, shuffled; document tokens "
           f"{g['document_tokens']} = {g['documents_over_kv']:.1f}x the KV cache of all shards "
-          f"({g['kv_cache_tokens_all_shards']} tokens); ideal cached share {g['ideal_cached_share']:.3f}")
+          f"({g['kv_cache_tokens_all_shards']} tokens); ideal cached share {g['ideal_cached_share']:.3f} "
+          f"(block ideal {g['block_ideal_cached_share']:.3f})")
     for k in ("grouped", "arrival_order"):
-        print(f"  {k:>13}: cached share {g[k]['cached_share']:.3f}, prefill/ideal {g[k]['prefill_over_ideal']:.3f}, "
+        print(f"  {k:>13}: cached share {g[k]['cached_share']:.3f}, prefill/ideal {g[k]['prefill_over_ideal']:.3f} "
+              f"(block {g[k]['prefill_over_block_ideal']:.3f}), "
               f"{g[k]['requests_per_s']:.2f} req/s")
     print(f"wrote {out / 'experiments.json'}")
     return 0

@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Config
+from pipeline.prefill_ideal import block_ideal, token_ideal
 from pipeline.workloads import document_questions, skewed_counts
 
 CONTENDERS = ("standalone-rr", "standalone-routed", "pipeline")
@@ -55,25 +56,23 @@ class Prepared:
     rows: list[dict]
     prefix_ids: list[list[int]]
     suffix_ids: list[list[int]]
-    ideal_prefill: int        # every unique prefix computed once, plus every suffix
-    ideal_prefill_blocks: int  # the same at the KV cache's block granularity: a later question
-                               # also recomputes its prefix's last, partial block
+    ideal_prefill: int         # a perfect prefix cache per shard: every distinct token prefix once
+    ideal_prefill_blocks: int  # the same at the KV cache's block granularity
+                               # (pipeline/prefill_ideal.py)
 
     @classmethod
-    def build(cls, rows, task, tokenizer, block_size: int = 1) -> "Prepared":
+    def build(cls, rows, task, tokenizer, block_size: int = 1, shards: int = 1) -> "Prepared":
         cache: dict[str, list[int]] = {}
         prefixes, suffixes = [], []
-        tail = 0
         for row in rows:
             parts = task.split(row)
             if parts.prefix not in cache:
                 cache[parts.prefix] = tokenizer.encode(parts.prefix, add_special_tokens=False)
-            else:
-                tail += len(cache[parts.prefix]) % block_size
             prefixes.append(cache[parts.prefix])
             suffixes.append(tokenizer.encode(parts.suffix, add_special_tokens=False))
-        ideal = sum(len(t) for t in cache.values()) + sum(len(s) for s in suffixes)
-        return cls(rows, prefixes, suffixes, ideal, ideal + tail)
+        prompts = [a + b for a, b in zip(prefixes, suffixes)]
+        return cls(rows, prefixes, suffixes, token_ideal(prompts, shards),
+                   block_ideal(prompts, block_size, shards))
 
 
 @dataclass
@@ -205,7 +204,7 @@ def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv
                          scheduler={"dashboard_address": None})
     rows = document_questions(docs, questions_per_doc, filler_sentences=filler_sentences, seed=seed, order="shuffled")
     with Pipeline(cfg) as p:
-        prep = Prepared.build(rows, p.task, p.tokenizer, p.router.block_size)
+        prep = Prepared.build(rows, p.task, p.tokenizer, p.router.block_size, len(cfg.shards))
         kv = sum(s["kv_cache_tokens"] for s in p.worker_stats())
         unique_prefix_tokens = sum(len(t) for t in {tuple(t): t for t in prep.prefix_ids}.values())
         total_prompt = sum(len(a) + len(b) for a, b in zip(prep.prefix_ids, prep.suffix_ids))
@@ -224,7 +223,7 @@ def run_batch_sweep(pipeline, sizes=(8, 16, 32, 64, 128), opts: BenchOptions | N
     opts = opts or BenchOptions()
     base = pipeline.config
     prep = Prepared.build(burst_rows("reuse", opts, opts.seed + 7), pipeline.task, pipeline.tokenizer,
-                          pipeline.router.block_size)
+                          pipeline.router.block_size, len(base.shards))
     out = []
     try:
         for size in sizes:
@@ -290,9 +289,9 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
         engine_start = {s["shard"]: s["engine_start_s"] for s in pipeline.worker_stats()}
         with StandaloneShards(config, pipeline.model) as shards:
             results: list[RunResult] = []
-            bs = pipeline.router.block_size
+            bs, n_shards = pipeline.router.block_size, len(pipeline.config.shards)
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
-                                  pipeline.task, pipeline.tokenizer, bs)
+                                  pipeline.task, pipeline.tokenizer, bs, n_shards)
             run_standalone("warm", shards, warm, None, "warm", -1)
             run_pipeline(pipeline, warm, "warm", -1)
             total = len(opts.bursts) * opts.pairs * len(CONTENDERS)
@@ -300,7 +299,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                 for b, burst in enumerate(opts.bursts):
                     for pair in range(opts.pairs):
                         prep = Prepared.build(burst_rows(burst, opts, opts.seed + 1000 * b + pair),
-                                              pipeline.task, pipeline.tokenizer, bs)
+                                              pipeline.task, pipeline.tokenizer, bs, n_shards)
                         order = CONTENDERS if pair % 2 == 0 else tuple(reversed(CONTENDERS))
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")
