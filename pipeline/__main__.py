@@ -112,10 +112,13 @@ def _run(args, config) -> int:
     if args.part_rows < 1:
         raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
     # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
+    notes: list[str] = []
     job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
-                      truncate=args.truncate, part_rows=args.part_rows)
+                      truncate=args.truncate, part_rows=args.part_rows, notify=notes.append)
     if args.engine == "vllm" or config.model.path is not None:
         resolve_model(config)
+    for note in notes:
+        print(note, file=sys.stderr)
     t0 = time.perf_counter()
     try:
         with Pipeline(config, engine=args.engine) as pipeline:

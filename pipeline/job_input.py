@@ -40,7 +40,7 @@ class Chunk:
     errors: list[str | None]
     carry: Any = None                # Parquet: the passthrough columns (a RecordBatch)
     results: list = field(default_factory=list)
-    missing: int = 0
+    emitted: int = 0                 # results already passed on to the output
 
 
 def open_source(spec: str | os.PathLike, fmt: str = "auto") -> "ParquetSource | OpenAIBatchSource":

@@ -68,6 +68,9 @@ class PartialOutput(ABC):
                                f"(no readable {META}); move or delete it") from None
             diff = ", ".join(k for k in sorted(set(old) | set(self.meta))
                              if k != "started" and old.get(k) != self.meta.get(k))
+            if diff and self._recover() == 0:  # nothing committed: nothing to lose
+                _write_atomic(meta_path, json.dumps(self.meta, indent=2).encode())
+                return 0
             if diff:
                 raise JobError(f"{self.dir} holds partial results of another job (different {diff}); "
                                f"run the original command again to finish it, or delete the folder to start over")

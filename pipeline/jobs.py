@@ -36,6 +36,7 @@ _RESULT_TYPES = {
     "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(),
 }
 DUPLICATES_SHOWN = 10
+DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
 __all__ = ["JobError", "JobSummary", "Job", "prepare_job", "run_job", "error_kind"]
 
@@ -104,12 +105,13 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     notify = notify or (lambda message: print(message, file=sys.stderr))
     source = open_source(input_path, format)
     _check_duplicates(source, allow_duplicate_ids)
+    notes = []
     if source.key is None:
-        notify(f"note: {input_path} has no id column; each row is keyed by its position in the input "
+        notes.append(f"note: {input_path} has no id column; each row is keyed by its position in the input "
                f"(files in name order, then row order), and the output's id column holds it. "
                f"Resuming an interrupted job therefore needs the same input, unchanged.")
     if source.dropped:
-        notify(f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
+        notes.append(f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
                f"and are not copied to the output")
     meta = {"input": source.description, "format": source.format, "rows": source.num_rows,
             "key": source.key or "position", "started": int(time.time())}
@@ -123,7 +125,9 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     done = sink.open()
     if done:
         _check_resumed_keys(sink, source, done)
-        notify(f"resuming: {done} of {source.num_rows} rows are already in {sink.dir}; answering the rest")
+        notes.append(f"resuming: {done} of {source.num_rows} rows are already in {sink.dir}; answering the rest")
+    for note in notes:  # only once every check has passed
+        notify(note)
     return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
                read_rows=read_rows)
 
@@ -178,15 +182,16 @@ class Job:
         if self.source.format == "openai":
             model = pipeline.config.model.path or "SmolLM2-135M-Instruct"
             max_tokens, created = pipeline.config.sampling.max_tokens, self.sink.meta["started"]
-            return lambda c: [output_line(c.start + k, key, r, model, max_tokens, created)
-                              for k, (key, r) in enumerate(zip(c.keys, c.results))]
+            return lambda c, lo, hi: [output_line(c.start + k, c.keys[k], c.results[k], model, max_tokens, created)
+                                      for k in range(lo, hi)]
         schema = self.sink.schema
 
-        def to_batch(c: Chunk) -> pa.RecordBatch:
-            ids = c.carry.column("id") if self.source.key else pa.array(c.keys, pa.int64())
-            columns = [c.carry.column(n) for n in self.source.passthrough] + [ids]
-            columns += [pa.array([getattr(r, n) for r in c.results], _RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]]
-            return pa.RecordBatch.from_arrays(columns, schema=schema)
+        def to_batch(c: Chunk, lo: int, hi: int) -> list[pa.RecordBatch]:
+            carry = c.carry.slice(lo, hi - lo)
+            ids = carry.column("id") if self.source.key else pa.array(c.keys[lo:hi], pa.int64())
+            columns = [carry.column(n) for n in self.source.passthrough] + [ids]
+            columns += [pa.array([getattr(r, n) for r in c.results[lo:hi]], _RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]]
+            return [pa.RecordBatch.from_arrays(columns, schema=schema)]
         return to_batch
 
 
@@ -203,11 +208,11 @@ class _InOrder:
         self.sent = 0
         self.buffer: list = []
         self.buffered_rows = 0
+        self.placed = 0
 
     def feed(self, chunks: Iterator[Chunk]) -> Iterator[dict]:
         for chunk in chunks:
             chunk.results = [None] * len(chunk.keys)
-            chunk.missing = len(chunk.keys)
             self.pending.append(chunk)
             for k, (row, error) in enumerate(zip(chunk.rows, chunk.errors)):
                 if row is None:
@@ -223,18 +228,28 @@ class _InOrder:
         chunk, k = self.where.pop(r.index)
         r.id = chunk.keys[k]
         self._set(chunk, k, r)
-        self._drain()
+        self.placed += 1
+        if self.placed % DRAIN_EVERY == 0:  # output records are built for runs of rows, not row by row
+            self._drain()
 
     def _set(self, chunk: Chunk, k: int, r: RowResult) -> None:
         chunk.results[k] = r
-        chunk.missing -= 1
         self.on_row(r)
 
     def _drain(self, force: bool = False) -> None:
-        while self.pending and self.pending[0].missing == 0 and self.pending[0].rows is None:
-            chunk = self.pending.popleft()
-            self.buffer += [self.to_records(chunk)] if isinstance(self.sink, ParquetParts) else self.to_records(chunk)
-            self.buffered_rows += len(chunk.keys)
+        """Move every result whose earlier rows are all done to the commit buffer."""
+        while self.pending:
+            chunk = self.pending[0]
+            lo = hi = chunk.emitted
+            while hi < len(chunk.results) and chunk.results[hi] is not None:
+                hi += 1
+            if hi > lo:
+                self.buffer += self.to_records(chunk, lo, hi)
+                self.buffered_rows += hi - lo
+                chunk.emitted = hi
+            if hi < len(chunk.results):
+                break
+            self.pending.popleft()
         if force or self.sink.due(self.buffered_rows, self.part_rows, self.flush_seconds):
             self.sink.commit(self.buffer)
             self.buffer, self.buffered_rows = [], 0
