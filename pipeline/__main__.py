@@ -136,6 +136,13 @@ def _run(args, config) -> int:
         print(f"interrupted: {job.done} rows are committed in {job.sink.dir}; "
               f"run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # e.g. the cluster lost a worker: say so in one paragraph, keep what is committed
+        print(f"error: the job stopped: {type(exc).__name__}: {exc}. {job.done} rows are committed in "
+              f"{job.sink.dir}; run the same command again to resume (--verbose shows the traceback)",
+              file=sys.stderr)
+        if args.verbose:
+            raise
+        return EXIT_STOPPED
     print(summary.render())
     print(f"wrote {args.output}")
     return 0

@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs import run_job
 from pipeline.workloads import document_questions
+from tasks.document_question import INSTRUCTION
 
 
 def test_over_long_prompt_is_a_row_error_or_truncated_to_fit(pipeline, tmp_path):
@@ -32,9 +33,10 @@ def test_over_long_prompt_is_a_row_error_or_truncated_to_fit(pipeline, tmp_path)
 
 def test_openai_batch_file_answered_through_the_chat_template(pipeline, tmp_path):
     rows = document_questions(1, 1, seed=32)
+    # the document-question task's own user message, sent as a chat
+    content = f"{INSTRUCTION}\n\nDocument:\n{rows[0]['document']}\n\nQuestion: {rows[0]['question']}"
     request = {"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions",
-               "body": {"model": "SmolLM2", "messages": [
-                   {"role": "user", "content": f"{rows[0]['document']}\n\nQuestion: {rows[0]['question']}"}]}}
+               "body": {"model": "SmolLM2", "messages": [{"role": "user", "content": content}]}}
     src = tmp_path / "batch.jsonl"
     src.write_text(json.dumps(request) + "\n")
     run_job(pipeline, src, tmp_path / "out.jsonl", progress=False)
@@ -44,3 +46,5 @@ def test_openai_batch_file_answered_through_the_chat_template(pipeline, tmp_path
     assert body["choices"][0]["message"]["content"]
     assert rows[0]["expected"].lower() in body["choices"][0]["message"]["content"].lower()
     assert body["usage"]["completion_tokens"] > 0
+    # rendered by the chat template exactly as the document-question task renders the row
+    assert body["usage"]["prompt_tokens"] == pipeline.run(rows)[0].prompt_tokens
