@@ -26,11 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.client import RESULT_FIELDS, Pipeline, RowResult
-from pipeline.job_input import TEXT_COLUMNS, Chunk, JobError, open_source
+from pipeline.job_input import Chunk, JobError, open_source
 from pipeline.job_output import JsonlLines, ParquetParts
 from pipeline.openai_batch import output_line
 
-REQUIRED_COLUMNS = TEXT_COLUMNS
 _RESULT_TYPES = {
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
     "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(),

@@ -179,3 +179,44 @@ def test_openai_batch_duplicate_custom_ids_refused(tmp_path):
     src.write_text("".join(json.dumps({**line, "custom_id": c}) + "\n" for c in ("a", "b", "a")))
     with pytest.raises(JobError, match=r"1 custom_id value\(s\) used by more than one row: 'a' \(2 times\)"):
         prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None)
+
+
+def test_openai_batch_resume_drops_a_torn_line_and_ends_like_an_uninterrupted_run(null_pipeline, tmp_path):
+    src = tmp_path / "batch.jsonl"
+    src.write_text("".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                                       "body": {"messages": [{"role": "user", "content": f"Say {i}"}]}}) + "\n"
+                           for i in range(6)))
+    run_job(null_pipeline, src, tmp_path / "reference.jsonl", progress=False)
+    reference = (tmp_path / "reference.jsonl").read_text().splitlines()
+
+    job = prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None)
+    job.sink.commit(reference[:2])                                    # two lines committed, then
+    with open(job.sink.path, "a") as f:                               # killed while writing the third
+        f.write(reference[2][:25])
+    notes = []
+    resumed = prepare_job(src, tmp_path / "out.jsonl", notify=notes.append)
+    assert resumed.done == 2 and any("resuming: 2 of 6 rows" in n for n in notes)
+    summary = resumed.run(null_pipeline, progress=False)
+    assert summary.rows == 4 and summary.resumed == 2
+    assert [without_time(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()] == \
+        [without_time(x) for x in reference]
+
+
+def without_time(line):
+    """An output line without the one field that differs between two runs: the job's start time."""
+    out = json.loads(line)
+    if out["response"]["body"]:
+        del out["response"]["body"]["created"]
+    return out
+
+
+def test_parquet_resume_discards_a_half_written_part(null_pipeline, tmp_path):
+    rows = short_rows(3, 2)
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+    (job.sink.dir / ".part-000000.parquet.tmp").write_bytes(b"PAR1 half a part")
+    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+    assert job.done == 0 and not list(job.sink.dir.glob(".part-*"))
+    job.run(null_pipeline, progress=False)
+    assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]

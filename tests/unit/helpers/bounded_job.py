@@ -19,8 +19,6 @@ class ReversingAnswerer:
         self.window = window
 
     def stream(self, rows, task=None, truncate_prompts=False):
-        from pipeline.client import RowResult
-
         held = []
         for i, row in enumerate(rows):
             held.append((i, row["question"]))
