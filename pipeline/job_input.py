@@ -85,7 +85,7 @@ class ParquetSource:
                 meta = pq.ParquetFile(f).metadata
                 file_schema = meta.schema.to_arrow_schema().remove_metadata()
             except (pa.ArrowException, OSError) as exc:
-                raise JobError(f"cannot read {f} as Parquet: {exc}") from None
+                raise JobError(f"cannot read {f} as Parquet: {_one_line(exc)}") from None
             if schema is None:
                 schema = file_schema
             elif not file_schema.equals(schema):
@@ -126,7 +126,7 @@ class ParquetSource:
         try:
             return ds.dataset(self.files, format="parquet").to_table(columns=["id"]).column("id")
         except (pa.ArrowException, OSError) as exc:
-            raise JobError(f"cannot read the id column of {self.spec}: {exc}") from None
+            raise JobError(f"cannot read the id column of {self.spec}: {_one_line(exc)}") from None
 
     def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
         position = start
@@ -167,9 +167,13 @@ class ParquetSource:
                             continue
                     yield batch
             except (pa.ArrowException, OSError) as exc:
-                raise JobError(f"cannot read {f}: {exc}. The rows before it are kept; "
-                               f"fix or remove the file and run the same command again to resume") from None
+                raise JobError(f"cannot read {f}: {_one_line(exc)}. The rows before it are answered and kept; "
+                               f"fix or replace the file and run the same command again to resume") from None
             offset += size
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _describe(schema: pa.Schema) -> str:

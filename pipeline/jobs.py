@@ -171,6 +171,8 @@ class Job:
                 order.place(r)
             order.close()
         summary.seconds = time.perf_counter() - t0
+        if order.read_error is not None:
+            raise order.read_error
         if self.sink.committed != self.source.num_rows:  # never expected; refuse to publish a gap
             raise JobError(f"{self.sink.committed} rows written for {self.source.num_rows} input rows; "
                            f"the partial output in {self.sink.dir} is kept")
@@ -208,8 +210,17 @@ class _InOrder:
         self.buffer: list = []
         self.buffered_rows = 0
         self.placed = 0
+        self.read_error: JobError | None = None
 
     def feed(self, chunks: Iterator[Chunk]) -> Iterator[dict]:
+        """The rows to answer. An input that cannot be read further ends the rows here; the
+        rows already fed are still answered and committed, then ``read_error`` is raised."""
+        try:
+            yield from self._feed(chunks)
+        except JobError as exc:
+            self.read_error = exc
+
+    def _feed(self, chunks: Iterator[Chunk]) -> Iterator[dict]:
         for chunk in chunks:
             chunk.results = [None] * len(chunk.keys)
             self.pending.append(chunk)

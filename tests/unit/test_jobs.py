@@ -220,3 +220,24 @@ def test_parquet_resume_discards_a_half_written_part(null_pipeline, tmp_path):
     assert job.done == 0 and not list(job.sink.dir.glob(".part-*"))
     job.run(null_pipeline, progress=False)
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
+
+
+def test_file_corrupt_midway_stops_the_job_keeping_every_row_before_it(null_pipeline, tmp_path):
+    rows = short_rows(10, 4)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows[:30]), folder / "a.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[30:]), folder / "b.parquet")
+    data = bytearray((folder / "b.parquet").read_bytes())
+    meta = pq.ParquetFile(folder / "b.parquet").metadata
+    document = meta.schema.names.index("document")
+    offset = meta.row_group(0).column(document).data_page_offset
+    data[offset:offset + 24] = b"\xff" * 24  # a broken page header in the texts; footer and ids intact
+    (folder / "b.parquet").write_bytes(bytes(data))
+
+    job = prepare_job(folder, tmp_path / "out.parquet", part_rows=4, notify=lambda m: None)  # footers pass
+    with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*rows before it are answered and kept"):
+        job.run(null_pipeline, progress=False)
+    assert not (tmp_path / "out.parquet").exists()
+    kept = pq.read_table(tmp_path / "out.parquet.partial").column("id").to_pylist()
+    assert kept == [r["id"] for r in rows[:30]]
