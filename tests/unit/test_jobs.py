@@ -241,3 +241,15 @@ def test_file_corrupt_midway_stops_the_job_keeping_every_row_before_it(null_pipe
     assert not (tmp_path / "out.parquet").exists()
     kept = pq.read_table(tmp_path / "out.parquet.partial").column("id").to_pylist()
     assert kept == [r["id"] for r in rows[:30]]
+
+
+def test_a_chat_renders_exactly_as_the_document_question_task_with_the_models_template(null_pipeline):
+    from tasks import Chat, DocumentQuestion
+    from tasks.document_question import INSTRUCTION
+
+    row = document_questions(1, 1, seed=32)[0]
+    content = f"{INSTRUCTION}\n\nDocument:\n{row['document']}\n\nQuestion: {row['question']}"
+    chat = Chat(null_pipeline.tokenizer).split({"messages": [{"role": "user", "content": content}]})
+    task = DocumentQuestion(null_pipeline.tokenizer).split(row)
+    assert chat.prefix + chat.suffix == task.prefix + task.suffix
+    assert chat.suffix.startswith("<|im_end|>") and chat.suffix.endswith("<|im_start|>assistant\n")
