@@ -275,7 +275,11 @@ def _check_duplicates(source, allowed: bool) -> None:
     keys = source.key_table()
     if keys is None:
         return
-    counts = pc.value_counts(keys.drop_null())
+    try:
+        counts = pc.value_counts(keys.drop_null())
+    except pa.ArrowException:
+        raise JobError(f"the {source.key} column has type {keys.type}, which cannot key rows; "
+                       f"use strings or integers") from None
     repeated = counts.filter(pc.greater(counts.field("counts"), 1))
     if not len(repeated) or allowed:
         return

@@ -253,3 +253,10 @@ def test_a_chat_renders_exactly_as_the_document_question_task_with_the_models_te
     task = DocumentQuestion(null_pipeline.tokenizer).split(row)
     assert chat.prefix + chat.suffix == task.prefix + task.suffix
     assert chat.suffix.startswith("<|im_end|>") and chat.suffix.endswith("<|im_start|>assistant\n")
+
+
+def test_an_id_column_that_cannot_key_rows_is_refused(tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [[1], [2]], "document": ["d", "d"], "question": ["q", "q"]}), src)
+    with pytest.raises(JobError, match=r"the id column has type list<.*>, which cannot key rows"):
+        prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
