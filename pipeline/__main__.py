@@ -1,4 +1,8 @@
-"""Command line: ``python -m pipeline run INPUT.parquet OUTPUT.parquet [--config cluster.yaml]``."""
+"""Command line: ``python -m pipeline run INPUT OUTPUT [--config cluster.yaml] [options]``.
+
+Exit codes: 0 done; 2 the job cannot start (bad input, output, config or model: nothing
+ran); 1 the job stopped midway (what was committed is kept: run the same command again to
+resume); 130 interrupted (likewise)."""
 from __future__ import annotations
 
 import argparse
@@ -8,15 +12,30 @@ import sys
 import time
 
 EXIT_USAGE = 2
+EXIT_STOPPED = 1
+EXIT_INTERRUPTED = 130
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="answer every row of a Parquet file; write one output row per input row")
-    run.add_argument("input", help="Parquet file with columns document, question and optional id")
-    run.add_argument("output", help="output Parquet file")
+    run = sub.add_parser("run", help="answer every row of the input; write one output row per input row")
+    run.add_argument("input", help="Parquet file, folder of Parquet files, or glob (columns document, question, "
+                                   "optional id); or an OpenAI batch .jsonl file")
+    run.add_argument("output", help="output file (Parquet, or JSONL for OpenAI batch input); results so far are "
+                                    "kept in OUTPUT.partial/ and running the same command again resumes")
     run.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    run.add_argument("--format", choices=("auto", "parquet", "openai"), default="auto",
+                     help="input format (auto: openai for .jsonl, else parquet)")
+    run.add_argument("--allow-duplicate-ids", action="store_true",
+                     help="run even when some id (custom_id) is used by more than one row")
+    run.add_argument("--truncate", action="store_true",
+                     help="cut prompts longer than the model's context (the end of the document) instead of "
+                          "answering them with an error")
+    run.add_argument("--part-rows", type=int, default=10_000,
+                     help="rows per committed output part (default 10000); a part is also committed every 30 s")
+    run.add_argument("--engine", choices=("vllm", "null"), default="vllm",
+                     help="for testing: 'null' answers every row with an empty string at once, no vLLM")
     run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
     run.add_argument("--verbose", action="store_true", help="show Dask and vLLM logs")
     bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
@@ -79,27 +98,54 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_logs(args.verbose)
         if args.command == "bench":
             return _bench(args, config)
-        from pipeline.client import Pipeline
-        from pipeline.jobs import check_output, read_input, run_parquet
+        return _run(args, config)
+    except (ConfigError, JobError, ModelError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
-        # Fail fast, before any engine starts.
-        read_input(args.input)
-        check_output(args.output)
-        t0 = time.perf_counter()
-        with Pipeline(config) as pipeline:
+
+def _run(args, config) -> int:
+    from pipeline.client import Pipeline
+    from pipeline.jobs import JobError, prepare_job
+    from pipeline.model import resolve_model
+
+    if args.part_rows < 1:
+        raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
+    # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
+    notes: list[str] = []
+    job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
+                      truncate=args.truncate, part_rows=args.part_rows, notify=notes.append)
+    if args.engine == "vllm" or config.model.path is not None:
+        resolve_model(config)
+    for note in notes:
+        print(note, file=sys.stderr)
+    t0 = time.perf_counter()
+    try:
+        with Pipeline(config, engine=args.engine) as pipeline:
             started = time.perf_counter() - t0
             if not args.quiet:
                 starts = ", ".join(f"{s['shard']}: {s['engine_start_s']:.1f} s" for s in
                                    sorted(pipeline.worker_stats(), key=lambda s: s["shard"]))
                 print(f"cluster up in {started:.1f} s (engine start per worker: {starts}); "
                       f"dashboard: {pipeline.dashboard_link}", file=sys.stderr)
-            summary = run_parquet(pipeline, args.input, args.output, progress=None if not args.quiet else False)
-        print(summary.render())
-        print(f"wrote {args.output}")
-        return 0
-    except (ConfigError, JobError, ModelError) as exc:
+            summary = job.run(pipeline, progress=None if not args.quiet else False)
+    except JobError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_STOPPED
+    except KeyboardInterrupt:
+        print(f"interrupted: {job.done} rows are committed in {job.sink.dir}; "
+              f"run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # e.g. the cluster lost a worker: say so in one paragraph, keep what is committed
+        print(f"error: the job stopped: {type(exc).__name__}: {exc}. {job.done} rows are committed in "
+              f"{job.sink.dir}; run the same command again to resume (--verbose shows the traceback)",
+              file=sys.stderr)
+        if args.verbose:
+            raise
+        return EXIT_STOPPED
+    print(summary.render())
+    print(f"wrote {args.output}")
+    return 0
 
 
 def _bench(args, config) -> int:

@@ -132,12 +132,15 @@ class Pipeline:
         out = sorted(self.stream(rows), key=lambda r: r.index)
         return out
 
-    def stream(self, rows: Iterable[Mapping[str, Any]]) -> Iterator[RowResult]:
+    def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None,
+               truncate_prompts: bool = False) -> Iterator[RowResult]:
         """Results as their batches complete (not in input order); one per row.
 
         ``rows`` may be any iterable: at most ``intake.read_ahead_rows`` rows wait unbound at
         a time (a document's questions are grouped within that window), so memory stays
-        bounded however long the input is."""
+        bounded however long the input is. ``task``: a task kind other than the configured
+        one (e.g. ``tasks.Chat``); ``truncate_prompts``: cut prompts longer than the model's
+        context instead of answering them with an error."""
         source = enumerate(rows)
         ids: dict[int, Any] = {}
         dispatcher = self._dispatcher(late_binding=self.config.routing.late_binding)
@@ -156,9 +159,9 @@ class Pipeline:
                     chunk.append(item)
                     ids[item[0]] = item[1].get("id", item[0])
             failed = [RowResult(index=i, id=ids.pop(i), answer=None, error=f"input: {error}")
-                      for i, error in self._queue(chunk, dispatcher)]
+                      for i, error in self._queue(chunk, dispatcher, task)]
             for shard, groups in dispatcher.bind():
-                running.add(self._submit(shard, groups))
+                running.add(self._submit(shard, groups, truncate_prompts))
             return failed
 
         yield from read_ahead()
@@ -192,7 +195,8 @@ class Pipeline:
                           decode_tokens=self.config.sampling.max_tokens, late_binding=late_binding,
                           group=self.config.routing.group_by_prefix, token_budget=self.token_budget)
 
-    def _queue(self, rows: list[tuple[int, Mapping[str, Any]]], dispatcher: Dispatcher) -> list[tuple[int, str]]:
+    def _queue(self, rows: list[tuple[int, Mapping[str, Any]]], dispatcher: Dispatcher,
+               task=None) -> list[tuple[int, str]]:
         """Split (index, row) pairs into prompt parts and queue them; returns (index, error) for
         rows that cannot be sent."""
         from tasks import RowError
@@ -200,7 +204,7 @@ class Pipeline:
         errors, parts = [], []
         for i, row in rows:
             try:
-                parts.append((i, self.task.split(row)))
+                parts.append((i, (task or self.task).split(row)))
             except RowError as exc:
                 errors.append((i, str(exc)))
         # Each distinct prefix is tokenized once, all in one call (the fast tokenizer batches it).
@@ -211,8 +215,9 @@ class Pipeline:
             dispatcher.add(i, p.prefix, p.suffix, tokens[p.prefix])
         return errors
 
-    def _submit(self, shard: str, groups: dict[str, list[tuple[int, str]]]):
+    def _submit(self, shard: str, groups: dict[str, list[tuple[int, str]]], truncate_prompts: bool = False):
         batch = _batch(groups)
+        batch.truncate_prompts = truncate_prompts
         payload = codec.encode(batch, self.config.intake.compression_level)
         t = self.transfer
         t.batches += 1

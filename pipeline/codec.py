@@ -19,6 +19,9 @@ class Batch(msgspec.Struct, gc=False):
     batch_id: str
     prefixes: list[str]
     requests: list[Request]
+    # A prompt longer than the engine's context: cut the end of its prefix (True) or
+    # answer the row with an error (False).
+    truncate_prompts: bool = False
 
 
 class Result(msgspec.Struct, array_like=True, gc=False):

@@ -6,6 +6,7 @@ to measure the pipeline's own plumbing and in unit tests of routing and transpor
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,16 +102,22 @@ class VllmEngine:
 
 
 class NullEngine:
-    """Answers every request at once with an empty answer; tokenizes by characters."""
+    """Answers every request at once with an empty answer; tokenizes by characters.
+
+    For tests only: ``PIPELINE_NULL_ENGINE_DELAY_S`` in the workers' environment makes each
+    request take that long (so a test can interrupt a job midway)."""
 
     block_size = 16
     kv_cache_tokens = 0
+
+    def __init__(self):
+        self.delay_s = float(os.environ.get("PIPELINE_NULL_ENGINE_DELAY_S") or 0)
 
     def encode(self, text: str) -> list[int]:
         return [ord(c) for c in text]
 
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.delay_s)
         return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0)
 
     async def reset_prefix_cache(self) -> None:

@@ -1,42 +1,65 @@
-"""Parquet in -> Parquet out: one output row per input row.
+"""Jobs: Parquet (or OpenAI batch JSONL) in, exactly one output row per input row out.
 
-Output columns: the input's own columns (except ``document`` and ``question``,
-which the caller already has) followed by ``id, answer, error, prompt_tokens,
-cached_tokens, completion_tokens, shard, latency_s``.
+    from pipeline import Pipeline, run_job
+    with Pipeline() as p:
+        summary = run_job(p, "in/*.parquet", "answers.parquet", truncate=True)
+
+``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
+ids, output writable, resume state); ``Job.run`` streams the rows through a running
+pipeline and commits results in input order as they complete (``pipeline/job_output.py``).
+
+Parquet output columns: the input's own columns (except ``document`` and ``question``)
+followed by ``id, answer, error, prompt_tokens, cached_tokens, completion_tokens, shard,
+latency_s``. OpenAI batch output: one response line per request (``pipeline/openai_batch.py``).
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
 from pipeline.client import RESULT_FIELDS, Pipeline, RowResult
+from pipeline.job_input import Chunk, JobError, open_source
+from pipeline.job_output import JsonlLines, ParquetParts
+from pipeline.openai_batch import output_line
 
-REQUIRED_COLUMNS = ("document", "question")
 _RESULT_TYPES = {
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
     "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(),
 }
+DUPLICATES_SHOWN = 10
+DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
+
+__all__ = ["JobError", "JobSummary", "Job", "prepare_job", "run_job", "error_kind"]
 
 
-class JobError(RuntimeError):
-    """The job cannot start; the message says why and what to do."""
+def error_kind(error: str) -> str:
+    """The kind of a row error, without its particulars: ``input: question is not text``,
+    ``input: prompt too long``, ``engine: ValueError``."""
+    head = error.split(" (", 1)[0]
+    if head.startswith("engine: "):
+        return ":".join(head.split(":")[:2])
+    return head.split(";", 1)[0]
 
 
 @dataclass
 class JobSummary:
-    rows: int = 0
+    rows: int = 0            # rows answered (or failed) in this run
     errors: int = 0
     seconds: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
     per_shard: dict = field(default_factory=dict)
+    errors_by_kind: dict = field(default_factory=dict)
+    resumed: int = 0         # rows already in the output when this run started
 
     @property
     def requests_per_s(self) -> float:
@@ -52,7 +75,10 @@ class JobSummary:
 
     def add(self, r: RowResult) -> None:
         self.rows += 1
-        self.errors += r.error is not None
+        if r.error is not None:
+            self.errors += 1
+            kind = error_kind(r.error)
+            self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
         self.prompt_tokens += r.prompt_tokens
         self.cached_tokens += r.cached_tokens
         self.completion_tokens += r.completion_tokens
@@ -61,66 +87,225 @@ class JobSummary:
 
     def render(self) -> str:
         shards = ", ".join(f"{k}: {v}" for k, v in sorted(self.per_shard.items())) or "none"
-        return (f"rows: {self.rows}  errors: {self.errors}  time: {self.seconds:.1f} s\n"
-                f"throughput: {self.requests_per_s:.2f} requests/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
+        kinds = "".join(f"\n  {k}: {v}" for k, v in sorted(self.errors_by_kind.items(), key=lambda kv: -kv[1]))
+        resumed = f" (+{self.resumed} already written before this run)" if self.resumed else ""
+        return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{kinds}\n"
+                f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
                 f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
                 f"completion tokens: {self.completion_tokens}\n"
                 f"rows per shard: {shards}")
 
 
-def read_input(path: str | os.PathLike) -> pa.Table:
-    p = Path(path)
-    if not p.exists():
-        raise JobError(f"input not found: {p}")
+def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
+                allow_duplicate_ids: bool = False, truncate: bool = False, part_rows: int = 10_000,
+                flush_seconds: float = 30.0, read_rows: int = 1024,
+                notify: Callable[[str], None] | None = None) -> "Job":
+    """Check everything that needs no engine; raise :class:`JobError` with the reason."""
+    notify = notify or (lambda message: print(message, file=sys.stderr))
+    source = open_source(input_path, format)
+    _check_duplicates(source, allow_duplicate_ids)
+    notes = []
+    if source.key is None:
+        notes.append(f"note: {input_path} has no id column; each row is keyed by its position in the input "
+               f"(files in name order, then row order), and the output's id column holds it. "
+               f"Resuming an interrupted job therefore needs the same input, unchanged.")
+    if source.dropped:
+        notes.append(f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
+               f"and are not copied to the output")
+    meta = {"input": source.description, "format": source.format, "rows": source.num_rows,
+            "key": source.key or "position", "started": int(time.time())}
+    final = Path(output_path)
+    if source.format == "openai":
+        sink = JsonlLines(final, meta)
+    else:
+        schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
+                            *(pa.field(n, _RESULT_TYPES[n]) for n in RESULT_FIELDS[1:])])
+        sink = ParquetParts(final, meta, schema)
+    done = sink.open()
+    if done:
+        _check_resumed_keys(sink, source, done)
+        notes.append(f"resuming: {done} of {source.num_rows} rows are already in {sink.dir}; answering the rest")
+    for note in notes:  # only once every check has passed
+        notify(note)
+    return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
+               read_rows=read_rows)
+
+
+def run_job(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None, **options) -> JobSummary:
+    """The whole job from Python: the same checks and options as ``python -m pipeline run``."""
+    return prepare_job(input_path, output_path, **options).run(pipeline, progress=progress)
+
+
+class Job:
+    def __init__(self, source, sink, *, truncate: bool, part_rows: int, flush_seconds: float, read_rows: int):
+        self.source, self.sink = source, sink
+        self.truncate = truncate
+        self.part_rows, self.flush_seconds, self.read_rows = part_rows, flush_seconds, read_rows
+
+    @property
+    def done(self) -> int:
+        return self.sink.committed
+
+    def run(self, pipeline: Pipeline, progress: bool | None = None) -> JobSummary:
+        from tqdm import tqdm
+
+        from tasks import Chat
+
+        if progress is None:
+            progress = sys.stderr.isatty()
+        task = Chat(pipeline.tokenizer) if self.source.format == "openai" else None
+        summary = JobSummary(resumed=self.sink.resumed)
+        t0 = time.perf_counter()
+        with tqdm(total=self.source.num_rows, initial=self.done, unit="row", desc="rows", disable=not progress,
+                  dynamic_ncols=True) as bar:
+            def on_row(r: RowResult) -> None:
+                summary.add(r)
+                bar.update(1)
+                if progress and summary.rows % 256 == 0:
+                    bar.set_postfix(out_tok_s=f"{summary.completion_tokens / (time.perf_counter() - t0):.0f}",
+                                    errors=summary.errors, refresh=False)
+
+            order = _InOrder(self._to_records(pipeline), self.sink, self.part_rows, self.flush_seconds, on_row)
+            rows = order.feed(self.source.chunks(self.done, self.read_rows))
+            for r in pipeline.stream(rows, task=task, truncate_prompts=self.truncate):
+                order.place(r)
+            order.close()
+        summary.seconds = time.perf_counter() - t0
+        if order.read_error is not None:
+            raise order.read_error
+        if self.sink.committed != self.source.num_rows:  # never expected; refuse to publish a gap
+            raise JobError(f"{self.sink.committed} rows written for {self.source.num_rows} input rows; "
+                           f"the partial output in {self.sink.dir} is kept")
+        self.sink.finish()
+        return summary
+
+    def _to_records(self, pipeline: Pipeline) -> Callable[[Chunk], list]:
+        if self.source.format == "openai":
+            model = pipeline.config.model.path or "SmolLM2-135M-Instruct"
+            max_tokens, created = pipeline.config.sampling.max_tokens, self.sink.meta["started"]
+            return lambda c, lo, hi: [output_line(c.start + k, c.keys[k], c.results[k], model, max_tokens, created)
+                                      for k in range(lo, hi)]
+        schema = self.sink.schema
+
+        def to_batch(c: Chunk, lo: int, hi: int) -> list[pa.RecordBatch]:
+            carry = c.carry.slice(lo, hi - lo)
+            ids = carry.column("id") if self.source.key else pa.array(c.keys[lo:hi], pa.int64())
+            columns = [carry.column(n) for n in self.source.passthrough] + [ids]
+            columns += [pa.array([getattr(r, n) for r in c.results[lo:hi]], _RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]]
+            return [pa.RecordBatch.from_arrays(columns, schema=schema)]
+        return to_batch
+
+
+class _InOrder:
+    """Feeds rows to the pipeline and puts results back in input order; commits to the sink
+    whenever the rows before them are all done. Results wait here only until every earlier
+    row is answered (about the pipeline's read-ahead window)."""
+
+    def __init__(self, to_records, sink, part_rows: int, flush_seconds: float, on_row):
+        self.to_records, self.sink, self.on_row = to_records, sink, on_row
+        self.part_rows, self.flush_seconds = part_rows, flush_seconds
+        self.pending: deque[Chunk] = deque()
+        self.where: dict[int, tuple[Chunk, int]] = {}
+        self.sent = 0
+        self.buffer: list = []
+        self.buffered_rows = 0
+        self.placed = 0
+        self.read_error: JobError | None = None
+
+    def feed(self, chunks: Iterator[Chunk]) -> Iterator[dict]:
+        """The rows to answer. An input that cannot be read further ends the rows here; the
+        rows already fed are still answered and committed, then ``read_error`` is raised."""
+        try:
+            yield from self._feed(chunks)
+        except JobError as exc:
+            self.read_error = exc
+
+    def _feed(self, chunks: Iterator[Chunk]) -> Iterator[dict]:
+        for chunk in chunks:
+            chunk.results = [None] * len(chunk.keys)
+            self.pending.append(chunk)
+            for k, (row, error) in enumerate(zip(chunk.rows, chunk.errors)):
+                if row is None:
+                    self._set(chunk, k, RowResult(index=-1, id=chunk.keys[k], answer=None, error=error))
+                else:
+                    self.where[self.sent] = (chunk, k)
+                    self.sent += 1
+                    yield row
+            chunk.rows = chunk.errors = None  # the texts are no longer needed here
+            self._drain()
+
+    def place(self, r: RowResult) -> None:
+        chunk, k = self.where.pop(r.index)
+        r.id = chunk.keys[k]
+        self._set(chunk, k, r)
+        self.placed += 1
+        if self.placed % DRAIN_EVERY == 0:  # output records are built for runs of rows, not row by row
+            self._drain()
+
+    def _set(self, chunk: Chunk, k: int, r: RowResult) -> None:
+        chunk.results[k] = r
+        self.on_row(r)
+
+    def _drain(self, force: bool = False) -> None:
+        """Move every result whose earlier rows are all done to the commit buffer."""
+        while self.pending:
+            chunk = self.pending[0]
+            lo = hi = chunk.emitted
+            while hi < len(chunk.results) and chunk.results[hi] is not None:
+                hi += 1
+            if hi > lo:
+                self.buffer += self.to_records(chunk, lo, hi)
+                self.buffered_rows += hi - lo
+                chunk.emitted = hi
+            if hi < len(chunk.results):
+                break
+            self.pending.popleft()
+        if force or self.sink.due(self.buffered_rows, self.part_rows, self.flush_seconds):
+            self.sink.commit(self.buffer)
+            self.buffer, self.buffered_rows = [], 0
+
+    def close(self) -> None:
+        self._drain(force=True)
+        if self.pending or self.where:
+            raise JobError(f"{len(self.where)} rows got no result from the pipeline; "
+                           f"the rows committed so far are kept, run the same command again to resume")
+
+
+def _check_duplicates(source, allowed: bool) -> None:
+    keys = source.key_table()
+    if keys is None:
+        return
     try:
-        table = pq.read_table(p)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise JobError(f"cannot read {p} as Parquet: {exc}") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-    if missing:
-        raise JobError(f"input {p} lacks required column(s) {', '.join(missing)}; "
-                       f"it has: {', '.join(table.column_names) or '(none)'}")
-    return table
+        counts = pc.value_counts(keys.drop_null())
+    except pa.ArrowException:
+        raise JobError(f"the {source.key} column has type {keys.type}, which cannot key rows; "
+                       f"use strings or integers") from None
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    if not len(repeated) or allowed:
+        return
+    shown = ", ".join(f"{v!r} ({c} times)" for v, c in zip(repeated.field("values").to_pylist()[:DUPLICATES_SHOWN],
+                                                            repeated.field("counts").to_pylist()))
+    more = f" and {len(repeated) - DUPLICATES_SHOWN} more" if len(repeated) > DUPLICATES_SHOWN else ""
+    raise JobError(f"input has {len(repeated)} {source.key} value(s) used by more than one row: {shown}{more}. "
+                   f"Output rows are matched to input rows by {source.key}, so the job does not run; "
+                   f"make them unique, or pass --allow-duplicate-ids (allow_duplicate_ids=True) "
+                   f"to run anyway (each row still gets its own output row, in input order)")
 
 
-def check_output(path: str | os.PathLike) -> Path:
-    out = Path(path)
-    if not out.parent.exists():
-        raise JobError(f"output folder does not exist: {out.parent}")
-    if not os.access(out.parent, os.W_OK):
-        raise JobError(f"output folder is not writable: {out.parent}")
-    return out
-
-
-def run_parquet(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None) -> JobSummary:
-    table = read_input(input_path)
-    out = check_output(output_path)
-    rows = table.select(list(REQUIRED_COLUMNS) + (["id"] if "id" in table.column_names else [])).to_pylist()
-    if progress is None:
-        progress = sys.stderr.isatty()
-    summary = JobSummary()
-    results: list[RowResult | None] = [None] * len(rows)
-    t0 = time.perf_counter()
-    from tqdm import tqdm
-
-    with tqdm(total=len(rows), unit="row", disable=not progress, desc="rows") as bar:
-        for r in pipeline.stream(rows):
-            results[r.index] = r
-            summary.add(r)
-            bar.update(1)
-            bar.set_postfix(tok_s=f"{summary.completion_tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
-    summary.seconds = time.perf_counter() - t0
-    write_output(table, results, out)
-    return summary
-
-
-def write_output(table: pa.Table, results: list[RowResult], path: Path) -> None:
-    passthrough = [c for c in table.column_names if c not in (*REQUIRED_COLUMNS, *RESULT_FIELDS)]
-    columns = {c: table.column(c) for c in passthrough}
-    ids = [r.id for r in results]
-    columns["id"] = table.column("id") if "id" in table.column_names else pa.array(ids, pa.int64())
-    for name in RESULT_FIELDS[1:]:
-        columns[name] = pa.array([getattr(r, name) for r in results], _RESULT_TYPES[name])
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(pa.table(columns), tmp)
-    os.replace(tmp, path)  # a killed job never leaves a half-written output
+def _check_resumed_keys(sink, source, done: int) -> None:
+    """The committed rows must be the input's first ``done`` rows, key for key."""
+    def flat(batches):
+        for b in batches:
+            yield from b
+    position = 0
+    for written, expected in zip(flat(sink.committed_keys()), flat(source.key_batches())):
+        if written != expected:
+            raise JobError(f"{sink.dir} does not match this input: its row {position} has {source.key or 'position'} "
+                           f"{written!r}, the input's has {expected!r}; run the original input again, "
+                           f"or delete the folder to start over")
+        position += 1
+        if position == done:
+            return
+    if position < done:
+        raise JobError(f"{sink.dir} holds {done} rows but the input has only {position}; "
+                       f"delete the folder to start over")

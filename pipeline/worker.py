@@ -20,6 +20,7 @@ from pipeline import codec
 from pipeline.config import Config
 from pipeline.engine import Engine, build_engine
 from pipeline.gcstats import GcPauses
+from pipeline.prompt_fit import fit_prompt
 
 PLUGIN_NAME = "pipeline-engine"
 
@@ -66,16 +67,21 @@ class EnginePlugin(WorkerPlugin):
             raise RuntimeError(f"shard {self.shard}: engine is not running")
         batch = codec.decode_batch(payload)
         prefix_ids = [self.engine.encode(p) for p in batch.prefixes]
-        results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids) for r in batch.requests))
+        results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts)
+                                         for r in batch.requests))
         self.stats["batches"] += 1
         self.stats["requests"] += len(results)
         out = codec.BatchResult(batch_id=batch.batch_id, shard=self.shard, results=list(results))
         return codec.encode(out, self.config.intake.compression_level)
 
-    async def _one(self, batch_id: str, req: codec.Request, prefix_ids: list[list[int]]) -> codec.Result:
+    async def _one(self, batch_id: str, req: codec.Request, prefix_ids: list[list[int]],
+                   truncate: bool = False) -> codec.Result:
         async with self._intake:
             t0 = time.perf_counter()
-            ids = prefix_ids[req.prefix] + self.engine.encode(req.suffix)
+            ids, error = fit_prompt(prefix_ids[req.prefix], self.engine.encode(req.suffix),
+                                    self.config.engine.max_model_len, self.config.sampling.max_tokens, truncate)
+            if error is not None:
+                return codec.Result(req.index, None, error, 0, 0, 0, self.shard, 0.0)
             try:
                 gen = await self.engine.generate(ids, request_id=f"{batch_id}-{req.index}")
             except asyncio.CancelledError:

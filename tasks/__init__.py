@@ -5,9 +5,10 @@ many rows share (the document, after the chat template's system part) and is wha
 the router and the KV cache key on; the suffix is the row's own part.
 """
 from tasks.base import PromptParts, RowError, TaskKind
+from tasks.chat import Chat
 from tasks.document_question import DocumentQuestion
 
-KINDS = {DocumentQuestion.name: DocumentQuestion}
+KINDS = {DocumentQuestion.name: DocumentQuestion, Chat.name: Chat}
 
 
 def get_task_kind(name: str, tokenizer) -> TaskKind:
@@ -17,4 +18,4 @@ def get_task_kind(name: str, tokenizer) -> TaskKind:
         raise ValueError(f"unknown task kind {name!r}; known: {', '.join(sorted(KINDS))}") from None
 
 
-__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "KINDS", "get_task_kind"]
+__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "KINDS", "get_task_kind"]

@@ -38,3 +38,60 @@ def test_output_folder_must_exist(tmp_path):
     pq.write_table(pa.table({"document": ["d"], "question": ["q"]}), src)
     proc = run_cli("run", src, tmp_path / "no" / "such" / "out.parquet")
     assert proc.returncode == 2 and "output folder does not exist" in proc.stderr
+
+
+def write_rows(path, **columns):
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def assert_refused(proc, *phrases):
+    assert proc.returncode == 2, proc.stderr
+    for phrase in phrases:
+        assert phrase in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1  # one paragraph
+
+
+def test_output_path_not_writable(tmp_path):
+    src = write_rows(tmp_path / "in.parquet", document=["d"], question=["q"])
+    (tmp_path / "a-file").write_text("")
+    proc = run_cli("run", src, tmp_path / "a-file" / "out.parquet")
+    assert_refused(proc, "is not writable", "is not a folder")
+    proc = run_cli("run", src, tmp_path)  # a folder where the output file should go
+    assert_refused(proc, "is a folder; give a file name")
+
+
+def test_bad_config_and_missing_model_path(tmp_path):
+    src = write_rows(tmp_path / "in.parquet", document=["d"], question=["q"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "cluster.yaml").read_text() + "\nsurprise: 1\n")
+    proc = run_cli("run", src, tmp_path / "out.parquet", "--config", bad)
+    assert proc.returncode == 2 and "surprise: unknown key" in proc.stderr and "Traceback" not in proc.stderr
+    no_model = tmp_path / "no-model.yaml"
+    no_model.write_text((ROOT / "cluster.yaml").read_text().replace("path: null", f"path: {tmp_path}/no/such/model"))
+    proc = run_cli("run", src, tmp_path / "out.parquet", "--config", no_model, "--engine", "null")
+    assert_refused(proc, "model path does not exist", "no/such/model")
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_duplicate_ids_refused_up_front(tmp_path):
+    src = write_rows(tmp_path / "in.parquet", id=["a", "b", "a", "c", "c", "c"], document=["d"] * 6,
+                     question=["q"] * 6)
+    proc = run_cli("run", src, tmp_path / "out.parquet")
+    assert_refused(proc, "2 id value(s) used by more than one row", "'c' (3 times)", "'a' (2 times)",
+                   "--allow-duplicate-ids")
+
+
+def test_corrupt_or_disagreeing_files_in_a_folder(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_rows(folder / "a.parquet", document=["d"], question=["q"])
+    write_rows(folder / "b.parquet", document=["d"], question=[1])
+    proc = run_cli("run", folder, tmp_path / "out.parquet")
+    assert_refused(proc, "input files disagree on their columns", "question (string)", "question (int64)")
+    (folder / "b.parquet").write_bytes((folder / "a.parquet").read_bytes()[:-30])  # footer cut off
+    proc = run_cli("run", folder, tmp_path / "out.parquet")
+    assert_refused(proc, "cannot read", "b.parquet", "as Parquet")
+    proc = run_cli("run", str(tmp_path / "nothing-*.parquet"), tmp_path / "out.parquet")
+    assert_refused(proc, "input not found: no file matches")

@@ -1,0 +1,269 @@
+"""Job input, read in bounded memory: Parquet (a file, a folder of files, or a glob) or an
+OpenAI batch JSONL file.
+
+Everything that can be checked before an engine starts is checked when the source is
+opened: the path exists, every Parquet file's footer is readable, the files agree on their
+columns, the required columns are there. Rows then come in :class:`Chunk` s of at most
+``batch_rows`` rows, in input order, from any starting row (resume).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from pipeline.client import RESULT_FIELDS
+from pipeline.row_checks import text_values
+
+TEXT_COLUMNS = ("document", "question")
+CHAT_URL = "/v1/chat/completions"
+
+
+class JobError(RuntimeError):
+    """The job cannot run (or go on); the message says why and what to do."""
+
+
+@dataclass
+class Chunk:
+    """Consecutive input rows: their keys, the rows the task gets (None when the row already
+    failed a check here) and those rows' errors, and what the output carries over."""
+    start: int                       # position of the first row in the whole input
+    keys: list
+    rows: list[dict | None]
+    errors: list[str | None]
+    carry: Any = None                # Parquet: the passthrough columns (a RecordBatch)
+    results: list = field(default_factory=list)
+    emitted: int = 0                 # results already passed on to the output
+
+
+def open_source(spec: str | os.PathLike, fmt: str = "auto") -> "ParquetSource | OpenAIBatchSource":
+    text = str(spec)
+    if fmt == "auto":
+        fmt = "openai" if text.endswith(".jsonl") else "parquet"
+    if fmt == "openai":
+        return OpenAIBatchSource(Path(text))
+    if fmt == "parquet":
+        return ParquetSource(text)
+    raise JobError(f"unknown input format {fmt!r}; use parquet or openai")
+
+
+def _parquet_files(spec: str) -> list[str]:
+    if glob.has_magic(spec):
+        files = sorted(f for f in glob.glob(spec, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise JobError(f"input not found: no file matches {spec}")
+        return files
+    p = Path(spec)
+    if not p.exists():
+        raise JobError(f"input not found: {p}")
+    if p.is_dir():
+        # pyarrow's discovery: recursive, skipping names that start with "." or "_"
+        files = sorted(ds.dataset(str(p), format="parquet").files)
+        if not files:
+            raise JobError(f"input folder {p} holds no Parquet files")
+        return files
+    return [str(p)]
+
+
+class ParquetSource:
+    format = "parquet"
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        self.files = _parquet_files(spec)
+        self._row_groups: list[list[int]] = []
+        schema = None
+        for f in self.files:
+            try:
+                meta = pq.ParquetFile(f).metadata
+                file_schema = meta.schema.to_arrow_schema().remove_metadata()
+            except (pa.ArrowException, OSError) as exc:
+                raise JobError(f"cannot read {f} as Parquet: {_one_line(exc)}") from None
+            if schema is None:
+                schema = file_schema
+            elif not file_schema.equals(schema):
+                raise JobError(f"input files disagree on their columns: {self.files[0]} has "
+                               f"{_describe(schema)}; {f} has {_describe(file_schema)}")
+            self._row_groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        self.schema = schema
+        self.num_rows = sum(sum(g) for g in self._row_groups)
+        missing = [c for c in TEXT_COLUMNS if c not in schema.names]
+        if missing:
+            raise JobError(f"input {spec} lacks required column(s) {', '.join(missing)}; "
+                           f"it has: {', '.join(schema.names) or '(none)'}")
+        self.key = "id" if "id" in schema.names else None
+        self.passthrough = [n for n in schema.names if n not in (*TEXT_COLUMNS, *RESULT_FIELDS)]
+        self.dropped = [n for n in schema.names if n in RESULT_FIELDS[1:]]
+
+    @property
+    def description(self) -> list[str]:
+        return [os.path.abspath(f) for f in self.files]
+
+    @property
+    def key_type(self) -> pa.DataType:
+        return self.schema.field("id").type if self.key else pa.int64()
+
+    def key_batches(self) -> Iterator[list]:
+        """The row keys in input order (ids, or positions without an id column)."""
+        if self.key is None:
+            for start in range(0, self.num_rows, 65536):
+                yield list(range(start, min(start + 65536, self.num_rows)))
+            return
+        for batch in self._batches(0, 65536, columns=["id"]):
+            yield batch.column(0).to_pylist()
+
+    def key_table(self) -> pa.Array | None:
+        """The whole key column (the only column ever held whole), for the duplicate check."""
+        if self.key is None:
+            return None
+        try:
+            return ds.dataset(self.files, format="parquet").to_table(columns=["id"]).column("id")
+        except (pa.ArrowException, OSError) as exc:
+            raise JobError(f"cannot read the id column of {self.spec}: {_one_line(exc)}") from None
+
+    def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
+        position = start
+        for batch in self._batches(start, batch_rows):
+            n = batch.num_rows
+            keys = batch.column("id").to_pylist() if self.key else list(range(position, position + n))
+            docs, doc_errors = text_values(batch.column("document"), "document")
+            questions, q_errors = text_values(batch.column("question"), "question")
+            rows, errors = [], []
+            for d, q, de, qe in zip(docs, questions, doc_errors, q_errors):
+                error = de or qe
+                rows.append(None if error else {"document": d, "question": q})
+                errors.append(error)
+            carry = batch.select(self.passthrough + (["id"] if self.key else []))
+            yield Chunk(start=position, keys=keys, rows=rows, errors=errors, carry=carry)
+            position += n
+
+    def _batches(self, start: int, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """Record batches from row ``start`` on, skipping whole files and row groups before it."""
+        offset = 0
+        for f, groups in zip(self.files, self._row_groups):
+            size = sum(groups)
+            if offset + size <= start:
+                offset += size
+                continue
+            skip_groups, skip_rows = 0, start - offset if start > offset else 0
+            while skip_groups < len(groups) and skip_rows >= groups[skip_groups]:
+                skip_rows -= groups[skip_groups]
+                skip_groups += 1
+            try:
+                reader = pq.ParquetFile(f)
+                for batch in reader.iter_batches(batch_size=batch_rows, columns=columns,
+                                                 row_groups=range(skip_groups, len(groups))):
+                    if skip_rows:
+                        cut = min(skip_rows, batch.num_rows)
+                        batch, skip_rows = batch.slice(cut), skip_rows - cut
+                        if not batch.num_rows:
+                            continue
+                    yield batch
+            except (pa.ArrowException, OSError) as exc:
+                raise JobError(f"cannot read {f}: {_one_line(exc)}. The rows before it are answered and kept; "
+                               f"fix or replace the file and run the same command again to resume") from None
+            offset += size
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _describe(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} ({f.type})" for f in schema)
+
+
+class OpenAIBatchSource:
+    """The OpenAI batch JSONL format (as ``vllm run-batch`` reads it): one request per line,
+    ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``.
+    Blank lines are skipped. A line that is not such a request becomes an error row."""
+    format = "openai"
+    key = "custom_id"
+    key_type = pa.string()
+    passthrough: list[str] = []
+    dropped: list[str] = []
+
+    def __init__(self, path: Path):
+        self.path = path
+        if not path.exists():
+            raise JobError(f"input not found: {path}")
+        keys: list = []
+        parsed = 0
+        try:
+            for request, _ in self._lines():
+                keys.append(request.get("custom_id") if isinstance(request, dict) else None)
+                parsed += isinstance(request, dict)
+        except OSError as exc:
+            raise JobError(f"cannot read {path}: {exc.strerror or exc}") from None
+        if keys and not parsed:
+            raise JobError(f"{path} is not OpenAI batch JSONL: no line is a JSON object "
+                           f"(expected one request per line: custom_id, method, url, body)")
+        self._keys = keys
+        self.num_rows = len(keys)
+
+    @property
+    def description(self) -> list[str]:
+        return [os.path.abspath(self.path)]
+
+    def _lines(self, start: int = 0) -> Iterator[tuple[Any, str | None]]:
+        """(parsed request or None, error) per non-blank line, from the ``start``-th on."""
+        n = 0
+        with open(self.path, "rb") as f:
+            for raw in f:
+                if not raw.strip():
+                    continue
+                n += 1
+                if n <= start:
+                    continue
+                try:
+                    yield json.loads(raw.decode("utf-8")), None
+                except UnicodeDecodeError:
+                    yield None, "input: line is not valid UTF-8 text"
+                except json.JSONDecodeError as exc:
+                    yield None, f"input: line is not valid JSON ({exc.msg} at column {exc.colno})"
+
+    def key_batches(self) -> Iterator[list]:
+        yield self._keys
+
+    def key_table(self) -> pa.Array:
+        return pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())
+
+    def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
+        chunk = Chunk(start=start, keys=[], rows=[], errors=[])
+        for request, error in self._lines(start):
+            key = request.get("custom_id") if isinstance(request, dict) else None
+            row = None
+            if error is None:
+                row, error = _chat_request(request)
+            chunk.keys.append(key)
+            chunk.rows.append(row)
+            chunk.errors.append(error)
+            if len(chunk.keys) == batch_rows:
+                yield chunk
+                chunk = Chunk(start=chunk.start + batch_rows, keys=[], rows=[], errors=[])
+        if chunk.keys:
+            yield chunk
+
+
+def _chat_request(request: Any) -> tuple[dict | None, str | None]:
+    if not isinstance(request, dict):
+        return None, "input: line is not a JSON object"
+    if not isinstance(request.get("custom_id"), str):
+        return None, "input: custom_id is missing or not a string"
+    if request.get("method", "POST") != "POST":
+        return None, f"input: method must be POST (got {request.get('method')!r})"
+    if request.get("url") != CHAT_URL:
+        return None, f"input: url must be {CHAT_URL} (got {request.get('url')!r}); only chat completions are supported"
+    body = request.get("body")
+    if not isinstance(body, dict):
+        return None, "input: body is missing or not an object"
+    if body.get("n", 1) != 1 or body.get("stream"):
+        return None, "input: body asks for n > 1 or stream; one non-streamed completion per request is supported"
+    return {"messages": body.get("messages")}, None

@@ -1,0 +1,27 @@
+"""Prompts longer than the model's context: an error for the row, or truncation when asked.
+
+vLLM refuses a prompt of ``max_model_len`` tokens or more (it needs room for at least one
+new token). Truncation cuts the end of the row's shareable prefix (for document-question,
+the end of the document; for a chat, the end of the conversation before the last user
+turn) and keeps the row's own part whole, leaving room for ``max_tokens`` new tokens.
+"""
+from __future__ import annotations
+
+TOO_LONG = "input: prompt too long"
+
+
+def fit_prompt(prefix: list[int], suffix: list[int], max_model_len: int, max_tokens: int,
+               truncate: bool) -> tuple[list[int], str | None]:
+    """The prompt's token ids, and None; or ``[]`` and the row's error."""
+    total = len(prefix) + len(suffix)
+    if total < max_model_len:
+        return prefix + suffix, None
+    context = f"{total} tokens; the model's context (engine.max_model_len) is {max_model_len}"
+    if not truncate:
+        return [], f"{TOO_LONG} ({context}); shorten it, or ask for truncation (--truncate)"
+    target = max(max_model_len - max_tokens, 1) if max_tokens < max_model_len else max_model_len - 1
+    keep = target - len(suffix)
+    if keep <= 0:
+        return [], (f"{TOO_LONG} ({context}); the row's own part alone is {len(suffix)} tokens, "
+                    f"so truncating the shared part cannot make it fit")
+    return prefix[:keep] + suffix, None

@@ -1,0 +1,55 @@
+"""Run a Parquet job in this process with an in-process answerer instead of a cluster, and
+print the peak memory it added (JSON on stdout): first a small job (imports, allocator
+arenas and other fixed costs), then the measured one.
+
+Used by tests/unit/test_job_scale.py: a million rows through the job's streaming reader,
+reordering and writer, which a unit test cannot push through the Dask cluster in time.
+The answerer returns each row's question reversed, out of order within a window, so the
+test can check that every answer lands on its own row.
+"""
+import json
+import sys
+from pathlib import Path
+
+
+class ReversingAnswerer:
+    """Answers rows out of order (a window at a time, last first), as a cluster would."""
+
+    def __init__(self, window: int):
+        self.window = window
+
+    def stream(self, rows, task=None, truncate_prompts=False):
+        held = []
+        for i, row in enumerate(rows):
+            held.append((i, row["question"]))
+            if len(held) == self.window:
+                yield from self._answer(held)
+                held = []
+        yield from self._answer(held)
+
+    def _answer(self, held):
+        from pipeline.client import RowResult
+
+        for i, q in reversed(held):
+            yield RowResult(index=i, id=None, answer=q[::-1], error=None, prompt_tokens=len(q), completion_tokens=1)
+
+
+def _status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+if __name__ == "__main__":
+    warm_src, warm_dst, src, dst = sys.argv[1:5]
+    from pipeline.jobs import prepare_job
+
+    prepare_job(warm_src, warm_dst, part_rows=50_000, notify=lambda m: None).run(ReversingAnswerer(5000),
+                                                                                progress=False)
+    baseline = _status("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+    job = prepare_job(src, dst, part_rows=50_000, notify=lambda m: None)
+    summary = job.run(ReversingAnswerer(window=5000), progress=False)
+    print(json.dumps({"rows": summary.rows, "errors": summary.errors, "baseline_rss": baseline,
+                      "peak_rss": _status("VmHWM")}))

@@ -1,0 +1,262 @@
+"""Parquet and OpenAI batch jobs through the whole client/Dask/worker path with the null engine
+(it answers "" and counts one token per character): one output row per input row, in input
+order, each bad row with its error, refusals with their reasons."""
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import JobError, Pipeline, load_config, prepare_job, run_job
+from pipeline.workloads import document_questions
+
+MAX_MODEL_LEN = 1000
+MAX_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def null_pipeline():
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"max_model_len": MAX_MODEL_LEN},
+                                   sampling={"max_tokens": MAX_TOKENS},
+                                   intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16})
+    with Pipeline(config, engine="null") as p:
+        yield p
+
+
+def short_rows(n_docs=10, per_doc=3, seed=1):
+    """Workload rows with documents cut to fit the small test context."""
+    return [{**r, "document": r["document"][:300]} for r in document_questions(n_docs, per_doc, seed=seed,
+                                                                                  order="shuffled")]
+
+
+def run(null_pipeline, rows_or_table, tmp_path, name="out.parquet", **options):
+    src = tmp_path / "in.parquet"
+    table = rows_or_table if isinstance(rows_or_table, pa.Table) else pa.Table.from_pylist(rows_or_table)
+    pq.write_table(table, src)
+    notes = []
+    summary = run_job(null_pipeline, src, tmp_path / name, progress=False, notify=notes.append, **options)
+    return summary, pq.read_table(tmp_path / name).to_pylist(), notes
+
+
+def test_one_output_row_per_input_row_in_input_order(null_pipeline, tmp_path):
+    rows = short_rows(20, 3)
+    summary, out, notes = run(null_pipeline, rows, tmp_path, part_rows=7)
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert [o["expected"] for o in out] == [r["expected"] for r in rows]  # passthrough column, right row
+    assert all(o["error"] is None and o["answer"] == "" for o in out)
+    assert summary.rows == len(rows) and summary.errors == 0 and notes == []
+    assert "document" not in out[0] and "question" not in out[0]
+    assert not (tmp_path / "out.parquet.partial").exists()  # parts merged into one file, folder gone
+
+
+def test_bad_rows_get_their_error_and_the_job_goes_on(null_pipeline, tmp_path):
+    rows = short_rows(3, 2)
+    rows[0]["document"] = None
+    rows[1]["question"] = "   "
+    rows[2]["document"] = ""
+    rows[3]["question"] = None
+    summary, out, _ = run(null_pipeline, rows, tmp_path)
+    assert [o["error"] for o in out] == ["input: document is null", "input: question is empty",
+                                         "input: document is empty", "input: question is null", None, None]
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert all(o["answer"] is None for o in out[:4])
+    assert summary.errors == 4 and summary.errors_by_kind == {
+        "input: document is null": 1, "input: question is empty": 1, "input: document is empty": 1,
+        "input: question is null": 1}
+    assert "input: document is null: 1" in summary.render()
+
+
+def test_non_text_and_undecodable_values(null_pipeline, tmp_path):
+    bad_utf8 = pa.array([b"caf\xc3\xa9 ok", b"\xff\xfe broken", b"fine"], pa.binary()).view(pa.string())
+    table = pa.table({"id": ["a", "b", "c"], "document": bad_utf8, "question": pa.array([1, 2, None], pa.int64())})
+    _, out, _ = run(null_pipeline, table, tmp_path)
+    assert [o["error"] for o in out] == ["input: question is not text (got int)",
+                                         "input: document is not valid UTF-8 text (byte 0)",
+                                         "input: question is null"]
+    raw = pa.table({"id": ["x", "y"], "document": pa.array([b"bytes doc", b"\xc3("], pa.binary()),
+                    "question": ["q1", "q2"]})
+    _, out, _ = run(null_pipeline, raw, tmp_path, name="out2.parquet")
+    assert [o["error"] for o in out] == [None, "input: document is not valid UTF-8 text (byte 0)"]
+
+
+def test_prompt_longer_than_context_errors_or_is_truncated(null_pipeline, tmp_path):
+    rows = short_rows(2, 1)
+    rows[0]["document"] = "x" * (2 * MAX_MODEL_LEN)
+    summary, out, _ = run(null_pipeline, rows, tmp_path)
+    assert out[0]["error"].startswith("input: prompt too long (")
+    assert f"the model's context (engine.max_model_len) is {MAX_MODEL_LEN}" in out[0]["error"]
+    assert "--truncate" in out[0]["error"]
+    assert out[1]["error"] is None
+    assert summary.errors_by_kind == {"input: prompt too long": 1}
+
+    _, out, _ = run(null_pipeline, rows, tmp_path, name="truncated.parquet", truncate=True)
+    assert out[0]["error"] is None and out[0]["prompt_tokens"] == MAX_MODEL_LEN - MAX_TOKENS
+    assert out[1]["error"] is None and out[1]["prompt_tokens"] < MAX_MODEL_LEN
+
+
+def test_duplicate_ids_are_refused_with_the_ids_unless_allowed(null_pipeline, tmp_path):
+    rows = short_rows(3, 2)
+    rows[2]["id"] = rows[0]["id"]
+    rows[5]["id"] = rows[4]["id"]
+    with pytest.raises(JobError) as err:
+        run(null_pipeline, rows, tmp_path)
+    msg = str(err.value)
+    assert "2 id value(s) used by more than one row" in msg
+    assert repr(rows[0]["id"]) + " (2 times)" in msg and repr(rows[4]["id"]) in msg
+    assert "--allow-duplicate-ids" in msg
+    assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "out.parquet.partial").exists()
+    summary, out, _ = run(null_pipeline, rows, tmp_path, allow_duplicate_ids=True)
+    assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == 6
+
+
+def test_without_id_rows_are_keyed_by_position_and_the_user_is_told(null_pipeline, tmp_path):
+    rows = [{"document": r["document"], "question": r["question"]} for r in short_rows(2, 2)]
+    _, out, notes = run(null_pipeline, rows, tmp_path)
+    assert [o["id"] for o in out] == [0, 1, 2, 3]
+    assert len(notes) == 1 and "has no id column" in notes[0] and "position" in notes[0]
+
+
+def test_folder_and_glob_inputs_read_as_one_dataset_in_name_order(null_pipeline, tmp_path):
+    rows = short_rows(4, 3)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows[6:]), folder / "b.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[:6]), folder / "a.parquet")
+    (folder / "_SUCCESS").write_text("")  # not data: skipped as Spark and pyarrow do
+    run_job(null_pipeline, folder, tmp_path / "from-folder.parquet", progress=False)
+    run_job(null_pipeline, str(folder / "*.parquet"), tmp_path / "from-glob.parquet", progress=False)
+    for name in ("from-folder.parquet", "from-glob.parquet"):
+        assert pq.read_table(tmp_path / name).column("id").to_pylist() == [r["id"] for r in rows]
+
+
+def test_resume_refuses_partial_results_of_another_input(null_pipeline, tmp_path):
+    rows = short_rows(3, 2)
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+    assert job.done == 0
+    # A part committed for a row this input does not have at that position.
+    job.sink.commit([pa.RecordBatch.from_pylist(
+        [{"expected": "x", "doc_id": "d", "id": "not-an-input-id", "answer": "", "error": None, "prompt_tokens": 1,
+          "cached_tokens": 0, "completion_tokens": 0, "shard": "cpu0", "latency_s": 0.0}],
+        schema=job.sink.schema)])
+    with pytest.raises(JobError, match="does not match this input: its row 0 has id 'not-an-input-id'"):
+        prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+
+
+def test_openai_batch_jsonl_in_and_out(null_pipeline, tmp_path):
+    lines = [
+        {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": "any", "messages": [{"role": "system", "content": "Be brief."},
+                                                {"role": "user", "content": "What is 2+2?"}], "max_tokens": 8}},
+        "this is not json",
+        {"custom_id": "r3", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}},
+        {"custom_id": "r4", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}},
+        {"custom_id": "r5", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]}},
+    ]
+    src = tmp_path / "batch.jsonl"
+    src.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n\n")
+    summary = run_job(null_pipeline, src, tmp_path / "results.jsonl", progress=False)
+    out = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [o["custom_id"] for o in out] == ["r1", None, "r3", "r4", "r5"]
+    assert summary.rows == 5 and summary.errors == 3
+    ok = out[0]
+    assert ok["error"] is None and ok["response"]["status_code"] == 200
+    body = ok["response"]["body"]
+    assert body["object"] == "chat.completion" and body["choices"][0]["message"] == {"role": "assistant",
+                                                                                      "content": ""}
+    assert body["usage"]["prompt_tokens"] > len("What is 2+2?")  # rendered with the chat template
+    assert out[4]["error"] is None
+    assert out[1]["response"]["status_code"] == 400 and out[1]["error"].startswith("input: line is not valid JSON")
+    assert "url must be /v1/chat/completions" in out[2]["error"]
+    assert out[3]["error"] == "input: messages must be a non-empty list"
+
+
+def test_openai_batch_duplicate_custom_ids_refused(tmp_path):
+    line = {"method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "hi"}]}}
+    src = tmp_path / "batch.jsonl"
+    src.write_text("".join(json.dumps({**line, "custom_id": c}) + "\n" for c in ("a", "b", "a")))
+    with pytest.raises(JobError, match=r"1 custom_id value\(s\) used by more than one row: 'a' \(2 times\)"):
+        prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None)
+
+
+def test_openai_batch_resume_drops_a_torn_line_and_ends_like_an_uninterrupted_run(null_pipeline, tmp_path):
+    src = tmp_path / "batch.jsonl"
+    src.write_text("".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                                       "body": {"messages": [{"role": "user", "content": f"Say {i}"}]}}) + "\n"
+                           for i in range(6)))
+    run_job(null_pipeline, src, tmp_path / "reference.jsonl", progress=False)
+    reference = (tmp_path / "reference.jsonl").read_text().splitlines()
+
+    job = prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None)
+    job.sink.commit(reference[:2])                                    # two lines committed, then
+    with open(job.sink.path, "a") as f:                               # killed while writing the third
+        f.write(reference[2][:25])
+    notes = []
+    resumed = prepare_job(src, tmp_path / "out.jsonl", notify=notes.append)
+    assert resumed.done == 2 and any("resuming: 2 of 6 rows" in n for n in notes)
+    summary = resumed.run(null_pipeline, progress=False)
+    assert summary.rows == 4 and summary.resumed == 2
+    assert [without_time(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()] == \
+        [without_time(x) for x in reference]
+
+
+def without_time(line):
+    """An output line without the one field that differs between two runs: the job's start time."""
+    out = json.loads(line)
+    if out["response"]["body"]:
+        del out["response"]["body"]["created"]
+    return out
+
+
+def test_parquet_resume_discards_a_half_written_part(null_pipeline, tmp_path):
+    rows = short_rows(3, 2)
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+    (job.sink.dir / ".part-000000.parquet.tmp").write_bytes(b"PAR1 half a part")
+    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+    assert job.done == 0 and not list(job.sink.dir.glob(".part-*"))
+    job.run(null_pipeline, progress=False)
+    assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
+
+
+def test_file_corrupt_midway_stops_the_job_keeping_every_row_before_it(null_pipeline, tmp_path):
+    rows = short_rows(10, 4)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows[:30]), folder / "a.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[30:]), folder / "b.parquet")
+    data = bytearray((folder / "b.parquet").read_bytes())
+    meta = pq.ParquetFile(folder / "b.parquet").metadata
+    document = meta.schema.names.index("document")
+    offset = meta.row_group(0).column(document).data_page_offset
+    data[offset:offset + 24] = b"\xff" * 24  # a broken page header in the texts; footer and ids intact
+    (folder / "b.parquet").write_bytes(bytes(data))
+
+    job = prepare_job(folder, tmp_path / "out.parquet", part_rows=4, notify=lambda m: None)  # footers pass
+    with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*rows before it are answered and kept"):
+        job.run(null_pipeline, progress=False)
+    assert not (tmp_path / "out.parquet").exists()
+    kept = pq.read_table(tmp_path / "out.parquet.partial").column("id").to_pylist()
+    assert kept == [r["id"] for r in rows[:30]]
+
+
+def test_a_chat_renders_exactly_as_the_document_question_task_with_the_models_template(null_pipeline):
+    from tasks import Chat, DocumentQuestion
+    from tasks.document_question import INSTRUCTION
+
+    row = document_questions(1, 1, seed=32)[0]
+    content = f"{INSTRUCTION}\n\nDocument:\n{row['document']}\n\nQuestion: {row['question']}"
+    chat = Chat(null_pipeline.tokenizer).split({"messages": [{"role": "user", "content": content}]})
+    task = DocumentQuestion(null_pipeline.tokenizer).split(row)
+    assert chat.prefix + chat.suffix == task.prefix + task.suffix
+    assert chat.suffix.startswith("<|im_end|>") and chat.suffix.endswith("<|im_start|>assistant\n")
+
+
+def test_an_id_column_that_cannot_key_rows_is_refused(tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [[1], [2]], "document": ["d", "d"], "question": ["q", "q"]}), src)
+    with pytest.raises(JobError, match=r"the id column has type list<.*>, which cannot key rows"):
+        prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)

@@ -1,0 +1,90 @@
+"""Row-level pieces without a cluster: the chat task kind, the context-length rule, and a
+failing engine request inside a worker batch."""
+import asyncio
+
+import pytest
+
+from pipeline import codec, load_config
+from pipeline.engine import Generation
+from pipeline.jobs import error_kind
+from pipeline.prompt_fit import fit_prompt
+from pipeline.worker import EnginePlugin
+from tasks import Chat, RowError
+from tests.unit.test_workloads_and_tasks import ChatMLTokenizer
+
+
+def test_single_turn_chat_is_one_prompt_split_after_the_users_text():
+    chat = Chat(ChatMLTokenizer())
+    parts = chat.split({"messages": [{"role": "user", "content": "Hi there"}]})
+    assert parts.prefix.endswith("<|im_start|>user\nHi there")
+    assert parts.prefix + parts.suffix == ChatMLTokenizer().apply_chat_template(
+        [{"role": "user", "content": "Hi there"}], add_generation_prompt=True)
+
+
+def test_multi_turn_chats_share_the_conversation_before_the_last_user_message():
+    chat = Chat(ChatMLTokenizer())
+    history = [{"role": "user", "content": "Long shared document ..."}, {"role": "assistant", "content": "Ok."}]
+    a = chat.split({"messages": history + [{"role": "user", "content": "First question?"}]})
+    b = chat.split({"messages": history + [{"role": "user", "content": [{"type": "text", "text": "Second?"}]}]})
+    assert a.prefix == b.prefix and a.prefix.endswith("<|im_start|>user\n")
+    assert a.suffix.startswith("First question?") and b.suffix.startswith("Second?")
+
+
+@pytest.mark.parametrize("messages, error", [
+    (None, "messages is missing"),
+    ([], "messages must be a non-empty list"),
+    ([{"role": "robot", "content": "x"}], "messages[0].role must be one of"),
+    ([{"role": "system", "content": "x"}], "messages has no user message"),
+    ([{"role": "user", "content": None}], "messages[0].content is null"),
+    ([{"role": "user", "content": 5}], "messages[0].content is not text (got int)"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "only text parts are supported"),
+])
+def test_bad_chat_messages_are_row_errors(messages, error):
+    with pytest.raises(RowError) as err:
+        Chat(ChatMLTokenizer()).split({"messages": messages})
+    assert error in str(err.value)
+
+
+def test_context_rule_matches_vllm_and_truncation_keeps_the_rows_own_part():
+    ids, error = fit_prompt([1] * 90, [2] * 9, max_model_len=100, max_tokens=10, truncate=False)
+    assert error is None and len(ids) == 99  # vLLM accepts up to max_model_len - 1
+    ids, error = fit_prompt([1] * 91, [2] * 9, max_model_len=100, max_tokens=10, truncate=False)
+    assert ids == [] and error.startswith("input: prompt too long (100 tokens;")
+    ids, error = fit_prompt([1] * 300, [2] * 9, max_model_len=100, max_tokens=10, truncate=True)
+    assert error is None and ids == [1] * 81 + [2] * 9  # room left for max_tokens new tokens
+    ids, error = fit_prompt([1] * 10, [2] * 95, max_model_len=100, max_tokens=10, truncate=True)
+    assert ids == [] and "the row's own part alone is 95 tokens" in error
+
+
+class FailingOn:
+    """An engine whose request fails when its prompt holds a given token (as vLLM fails one
+    request with a validation or runtime error while the others are served)."""
+    block_size, kv_cache_tokens = 16, 0
+
+    def __init__(self, bad_token):
+        self.bad_token = bad_token
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    async def generate(self, prompt_ids, request_id):
+        if self.bad_token in prompt_ids:
+            raise ValueError("sampling failed")
+        return Generation(text=" answer ", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=1)
+
+
+def test_an_engine_failure_fails_only_its_own_row():
+    plugin = EnginePlugin(load_config(), model="unused", engine_kind="null")
+    plugin.engine, plugin.shard = FailingOn(ord("!")), "s0"
+    plugin.stats = {"batches": 0, "requests": 0}
+
+    async def run():
+        plugin._intake = asyncio.Semaphore(4)
+        batch = codec.Batch(batch_id="b", prefixes=["doc "], requests=[
+            codec.Request(index=7, prefix=0, suffix="fine?"), codec.Request(index=8, prefix=0, suffix="boom!")])
+        return codec.decode_result(await plugin.run_batch(codec.encode(batch)))
+
+    results = {r.index: r for r in asyncio.run(run()).results}
+    assert results[7].answer == "answer" and results[7].error is None
+    assert results[8].answer is None and results[8].error == "engine: ValueError: sampling failed"
+    assert error_kind(results[8].error) == "engine: ValueError"
