@@ -20,13 +20,13 @@ from pipeline import codec
 from pipeline.cluster import connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
+from pipeline.dashboard import VIEW_METADATA_KEY
 from pipeline.dispatch import Dispatcher
 from pipeline.engine import EngineDead
 from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.router import PrefixRouter
 from pipeline.worker import PLUGIN_NAME, EnginePlugin, reset_worker, run_batch, worker_stats
 
-VIEW_METADATA_KEY = "pipeline-view"   # the client's view, kept on the scheduler for the dashboard page
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
 
 

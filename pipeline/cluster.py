@@ -58,7 +58,9 @@ def start_local_cluster(config: Config) -> SpecCluster:
             "host": config.scheduler.host,
             "port": config.scheduler.port,
             "dashboard": dash is not None,
-            "dashboard_address": dash or ":0",
+            # Dask's HTTP server (/metrics, /health) runs even without the dashboard: keep it on loopback too.
+            "dashboard_address": dash or f"{config.scheduler.host}:0",
+            "preload": ["pipeline.preload"],   # the pipeline's dashboard page
         },
     }
     return SpecCluster(workers=worker_specs(config), scheduler=scheduler, name="pipeline")

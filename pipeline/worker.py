@@ -20,11 +20,11 @@ from tornado.ioloop import PeriodicCallback
 
 from pipeline import codec, metrics, reaper
 from pipeline.config import Config
+from pipeline.dashboard import ENGINE_DIED_TOPIC
 from pipeline.engine import Engine, EngineDead, build_engine
 from pipeline.gcstats import GcPauses
 
 PLUGIN_NAME = "pipeline-engine"
-ENGINE_DIED_TOPIC = "pipeline-engine-died"   # scheduler event topic
 PUBLISH_INTERVAL_MS = 1000                   # shard figures sent to the scheduler
 
 logger = logging.getLogger(__name__)
