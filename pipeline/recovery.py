@@ -75,6 +75,7 @@ class ShardWatch:
         self.rejoin_timeout_s = rejoin_timeout_s
         self._last_poll = 0.0
         self.workers = self._serving()      # shard -> worker address
+        self.last_seen = dict(self.workers)
         self.missing_since: dict[str, float] = {}
         self.gone: set[str] = set()
 
@@ -104,7 +105,8 @@ class ShardWatch:
                 self.gone.discard(shard)
             if new is None and shard not in self.gone and shard in self.missing_since \
                     and now - self.missing_since[shard] >= self.rejoin_timeout_s:
-                events.append(ShardEvent(GONE, shard, old, time.time()))
+                events.append(ShardEvent(GONE, shard, self.last_seen.get(shard), time.time()))
                 self.gone.add(shard)
         self.workers = serving
+        self.last_seen.update(serving)
         return events

@@ -1,18 +1,25 @@
 """Killing a worker process mid-job (SIGKILL, a real kill) loses no row and answers none twice.
 
+Here the nanny restarts the worker (the embedded cluster's nannies live in this process);
+tests/unit/test_multinode.py kills a `dask worker` together with its nanny, so that the
+shard's rows must move to the survivor.
+
 The null engine answers after a short sleep so that the job is still running when the kill
 lands; the recovery path (Dask's retry, the client's shard watch, re-routing) is the same
 as with vLLM.
 """
 import os
 import signal
+import sys
 import time
 from collections import Counter
 
-import pytest
+import cloudpickle
 
 from pipeline import Pipeline, load_config
+from pipeline.engine import EngineDead, NullEngine
 from pipeline.recovery import GONE, LOST, REJOINED
+from pipeline.worker import PLUGIN_NAME
 from pipeline.workloads import document_questions
 
 ROWS = 400
@@ -26,13 +33,10 @@ def _config(rejoin_timeout_s):
         recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": rejoin_timeout_s})
 
 
-def _pids(p, shard):
-    """(worker pid, nanny pid) of the worker serving ``shard``."""
+def _worker_pid(p, shard):
     workers = p.client.scheduler_info(n_workers=-1)["workers"]
     addr = next(a for a, w in workers.items() if f"shard-{shard}" in (w.get("resources") or {}))
-    worker_pid = p.client.run(os.getpid, workers=[addr])[addr]
-    nanny_pid = next(iter(p.client.run(os.getpid, workers=[addr], nanny=True).values()))
-    return worker_pid, nanny_pid
+    return p.client.run(os.getpid, workers=[addr])[addr]
 
 
 def _run_killing(p, rows, kill_after, kill):
@@ -56,11 +60,8 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_batches_run_again():
     rows = document_questions(100, 4, seed=5, order="shuffled")
     assert len(rows) == ROWS
     with Pipeline(_config(rejoin_timeout_s=120)) as p:
-        worker_pid, _ = _pids(p, "cpu1")
-        t_kill = []
-
+        worker_pid = _worker_pid(p, "cpu1")
         def kill():
-            t_kill.append(time.monotonic())
             os.kill(worker_pid, signal.SIGKILL)
 
         results = _run_killing(p, rows, 60, kill)
@@ -72,30 +73,42 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_batches_run_again():
         assert report.workers_lost == 1 and report.batches_retried >= 1
         assert report.rows == ROWS and report.duplicates_dropped == 0
         # the restarted worker is a new process, and it answered rows after the kill
-        assert _pids(p, "cpu1")[0] != worker_pid
+        assert _worker_pid(p, "cpu1") != worker_pid
         assert Counter(r.shard for r in results[60:])["cpu1"] > 0
         # the next job runs on both shards as usual
         again = p.run(document_questions(10, 2, seed=6))
         assert {r.shard for r in again} == {"cpu0", "cpu1"} and all(r.error is None for r in again)
 
 
-def test_worker_that_does_not_come_back_has_its_rows_rerouted_to_the_survivors():
-    rows = document_questions(100, 4, seed=7, order="shuffled")
-    with Pipeline(_config(rejoin_timeout_s=1.0)) as p:
-        worker_pid, nanny_pid = _pids(p, "cpu1")
+class _DeadEngine(NullEngine):
+    """An engine whose engine core has died: every request fails as vLLM's would."""
 
-        def kill():  # the nanny first, so nothing restarts the worker
-            os.kill(nanny_pid, signal.SIGKILL)
-            os.kill(worker_pid, signal.SIGKILL)
+    async def generate(self, prompt_ids, request_id):
+        raise EngineDead("vLLM engine core died: EngineDeadError")
 
-        results = _run_killing(p, rows, 60, kill)
+
+def _kill_engine(dask_worker):
+    dask_worker.plugins[PLUGIN_NAME].engine = _DeadEngine()
+
+
+def test_engine_that_dies_in_a_live_worker_is_reported_and_the_worker_restarted():
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    rows = document_questions(40, 3, seed=9, order="shuffled")
+    with Pipeline(_config(rejoin_timeout_s=120)) as p:
+        before = _worker_pid(p, "cpu1")
+        workers = p.client.scheduler_info(n_workers=-1)["workers"]
+        addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
+        p.client.run(_kill_engine, workers=[addr])
+        results = p.run(rows)
         report = p.last_report
-        print("no restart:", report.summary())
+        print("engine died:", report.summary())
         _assert_every_row_once(rows, results)
-        kinds = [(e.kind, e.shard) for e in report.events]
-        assert (LOST, "cpu1") in kinds and (GONE, "cpu1") in kinds
-        assert report.rows_rerouted > 0 and report.rows_failed == 0
-        assert "cpu1" in p.router.down
-        # after the re-routing only the survivor answers
-        tail = results[-(ROWS // 4):]
-        assert {r.shard for r in tail} == {"cpu0"}
+        assert report.batches_failed >= 1 and report.rows_rerouted >= 1
+        died = p.client.get_events("pipeline-engine-died")
+        assert died and died[0][1]["shard"] == "cpu1" and "engine core died" in died[0][1]["error"]
+        deadline = time.monotonic() + 60  # the worker restarts with a fresh engine
+        while _worker_pid(p, "cpu1") == before:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        again = p.run(document_questions(10, 2, seed=10))
+        assert {r.shard for r in again} == {"cpu0", "cpu1"} and all(r.error is None for r in again)
