@@ -37,6 +37,7 @@ class JobSummary:
     cached_tokens: int = 0
     completion_tokens: int = 0
     per_shard: dict = field(default_factory=dict)
+    workers: str | None = None   # what happened to workers during the job, if anything did
 
     @property
     def requests_per_s(self) -> float:
@@ -65,7 +66,8 @@ class JobSummary:
                 f"throughput: {self.requests_per_s:.2f} requests/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
                 f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
                 f"completion tokens: {self.completion_tokens}\n"
-                f"rows per shard: {shards}")
+                f"rows per shard: {shards}"
+                + (f"\nworkers: {self.workers}" if self.workers else ""))
 
 
 def read_input(path: str | os.PathLike) -> pa.Table:
@@ -110,6 +112,8 @@ def run_parquet(pipeline: Pipeline, input_path, output_path, *, progress: bool |
             bar.update(1)
             bar.set_postfix(tok_s=f"{summary.completion_tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
     summary.seconds = time.perf_counter() - t0
+    if pipeline.last_report is not None and pipeline.last_report.events:
+        summary.workers = pipeline.last_report.summary()
     write_output(table, results, out)
     return summary
 
