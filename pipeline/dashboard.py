@@ -2,7 +2,7 @@
 
 Served by the scheduler's own HTTP server (the one behind the Dask dashboard), added by
 the scheduler preload (pipeline/preload.py). It reads what the scheduler already holds:
-each worker's figures, which the engine plugin sends every second as Dask events
+each worker's figures, which the engine plugin sends every second (when they changed) as Dask events
 (topic ``pipeline-shard``), and the client's view (router, current job), which
 ``Pipeline.stream`` keeps in the scheduler's metadata. Requests/s and output tokens/s are
 the rates between a shard's last two snapshots.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 
 from distributed.http.utils import RequestHandler
 
@@ -19,6 +20,7 @@ from pipeline.metrics import SNAPSHOT_TOPIC
 VIEW_METADATA_KEY = "pipeline-view"      # written by Pipeline.stream
 ENGINE_DIED_TOPIC = "pipeline-engine-died"
 PATH = "/pipeline"
+PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures (when they changed)
 
 
 def status(scheduler) -> dict:
@@ -34,7 +36,10 @@ def status(scheduler) -> dict:
     for name in sorted(set(last) | set(routed)):
         snaps = last.get(name, [])
         s = dict(snaps[-1]) if snaps else {}
-        if len(snaps) == 2 and snaps[1]["time"] > snaps[0]["time"]:
+        idle = snaps and time.time() - snaps[-1]["time"] > 3 * PUBLISH_INTERVAL_S  # nothing changed since
+        if idle:
+            s["requests_per_s"] = s["output_tokens_per_s"] = 0.0
+        elif len(snaps) == 2 and snaps[1]["time"] > snaps[0]["time"]:
             dt = snaps[1]["time"] - snaps[0]["time"]
             s["requests_per_s"] = (snaps[1]["requests"] - snaps[0]["requests"]) / dt
             s["output_tokens_per_s"] = (snaps[1]["output_tokens"] - snaps[0]["output_tokens"]) / dt

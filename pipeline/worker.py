@@ -20,12 +20,11 @@ from tornado.ioloop import PeriodicCallback
 
 from pipeline import codec, metrics, reaper
 from pipeline.config import Config
-from pipeline.dashboard import ENGINE_DIED_TOPIC
+from pipeline.dashboard import ENGINE_DIED_TOPIC, PUBLISH_INTERVAL_S
 from pipeline.engine import Engine, EngineDead, build_engine
 from pipeline.gcstats import GcPauses
 
 PLUGIN_NAME = "pipeline-engine"
-PUBLISH_INTERVAL_MS = 1000                   # shard figures sent to the scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +68,16 @@ class EnginePlugin(WorkerPlugin):
         self.metrics.engine_start_s = self.stats["engine_start_s"]
         self._collector = metrics.install(self.metrics)
         self._dead = False
-        self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_MS)
+        self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
         self._publisher.start()
 
     def _publish(self) -> None:
-        self.worker.log_event(metrics.SNAPSHOT_TOPIC, self.metrics.snapshot())
+        """Send the shard's figures to the scheduler when they changed (an idle worker sends nothing)."""
+        snap = self.metrics.snapshot()
+        same = {k: v for k, v in snap.items() if k != "time"}
+        if same != getattr(self, "_published", None):
+            self._published = same
+            self.worker.log_event(metrics.SNAPSHOT_TOPIC, snap)
 
     async def teardown(self, worker) -> None:
         if getattr(self, "_publisher", None) is not None:
