@@ -2,10 +2,10 @@
 
 Served by the scheduler's own HTTP server (the one behind the Dask dashboard), added by
 the scheduler preload (pipeline/preload.py). It reads what the scheduler already holds:
-each worker's figures, which the engine plugin sends every second (when they changed) as Dask events
+each worker's figures, which the engine plugin sends every second while it works as Dask events
 (topic ``pipeline-shard``), and the client's view (router, current job), which
 ``Pipeline.stream`` keeps in the scheduler's metadata. Requests/s and output tokens/s are
-the rates between a shard's last two snapshots.
+the rates over a shard's snapshots of the last 10 seconds.
 """
 from __future__ import annotations
 
@@ -20,29 +20,31 @@ from pipeline.metrics import SNAPSHOT_TOPIC
 VIEW_METADATA_KEY = "pipeline-view"      # written by Pipeline.stream
 ENGINE_DIED_TOPIC = "pipeline-engine-died"
 PATH = "/pipeline"
-PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures (when they changed)
+PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures (while they work)
+RATE_WINDOW_S = 10.0       # requests/s and output tokens/s: over this many seconds
 
 
 def status(scheduler) -> dict:
-    """Per-shard figures (workers' latest snapshots and rates) merged with the client's view."""
-    last: dict[str, list[dict]] = {}
+    """Per-shard figures (workers' latest snapshots, rates over the last RATE_WINDOW_S) merged
+    with the client's view."""
+    recent: dict[str, list[dict]] = {}
     for _, msg in scheduler.get_events(SNAPSHOT_TOPIC):
-        pair = last.setdefault(msg["shard"], [])
-        pair.append(msg)
-        del pair[:-2]
+        window = recent.setdefault(msg["shard"], [])
+        window.append(msg)
+        while msg["time"] - window[0]["time"] > RATE_WINDOW_S:
+            window.pop(0)
     view = scheduler.get_metadata([VIEW_METADATA_KEY], default=None) or {}
     routed = view.get("shards", {})
     shards = {}
-    for name in sorted(set(last) | set(routed)):
-        snaps = last.get(name, [])
+    for name in sorted(set(recent) | set(routed)):
+        snaps = recent.get(name, [])
         s = dict(snaps[-1]) if snaps else {}
-        idle = snaps and time.time() - snaps[-1]["time"] > 3 * PUBLISH_INTERVAL_S  # nothing changed since
-        if idle:
+        if snaps and time.time() - snaps[-1]["time"] > 3 * PUBLISH_INTERVAL_S:  # idle: it stopped sending
             s["requests_per_s"] = s["output_tokens_per_s"] = 0.0
-        elif len(snaps) == 2 and snaps[1]["time"] > snaps[0]["time"]:
-            dt = snaps[1]["time"] - snaps[0]["time"]
-            s["requests_per_s"] = (snaps[1]["requests"] - snaps[0]["requests"]) / dt
-            s["output_tokens_per_s"] = (snaps[1]["output_tokens"] - snaps[0]["output_tokens"]) / dt
+        elif len(snaps) >= 2 and snaps[-1]["time"] > snaps[0]["time"]:
+            dt = snaps[-1]["time"] - snaps[0]["time"]
+            s["requests_per_s"] = (snaps[-1]["requests"] - snaps[0]["requests"]) / dt
+            s["output_tokens_per_s"] = (snaps[-1]["output_tokens"] - snaps[0]["output_tokens"]) / dt
         s.update(routed.get(name, {}))
         shards[name] = s
     died = [msg for _, msg in scheduler.get_events(ENGINE_DIED_TOPIC)][-10:]

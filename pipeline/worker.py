@@ -72,10 +72,11 @@ class EnginePlugin(WorkerPlugin):
         self._publisher.start()
 
     def _publish(self) -> None:
-        """Send the shard's figures to the scheduler when they changed (an idle worker sends nothing)."""
+        """Send the shard's figures to the scheduler while it works, and once more when it
+        stops (an idle worker sends nothing)."""
         snap = self.metrics.snapshot()
         same = {k: v for k, v in snap.items() if k != "time"}
-        if same != getattr(self, "_published", None):
+        if snap["queued"] or snap["in_flight"] or same != getattr(self, "_published", None):
             self._published = same
             self.worker.log_event(metrics.SNAPSHOT_TOPIC, snap)
 
