@@ -124,3 +124,18 @@ def test_workers_expose_shard_metrics_to_prometheus(null_pipeline):
         m = re.search(r'^pipeline_requests_total\{shard="(\w+)"\} (\S+)$', text, re.M)
         seen[m.group(1)] = float(m.group(2))
     assert set(seen) == {"cpu0", "cpu1"} and all(v > 0 for v in seen.values())
+
+
+def test_every_listening_socket_is_on_loopback(null_pipeline):
+    import os
+
+    import psutil
+
+    def listening(pid):
+        return [c.laddr for c in psutil.Process(pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+
+    worker_pids = list(null_pipeline.client.run(os.getpid).values())
+    # this process runs the scheduler, its dashboard and the nannies; the workers run apart
+    sockets = [a for pid in [os.getpid(), *worker_pids] for a in listening(pid)]
+    assert len(sockets) >= 2 + 2 * 2  # scheduler + dashboard, and per worker its comm + /metrics
+    assert {a.ip for a in sockets} == {"127.0.0.1"}, sockets

@@ -2,6 +2,7 @@
 import datetime
 import ipaddress
 
+import psutil
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -49,5 +50,8 @@ def test_tls_cluster_answers_and_refuses_plain_clients(tmp_path):
         assert len(workers) == 2 and all(a.startswith("tls://127.0.0.1:") for a in workers)
         results = p.run(rows)
         assert [r.id for r in results] == [row["id"] for row in rows] and all(r.error is None for r in results)
+        # with the dashboard off, Dask's HTTP server (/metrics, /health) still runs: on loopback too
+        here = psutil.Process().net_connections(kind="inet")
+        assert {c.laddr.ip for c in here if c.status == psutil.CONN_LISTEN} == {"127.0.0.1"}
         with pytest.raises(Exception):  # no certificate, no connection
             Client(address.replace("tls://", "tcp://"), timeout="3s")
