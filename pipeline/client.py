@@ -213,7 +213,7 @@ class Pipeline:
             for ev in events:
                 report.events.append(ev)
                 if ev.kind == LOST:      # Dask runs its batches again on the restarted worker
-                    report.batches_retried += sum(b.shard == ev.shard for b in inflight.values())
+                    report.batches_interrupted += sum(b.shard == ev.shard for b in inflight.values())
                 elif ev.kind == REJOINED:  # a fresh engine: nothing of the shard's cache is left
                     self.router.set_down(ev.shard, False)
                     self._forget_cache(ev.shard)

@@ -83,7 +83,7 @@ def render(st: dict) -> str:
     job = st.get("job") or {}
     job_html = "<p>No job has run yet.</p>"
     if job:
-        items = ["rows answered", "batches", "workers_lost", "batches_retried", "rows_rerouted", "rows_failed",
+        items = ["rows answered", "batches", "workers_lost", "batches_interrupted", "rows_rerouted", "rows_failed",
                  "duplicates_dropped"]
         job_html = (f"<p>Job <code>{html.escape(job['job'])}</code> (a Dask span of that name groups its tasks"
                     f" on the standard pages); rows waiting unbound: {st.get('pending_rows')}</p><ul>"

@@ -39,7 +39,7 @@ class JobReport:
     rows: int = 0                     # rows answered (each exactly once), with or without error
     batches: int = 0                  # batches submitted, retries included
     events: list[ShardEvent] = field(default_factory=list)
-    batches_retried: int = 0          # batches Dask ran again after their worker died
+    batches_interrupted: int = 0      # in flight on a worker when it was lost (Dask runs them again, or their rows are re-routed)
     batches_failed: int = 0           # batches whose task failed (KilledWorker, engine died)
     rows_rerouted: int = 0            # rows sent again, to another shard or a fresh engine
     rows_failed: int = 0              # rows answered with a worker error after all retries
@@ -52,14 +52,14 @@ class JobReport:
     def summary(self) -> str:
         parts = [f"{self.rows} rows", f"{self.batches} batches"]
         if self.events:
-            parts += [f"{self.workers_lost} worker(s) lost", f"{self.batches_retried} batch(es) retried by Dask",
+            parts += [f"{self.workers_lost} worker(s) lost", f"{self.batches_interrupted} batch(es) interrupted",
                       f"{self.rows_rerouted} row(s) re-routed", f"{self.rows_failed} row(s) failed"]
             parts += [f"{e.kind}: {e.shard} ({e.worker})" for e in self.events]
         return "; ".join(parts)
 
     def as_dict(self) -> dict:
         return {"job": self.job, "rows": self.rows, "batches": self.batches, "workers_lost": self.workers_lost,
-                "batches_retried": self.batches_retried, "batches_failed": self.batches_failed,
+                "batches_interrupted": self.batches_interrupted, "batches_failed": self.batches_failed,
                 "rows_rerouted": self.rows_rerouted, "rows_failed": self.rows_failed,
                 "duplicates_dropped": self.duplicates_dropped,
                 "events": [{"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at} for e in self.events]}

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from pipeline import Pipeline
-from pipeline.recovery import GONE, LOST
+from pipeline.recovery import GONE, LOST, REJOINED
 from pipeline.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def _config(tmp, address):
     cfg["scheduler"]["address"] = address
     cfg["engine"].update(kind="null", null_latency_s=0.05)
     cfg["intake"].update(batch_size=8, queue_per_shard=32, max_in_flight=2, concurrent_batches=2)
-    cfg["recovery"] = {"poll_interval_s": 0.2, "rejoin_timeout_s": 1.0}
+    cfg["recovery"] = {"poll_interval_s": 0.2, "rejoin_timeout_s": 5.0}
     path = tmp / "cluster.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -73,6 +73,12 @@ def processes(tmp_path_factory):
                 p.kill()
 
 
+def _worker_process(pipeline, shard):
+    workers = pipeline.client.scheduler_info(n_workers=-1)["workers"]
+    addr = next(a for a, w in workers.items() if f"shard-{shard}" in (w.get("resources") or {}))
+    return psutil.Process(pipeline.client.run(os.getpid, workers=[addr])[addr])
+
+
 @pytest.fixture(scope="module")
 def pipeline(processes):
     _, config_path, _ = processes
@@ -98,11 +104,31 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
     assert "cpu0" in page and "cpu1" in page
 
 
+def test_dask_worker_killed_comes_back_through_its_nanny_with_its_shard(processes, pipeline):
+    procs, _, _ = processes
+    rows = document_questions(60, 4, seed=23, order="shuffled")
+    worker = _worker_process(pipeline, "cpu1")
+    assert worker.ppid() == procs["cpu1"].pid  # a child of its `dask worker` (nanny) process
+    out = []
+    for r in pipeline.stream(rows):
+        out.append(r)
+        if len(out) == 40:
+            worker.send_signal(signal.SIGKILL)
+    report = pipeline.last_report
+    print("dask worker restarted:", report.summary())
+    counts = Counter(r.id for r in out)
+    assert len(out) == len(rows) and max(counts.values()) == 1 and all(r.error is None for r in out)
+    kinds = [(e.kind, e.shard) for e in report.events]
+    assert (LOST, "cpu1") in kinds and (REJOINED, "cpu1") in kinds
+    # the restarted process took its shard again from the preload
+    assert any(r.shard == "cpu1" for r in pipeline.run(document_questions(10, 2, seed=24)))
+
+
 def test_host_lost_for_good_its_rows_go_to_the_survivor(processes, pipeline):
     procs, _, _ = processes
     rows = document_questions(100, 4, seed=22, order="shuffled")
     nanny = psutil.Process(procs["cpu1"].pid)
-    worker = nanny.children()[0]
+    worker = _worker_process(pipeline, "cpu1")
     out = []
     for r in pipeline.stream(rows):
         out.append(r)

@@ -70,7 +70,7 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_batches_run_again():
         _assert_every_row_once(rows, results)
         kinds = [(e.kind, e.shard) for e in report.events]
         assert (LOST, "cpu1") in kinds and (REJOINED, "cpu1") in kinds and (GONE, "cpu1") not in kinds
-        assert report.workers_lost == 1 and report.batches_retried >= 1
+        assert report.workers_lost == 1 and report.batches_interrupted >= 1
         assert report.rows == ROWS and report.duplicates_dropped == 0
         # the restarted worker is a new process, and it answered rows after the kill
         assert _worker_pid(p, "cpu1") != worker_pid
