@@ -34,8 +34,9 @@ def _parser() -> argparse.ArgumentParser:
                           "answering them with an error")
     run.add_argument("--part-rows", type=int, default=10_000,
                      help="rows per committed output part (default 10000); a part is also committed every 30 s")
-    run.add_argument("--engine", choices=("vllm", "null"), default="vllm",
-                     help="for testing: 'null' answers every row with an empty string at once, no vLLM")
+    run.add_argument("--engine", choices=("vllm", "null"), default=None,
+                     help="overrides the config's engine.kind; for testing: 'null' answers every row with an "
+                          "empty string (after engine.null_latency_s), no vLLM")
     run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
     run.add_argument("--verbose", action="store_true", help="show Dask and vLLM logs")
     bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
@@ -115,13 +116,15 @@ def _run(args, config) -> int:
     notes: list[str] = []
     job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
                       truncate=args.truncate, part_rows=args.part_rows, notify=notes.append)
-    if args.engine == "vllm" or config.model.path is not None:
+    if args.engine:
+        config = config.replace(engine={"kind": args.engine})
+    if config.engine.kind == "vllm" or config.model.path is not None:
         resolve_model(config)
     for note in notes:
         print(note, file=sys.stderr)
     t0 = time.perf_counter()
     try:
-        with Pipeline(config, engine=args.engine) as pipeline:
+        with Pipeline(config) as pipeline:
             started = time.perf_counter() - t0
             if not args.quiet:
                 starts = ", ".join(f"{s['shard']}: {s['engine_start_s']:.1f} s" for s in

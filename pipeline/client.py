@@ -8,17 +8,22 @@
 """
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
-from distributed import Client, as_completed
+import dask
+from distributed import Client, KilledWorker, as_completed
 
 from pipeline import codec
 from pipeline.cluster import connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
+from pipeline.dashboard import VIEW_METADATA_KEY
 from pipeline.dispatch import Dispatcher
+from pipeline.engine import EngineDead
+from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.router import PrefixRouter
 from pipeline.worker import PLUGIN_NAME, EnginePlugin, reset_worker, run_batch, worker_stats
 
@@ -53,13 +58,15 @@ class TransferStats:
 class Pipeline:
     """A running pipeline: the cluster, one resident engine per shard, the router."""
 
-    def __init__(self, config: Config | str | None = None, *, engine: str = "vllm", client: Client | None = None):
+    def __init__(self, config: Config | str | None = None, *, engine: str | None = None, client: Client | None = None):
         self.config = config if isinstance(config, Config) else load_config(config)
-        self.engine_kind = engine
+        self.engine_kind = engine or self.config.engine.kind
         self._client = client
         self._cluster = None
         self._owns_client = client is None
         self.transfer = TransferStats()
+        self.last_report: JobReport | None = None
+        self._view_published = 0.0
 
     # -- life cycle -------------------------------------------------------------
     def start(self) -> "Pipeline":
@@ -140,13 +147,37 @@ class Pipeline:
         a time (a document's questions are grouped within that window), so memory stays
         bounded however long the input is. ``task``: a task kind other than the configured
         one (e.g. ``tasks.Chat``); ``truncate_prompts``: cut prompts longer than the model's
-        context instead of answering them with an error."""
+        context instead of answering them with an error.
+
+        A worker lost mid-job costs no row: Dask runs its batches again once the nanny has
+        restarted it, and a shard whose worker does not come back within
+        ``recovery.rejoin_timeout_s`` has its rows re-routed to the others (pipeline/recovery.py).
+        Each row is yielded exactly once; ``self.last_report`` says what happened."""
         source = enumerate(rows)
         ids: dict[int, Any] = {}
         dispatcher = self._dispatcher(late_binding=self.config.routing.late_binding)
         window = self.config.intake.read_ahead_rows
+        rec = self.config.recovery
         running = as_completed()
+        inflight: dict[str, _Batch] = {}   # future key -> the batch it runs
+        answered: set[int] = set()
+        attempts: dict[int, int] = {}      # row index -> times sent
+        report = self.last_report = JobReport(job=f"pipeline-job-{uuid.uuid4().hex[:12]}")
+        span = {"name": (report.job,), "ids": (str(uuid.uuid4()),)}  # one Dask span per job
+        watch = ShardWatch(self._client, {s.name: s.resource for s in self.config.shards},
+                           rec.poll_interval_s, rec.rejoin_timeout_s)
         exhausted = False
+
+        def submit_bound() -> None:
+            for shard, groups in dispatcher.bind():
+                for items in groups.values():
+                    for i, _ in items:
+                        attempts[i] = attempts.get(i, 0) + 1
+                with dask.annotate(span=span):
+                    fut = self._submit(shard, groups, truncate_prompts)
+                inflight[fut.key] = _Batch(shard, groups, fut)
+                running.add(fut)
+                report.batches += 1
 
         def read_ahead() -> list[RowResult]:
             nonlocal exhausted
@@ -158,26 +189,129 @@ class Pipeline:
                 else:
                     chunk.append(item)
                     ids[item[0]] = item[1].get("id", item[0])
-            failed = [RowResult(index=i, id=ids.pop(i), answer=None, error=f"input: {error}")
+            failed = [self._answer(i, ids, answered, error=f"input: {error}")
                       for i, error in self._queue(chunk, dispatcher, task)]
-            for shard, groups in dispatcher.bind():
-                running.add(self._submit(shard, groups, truncate_prompts))
+            submit_bound()
+            return failed
+
+        def send_again(batch: _Batch, error: str) -> list[RowResult]:
+            """The batch's rows go back through the router; rows sent too often fail."""
+            rows_left = [(i, prefix, suffix) for prefix, items in batch.groups.items() for i, suffix in items
+                         if i not in answered]
+            dispatcher.completed([i for i, _, _ in rows_left])
+            failed = []
+            again = [r for r in rows_left if attempts[r[0]] < rec.max_row_attempts]
+            for i, _, _ in rows_left:
+                if attempts[i] >= rec.max_row_attempts:
+                    failed.append(self._answer(i, ids, answered, error=f"worker: {error}"))
+            report.rows_failed += len(failed)
+            report.rows_rerouted += len(again)
+            tokens = self._prefix_tokens([p for _, p, _ in again])
+            for i, prefix, suffix in again:
+                dispatcher.add(i, prefix, suffix, tokens[prefix])
+            return failed
+
+        def on_events(events) -> list[RowResult]:
+            failed = []
+            for ev in events:
+                report.events.append(ev)
+                if ev.kind == LOST:      # Dask runs its batches again on the restarted worker
+                    report.batches_interrupted += sum(b.shard == ev.shard for b in inflight.values())
+                elif ev.kind == REJOINED:  # a fresh engine: nothing of the shard's cache is left
+                    self.router.set_down(ev.shard, False)
+                    self._forget_cache(ev.shard)
+                elif ev.kind == GONE and len(self.router.live_shards) > 1:
+                    self.router.set_down(ev.shard)
+                    for key, b in list(inflight.items()):
+                        if b.shard == ev.shard:
+                            del inflight[key]
+                            b.future.cancel()
+                            failed += send_again(b, f"shard {ev.shard} lost its worker")
+            if events:
+                submit_bound()
             return failed
 
         yield from read_ahead()
-        while not running.is_empty() or not exhausted:
-            if running.is_empty():
+        while inflight or not exhausted or dispatcher.pending_rows:
+            if not inflight:
                 yield from read_ahead()
+                if not inflight and dispatcher.pending_rows:  # every live shard is full or gone
+                    yield from on_events(self._wait_for(None, watch))
                 continue
-            fut = next(running)
+            fut = None
+            while fut is None:
+                yield from on_events(self._wait_for(running, watch))
+                self._publish_view(dispatcher, report, watch)
+                fut = next(running) if running.has_ready() else None
+                if not inflight:
+                    break
+            if fut is None:
+                continue
+            batch = inflight.pop(fut.key, None)
+            if batch is None:  # cancelled and re-routed
+                fut.release()
+                continue
+            if fut.status != "finished":
+                exc = fut.exception() if fut.status == "error" else None
+                fut.release()
+                report.batches_failed += 1
+                error = f"{type(exc).__name__}: {exc}" if exc is not None else "batch cancelled"
+                if isinstance(exc, EngineDead):
+                    self._forget_cache(batch.shard)
+                if isinstance(exc, KilledWorker):  # it killed allowed-failures + 1 workers: do not send it on
+                    for prefix, items in batch.groups.items():
+                        attempts.update({i: rec.max_row_attempts for i, _ in items})
+                yield from send_again(batch, error)
+                submit_bound()
+                continue
             result = codec.decode_result(fut.result())
             fut.release()
-            dispatcher.completed([r.index for r in result.results])
+            fresh = [r for r in result.results if r.index not in answered]
+            report.duplicates_dropped += len(result.results) - len(fresh)
+            dispatcher.completed([r.index for r in fresh])
             yield from read_ahead()
-            for r in result.results:
+            for r in fresh:
+                answered.add(r.index)
+                report.rows += 1
                 yield RowResult(index=r.index, id=ids.pop(r.index), answer=r.answer, error=r.error,
                                 prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
                                 completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)
+        self._publish_view(dispatcher, report, watch, force=True)
+
+    def _answer(self, index: int, ids: dict, answered: set, error: str) -> RowResult:
+        answered.add(index)
+        self.last_report.rows += 1
+        return RowResult(index=index, id=ids.pop(index), answer=None, error=error)
+
+    def _wait_for(self, running, watch: ShardWatch) -> list:
+        """Wait until a batch completes or it is time to look at the workers again; returns
+        the shard events seen."""
+        if running is None:
+            time.sleep(watch.interval_s)
+        elif not running.has_ready():
+            with running.thread_condition:
+                running.thread_condition.wait(timeout=watch.interval_s)
+        return watch.poll()
+
+    def _forget_cache(self, shard: str) -> None:
+        """The shard's engine is new: the router forgets what it held, not the work it owes."""
+        owed = self.router.outstanding[shard]
+        self.router.forget_shard(shard)
+        self.router.outstanding[shard] = owed
+
+    def _publish_view(self, dispatcher: Dispatcher, report: JobReport, watch: ShardWatch, force: bool = False) -> None:
+        """The client's view (router, job) for the dashboard page, at most once a poll interval."""
+        now = time.monotonic()
+        if not force and now - self._view_published < watch.interval_s:
+            return
+        self._view_published = now
+        view = {"job": report.as_dict(), "time": time.time(), "pending_rows": dispatcher.pending_rows,
+                "shards": {s: {"rows_bound": dispatcher.in_flight[s], "documents_bound": dispatcher.prefixes_bound[s],
+                               "prefix_blocks_held": self.router.blocks_held[s],
+                               "outstanding_tokens": self.router.outstanding[s],
+                               "routing": "out" if s in self.router.down else "in",
+                               "worker": watch.workers.get(s)} for s in self.config.shard_names}}
+        self._client.set_metadata(VIEW_METADATA_KEY, view)
 
     def static_assignment(self, rows: list[Mapping[str, Any]]) -> dict[str, list[int]]:
         """Row indices per shard as this pipeline's router splits them when every row is bound
@@ -215,6 +349,11 @@ class Pipeline:
             dispatcher.add(i, p.prefix, p.suffix, tokens[p.prefix])
         return errors
 
+    def _prefix_tokens(self, prefixes: list[str]) -> dict[str, list[int]]:
+        unique = list(dict.fromkeys(prefixes))
+        encoded = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
+        return dict(zip(unique, encoded))
+
     def _submit(self, shard: str, groups: dict[str, list[tuple[int, str]]], truncate_prompts: bool = False):
         batch = _batch(groups)
         batch.truncate_prompts = truncate_prompts
@@ -226,6 +365,13 @@ class Pipeline:
         t.per_shard_rows[shard] = t.per_shard_rows.get(shard, 0) + len(batch.requests)
         resource = self.config.shards[self.config.shard_names.index(shard)].resource
         return self._client.submit(run_batch, payload, key=batch.batch_id, resources={resource: 1}, pure=False)
+
+
+@dataclass
+class _Batch:
+    shard: str
+    groups: dict[str, list[tuple[int, str]]]
+    future: Any
 
 
 def _batch(groups: dict[str, list[tuple[int, str]]]) -> codec.Batch:

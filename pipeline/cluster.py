@@ -10,6 +10,7 @@ import dask
 from distributed import Client, Nanny, Scheduler, SpecCluster
 
 from pipeline.config import Config
+from pipeline.security import dask_security, protocol
 
 # What vLLM inside Dask workers needs (see README, "Why these Dask settings").
 DASK_SETTINGS = {
@@ -37,6 +38,8 @@ def worker_specs(config: Config) -> dict:
             "options": {
                 "name": shard.name,
                 "host": host,
+                "protocol": protocol(config),
+                "security": dask_security(config),
                 "nthreads": config.intake.concurrent_batches,
                 "memory_limit": 0,  # the engine holds its own memory; never kill for it
                 "resources": {shard.resource: SHARD_RESOURCE_AMOUNT},
@@ -57,21 +60,27 @@ def start_local_cluster(config: Config) -> SpecCluster:
         "options": {
             "host": config.scheduler.host,
             "port": config.scheduler.port,
+            "protocol": protocol(config),
+            "security": dask_security(config),
             "dashboard": dash is not None,
-            "dashboard_address": dash or ":0",
+            # Dask's HTTP server (/metrics, /health) runs even without the dashboard: keep it on loopback too.
+            "dashboard_address": dash or f"{config.scheduler.host}:0",
+            "preload": ["pipeline.preload"],   # the pipeline's dashboard page
         },
     }
-    return SpecCluster(workers=worker_specs(config), scheduler=scheduler, name="pipeline")
+    return SpecCluster(workers=worker_specs(config), scheduler=scheduler, name="pipeline",
+                       security=dask_security(config))
 
 
 def connect(config: Config) -> tuple[Client, SpecCluster | None]:
     """A client for the configured cluster, and the embedded cluster if one was started."""
     apply_dask_settings()
+    security = dask_security(config)
     if config.scheduler.address:
-        return Client(config.scheduler.address), None
+        return Client(config.scheduler.address, security=security), None
     cluster = start_local_cluster(config)
     try:
-        return Client(cluster), cluster
+        return Client(cluster, security=security), cluster
     except BaseException:
         cluster.close()
         raise

@@ -70,6 +70,13 @@ class ModelConfig(_Section):
 
 
 class EngineConfig(_Section):
+    # "vllm": the real engine. "null": answers at once with an empty answer (plumbing
+    # tests, measurements, and workers that start with `dask worker` in tests).
+    kind: Literal["vllm", "null"] = "vllm"
+    # The null engine's answer time per request, in seconds (lets tests catch a job mid-way).
+    null_latency_s: float = Field(0.0, ge=0)
+    # No torch.compile / CUDA graphs: starts in ~20 s instead of ~2 min on CPU, runs slower.
+    enforce_eager: bool = False
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
     max_num_batched_tokens: int | None = Field(None, gt=0)
@@ -131,6 +138,36 @@ class IntakeConfig(_Section):
     compression_level: int = Field(1, ge=0, le=9)
 
 
+class RecoveryConfig(_Section):
+    # How often the client checks that every shard still has a worker (seconds).
+    poll_interval_s: float = Field(0.5, gt=0)
+    # A shard whose worker is gone this long (no nanny brought it back) is taken out of
+    # routing: its unanswered rows are re-routed to the surviving shards.
+    rejoin_timeout_s: float = Field(60.0, ge=0)
+    # A row is sent at most this many times (retries after a lost worker or a dead engine);
+    # then it is answered with a `worker: ...` error.
+    max_row_attempts: int = Field(3, gt=0)
+
+
+class SecurityConfig(_Section):
+    # TLS between client, scheduler and workers (Dask's distributed.security.Security).
+    # All three PEM files set: every connection is tls:// with mutual authentication.
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @model_validator(mode="after")
+    def _all_or_none(self) -> "SecurityConfig":
+        given = [self.tls_ca_file, self.tls_cert, self.tls_key]
+        if any(given) and not all(given):
+            raise ValueError("security: give tls_ca_file, tls_cert and tls_key together (or none)")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.tls_ca_file is not None
+
+
 class Config(_Section):
     scheduler: SchedulerConfig = SchedulerConfig()
     shards: list[ShardConfig] = Field(min_length=1)
@@ -139,6 +176,8 @@ class Config(_Section):
     sampling: SamplingConfig = SamplingConfig()
     routing: RoutingConfig = RoutingConfig()
     intake: IntakeConfig = IntakeConfig()
+    recovery: RecoveryConfig = RecoveryConfig()
+    security: SecurityConfig = SecurityConfig()
     task: Literal["document_question"] = "document_question"
 
     @model_validator(mode="after")

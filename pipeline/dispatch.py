@@ -46,6 +46,7 @@ class Dispatcher:
         self._buffered = dict.fromkeys(self.shards, 0)
         self.in_flight = dict.fromkeys(self.shards, 0)  # bound and not yet completed
         self.routes: dict[int, Route] = {}
+        self.prefixes_bound = dict.fromkeys(self.shards, 0)  # documents bound to each shard (this job)
 
     def add(self, index: int, prefix: str, suffix: str, prefix_tokens: list[int]) -> None:
         """Queue one row; rows with the same prefix wait (and will travel) together."""
@@ -61,19 +62,23 @@ class Dispatcher:
         then whatever is left in the buffers (so nothing bound waits for more rows)."""
         out: list[Bound] = []
         while self._pending:
-            least = min(self.shards, key=lambda s: self.router.outstanding[s])
+            least = min(self.router.live_shards, key=lambda s: self.router.outstanding[s])
             if self.late_binding and (self.in_flight[least] >= self.queue_per_shard or (
                     self.in_flight[least] and self.router.outstanding[least] >= self.token_budget.get(least, float("inf")))):
                 break
             _, (prefix, tokens, items) = self._pending.popitem(last=False)
             self.pending_rows -= len(items)
             hashes = block_hashes(tokens, self.router.block_size)
+            bound_to: set[str] = set()
             for index, suffix in items:
                 # about 4 characters a token: close enough for a load estimate
                 route = self.router.route(tokens, suffix_len=len(suffix) // 4 + 1, decode_tokens=self.decode_tokens,
                                           hashes=hashes)
                 self.routes[index] = route
                 shard = route.shard
+                if shard not in bound_to:
+                    bound_to.add(shard)
+                    self.prefixes_bound[shard] += 1
                 self._buffers[shard].setdefault(prefix, []).append((index, suffix))
                 self._buffered[shard] += 1
                 self.in_flight[shard] += 1

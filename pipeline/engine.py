@@ -13,6 +13,10 @@ from typing import Protocol
 from pipeline.config import Config
 
 
+class EngineDead(RuntimeError):
+    """The engine cannot serve any more requests (e.g. its engine-core process died)."""
+
+
 @dataclass
 class Generation:
     text: str
@@ -44,6 +48,7 @@ def engine_kwargs(model: str, config: Config) -> dict:
         enable_prefix_caching=e.enable_prefix_caching,
         seed=e.seed,
         disable_log_stats=True,
+        enforce_eager=e.enforce_eager,
     )
     if e.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
@@ -82,11 +87,15 @@ class VllmEngine:
 
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
         from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError
 
         final = None
-        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), self._sampling,
-                                            request_id=request_id):
-            final = out
+        try:
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), self._sampling,
+                                                request_id=request_id):
+                final = out
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine core died: {exc}") from exc
         if final is None or not final.outputs:
             raise RuntimeError("engine returned no output")
         c = final.outputs[0]
@@ -102,22 +111,20 @@ class VllmEngine:
 
 
 class NullEngine:
-    """Answers every request at once with an empty answer; tokenizes by characters.
-
-    For tests only: ``PIPELINE_NULL_ENGINE_DELAY_S`` in the workers' environment makes each
-    request take that long (so a test can interrupt a job midway)."""
+    """Answers every request with an empty answer, after ``latency_s`` (default: at once);
+    tokenizes by characters."""
 
     block_size = 16
     kv_cache_tokens = 0
 
-    def __init__(self):
-        self.delay_s = float(os.environ.get("PIPELINE_NULL_ENGINE_DELAY_S") or 0)
+    def __init__(self, latency_s: float = 0.0):
+        self.latency_s = latency_s
 
     def encode(self, text: str) -> list[int]:
         return [ord(c) for c in text]
 
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
-        await asyncio.sleep(self.delay_s)
+        await asyncio.sleep(self.latency_s)
         return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0)
 
     async def reset_prefix_cache(self) -> None:
@@ -131,5 +138,5 @@ def build_engine(kind: str, model: str, config: Config) -> Engine:
     if kind == "vllm":
         return VllmEngine(model, config)
     if kind == "null":
-        return NullEngine()
+        return NullEngine(config.engine.null_latency_s)
     raise ValueError(f"unknown engine kind {kind!r}")

@@ -18,13 +18,21 @@ class GcPauses:
         self.cpu_ms: list[float] = []
         self._t0 = 0.0
         self._c0 = 0.0
+        # Since install, never reset (for counters such as Prometheus's).
+        self.collections_total = 0
+        self.pause_ms_total = 0.0
+        self.max_ms_total = 0.0
 
     def _callback(self, phase: str, info: dict) -> None:
         if phase == "start":
             self._t0 = time.perf_counter()
             self._c0 = time.thread_time()
         elif self._t0:
-            self.pauses_ms.append((time.perf_counter() - self._t0) * 1000)
+            ms = (time.perf_counter() - self._t0) * 1000
+            self.pauses_ms.append(ms)
+            self.collections_total += 1
+            self.pause_ms_total += ms
+            self.max_ms_total = max(self.max_ms_total, ms)
             self.cpu_ms.append((time.thread_time() - self._c0) * 1000)
             self.generations.append(info.get("generation", -1))
             self._t0 = 0.0

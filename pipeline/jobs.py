@@ -60,6 +60,7 @@ class JobSummary:
     per_shard: dict = field(default_factory=dict)
     errors_by_kind: dict = field(default_factory=dict)
     resumed: int = 0         # rows already in the output when this run started
+    workers: str | None = None   # what happened to workers during the job, if anything did
 
     @property
     def requests_per_s(self) -> float:
@@ -93,7 +94,8 @@ class JobSummary:
                 f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
                 f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
                 f"completion tokens: {self.completion_tokens}\n"
-                f"rows per shard: {shards}")
+                f"rows per shard: {shards}"
+                + (f"\nworkers: {self.workers}" if self.workers else ""))
 
 
 def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
@@ -171,6 +173,8 @@ class Job:
                 order.place(r)
             order.close()
         summary.seconds = time.perf_counter() - t0
+        if pipeline.last_report is not None and pipeline.last_report.events:
+            summary.workers = pipeline.last_report.summary()
         if order.read_error is not None:
             raise order.read_error
         if self.sink.committed != self.source.num_rows:  # never expected; refuse to publish a gap

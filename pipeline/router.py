@@ -64,6 +64,22 @@ class PrefixRouter:
         self._bit = {s: 1 << i for i, s in enumerate(self.shards)}
         self._blocks: OrderedDict[int, int] = OrderedDict()  # block hash -> bitmask of shards
         self.outstanding: dict[str, float] = {s: 0.0 for s in self.shards}
+        self.blocks_held: dict[str, int] = {s: 0 for s in self.shards}  # the router's view, per shard
+        self.down: set[str] = set()  # shards taken out of routing (their worker is gone)
+
+    @property
+    def live_shards(self) -> list[str]:
+        return [s for s in self.shards if s not in self.down]
+
+    def set_down(self, shard: str, down: bool = True) -> None:
+        """Take ``shard`` out of routing (its worker is gone), or put it back."""
+        if down:
+            if len(self.down | {shard}) == len(self.shards):
+                raise RuntimeError(f"cannot take shard {shard} out of routing: no other shard is left")
+            self.down.add(shard)
+            self.forget_shard(shard)
+        else:
+            self.down.discard(shard)
 
     def _held_by_shard(self, hashes: list[int]) -> dict[str, int]:
         """Blocks of the longest prefix each shard holds (0 for none); O(blocks + shards)."""
@@ -88,7 +104,7 @@ class PrefixRouter:
         return {s: held.get(s, 0) for s in self.shards}
 
     def _imbalanced(self, shard: str) -> bool:
-        low = min(self.outstanding.values())
+        low = min(self.outstanding[s] for s in self.live_shards)
         load = self.outstanding[shard]
         return load - low > self.imbalance_abs and load > self.imbalance_ratio * low
 
@@ -105,15 +121,16 @@ class PrefixRouter:
         def work(s: str) -> float:
             return (n - held[s] * self.block_size) + extra
 
-        longest = max(held.values())
-        owners = [s for s in self.shards if held[s] == longest]
+        live = self.live_shards if self.down else self.shards
+        longest = max(held[s] for s in live)
+        owners = [s for s in live if held[s] == longest]
         shard = None
         if hashes and longest >= self.min_match * len(hashes):
             owner = min(owners, key=lambda s: self.outstanding[s])
             if not self._imbalanced(owner):
                 shard = owner
         if shard is None:
-            shard = min(self.shards, key=lambda s: self.outstanding[s] + work(s))
+            shard = min(live, key=lambda s: self.outstanding[s] + work(s))
         cost = work(shard)
         self._remember(hashes, shard)
         self.outstanding[shard] += cost
@@ -128,20 +145,32 @@ class PrefixRouter:
         bit = self._bit[shard]
         for h in list(self._blocks):
             mask = self._blocks[h] & ~bit
+            if mask == self._blocks[h]:
+                continue
             if mask:
                 self._blocks[h] = mask
             else:
                 del self._blocks[h]
         self.outstanding[shard] = 0.0
+        self.blocks_held[shard] = 0
 
     def _remember(self, hashes: list[int], shard: str) -> None:
         bit = self._bit[shard]
         blocks = self._blocks
+        new = 0
         for h in hashes:
-            blocks[h] = blocks.get(h, 0) | bit
+            old = blocks.get(h, 0)
+            if not old & bit:
+                new += 1
+            blocks[h] = old | bit
             blocks.move_to_end(h)
+        self.blocks_held[shard] += new
         while len(blocks) > self.max_blocks:
-            blocks.popitem(last=False)
+            _, mask = blocks.popitem(last=False)
+            while mask:
+                low = mask & -mask
+                self.blocks_held[self.shards[low.bit_length() - 1]] -= 1
+                mask ^= low
 
     def __len__(self) -> int:
         return len(self._blocks)

@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import time
 
 from distributed import WorkerPlugin, get_worker
+from tornado.ioloop import PeriodicCallback
 
-from pipeline import codec
+from pipeline import codec, metrics, reaper
 from pipeline.config import Config
-from pipeline.engine import Engine, build_engine
+from pipeline.dashboard import ENGINE_DIED_TOPIC, PUBLISH_INTERVAL_S
+from pipeline.engine import Engine, EngineDead, build_engine
 from pipeline.gcstats import GcPauses
 from pipeline.prompt_fit import fit_prompt
 
 PLUGIN_NAME = "pipeline-engine"
+
+logger = logging.getLogger(__name__)
 
 
 class EnginePlugin(WorkerPlugin):
@@ -37,11 +42,14 @@ class EnginePlugin(WorkerPlugin):
         self.stats: dict = {}
 
     async def setup(self, worker) -> None:
+        self.worker = worker
         self.shard = os.environ.get("PIPELINE_SHARD") or str(worker.name)
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         # Building takes seconds; keep the worker's event loop (heartbeats) free.
         self.engine = await loop.run_in_executor(None, build_engine, self.engine_kind, self.model, self.config)
+        # If this worker is killed outright, its engine-core process must not live on.
+        self._reaper = reaper.start(os.getpid(), reaper.engine_children())
         self.stats = {
             "shard": self.shard,
             "pid": os.getpid(),
@@ -56,8 +64,27 @@ class EnginePlugin(WorkerPlugin):
         gc.collect()
         gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
         self.gc_pauses = GcPauses().install()
+        self.metrics = metrics.ShardMetrics(self.shard, self.gc_pauses)
+        self.metrics.engine_builds = 1
+        self.metrics.engine_start_s = self.stats["engine_start_s"]
+        self._collector = metrics.install(self.metrics)
+        self._dead = False
+        self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
+        self._publisher.start()
+
+    def _publish(self) -> None:
+        """Send the shard's figures to the scheduler while it works, and once more when it
+        stops (an idle worker sends nothing)."""
+        snap = self.metrics.snapshot()
+        same = {k: v for k, v in snap.items() if k != "time"}
+        if snap["queued"] or snap["in_flight"] or same != getattr(self, "_published", None):
+            self._published = same
+            self.worker.log_event(metrics.SNAPSHOT_TOPIC, snap)
 
     async def teardown(self, worker) -> None:
+        if getattr(self, "_publisher", None) is not None:
+            self._publisher.stop()
+            metrics.uninstall(self._collector)
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
@@ -67,8 +94,13 @@ class EnginePlugin(WorkerPlugin):
             raise RuntimeError(f"shard {self.shard}: engine is not running")
         batch = codec.decode_batch(payload)
         prefix_ids = [self.engine.encode(p) for p in batch.prefixes]
-        results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts)
-                                         for r in batch.requests))
+        try:
+            results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts)
+                                             for r in batch.requests))
+        except EngineDead as exc:
+            self._engine_died(exc)
+            raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
+        self.metrics.batches += 1
         self.stats["batches"] += 1
         self.stats["requests"] += len(results)
         out = codec.BatchResult(batch_id=batch.batch_id, shard=self.shard, results=list(results))
@@ -76,21 +108,45 @@ class EnginePlugin(WorkerPlugin):
 
     async def _one(self, batch_id: str, req: codec.Request, prefix_ids: list[list[int]],
                    truncate: bool = False) -> codec.Result:
-        async with self._intake:
-            t0 = time.perf_counter()
-            ids, error = fit_prompt(prefix_ids[req.prefix], self.engine.encode(req.suffix),
-                                    self.config.engine.max_model_len, self.config.sampling.max_tokens, truncate)
-            if error is not None:
-                return codec.Result(req.index, None, error, 0, 0, 0, self.shard, 0.0)
-            try:
-                gen = await self.engine.generate(ids, request_id=f"{batch_id}-{req.index}")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # one failed request must not fail its batch
-                return codec.Result(req.index, None, f"engine: {type(exc).__name__}: {exc}", len(ids), 0, 0,
-                                    self.shard, time.perf_counter() - t0)
-            return codec.Result(req.index, gen.text.strip(), None, gen.prompt_tokens, gen.cached_tokens,
-                                gen.completion_tokens, self.shard, time.perf_counter() - t0)
+        ids, error = fit_prompt(prefix_ids[req.prefix], self.engine.encode(req.suffix),
+                                self.config.engine.max_model_len, self.config.sampling.max_tokens, truncate)
+        if error is not None:
+            return codec.Result(req.index, None, error, 0, 0, 0, self.shard, 0.0)
+        m = self.metrics
+        m.queue(len(ids))
+        try:
+            await self._intake.acquire()
+        except BaseException:
+            m.queued -= 1
+            m.prefill_outstanding -= len(ids)
+            raise
+        m.admit()
+        t0 = time.perf_counter()
+        gen = None
+        try:
+            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{req.index}")
+        except (asyncio.CancelledError, EngineDead):
+            raise
+        except Exception as exc:  # one failed request must not fail its batch
+            return codec.Result(req.index, None, f"engine: {type(exc).__name__}: {exc}", len(ids), 0, 0,
+                                self.shard, time.perf_counter() - t0)
+        finally:
+            self._intake.release()
+            m.finish(len(ids), gen.cached_tokens if gen else 0, gen.completion_tokens if gen else 0, gen is None)
+        return codec.Result(req.index, gen.text.strip(), None, gen.prompt_tokens, gen.cached_tokens,
+                            gen.completion_tokens, self.shard, time.perf_counter() - t0)
+
+    def _engine_died(self, exc: Exception) -> None:
+        """The engine can serve nothing more: say so, then restart this worker process (its
+        nanny starts a fresh one, which builds a fresh engine; the reaper stops what is left
+        of the old engine). Without a nanny the worker just leaves, and the client re-routes
+        its shard's rows once ``recovery.rejoin_timeout_s`` has passed."""
+        if self._dead:
+            return
+        self._dead = True
+        logger.error("shard %s: engine died (%s); restarting the worker", self.shard, exc)
+        self.worker.log_event(ENGINE_DIED_TOPIC, {"shard": self.shard, "error": str(exc)})
+        self.worker.loop.add_callback(self.worker.close, nanny=False, reason=f"pipeline: engine died: {exc}")
 
 
 def _plugin() -> EnginePlugin:
@@ -112,7 +168,7 @@ def worker_stats(dask_worker) -> dict:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None or not plugin.stats:
         return {}
-    return {**plugin.stats, "gc": plugin.gc_pauses.summary()}
+    return {**plugin.stats, "gc": plugin.gc_pauses.summary(), "metrics": plugin.metrics.snapshot()}
 
 
 async def reset_worker(dask_worker) -> None:

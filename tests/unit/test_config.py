@@ -70,3 +70,19 @@ def test_replace_merges_sections():
     cfg = load_config().replace(scheduler={"dashboard_address": None}, sampling={"max_tokens": 8})
     assert cfg.scheduler.dashboard_address is None and cfg.scheduler.host == "127.0.0.1"
     assert cfg.sampling.max_tokens == 8
+
+
+def test_security_needs_all_three_tls_files():
+    with pytest.raises(ConfigError, match="tls_ca_file, tls_cert and tls_key together"):
+        parse_config({"shards": [{"name": "a", "device": 0}], "security": {"tls_ca_file": "/ca.pem"}})
+    cfg = parse_config({"shards": [{"name": "a", "device": 0}],
+                        "security": {"tls_ca_file": "/ca.pem", "tls_cert": "/c.pem", "tls_key": "/k.pem"}})
+    assert cfg.security.enabled
+
+
+def test_engine_kind_and_recovery_are_checked():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"shards": [{"name": "a", "device": 0}], "engine": {"kind": "fake"},
+                      "recovery": {"rejoin_timeout_s": -1, "max_row_attempts": 0}})
+    text = str(err.value)
+    assert "engine.kind" in text and "recovery.rejoin_timeout_s" in text and "recovery.max_row_attempts" in text

@@ -19,24 +19,25 @@ ROWS = 2000
 DETERMINISTIC = ["doc_id", "expected", "id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens"]
 
 
-def cli(src, out, config, delay_s=0.0):
-    env = {**os.environ, "PIPELINE_NULL_ENGINE_DELAY_S": str(delay_s)}
+def cli(src, out, config):
     return subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(src), str(out), "--engine", "null",
                              "--part-rows", "50", "--quiet", "--config", str(config)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # its own process group: the kill reaches the workers too
 
 
 def test_killed_job_resumes_to_the_uninterrupted_output(tmp_path):
-    config = tmp_path / "cluster.yaml"
-    config.write_text(yaml.safe_dump(load_config().replace(scheduler={"dashboard_address": None}).model_dump()))
+    base = load_config().replace(scheduler={"dashboard_address": None})
+    config, slow = tmp_path / "cluster.yaml", tmp_path / "slow.yaml"
+    config.write_text(yaml.safe_dump(base.model_dump()))
+    slow.write_text(yaml.safe_dump(base.replace(engine={"null_latency_s": 1.0}).model_dump()))
     rows = [{**r, "question": f"{r['question']} ({i})"} for i, r in
             enumerate(document_questions(ROWS // 4, 4, seed=5, order="shuffled"))]
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     killed, partial = tmp_path / "killed.parquet", tmp_path / "killed.parquet.partial"
 
-    proc = cli(src, killed, config, delay_s=1.0)  # ~256 rows/s: the kill lands midway
+    proc = cli(src, killed, slow)  # ~256 rows/s: the kill lands midway
     deadline = time.monotonic() + 240
     while len(list(partial.glob("part-*.parquet"))) < 3:
         assert proc.poll() is None, proc.communicate()

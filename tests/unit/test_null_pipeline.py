@@ -1,4 +1,9 @@
 """The whole client/Dask/worker path with the null engine (no vLLM): plumbing only."""
+import json
+import re
+import time
+import urllib.request
+
 import pytest
 
 from pipeline import Pipeline, load_config
@@ -7,7 +12,7 @@ from pipeline.workloads import document_questions
 
 @pytest.fixture(scope="module")
 def null_pipeline():
-    config = load_config().replace(scheduler={"dashboard_address": None},
+    config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
                                    intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16})
     with Pipeline(config, engine="null") as p:
         yield p
@@ -56,3 +61,81 @@ def test_documents_stay_on_one_shard(null_pipeline):
         shards.setdefault(row["doc_id"], set()).add(r.shard)
     assert all(len(s) == 1 for s in shards.values())
     assert {s for v in shards.values() for s in v} == {"cpu0", "cpu1"}
+
+
+def _get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.read().decode()
+
+
+def _dashboard_base(p):
+    return p.dashboard_link.rsplit("/", 1)[0]
+
+
+def test_dashboard_page_shows_each_shard_and_the_job(null_pipeline):
+    rows = document_questions(12, 3, seed=4, order="shuffled")
+    null_pipeline.run(rows)
+    base = _dashboard_base(null_pipeline)
+    assert base.startswith("http://127.0.0.1:")
+    deadline = time.monotonic() + 10
+    while True:  # workers publish their figures every second
+        status = json.loads(_get(base + "/pipeline/status.json")[1])
+        shards = status["shards"]
+        if all(shards.get(s, {}).get("requests", 0) > 0 for s in ("cpu0", "cpu1")) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert set(shards) == {"cpu0", "cpu1"}
+    # every row was counted by the worker that answered it, and by the router's view
+    assert sum(s["requests"] for s in shards.values()) >= len(rows)
+    assert sum(s["documents_bound"] for s in shards.values()) == 12
+    assert all(s["routing"] == "in" and s["queued"] == 0 and s["in_flight"] == 0 for s in shards.values())
+    assert status["job"]["rows"] == len(rows) and status["job"]["job"] == null_pipeline.last_report.job
+    code, page = _get(base + "/pipeline")
+    assert code == 200
+    for text in ("cpu0", "cpu1", "prefill tokens outstanding", "prefix-cache hit share", "requests/s",
+                 "output tokens/s", "GC max pause", "documents owned (router)", null_pipeline.last_report.job):
+        assert text in page
+
+
+def test_each_job_is_a_dask_span(null_pipeline):
+    null_pipeline.run(document_questions(4, 2, seed=8))
+    job = null_pipeline.last_report.job
+
+    def span_names(dask_scheduler):
+        return [list(s.name) for s in dask_scheduler.extensions["spans"].spans.values()]
+
+    assert [job] in null_pipeline.client.run_on_scheduler(span_names)
+
+
+def test_workers_expose_shard_metrics_to_prometheus(null_pipeline):
+    null_pipeline.run(document_questions(6, 2, seed=9))
+
+    def metrics_url(dask_worker):
+        return f"http://{dask_worker.ip}:{dask_worker.http_server.port}/metrics"
+
+    urls = null_pipeline.client.run(metrics_url)
+    seen = {}
+    for url in urls.values():
+        assert url.startswith("http://127.0.0.1:")
+        text = _get(url)[1]
+        for name in ("pipeline_requests_queued", "pipeline_requests_in_flight", "pipeline_prefill_tokens_outstanding",
+                     "pipeline_prefix_cache_hit_ratio", "pipeline_output_tokens_total", "pipeline_gc_pause_seconds_total"):
+            assert name in text, name
+        m = re.search(r'^pipeline_requests_total\{shard="(\w+)"\} (\S+)$', text, re.M)
+        seen[m.group(1)] = float(m.group(2))
+    assert set(seen) == {"cpu0", "cpu1"} and all(v > 0 for v in seen.values())
+
+
+def test_every_listening_socket_is_on_loopback(null_pipeline):
+    import os
+
+    import psutil
+
+    def listening(pid):
+        return [c.laddr for c in psutil.Process(pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+
+    worker_pids = list(null_pipeline.client.run(os.getpid).values())
+    # this process runs the scheduler, its dashboard and the nannies; the workers run apart
+    sockets = [a for pid in [os.getpid(), *worker_pids] for a in listening(pid)]
+    assert len(sockets) >= 2 + 2 * 2  # scheduler + dashboard, and per worker its comm + /metrics
+    assert {a.ip for a in sockets} == {"127.0.0.1"}, sockets

@@ -100,3 +100,28 @@ def test_bad_shards_rejected():
         PrefixRouter([])
     with pytest.raises(ValueError):
         PrefixRouter(["a", "a"])
+
+
+def test_a_shard_taken_out_of_routing_gets_nothing_and_the_last_cannot_be_taken_out():
+    r = PrefixRouter(["a", "b"], block_size=4)
+    doc = list(range(40))
+    owner = r.route(doc, 2).shard
+    r.set_down(owner)
+    other = "b" if owner == "a" else "a"
+    assert {r.route(doc, 2).shard for _ in range(5)} == {other}  # its document moves to the survivor
+    assert {r.route(list(range(100, 140)), 2).shard for _ in range(3)} == {other}
+    with pytest.raises(RuntimeError):
+        r.set_down(other)
+    r.set_down(owner, False)
+    assert r.live_shards == ["a", "b"]
+
+
+def test_blocks_held_follows_remembering_forgetting_and_eviction():
+    r = PrefixRouter(["a", "b"], block_size=4, max_blocks=12)
+    r.route(list(range(40)), 0)        # 10 blocks on its shard
+    shard = max(r.blocks_held, key=r.blocks_held.get)
+    assert r.blocks_held[shard] == 10
+    r.route(list(range(1000, 1020)), 0)  # 5 more blocks: the LRU keeps 12
+    assert sum(r.blocks_held.values()) == len(r) == 12
+    r.forget_shard(shard)
+    assert r.blocks_held[shard] == 0 and sum(r.blocks_held.values()) == len(r)

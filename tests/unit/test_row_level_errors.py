@@ -6,6 +6,8 @@ import pytest
 
 from pipeline import codec, load_config
 from pipeline.engine import Generation
+from pipeline.gcstats import GcPauses
+from pipeline.metrics import ShardMetrics
 from pipeline.jobs import error_kind
 from pipeline.prompt_fit import fit_prompt
 from pipeline.worker import EnginePlugin
@@ -77,6 +79,7 @@ def test_an_engine_failure_fails_only_its_own_row():
     plugin = EnginePlugin(load_config(), model="unused", engine_kind="null")
     plugin.engine, plugin.shard = FailingOn(ord("!")), "s0"
     plugin.stats = {"batches": 0, "requests": 0}
+    plugin.metrics, plugin._dead = ShardMetrics("s0", GcPauses()), False
 
     async def run():
         plugin._intake = asyncio.Semaphore(4)

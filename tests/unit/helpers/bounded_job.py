@@ -17,6 +17,7 @@ class ReversingAnswerer:
 
     def __init__(self, window: int):
         self.window = window
+        self.last_report = None  # as Pipeline: what happened to workers (nothing here)
 
     def stream(self, rows, task=None, truncate_prompts=False):
         held = []

@@ -1,0 +1,121 @@
+"""Per-shard figures, counted on the worker: for the Dask dashboard page and Prometheus.
+
+One ``ShardMetrics`` per worker process, updated by the engine plugin as requests wait,
+run and finish. ``snapshot()`` is what the worker sends to the scheduler every second
+(the dashboard page reads it there); ``ShardCollector`` exposes the same figures on the
+worker's own ``/metrics`` (Dask's HTTP server already serves prometheus_client's
+default registry there), so an existing Prometheus can scrape every worker.
+"""
+from __future__ import annotations
+
+import time
+
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
+
+from pipeline.gcstats import GcPauses
+
+SNAPSHOT_TOPIC = "pipeline-shard"   # scheduler event topic the workers publish to
+
+
+class ShardMetrics:
+    def __init__(self, shard: str, gc_pauses: GcPauses):
+        self.shard = shard
+        self.gc = gc_pauses
+        self.queued = 0                 # requests of running batches waiting for intake
+        self.in_flight = 0              # requests admitted to the engine, not finished
+        self.prefill_outstanding = 0    # prompt tokens of queued + in-flight requests
+        self.requests = 0               # finished requests (answered or failed)
+        self.errors = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.output_tokens = 0
+        self.batches = 0
+        self.engine_builds = 0
+        self.engine_start_s = 0.0
+
+    def queue(self, prompt_tokens: int) -> None:
+        self.queued += 1
+        self.prefill_outstanding += prompt_tokens
+
+    def admit(self) -> None:
+        self.queued -= 1
+        self.in_flight += 1
+
+    def finish(self, prompt_tokens: int, cached: int, output: int, error: bool) -> None:
+        self.in_flight -= 1
+        self.prefill_outstanding -= prompt_tokens
+        self.requests += 1
+        self.errors += error
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached
+        self.output_tokens += output
+
+    @property
+    def cache_hit_share(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def snapshot(self) -> dict:
+        return {
+            "shard": self.shard, "time": time.time(), "queued": self.queued, "in_flight": self.in_flight,
+            "prefill_outstanding": self.prefill_outstanding, "requests": self.requests, "errors": self.errors,
+            "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+            "output_tokens": self.output_tokens, "batches": self.batches, "cache_hit_share": self.cache_hit_share,
+            "gc_collections": self.gc.collections_total, "gc_pause_s": self.gc.pause_ms_total / 1000,
+            "gc_max_pause_s": self.gc.max_ms_total / 1000, "engine_builds": self.engine_builds,
+            "engine_start_s": self.engine_start_s,
+        }
+
+
+class ShardCollector:
+    """prometheus_client collector reading one ShardMetrics at scrape time."""
+
+    def __init__(self, metrics: ShardMetrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return []  # no collect at registration time (the figures change)
+
+    def collect(self):
+        m = self.metrics
+        s = m.snapshot()
+
+        def gauge(name, doc, value):
+            g = GaugeMetricFamily(f"pipeline_{name}", doc, labels=["shard"])
+            g.add_metric([m.shard], value)
+            return g
+
+        def counter(name, doc, value):
+            c = CounterMetricFamily(f"pipeline_{name}", doc, labels=["shard"])
+            c.add_metric([m.shard], value)
+            return c
+
+        yield gauge("requests_queued", "Requests of running batches waiting to be admitted to the engine", s["queued"])
+        yield gauge("requests_in_flight", "Requests admitted to the engine and not finished", s["in_flight"])
+        yield gauge("prefill_tokens_outstanding", "Prompt tokens of queued and in-flight requests",
+                    s["prefill_outstanding"])
+        yield gauge("prefix_cache_hit_ratio", "Share of prompt tokens served from the prefix cache",
+                    s["cache_hit_share"])
+        yield counter("requests", "Requests finished (answered or failed)", s["requests"])
+        yield counter("request_errors", "Requests that failed in the engine", s["errors"])
+        yield counter("prompt_tokens", "Prompt tokens of finished requests", s["prompt_tokens"])
+        yield counter("cached_prompt_tokens", "Prompt tokens served from the prefix cache", s["cached_tokens"])
+        yield counter("output_tokens", "Generated tokens", s["output_tokens"])
+        yield counter("batches", "Batches (Dask tasks) finished", s["batches"])
+        yield counter("gc_collections", "Garbage collections in the worker process", s["gc_collections"])
+        yield counter("gc_pause_seconds", "Time spent in garbage collection (wall clock)", s["gc_pause_s"])
+        yield gauge("gc_max_pause_seconds", "Longest garbage-collection pause", s["gc_max_pause_s"])
+        yield counter("engine_builds", "Engines built in this worker process", s["engine_builds"])
+
+
+def install(metrics: ShardMetrics) -> ShardCollector:
+    """Expose ``metrics`` on this process's /metrics (prometheus_client's default registry)."""
+    collector = ShardCollector(metrics)
+    REGISTRY.register(collector)
+    return collector
+
+
+def uninstall(collector: ShardCollector) -> None:
+    try:
+        REGISTRY.unregister(collector)
+    except KeyError:
+        pass

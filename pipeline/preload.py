@@ -1,0 +1,54 @@
+"""Dask preload: gives a ``dask scheduler`` the pipeline's dashboard page, and a
+``dask worker`` its shard identity.
+
+    dask scheduler --host 127.0.0.1 --preload pipeline.preload
+    dask worker tcp://SCHEDULER:8786 --nthreads 4 --memory-limit 0 \\
+        --preload pipeline.preload --shard gpu0 --pipeline-config cluster.yaml
+
+A worker started so takes shard ``gpu0`` from cluster.yaml: its environment (device pin,
+``PIPELINE_SHARD``) and the resource ``shard-gpu0`` that the pipeline's batches for that
+shard require. The engine itself comes from the scheduler: ``Pipeline.start`` registers
+the engine plugin there, and Dask installs it on every worker that joins, including one a
+nanny restarts. The embedded cluster (pipeline/cluster.py) uses the same preload for its
+scheduler.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+import dask
+from distributed import Scheduler, Worker
+
+from pipeline import dashboard
+from pipeline.cluster import SHARD_RESOURCE_AMOUNT
+from pipeline.config import load_config
+
+logger = logging.getLogger(__name__)
+
+
+def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None:
+    config = load_config(config_path)
+    try:
+        shard = next(s for s in config.shards if s.name == shard_name)
+    except StopIteration:
+        raise click.UsageError(f"--shard {shard_name}: not in the config's shards ({', '.join(config.shard_names)})")
+    os.environ.update(shard.worker_env())   # read when the engine starts, after this
+    # Before the worker registers: the scheduler sees the resource from the start.
+    worker.state.total_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
+    worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
+    logger.info("pipeline: this worker serves shard %s", shard.name)
+
+
+@click.command()
+@click.option("--shard", default=None, help="worker: the shard (a name under `shards:` in the config) it serves")
+@click.option("--pipeline-config", "config_path", default=None, help="the pipeline's cluster.yaml (default: the repository's)")
+def dask_setup(server, shard, config_path):
+    if isinstance(server, Scheduler):
+        dashboard.install(server)
+        if dask.config.get("distributed.scheduler.work-stealing"):
+            logger.warning("pipeline: work stealing is on; it moves batches away from the shard holding their "
+                           "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False")
+    elif isinstance(server, Worker) and shard:
+        join_shard(server, shard, config_path)

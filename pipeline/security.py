@@ -1,0 +1,25 @@
+"""TLS between client, scheduler and workers, from the config's ``security`` block.
+
+Dask's own ``distributed.security.Security``: one CA file, and one certificate + key that
+every role (client, scheduler, worker) presents; connections use ``tls://`` and both
+ends verify each other against the CA (mutual TLS). Nothing else changes.
+"""
+from __future__ import annotations
+
+from distributed.security import Security
+
+from pipeline.config import Config
+
+
+def dask_security(config: Config) -> Security | None:
+    s = config.security
+    if not s.enabled:
+        return None
+    return Security(require_encryption=True, tls_ca_file=s.tls_ca_file,
+                    tls_client_cert=s.tls_cert, tls_client_key=s.tls_key,
+                    tls_scheduler_cert=s.tls_cert, tls_scheduler_key=s.tls_key,
+                    tls_worker_cert=s.tls_cert, tls_worker_key=s.tls_key)
+
+
+def protocol(config: Config) -> str:
+    return "tls://" if config.security.enabled else "tcp://"

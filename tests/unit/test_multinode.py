@@ -1,0 +1,146 @@
+"""Several machines, rehearsed on loopback: a `dask scheduler` and one `dask worker` per shard,
+each its own OS process started with Dask's commands and the pipeline's preload; the
+pipeline connects to the scheduler's address from cluster.yaml. The last test kills a
+worker together with its nanny (a host lost for good): its rows go to the survivor.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from pipeline import Pipeline
+from pipeline.recovery import GONE, LOST, REJOINED
+from pipeline.workloads import document_questions
+
+ROOT = Path(__file__).resolve().parents[2]
+DASK = str(Path(sys.executable).parent / "dask")
+# What the README's multi-node recipe sets (see "Several machines").
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
+       "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+
+
+def _config(tmp, address):
+    cfg = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    cfg["scheduler"]["address"] = address
+    cfg["engine"].update(kind="null", null_latency_s=0.05)
+    cfg["intake"].update(batch_size=8, queue_per_shard=32, max_in_flight=2, concurrent_batches=2)
+    cfg["recovery"] = {"poll_interval_s": 0.2, "rejoin_timeout_s": 5.0}
+    path = tmp / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def processes(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("multinode")
+    sched_file = tmp / "scheduler.json"
+    procs = {"scheduler": subprocess.Popen(
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
+         "--scheduler-file", str(sched_file), "--preload", "pipeline.preload"], env=ENV, cwd=tmp)}
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists():
+            assert time.monotonic() < deadline, "scheduler did not start"
+            assert procs["scheduler"].poll() is None, "scheduler exited"
+            time.sleep(0.2)
+        time.sleep(0.2)
+        info = json.loads(sched_file.read_text())
+        config_path = _config(tmp, info["address"])
+        for shard in ("cpu0", "cpu1"):
+            procs[shard] = subprocess.Popen(
+                [DASK, "worker", info["address"], "--host", "127.0.0.1", "--nthreads", "2", "--memory-limit", "0",
+                 "--no-dashboard", "--name", shard,
+                 "--preload", "pipeline.preload", "--shard", shard, "--pipeline-config", str(config_path)],
+                env=ENV, cwd=tmp)
+        yield procs, config_path, info
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _worker_process(pipeline, shard):
+    workers = pipeline.client.scheduler_info(n_workers=-1)["workers"]
+    addr = next(a for a, w in workers.items() if f"shard-{shard}" in (w.get("resources") or {}))
+    return psutil.Process(pipeline.client.run(os.getpid, workers=[addr])[addr])
+
+
+@pytest.fixture(scope="module")
+def pipeline(processes):
+    _, config_path, _ = processes
+    with Pipeline(str(config_path)) as p:
+        yield p
+
+
+def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
+    procs, _, info = processes
+    rows = document_questions(10, 3, seed=21, order="shuffled")
+    results = pipeline.run(rows)
+    assert [r.id for r in results] == [row["id"] for row in rows] and all(r.error is None for r in results)
+    assert {r.shard for r in results} == {"cpu0", "cpu1"}
+    # each shard is served by a separate `dask worker` process tree, not by this process
+    pids = pipeline.client.run(os.getpid)
+    for shard in ("cpu0", "cpu1"):
+        assert {c.pid for c in psutil.Process(procs[shard].pid).children()} & set(pids.values())
+    assert os.getpid() not in pids.values()
+    # the scheduler started with `--preload pipeline.preload` serves the pipeline's page
+    port = info["services"]["dashboard"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline", timeout=10) as r:
+        page = r.read().decode()
+    assert "cpu0" in page and "cpu1" in page
+
+
+def test_dask_worker_killed_comes_back_through_its_nanny_with_its_shard(processes, pipeline):
+    procs, _, _ = processes
+    rows = document_questions(60, 4, seed=23, order="shuffled")
+    worker = _worker_process(pipeline, "cpu1")
+    assert worker.ppid() == procs["cpu1"].pid  # a child of its `dask worker` (nanny) process
+    out = []
+    for r in pipeline.stream(rows):
+        out.append(r)
+        if len(out) == 40:
+            worker.send_signal(signal.SIGKILL)
+    report = pipeline.last_report
+    print("dask worker restarted:", report.summary())
+    counts = Counter(r.id for r in out)
+    assert len(out) == len(rows) and max(counts.values()) == 1 and all(r.error is None for r in out)
+    kinds = [(e.kind, e.shard) for e in report.events]
+    assert (LOST, "cpu1") in kinds and (REJOINED, "cpu1") in kinds
+    # the restarted process took its shard again from the preload
+    assert any(r.shard == "cpu1" for r in pipeline.run(document_questions(10, 2, seed=24)))
+
+
+def test_host_lost_for_good_its_rows_go_to_the_survivor(processes, pipeline):
+    procs, _, _ = processes
+    rows = document_questions(100, 4, seed=22, order="shuffled")
+    nanny = psutil.Process(procs["cpu1"].pid)
+    worker = _worker_process(pipeline, "cpu1")
+    out = []
+    for r in pipeline.stream(rows):
+        out.append(r)
+        if len(out) == 60:  # the nanny first, so nothing restarts the worker
+            nanny.send_signal(signal.SIGKILL)
+            worker.send_signal(signal.SIGKILL)
+    report = pipeline.last_report
+    print("host lost:", report.summary())
+    counts = Counter(r.id for r in out)
+    assert len(out) == len(rows) == 400 and set(counts) == {row["id"] for row in rows} and max(counts.values()) == 1
+    assert all(r.error is None for r in out)
+    kinds = [(e.kind, e.shard) for e in report.events]
+    assert (LOST, "cpu1") in kinds and (GONE, "cpu1") in kinds
+    assert report.rows_rerouted > 0 and report.rows_failed == 0
+    assert {r.shard for r in out[-100:]} == {"cpu0"}
