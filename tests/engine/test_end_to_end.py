@@ -4,7 +4,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs import run_parquet
+from pipeline.jobs import run_job
 from pipeline.workloads import document_questions
 
 
@@ -64,7 +64,7 @@ def test_parquet_job_keeps_ids_and_extra_columns(pipeline, tmp_path):
     rows = document_questions(4, 2, seed=14)
     src, dst = tmp_path / "in.parquet", tmp_path / "out.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    summary = run_parquet(pipeline, src, dst, progress=False)
+    summary = run_job(pipeline, src, dst, progress=False)
     out = pq.read_table(dst).to_pylist()
     assert summary.rows == len(out) == len(rows) and summary.errors == 0
     assert [o["id"] for o in out] == [r["id"] for r in rows]
