@@ -288,9 +288,12 @@ class Pipeline:
         the shard events seen."""
         if running is None:
             time.sleep(watch.interval_s)
-        elif not running.has_ready():
+        else:
+            # Checked under the condition's lock: as_completed queues a finished future, then
+            # notifies under this lock, so a completion between check and wait is never missed.
             with running.thread_condition:
-                running.thread_condition.wait(timeout=watch.interval_s)
+                if not running.has_ready():
+                    running.thread_condition.wait(timeout=watch.interval_s)
         return watch.poll()
 
     def _forget_cache(self, shard: str) -> None:
