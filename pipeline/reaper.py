@@ -21,7 +21,10 @@ def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
     """Start the watchdog for ``child_pids`` of ``parent_pid`` (none: nothing to watch)."""
     if not child_pids:
         return None
-    return subprocess.Popen([sys.executable, "-m", "pipeline.reaper", str(parent_pid), *map(str, child_pids)],
+    # "-c", not "-m pipeline.reaper": the package imports this module first, and runpy would
+    # warn about running a module that is already imported.
+    code = "import sys; from pipeline.reaper import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.Popen([sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
