@@ -78,10 +78,12 @@ def test_dashboard_page_shows_each_shard_and_the_job(null_pipeline):
     base = _dashboard_base(null_pipeline)
     assert base.startswith("http://127.0.0.1:")
     deadline = time.monotonic() + 10
-    while True:  # workers publish their figures every second
+    while True:  # workers publish their figures every second, and once more when idle
         status = json.loads(_get(base + "/pipeline/status.json")[1])
         shards = status["shards"]
-        if all(shards.get(s, {}).get("requests", 0) > 0 for s in ("cpu0", "cpu1")) or time.monotonic() > deadline:
+        settled = all(shards.get(s, {}).get("requests", 0) > 0 and shards[s].get("queued") == 0
+                      and shards[s].get("in_flight") == 0 for s in ("cpu0", "cpu1"))
+        if settled or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert set(shards) == {"cpu0", "cpu1"}
