@@ -344,15 +344,13 @@ class Pipeline:
                 parts.append((i, (task or self.task).split(row)))
             except RowError as exc:
                 errors.append((i, str(exc)))
-        # Each distinct prefix is tokenized once, all in one call (the fast tokenizer batches it).
-        unique = list(dict.fromkeys(p.prefix for _, p in parts))
-        encoded = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
-        tokens = dict(zip(unique, encoded))
+        tokens = self._prefix_tokens([p.prefix for _, p in parts])
         for i, p in parts:
             dispatcher.add(i, p.prefix, p.suffix, tokens[p.prefix])
         return errors
 
     def _prefix_tokens(self, prefixes: list[str]) -> dict[str, list[int]]:
+        """Each distinct prefix tokenized once, all in one call (the fast tokenizer batches it)."""
         unique = list(dict.fromkeys(prefixes))
         encoded = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
         return dict(zip(unique, encoded))

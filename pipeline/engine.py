@@ -6,7 +6,6 @@ to measure the pipeline's own plumbing and in unit tests of routing and transpor
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from typing import Protocol
 
