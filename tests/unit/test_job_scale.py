@@ -44,7 +44,10 @@ def test_million_rows_stream_through_in_bounded_memory(tmp_path):
     assert report["rows"] == ROWS and report["errors"] == 0
     added = report["peak_rss"] - report["baseline_rss"]
     print(f"input in memory: {whole / 2**20:.0f} MiB; job's peak RSS growth: {added / 2**20:.0f} MiB")
-    assert added < whole / 4, (added, whole)  # measured: ~100 MiB of ~450 MiB, a third of it the id check
+    # Holding the input (or the answers) would add at least `whole`. Streaming adds 72-122 MiB of
+    # ~450 MiB in the runs seen so far (allocator and arrow-pool slack vary run to run; ~22 MiB of
+    # it is the duplicate-id check, which grows with the row count by design).
+    assert added < whole / 2, (added, whole)
 
     out = pq.ParquetFile(dst)
     assert out.metadata.num_rows == ROWS
