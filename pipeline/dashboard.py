@@ -5,7 +5,8 @@ the scheduler preload (pipeline/preload.py). It reads what the scheduler already
 each worker's figures, which the engine plugin sends every second while it works as Dask events
 (topic ``pipeline-shard``), and the client's view (router, current job), which
 ``Pipeline.stream`` keeps in the scheduler's metadata. Requests/s and output tokens/s are
-the rates over a shard's snapshots of the last 10 seconds.
+the rates over a shard's snapshots of the last 10 seconds; so is the engine busy share
+(the part of that time in which the shard's engine had at least one request).
 """
 from __future__ import annotations
 
@@ -40,11 +41,13 @@ def status(scheduler) -> dict:
         snaps = recent.get(name, [])
         s = dict(snaps[-1]) if snaps else {}
         if snaps and time.time() - snaps[-1]["time"] > 3 * PUBLISH_INTERVAL_S:  # idle: it stopped sending
-            s["requests_per_s"] = s["output_tokens_per_s"] = 0.0
+            s["requests_per_s"] = s["output_tokens_per_s"] = s["engine_busy_share"] = 0.0
         elif len(snaps) >= 2 and snaps[-1]["time"] > snaps[0]["time"]:
             dt = snaps[-1]["time"] - snaps[0]["time"]
             s["requests_per_s"] = (snaps[-1]["requests"] - snaps[0]["requests"]) / dt
             s["output_tokens_per_s"] = (snaps[-1]["output_tokens"] - snaps[0]["output_tokens"]) / dt
+            if "engine_busy_s" in snaps[0]:
+                s["engine_busy_share"] = (snaps[-1]["engine_busy_s"] - snaps[0]["engine_busy_s"]) / dt
         s.update(routed.get(name, {}))
         shards[name] = s
     died = [msg for _, msg in scheduler.get_events(ENGINE_DIED_TOPIC)][-10:]
@@ -58,6 +61,7 @@ COLUMNS = [  # (key, heading, format)
     ("prefill_outstanding", "prefill tokens outstanding", "{:,d}"),
     ("cache_hit_share", "prefix-cache hit share", "{:.3f}"),
     ("requests_per_s", "requests/s", "{:.1f}"), ("output_tokens_per_s", "output tokens/s", "{:.1f}"),
+    ("engine_busy_share", "engine busy share", "{:.2f}"),
     ("requests", "requests done", "{:,d}"),
     ("gc_collections", "GC collections", "{:,d}"), ("gc_pause_s", "GC pause total (s)", "{:.3f}"),
     ("gc_max_pause_s", "GC max pause (ms)", "ms"),

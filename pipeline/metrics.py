@@ -32,6 +32,8 @@ class ShardMetrics:
         self.batches = 0
         self.engine_builds = 0
         self.engine_start_s = 0.0
+        self.busy_s = 0.0               # time with at least one request in the engine
+        self._busy_since = 0.0
 
     def queue(self, prompt_tokens: int) -> None:
         self.queued += 1
@@ -39,10 +41,14 @@ class ShardMetrics:
 
     def admit(self) -> None:
         self.queued -= 1
+        if not self.in_flight:
+            self._busy_since = time.perf_counter()
         self.in_flight += 1
 
     def finish(self, prompt_tokens: int, cached: int, output: int, error: bool) -> None:
         self.in_flight -= 1
+        if not self.in_flight:
+            self.busy_s += time.perf_counter() - self._busy_since
         self.prefill_outstanding -= prompt_tokens
         self.requests += 1
         self.errors += error
@@ -54,6 +60,11 @@ class ShardMetrics:
     def cache_hit_share(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
+    @property
+    def engine_busy_s(self) -> float:
+        """Time the engine has had work, including the current busy stretch."""
+        return self.busy_s + (time.perf_counter() - self._busy_since if self.in_flight else 0.0)
+
     def snapshot(self) -> dict:
         return {
             "shard": self.shard, "time": time.time(), "queued": self.queued, "in_flight": self.in_flight,
@@ -62,7 +73,7 @@ class ShardMetrics:
             "output_tokens": self.output_tokens, "batches": self.batches, "cache_hit_share": self.cache_hit_share,
             "gc_collections": self.gc.collections_total, "gc_pause_s": self.gc.pause_ms_total / 1000,
             "gc_max_pause_s": self.gc.max_ms_total / 1000, "engine_builds": self.engine_builds,
-            "engine_start_s": self.engine_start_s,
+            "engine_start_s": self.engine_start_s, "engine_busy_s": self.engine_busy_s,
         }
 
 
@@ -105,6 +116,7 @@ class ShardCollector:
         yield counter("gc_pause_seconds", "Time spent in garbage collection (wall clock)", s["gc_pause_s"])
         yield gauge("gc_max_pause_seconds", "Longest garbage-collection pause", s["gc_max_pause_s"])
         yield counter("engine_builds", "Engines built in this worker process", s["engine_builds"])
+        yield counter("engine_busy_seconds", "Time with at least one request in the engine", s["engine_busy_s"])
 
 
 def install(metrics: ShardMetrics) -> ShardCollector:

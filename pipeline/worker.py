@@ -39,7 +39,7 @@ class EnginePlugin(WorkerPlugin):
         self.model = model
         self.engine_kind = engine_kind
         self.engine: Engine | None = None
-        self.stats: dict = {}
+        self.info: dict = {}
 
     async def setup(self, worker) -> None:
         self.worker = worker
@@ -48,25 +48,19 @@ class EnginePlugin(WorkerPlugin):
         loop = asyncio.get_running_loop()
         # Building takes seconds; keep the worker's event loop (heartbeats) free.
         self.engine = await loop.run_in_executor(None, build_engine, self.engine_kind, self.model, self.config)
+        start_s = time.perf_counter() - t0
         # If this worker is killed outright, its engine-core process must not live on.
         self._reaper = reaper.start(os.getpid(), reaper.engine_children())
-        self.stats = {
-            "shard": self.shard,
-            "pid": os.getpid(),
-            "engine_builds": 1,
-            "engine_start_s": time.perf_counter() - t0,
-            "block_size": self.engine.block_size,
-            "kv_cache_tokens": self.engine.kv_cache_tokens,
-            "batches": 0,
-            "requests": 0,
-        }
+        # What does not change while the engine runs; the counters live in self.metrics.
+        self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
+                     "kv_cache_tokens": self.engine.kv_cache_tokens}
         self._intake = asyncio.Semaphore(self.config.intake.max_in_flight)
         gc.collect()
         gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
         self.gc_pauses = GcPauses().install()
         self.metrics = metrics.ShardMetrics(self.shard, self.gc_pauses)
         self.metrics.engine_builds = 1
-        self.metrics.engine_start_s = self.stats["engine_start_s"]
+        self.metrics.engine_start_s = start_s
         self._collector = metrics.install(self.metrics)
         self._dead = False
         self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
@@ -101,8 +95,6 @@ class EnginePlugin(WorkerPlugin):
             self._engine_died(exc)
             raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
         self.metrics.batches += 1
-        self.stats["batches"] += 1
-        self.stats["requests"] += len(results)
         out = codec.BatchResult(batch_id=batch.batch_id, shard=self.shard, results=list(results))
         return codec.encode(out, self.config.intake.compression_level)
 
@@ -166,9 +158,11 @@ def worker_stats(dask_worker) -> dict:
     """For ``client.run``: the engine plugin's counters on this worker, with GC pauses
     since the last reset."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    if plugin is None or not plugin.stats:
+    if plugin is None or not plugin.info:
         return {}
-    return {**plugin.stats, "gc": plugin.gc_pauses.summary(), "metrics": plugin.metrics.snapshot()}
+    m = plugin.metrics
+    return {**plugin.info, "engine_builds": m.engine_builds, "engine_start_s": m.engine_start_s,
+            "batches": m.batches, "requests": m.requests, "gc": plugin.gc_pauses.summary(), "metrics": m.snapshot()}
 
 
 async def reset_worker(dask_worker) -> None:

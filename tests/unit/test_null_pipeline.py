@@ -121,7 +121,8 @@ def test_workers_expose_shard_metrics_to_prometheus(null_pipeline):
         assert url.startswith("http://127.0.0.1:")
         text = _get(url)[1]
         for name in ("pipeline_requests_queued", "pipeline_requests_in_flight", "pipeline_prefill_tokens_outstanding",
-                     "pipeline_prefix_cache_hit_ratio", "pipeline_output_tokens_total", "pipeline_gc_pause_seconds_total"):
+                     "pipeline_prefix_cache_hit_ratio", "pipeline_output_tokens_total", "pipeline_gc_pause_seconds_total",
+                     "pipeline_engine_busy_seconds_total"):
             assert name in text, name
         m = re.search(r'^pipeline_requests_total\{shard="(\w+)"\} (\S+)$', text, re.M)
         seen[m.group(1)] = float(m.group(2))

@@ -78,7 +78,6 @@ class FailingOn:
 def test_an_engine_failure_fails_only_its_own_row():
     plugin = EnginePlugin(load_config(), model="unused", engine_kind="null")
     plugin.engine, plugin.shard = FailingOn(ord("!")), "s0"
-    plugin.stats = {"batches": 0, "requests": 0}
     plugin.metrics, plugin._dead = ShardMetrics("s0", GcPauses()), False
 
     async def run():
