@@ -20,6 +20,13 @@ DASK_SETTINGS = {
     "distributed.worker.memory.spill": False,
     "distributed.worker.memory.pause": False,
     "distributed.worker.memory.terminate": False,
+    # Dask wakes every process 50 times a second to check its event loop, and every worker 100
+    # times a second for its statistical profiler -- which never samples a batch anyway (batches
+    # are coroutines on the event loop; Dask profiles only tasks run in its thread pool). Idle,
+    # that cost 0.14 of a core across client, scheduler and 2 workers, 0.03 with these settings:
+    # CPU the engines need wherever they share cores with Dask (a CPU box).
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.profile.enabled": False,
 }
 
 # A worker's shard resource is plentiful: concurrency is bounded by its nthreads.
