@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Config
+from pipeline.cpu_share import Roles, cores_used
 from pipeline.prefill_ideal import block_ideal, token_ideal
 from pipeline.workloads import document_questions, skewed_counts
 
@@ -95,6 +96,8 @@ class RunResult:
     gc: dict
     encoded_bytes: int | None = None
     raw_bytes: int | None = None
+    cores: dict = field(default_factory=dict)          # role -> cores used during the burst (cpu_share.py)
+    engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
 
     @property
     def requests_per_s(self) -> float:
@@ -119,7 +122,7 @@ def _correct(expected: str, answer: str | None) -> bool:
     return answer is not None and expected.lower() in answer.lower()
 
 
-def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair) -> RunResult:
+def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=None) -> RunResult:
     """``pipeline`` given: split the prompts with the pipeline's own routing (a fresh router,
     same settings, same order of rows per shard); otherwise round-robin."""
     assign: dict[str, list[int]] = {s: [] for s in shards.shards}
@@ -129,10 +132,13 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair) -> RunRe
     else:
         assign.update(pipeline.static_assignment(prep.rows))
     shards.reset_cache()
+    before = roles.snapshot() if roles else None
     wall, finish, outputs, gc = shards.run({k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v]
                                             for k, v in assign.items()})
     res = RunResult(name, burst, pair, wall, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
                     prep.ideal_prefill_blocks, {k: len(v) for k, v in assign.items()}, finish, gc)
+    if roles:
+        res.cores = cores_used(before, roles.snapshot(), wall)
     for shard, idx in assign.items():
         for i, out in zip(idx, outputs[shard]):
             res.answered += 1
@@ -143,10 +149,12 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair) -> RunRe
     return res
 
 
-def run_pipeline(pipeline, prep: Prepared, burst, pair) -> RunResult:
+def run_pipeline(pipeline, prep: Prepared, burst, pair, roles=None) -> RunResult:
     pipeline.reset_cache()
     res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
                     prep.ideal_prefill_blocks, {}, {}, {})
+    busy0 = _engine_busy(pipeline)
+    before = roles.snapshot() if roles else None
     t0 = time.perf_counter()
     for r in pipeline.stream(prep.rows):
         res.answered += 1
@@ -159,10 +167,19 @@ def run_pipeline(pipeline, prep: Prepared, burst, pair) -> RunResult:
             res.per_shard[r.shard] = res.per_shard.get(r.shard, 0) + 1
             res.finish_s[r.shard] = time.perf_counter() - t0
     res.wall_s = time.perf_counter() - t0
-    res.gc = {s["shard"]: s["gc"] for s in pipeline.worker_stats()}
+    if roles:
+        res.cores = cores_used(before, roles.snapshot(), res.wall_s)
+    stats = pipeline.worker_stats()
+    res.gc = {s["shard"]: s["gc"] for s in stats}
+    res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
+                         for s in stats}
     res.encoded_bytes = pipeline.transfer.encoded_bytes
     res.raw_bytes = pipeline.transfer.raw_bytes
     return res
+
+
+def _engine_busy(pipeline) -> dict[str, float]:
+    return {s["shard"]: s["metrics"]["engine_busy_s"] for s in pipeline.worker_stats()}
 
 
 def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
@@ -257,6 +274,10 @@ def summarize(results: list[RunResult]) -> dict:
                 "finish_spread_s": statistics.median(
                     (max(r.finish_s.values()) - min(r.finish_s.values())) if r.finish_s else 0.0 for r in cr),
                 "per_shard": cr[-1].per_shard,
+                "cores": {role: statistics.median(r.cores.get(role, 0.0) for r in cr)
+                          for role in sorted({k for r in cr for k in r.cores})},
+                "engine_idle_s": (statistics.median(max(r.engine_idle_s.values()) for r in cr)
+                                  if all(r.engine_idle_s for r in cr) else None),
                 "encoded_over_raw": (statistics.median(r.encoded_bytes / r.raw_bytes for r in cr)
                                      if cr[0].raw_bytes else None),
             }
@@ -288,6 +309,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
     try:
         engine_start = {s["shard"]: s["engine_start_s"] for s in pipeline.worker_stats()}
         with StandaloneShards(config, pipeline.model) as shards:
+            roles = Roles(shards.pids)
             results: list[RunResult] = []
             bs, n_shards = pipeline.router.block_size, len(pipeline.config.shards)
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
@@ -304,10 +326,10 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")
                             if c == "pipeline":
-                                results.append(run_pipeline(pipeline, prep, burst, pair))
+                                results.append(run_pipeline(pipeline, prep, burst, pair, roles))
                             else:
                                 routed = pipeline if c == "standalone-routed" else None
-                                results.append(run_standalone(c, shards, prep, routed, burst, pair))
+                                results.append(run_standalone(c, shards, prep, routed, burst, pair, roles))
                             bar.update(1)
             standalone_start = dict(shards.start_s)
         plumbing = run_plumbing(config, opts.null_questions, opts.seed) if opts.null_questions else None

@@ -74,6 +74,22 @@ def render_markdown(report: dict, command: str) -> str:
                 f"{v['prefill_over_ideal']:.3f} ({v['prefill_over_block_ideal']:.3f}) | {v['cached_share']:.3f} | {v['accuracy']:.1%} | "
                 f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {v['finish_spread_s']:.2f} | "
                 f"{_fmt_map(v['per_shard'])} | {enc} |")
+    roles = ("pipeline engine", "pipeline other", "standalone engine", "standalone other", "driver")
+    if any(v.get("cores") for s in report["summary"].values() for v in s["contenders"].values()):
+        lines += ["", "Where the CPU went during each burst (cores, median over pairs; `engine`: vLLM's engine-core "
+                      "and model-runner processes, `other`: Dask workers and nannies or the standalone driver "
+                      "processes, `driver`: the benchmark's own process with the client and embedded scheduler). "
+                      "Pipeline engine idle: the longest time, per burst, a pipeline shard's engine had no request.", "",
+                  "| burst | contender | " + " | ".join(roles) + " | pipeline engine idle s |",
+                  "|---|---|" + "---|" * (len(roles) + 1)]
+        for burst, s in report["summary"].items():
+            for c in CONTENDERS:
+                v = s["contenders"].get(c)
+                if v is None or not v.get("cores"):
+                    continue
+                idle = v.get("engine_idle_s")
+                lines.append(f"| {burst} | {c} | " + " | ".join(f"{v['cores'].get(r, 0.0):.3f}" for r in roles)
+                             + f" | {'-' if idle is None else f'{idle:.2f}'} |")
     lines += ["", "| burst | ratio | median | worst pair |", "|---|---|---|---|"]
     for burst, s in report["summary"].items():
         for name, r in s["ratios"].items():

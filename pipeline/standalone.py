@@ -75,6 +75,10 @@ class StandaloneShards:
             self._procs.append(proc)
         self.start_s = {name: self._expect(name, "ready")[0] for name in self.shards}
 
+    @property
+    def pids(self) -> set[int]:
+        return {p.pid for p in self._procs}
+
     def _expect(self, name: str, what: str, timeout: float = 1800):
         conn = self._conns[name]
         if not conn.poll(timeout):

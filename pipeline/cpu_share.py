@@ -1,0 +1,47 @@
+"""CPU used during a benchmark run, by process role: which processes got the cores.
+
+On a box where engines and everything else share a few cores, a contender's throughput is
+set by how much CPU its engines get. ``Roles`` sorts this process's descendants into the
+standalone side (descendants of the given pids) and the pipeline side (everything else
+below this process: nannies, Dask workers, their engines), each split into ``engine``
+(processes vLLM names ``VLLM::...``: engine core and model runner) and ``other`` (frontends:
+Dask workers and nannies, standalone driver processes); this process (client and embedded
+scheduler) is ``driver``. ``cores_used`` turns two snapshots into cores per role.
+"""
+from __future__ import annotations
+
+import psutil
+
+
+class Roles:
+    def __init__(self, standalone_pids: set[int]):
+        self.standalone_pids = set(standalone_pids)
+        self.me = psutil.Process()
+
+    def snapshot(self) -> dict[int, tuple[str, float]]:
+        """pid -> (role, CPU seconds so far) for this process and its descendants."""
+        out = {}
+        for p in [self.me, *self.me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                role = self._role(p)
+            except psutil.Error:  # gone meanwhile
+                continue
+            out[p.pid] = (role, t.user + t.system)
+        return out
+
+    def _role(self, p: psutil.Process) -> str:
+        if p.pid == self.me.pid:
+            return "driver"
+        lineage = {p.pid, *(a.pid for a in p.parents())}
+        side = "standalone" if lineage & self.standalone_pids else "pipeline"
+        return f"{side} {'engine' if p.name().startswith('VLLM') else 'other'}"
+
+
+def cores_used(before: dict, after: dict, wall_s: float) -> dict[str, float]:
+    """Cores per role between two snapshots (a process that started in between counts from 0)."""
+    total: dict[str, float] = {}
+    for pid, (role, cpu) in after.items():
+        start = before.get(pid, (role, 0.0))[1]
+        total[role] = total.get(role, 0.0) + max(0.0, cpu - start)
+    return {role: cpu / wall_s for role, cpu in sorted(total.items())}

@@ -1,0 +1,27 @@
+"""The benchmark's CPU-by-role accounting (pipeline/cpu_share.py)."""
+import subprocess
+import sys
+import time
+
+from pipeline.cpu_share import Roles, cores_used
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\ntime.sleep(30)"
+
+
+def test_cpu_of_each_child_lands_in_its_side():
+    standalone = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.6)])
+    other = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.3)])
+    try:
+        roles = Roles({standalone.pid})
+        before = roles.snapshot()
+        assert before[standalone.pid][0] == "standalone other" and before[other.pid][0] == "pipeline other"
+        time.sleep(2.0)  # both burn their CPU, then sleep
+        wall = 2.0
+        used = cores_used(before, roles.snapshot(), wall)
+        # each child's CPU since the first snapshot (start-up counted before it is not)
+        assert 0.15 <= used["standalone other"] * wall <= 0.75, used
+        assert 0.05 <= used["pipeline other"] * wall <= 0.45, used
+        assert used["standalone other"] > used["pipeline other"]
+    finally:
+        standalone.kill()
+        other.kill()
