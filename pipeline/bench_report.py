@@ -79,8 +79,10 @@ def render_markdown(report: dict, command: str) -> str:
         lines += ["", "Where the CPU went during each burst (cores, median over pairs; `engine`: vLLM's engine-core "
                       "and model-runner processes, `other`: Dask workers and nannies or the standalone driver "
                       "processes, `driver`: the benchmark's own process with the client and embedded scheduler). "
-                      "Pipeline engine idle: the longest time, per burst, a pipeline shard's engine had no request.", "",
-                  "| burst | contender | " + " | ".join(roles) + " | pipeline engine idle s |",
+                      "Pipeline engine idle: how long, per burst, the engine of the shard that finished last had no "
+                      "request (the pipeline's own start and round-trip cost; the other shard's extra idle is the "
+                      "finish spread).", "",
+                  "| burst | contender | " + " | ".join(roles) + " | pipeline engine idle s (last shard) |",
                   "|---|---|" + "---|" * (len(roles) + 1)]
         for burst, s in report["summary"].items():
             for c in CONTENDERS:
