@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,7 @@ from pipeline.dispatch import Dispatcher
 from pipeline.engine import EngineDead
 from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.router import PrefixRouter
-from pipeline.worker import PLUGIN_NAME, EnginePlugin, reset_worker, run_batch, worker_stats
+from pipeline.worker import PLUGIN_NAME, EnginePlugin, reset_worker, run_batch, stop_engine, worker_stats
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
 
@@ -103,11 +104,27 @@ class Pipeline:
         return stats
 
     def close(self) -> None:
+        if self._cluster is not None and self._client is not None:
+            self._stop_engines()
         if self._client is not None and self._owns_client:
             self._client.close()
         if self._cluster is not None:
             self._cluster.close()
         self._client = self._cluster = None
+
+    def _stop_engines(self, timeout_s: float = 60.0) -> None:
+        """Embedded cluster only: stop every engine before the workers close (Dask's nanny
+        kills a worker still closing after 4 s, which leaves the engine to the reaper). An
+        engine that takes longer than ``timeout_s`` is left to that path."""
+        def run() -> None:
+            try:
+                self._client.run(stop_engine, on_error="return")
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+
+        t = threading.Thread(target=run, name="pipeline-stop-engines", daemon=True)
+        t.start()
+        t.join(timeout_s)
 
     def __enter__(self) -> "Pipeline":
         return self.start()

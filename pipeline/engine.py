@@ -106,7 +106,17 @@ class VllmEngine:
         await self._llm.reset_prefix_cache()
 
     def shutdown(self) -> None:
-        self._llm.shutdown()
+        # Stop reading outputs first: vLLM stops the engine core, then cancels its output
+        # handler, which in between sees the core gone and logs an EngineDeadError traceback.
+        handler = getattr(self._llm, "output_handler", None)
+        if handler is not None:
+            handler.get_loop().call_soon_threadsafe(handler.cancel)
+        # Give the engine core time to exit on its own: with vLLM's default (5 s) it is often
+        # still tearing down on a loaded CPU box and gets killed.
+        self._llm.shutdown(timeout=30)
+        # Done: vLLM's finalizer would call shutdown again at interpreter exit, when module
+        # globals are already gone ("TypeError: 'NoneType' object is not callable").
+        self._llm.shutdown = lambda timeout=None: None
 
 
 class NullEngine:

@@ -79,6 +79,10 @@ class EnginePlugin(WorkerPlugin):
         if getattr(self, "_publisher", None) is not None:
             self._publisher.stop()
             metrics.uninstall(self._collector)
+        await self.stop_engine()
+
+    async def stop_engine(self) -> None:
+        """Shut the engine down (its engine-core process exits cleanly); a no-op once done."""
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
@@ -163,6 +167,17 @@ def worker_stats(dask_worker) -> dict:
     m = plugin.metrics
     return {**plugin.info, "engine_builds": m.engine_builds, "engine_start_s": m.engine_start_s,
             "batches": m.batches, "requests": m.requests, "gc": plugin.gc_pauses.summary(), "metrics": m.snapshot()}
+
+
+async def stop_engine(dask_worker) -> float:
+    """For ``client.run`` before an embedded cluster closes: stop the engine while the worker
+    still runs (Dask's nanny gives a closing worker 4 s, less than a vLLM engine may take to
+    shut down). Returns the seconds it took."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    t0 = time.perf_counter()
+    if plugin is not None:
+        await plugin.stop_engine()
+    return time.perf_counter() - t0
 
 
 async def reset_worker(dask_worker) -> None:
