@@ -81,7 +81,7 @@ class ShardWatch:
 
     def _serving(self) -> dict[str, str]:
         out = {}
-        for addr, w in self.client.scheduler_info(n_workers=-1)["workers"].items():
+        for addr, w in current_workers(self.client).items():
             for shard, res in self.resources.items():
                 if res in (w.get("resources") or {}):
                     out[shard] = addr
@@ -110,3 +110,10 @@ class ShardWatch:
         self.workers = serving
         self.last_seen.update(serving)
         return events
+
+
+def current_workers(client: Client) -> dict[str, dict]:
+    """The scheduler's workers now (address -> info), asked for directly. Not
+    ``client.scheduler_info()``: it returns a cache that the client's background refresh
+    overwrites, every few seconds, with an identity that lists no workers."""
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]

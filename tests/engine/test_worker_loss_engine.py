@@ -1,10 +1,12 @@
 """A worker killed mid-job on the real engine: every row answered once, on its own row, and the
-killed worker's vLLM engine-core process does not outlive it.
+killed worker's vLLM engine-core process does not outlive it. Then closing the pipeline stops
+every engine cleanly, before Dask's nanny would have to kill a worker.
 
 Starts its own 2-shard cluster with enforce_eager (about 25 s per engine instead of
 minutes of compilation) and small batches, so the kill lands while rows are in flight;
 runs before the session cluster starts (see conftest.py), so engines never overlap.
 """
+import logging
 import os
 import signal
 import time
@@ -14,7 +16,7 @@ import psutil
 import pytest
 
 from pipeline import Pipeline, load_config
-from pipeline.recovery import LOST, REJOINED
+from pipeline.recovery import LOST, REJOINED, current_workers
 from pipeline.workloads import document_questions
 
 pytestmark = pytest.mark.own_cluster
@@ -25,8 +27,9 @@ def test_real_worker_kill_answers_every_row_once_and_reaps_its_engine():
                                    engine={"enforce_eager": True, "max_num_seqs": 16},
                                    intake={"batch_size": 4, "queue_per_shard": 16, "max_in_flight": 8})
     rows = document_questions(12, 4, seed=31, order="shuffled")
-    with Pipeline(config) as p:
-        workers = p.client.scheduler_info(n_workers=-1)["workers"]
+    p = Pipeline(config).start()
+    try:
+        workers = current_workers(p.client)
         addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
         worker_pid = p.client.run(os.getpid, workers=[addr])[addr]
         cores = [c for c in psutil.Process(worker_pid).children() if c.pid != worker_pid]
@@ -51,3 +54,27 @@ def test_real_worker_kill_answers_every_row_once_and_reaps_its_engine():
         while any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in cores):
             assert time.monotonic() < deadline, "the killed worker's engine core is still running"
             time.sleep(0.5)
+    finally:
+        engine_processes = {addr: [c.pid for c in psutil.Process(pid).children(recursive=True)]
+                            for addr, pid in p.client.run(os.getpid).items()}
+        nanny_log = _Messages()
+        logging.getLogger("distributed.nanny").addHandler(nanny_log)
+        try:
+            p.close()
+        finally:
+            logging.getLogger("distributed.nanny").removeHandler(nanny_log)
+    assert not [m for m in nanny_log.messages if "still alive" in m], nanny_log.messages
+    deadline = time.monotonic() + 15
+    for pid in (pid for pids in engine_processes.values() for pid in pids):
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, f"process {pid} of a closed worker is still running"
+            time.sleep(0.5)
+
+
+class _Messages(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from pipeline import Pipeline
-from pipeline.recovery import GONE, LOST, REJOINED
+from pipeline.recovery import GONE, LOST, REJOINED, current_workers
 from pipeline.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def processes(tmp_path_factory):
 
 
 def _worker_process(pipeline, shard):
-    workers = pipeline.client.scheduler_info(n_workers=-1)["workers"]
+    workers = current_workers(pipeline.client)
     addr = next(a for a, w in workers.items() if f"shard-{shard}" in (w.get("resources") or {}))
     return psutil.Process(pipeline.client.run(os.getpid, workers=[addr])[addr])
 

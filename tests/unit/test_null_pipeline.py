@@ -4,6 +4,7 @@ import re
 import time
 import urllib.request
 
+import dask
 import pytest
 
 from pipeline import Pipeline, load_config
@@ -142,3 +143,23 @@ def test_every_listening_socket_is_on_loopback(null_pipeline):
     sockets = [a for pid in [os.getpid(), *worker_pids] for a in listening(pid)]
     assert len(sockets) >= 2 + 2 * 2  # scheduler + dashboard, and per worker its comm + /metrics
     assert {a.ip for a in sockets} == {"127.0.0.1"}, sockets
+
+
+def test_shard_watch_sees_no_worker_come_and_go_when_none_did(null_pipeline):
+    """Dask's client refreshes its cached scheduler identity in the background without the
+    worker list; the watch must not read that cache (it once saw every worker 'lost' and
+    'rejoined' at the same address, which made the router forget each shard's cache)."""
+    from distributed import Client
+
+    from pipeline.recovery import ShardWatch
+
+    with dask.config.set({"distributed.client.scheduler-info-interval": "2ms"}):
+        client = Client(null_pipeline.client.scheduler.address)
+    try:
+        resources = {s.name: s.resource for s in null_pipeline.config.shards}
+        watch = ShardWatch(client, resources, interval_s=0.0, rejoin_timeout_s=60)
+        assert set(watch.workers) == {"cpu0", "cpu1"}
+        events = [e for _ in range(300) for e in watch.poll()]
+        assert events == []
+    finally:
+        client.close()

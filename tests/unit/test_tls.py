@@ -11,6 +11,7 @@ from cryptography.x509.oid import NameOID
 from distributed import Client
 
 from pipeline import Pipeline, load_config
+from pipeline.recovery import current_workers
 from pipeline.workloads import document_questions
 
 
@@ -46,7 +47,7 @@ def test_tls_cluster_answers_and_refuses_plain_clients(tmp_path):
     with Pipeline(config) as p:
         address = p.client.scheduler.address
         assert address.startswith("tls://127.0.0.1:")
-        workers = p.client.scheduler_info(n_workers=-1)["workers"]
+        workers = current_workers(p.client)
         assert len(workers) == 2 and all(a.startswith("tls://127.0.0.1:") for a in workers)
         results = p.run(rows)
         assert [r.id for r in results] == [row["id"] for row in rows] and all(r.error is None for r in results)

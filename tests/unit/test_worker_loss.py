@@ -18,7 +18,7 @@ import cloudpickle
 
 from pipeline import Pipeline, load_config
 from pipeline.engine import EngineDead, NullEngine
-from pipeline.recovery import GONE, LOST, REJOINED
+from pipeline.recovery import GONE, LOST, REJOINED, current_workers
 from pipeline.worker import PLUGIN_NAME
 from pipeline.workloads import document_questions
 
@@ -34,7 +34,7 @@ def _config(rejoin_timeout_s):
 
 
 def _worker_pid(p, shard):
-    workers = p.client.scheduler_info(n_workers=-1)["workers"]
+    workers = current_workers(p.client)
     addr = next(a for a, w in workers.items() if f"shard-{shard}" in (w.get("resources") or {}))
     return p.client.run(os.getpid, workers=[addr])[addr]
 
@@ -96,7 +96,7 @@ def test_engine_that_dies_in_a_live_worker_is_reported_and_the_worker_restarted(
     rows = document_questions(40, 3, seed=9, order="shuffled")
     with Pipeline(_config(rejoin_timeout_s=120)) as p:
         before = _worker_pid(p, "cpu1")
-        workers = p.client.scheduler_info(n_workers=-1)["workers"]
+        workers = current_workers(p.client)
         addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
         p.client.run(_kill_engine, workers=[addr])
         results = p.run(rows)
