@@ -10,9 +10,11 @@ its requests to the engine at once, bounded by one per-worker semaphore
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 import logging
 import os
+import sys
 import time
 
 from distributed import WorkerPlugin, get_worker
@@ -51,6 +53,8 @@ class EnginePlugin(WorkerPlugin):
         start_s = time.perf_counter() - t0
         # If this worker is killed outright, its engine-core process must not live on.
         self._reaper = reaper.start(os.getpid(), reaper.engine_children())
+        self._engine_stopped = False
+        atexit.register(self._exit_without_finalizing)  # after vLLM's imports: runs first
         # What does not change while the engine runs; the counters live in self.metrics.
         self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
                      "kv_cache_tokens": self.engine.kv_cache_tokens}
@@ -86,6 +90,17 @@ class EnginePlugin(WorkerPlugin):
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
+            self._engine_stopped = True
+
+    def _exit_without_finalizing(self) -> None:
+        """At the exit of a worker whose engine was stopped cleanly: end the process now.
+        Finalizing the interpreter only makes the native bindings vLLM loads (triton's) print
+        dozens of "nanobind: leaked ..." lines per worker; there is nothing left to clean up."""
+        if self._engine_stopped:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
     async def run_batch(self, payload: bytes) -> bytes:
         if self.engine is None:
