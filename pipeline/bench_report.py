@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from pipeline.bench import CONTENDERS
+from pipeline.cpu_share import ROLES
 
 # (name, key path, target, "ge"/"le", burst or None for every burst)
 TARGETS = [
@@ -74,7 +75,7 @@ def render_markdown(report: dict, command: str) -> str:
                 f"{v['prefill_over_ideal']:.3f} ({v['prefill_over_block_ideal']:.3f}) | {v['cached_share']:.3f} | {v['accuracy']:.1%} | "
                 f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {v['finish_spread_s']:.2f} | "
                 f"{_fmt_map(v['per_shard'])} | {enc} |")
-    roles = ("pipeline engine", "pipeline other", "standalone engine", "standalone other", "driver")
+    roles = ROLES
     if any(v.get("cores") for s in report["summary"].values() for v in s["contenders"].values()):
         lines += ["", "Where the CPU went during each burst (cores, median over pairs; `engine`: vLLM's engine-core "
                       "and model-runner processes, `other`: Dask workers and nannies or the standalone driver "

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import psutil
 
+ROLES = ("pipeline engine", "pipeline other", "standalone engine", "standalone other", "driver")
+
 
 class Roles:
     def __init__(self, standalone_pids: set[int]):

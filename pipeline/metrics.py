@@ -32,7 +32,7 @@ class ShardMetrics:
         self.batches = 0
         self.engine_builds = 0
         self.engine_start_s = 0.0
-        self.busy_s = 0.0               # time with at least one request in the engine
+        self._busy_s = 0.0              # finished busy stretches (see engine_busy_s)
         self._busy_since = 0.0
 
     def queue(self, prompt_tokens: int) -> None:
@@ -48,7 +48,7 @@ class ShardMetrics:
     def finish(self, prompt_tokens: int, cached: int, output: int, error: bool) -> None:
         self.in_flight -= 1
         if not self.in_flight:
-            self.busy_s += time.perf_counter() - self._busy_since
+            self._busy_s += time.perf_counter() - self._busy_since
         self.prefill_outstanding -= prompt_tokens
         self.requests += 1
         self.errors += error
@@ -63,7 +63,7 @@ class ShardMetrics:
     @property
     def engine_busy_s(self) -> float:
         """Time the engine has had work, including the current busy stretch."""
-        return self.busy_s + (time.perf_counter() - self._busy_since if self.in_flight else 0.0)
+        return self._busy_s + (time.perf_counter() - self._busy_since if self.in_flight else 0.0)
 
     def snapshot(self) -> dict:
         return {

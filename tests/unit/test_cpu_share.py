@@ -25,3 +25,11 @@ def test_cpu_of_each_child_lands_in_its_side():
     finally:
         standalone.kill()
         other.kill()
+
+
+def test_every_role_a_process_can_get_is_one_the_report_shows():
+    from pipeline.cpu_share import ROLES
+
+    roles = Roles(set())
+    assert roles._role(roles.me) in ROLES
+    assert {f"{side} {kind}" for side in ("pipeline", "standalone") for kind in ("engine", "other")} <= set(ROLES)
