@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import dask
 from distributed import Client, KilledWorker, as_completed
 
-from pipeline import codec
+from pipeline import codec, engine_env
 from pipeline.cluster import connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
@@ -73,12 +73,18 @@ class Pipeline:
     def start(self) -> "Pipeline":
         from tasks import get_task_kind
 
+        self._driver_env = engine_env.snapshot()
         self.model = resolve_model(self.config) if self.engine_kind == "vllm" or self.config.model.path is None \
             else self.config.model.path
         self.tokenizer = _load_tokenizer(self.model)
         self.task = get_task_kind(self.config.task, self.tokenizer)
         if self._client is None:
-            self._client, self._cluster = connect(self.config)
+            try:
+                self._client, self._cluster = connect(self.config)
+            finally:
+                # The user's process as it was: the nannies wrote Dask's worker variables into
+                # it, and torch (the tokenizer) its cache folder (pipeline/engine_env.py).
+                engine_env.restore(self._driver_env)
         self._client.wait_for_workers(len(self.config.shards))
         self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
         stats = self._check_shards()
@@ -110,6 +116,8 @@ class Pipeline:
             self._client.close()
         if self._cluster is not None:
             self._cluster.close()
+            # A nanny that restarted its worker meanwhile wrote Dask's variables again.
+            engine_env.restore(self._driver_env, engine_env.nanny_keys())
         self._client = self._cluster = None
 
     def _stop_engines(self, timeout_s: float = 60.0) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dask
 from distributed import Client, Nanny, Scheduler, SpecCluster
 
+from pipeline import engine_env
 from pipeline.config import Config
 from pipeline.security import dask_security, protocol
 
@@ -38,7 +39,10 @@ def apply_dask_settings() -> None:
 
 
 def worker_specs(config: Config) -> dict:
+    """Call before any nanny has started in this process: each worker's environment records
+    which variables the nannies add, so its engine does not inherit them (engine_env.py)."""
     host = config.scheduler.host
+    record = engine_env.worker_record()
     return {
         shard.name: {
             "cls": Nanny,
@@ -50,7 +54,7 @@ def worker_specs(config: Config) -> dict:
                 "nthreads": config.intake.concurrent_batches,
                 "memory_limit": 0,  # the engine holds its own memory; never kill for it
                 "resources": {shard.resource: SHARD_RESOURCE_AMOUNT},
-                "env": shard.worker_env(),
+                "env": {**shard.worker_env(), **record},
                 "dashboard": False,
                 "config": DASK_SETTINGS,
             },
@@ -80,7 +84,11 @@ def start_local_cluster(config: Config) -> SpecCluster:
 
 
 def connect(config: Config) -> tuple[Client, SpecCluster | None]:
-    """A client for the configured cluster, and the embedded cluster if one was started."""
+    """A client for the configured cluster, and the embedded cluster if one was started.
+
+    The nannies of an embedded cluster write Dask's worker variables into this process's
+    environment before they spawn their workers; they are put back as they were once the
+    workers run (``engine_env.restore``; ``Pipeline.close`` does it again after a restart)."""
     apply_dask_settings()
     security = dask_security(config)
     if config.scheduler.address:

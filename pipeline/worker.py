@@ -20,7 +20,7 @@ import time
 from distributed import WorkerPlugin, get_worker
 from tornado.ioloop import PeriodicCallback
 
-from pipeline import codec, metrics, reaper
+from pipeline import codec, engine_env, metrics, reaper
 from pipeline.config import Config
 from pipeline.dashboard import ENGINE_DIED_TOPIC, PUBLISH_INTERVAL_S
 from pipeline.engine import Engine, EngineDead, build_engine
@@ -49,7 +49,7 @@ class EnginePlugin(WorkerPlugin):
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         # Building takes seconds; keep the worker's event loop (heartbeats) free.
-        self.engine = await loop.run_in_executor(None, build_engine, self.engine_kind, self.model, self.config)
+        self.engine = await loop.run_in_executor(None, self._build_engine)
         start_s = time.perf_counter() - t0
         # If this worker is killed outright, its engine-core process must not live on.
         self._reaper = reaper.start(os.getpid(), reaper.engine_children())
@@ -69,6 +69,16 @@ class EnginePlugin(WorkerPlugin):
         self._dead = False
         self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
         self._publisher.start()
+
+    def _build_engine(self) -> Engine:
+        """The engine, its processes spawned without the variables Dask's nanny gave this
+        worker (pipeline/engine_env.py); the shard's own variables always reach them."""
+        shard = next((s for s in self.config.shards if s.name == self.shard), None)
+        keep = shard.worker_env() if shard is not None else {}
+        with engine_env.engine_environment(keep) as held:
+            if held:
+                logger.info("shard %s: engine started without Dask's worker variables %s", self.shard, sorted(held))
+            return build_engine(self.engine_kind, self.model, self.config)
 
     def _publish(self) -> None:
         """Send the shard's figures to the scheduler while it works, and once more when it
