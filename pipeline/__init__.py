@@ -1,7 +1,23 @@
-"""Batch LLM inference on Dask distributed with a resident vLLM engine per worker."""
-from pipeline.client import Pipeline, RowResult
-from pipeline.config import Config, ConfigError, load_config
-from pipeline.jobs import JobError, JobSummary, prepare_job, run_job
+"""Batch LLM inference on Dask distributed with a resident vLLM engine per worker.
 
-__all__ = ["Pipeline", "RowResult", "Config", "ConfigError", "load_config", "JobError", "JobSummary",
-           "prepare_job", "run_job"]
+The exports load on first use: processes that import one small module of the package (a
+worker's reaper, the benchmark's plain-vLLM reference) do not import Dask and pyarrow.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Pipeline": "pipeline.client", "RowResult": "pipeline.client",
+    "Config": "pipeline.config", "ConfigError": "pipeline.config", "load_config": "pipeline.config",
+    "JobError": "pipeline.jobs", "JobSummary": "pipeline.jobs", "prepare_job": "pipeline.jobs", "run_job": "pipeline.jobs",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
