@@ -46,8 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--documents", type=int, default=64, help="documents per burst (default 64)")
     bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse burst (default 4)")
     bench.add_argument("--skewed-requests", type=int, default=256)
-    bench.add_argument("--filler-sentences", type=int, default=12,
-                       help="document size: about 20 tokens each (default 12: ~260-token documents)")
+    bench.add_argument("--filler-sentences", type=int, default=50,
+                       help="document size: about 13 tokens each (default 50: prompts of ~750-790 tokens)")
+    bench.add_argument("--engine-mode", choices=("config", "eager", "compiled"), default="config",
+                       help="eager or compiled engines for both contenders (default: as the config says)")
+    bench.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
+                       help="add a variable to every shard's environment, for both contenders' engines "
+                            "(e.g. MALLOC_TRIM_THRESHOLD_=65536 to see what it costs); repeatable")
     bench.add_argument("--null-questions", type=int, default=20_000, help="plumbing run size; 0 skips it")
     bench.add_argument("--out", default="bench-out", help="folder for bench.json, BENCHMARKS.md, bench.png")
     bench.add_argument("--write-docs", action="store_true", help="also write docs/BENCHMARKS.md and docs/bench.png")
@@ -163,6 +168,7 @@ def _bench(args, config) -> int:
                         skewed_requests=args.skewed_requests, filler_sentences=args.filler_sentences,
                         null_questions=args.null_questions)
     command = "python -m pipeline " + " ".join(sys.argv[1:] if sys.argv[0].endswith("__main__.py") else ["bench"])
+    config = _bench_config(config, args.engine_mode, args.engine_env)
     if args.experiments:
         return _experiments(config, opts, Path(args.out))
     report = run_bench(config, opts, progress=None if not args.quiet else False)
@@ -175,6 +181,22 @@ def _bench(args, config) -> int:
         shutil.copy(paths["chart"], docs / "bench.png")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def _bench_config(config, mode: str, env_items: list[str]):
+    from pipeline.config import ConfigError
+
+    if mode != "config":
+        config = config.replace(engine={"enforce_eager": mode == "eager"})
+    if env_items:
+        extra = {}
+        for item in env_items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--engine-env {item!r}: expected KEY=VALUE")
+            extra[key] = value
+        config = config.replace(shards=[{**s.model_dump(), "env": {**s.env, **extra}} for s in config.shards])
+    return config
 
 
 def _experiments(config, opts, out: Path) -> int:

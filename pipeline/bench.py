@@ -16,7 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Config
-from pipeline.cpu_share import Roles, cores_used
+from pipeline import engine_env
+from pipeline.cpu_share import Roles, cores_used, minor_faults
 from pipeline.prefill_ideal import block_ideal, token_ideal
 from pipeline.workloads import document_questions, skewed_counts
 
@@ -31,7 +32,9 @@ class BenchOptions:
     docs: int = 64                 # documents per burst
     questions_per_doc: int = 4     # reuse burst: 4 x 64 = 256 requests
     skewed_requests: int = 256
-    filler_sentences: int = 12     # about 260 prompt tokens per document with the default model
+    filler_sentences: int = 50     # ~750-790 prompt tokens per request with the default model:
+                                   # a retrieval-sized chunk (12 gave ~260, which hides costs
+                                   # that grow with the prompt)
     null_questions: int = 20_000   # plumbing run (null engine); 0 skips it
     seed: int = 0
 
@@ -97,6 +100,7 @@ class RunResult:
     encoded_bytes: int | None = None
     raw_bytes: int | None = None
     cores: dict = field(default_factory=dict)          # role -> cores used during the burst (cpu_share.py)
+    faults: dict = field(default_factory=dict)         # role -> minor page faults during the burst
     engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
 
     @property
@@ -138,7 +142,8 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=No
     res = RunResult(name, burst, pair, wall, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
                     prep.ideal_prefill_blocks, {k: len(v) for k, v in assign.items()}, finish, gc)
     if roles:
-        res.cores = cores_used(before, roles.snapshot(), wall)
+        after = roles.snapshot()
+        res.cores, res.faults = cores_used(before, after, wall), minor_faults(before, after)
     for shard, idx in assign.items():
         for i, out in zip(idx, outputs[shard]):
             res.answered += 1
@@ -168,7 +173,8 @@ def run_pipeline(pipeline, prep: Prepared, burst, pair, roles=None) -> RunResult
             res.finish_s[r.shard] = time.perf_counter() - t0
     res.wall_s = time.perf_counter() - t0
     if roles:
-        res.cores = cores_used(before, roles.snapshot(), res.wall_s)
+        after = roles.snapshot()
+        res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
     stats = pipeline.worker_stats()
     res.gc = {s["shard"]: s["gc"] for s in stats}
     res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
@@ -276,6 +282,12 @@ def summarize(results: list[RunResult]) -> dict:
                 "per_shard": cr[-1].per_shard,
                 "cores": {role: statistics.median(r.cores.get(role, 0.0) for r in cr)
                           for role in sorted({k for r in cr for k in r.cores})},
+                "prompt_tokens_per_request": statistics.median(r.prompt_tokens / r.requests for r in cr),
+                # Minor page faults of the contender's vLLM processes per request: how often the
+                # engines map fresh memory (the signature of glibc's trim threshold being set).
+                "engine_faults_per_request": (statistics.median(
+                    sum(n for role, n in r.faults.items() if role.endswith(" engine")) / r.requests for r in cr)
+                    if all(r.faults for r in cr) else None),
                 # The shard that finished last: its engine's idle time is the pipeline's own cost
                 # (start, round trips, the result's way back); the other shards' extra idle is the
                 # finish spread.
@@ -305,14 +317,19 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
 
     if progress is None:
         progress = sys.stderr.isatty()
+    # The reference is plain vLLM as a user runs it: started from this environment as it is
+    # before any cluster starts (an embedded cluster's nannies write into it; Pipeline puts it
+    # back, and the reference never sees it either way).
+    user_env = engine_env.snapshot()
     own = pipeline is None
     started = time.perf_counter()
     if own:
         pipeline = Pipeline(config).start()
     try:
         engine_start = {s["shard"]: s["engine_start_s"] for s in pipeline.worker_stats()}
-        with StandaloneShards(config, pipeline.model) as shards:
+        with StandaloneShards(pipeline.config, pipeline.model, environ=user_env) as shards:
             roles = Roles(shards.pids)
+            engine_envs = engine_env_report(pipeline, shards)
             results: list[RunResult] = []
             bs, n_shards = pipeline.router.block_size, len(pipeline.config.shards)
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
@@ -344,11 +361,45 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
         "config": config.model_dump(),
         "machine": machine_description(),
         "engine_start_s": {"pipeline": engine_start, "standalone": standalone_start},
+        "engine_env": engine_envs,
         "summary": summarize(results),
         "plumbing": plumbing,
         "runs": [x.as_dict() for x in results],
         "total_s": time.perf_counter() - started,
     }
+
+
+# Variables that change how an engine runs, shown side by side in the report.
+WATCHED_ENV = ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "PYTHONHASHSEED", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_AOT_COMPILE",
+               "LD_PRELOAD")
+
+
+def engine_env_report(pipeline, shards) -> dict:
+    """Per shard and vLLM process (engine core, model runner): how the pipeline's engine
+    environment differs from the plain-vLLM reference's, read from /proc/<pid>/environ
+    (``PIPELINE_*`` left out), and the watched variables of each."""
+    workers = {s["shard"]: s["pid"] for s in pipeline.worker_stats()}
+    out: dict = {}
+    for shard in shards.shards:
+        sides = {}
+        for side, root in (("pipeline", workers.get(shard)), ("standalone", shards.pid_of(shard))):
+            procs = engine_env.engine_processes(root) if root else {}
+            sides[side] = {}
+            for pid, name in sorted(procs.items()):
+                try:
+                    sides[side].setdefault(name, (pid, engine_env.read_environ(pid)))
+                except OSError:
+                    continue
+        per_proc = {}
+        for name in sorted(set(sides["pipeline"]) | set(sides["standalone"])):
+            (ppid, penv), (spid, senv) = sides["pipeline"].get(name, (None, {})), sides["standalone"].get(name, (None, {}))
+            d = engine_env.env_diff(penv, senv)
+            per_proc[name] = {"pipeline_pid": ppid, "standalone_pid": spid,
+                              "only_pipeline": d["only_a"], "only_standalone": d["only_b"], "differ": d["differ"],
+                              "watched": {k: [penv.get(k), senv.get(k)] for k in WATCHED_ENV}}
+        out[shard] = per_proc
+    return out
 
 
 def machine_description() -> dict:

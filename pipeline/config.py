@@ -32,6 +32,20 @@ class SchedulerConfig(_Section):
     dashboard_address: str | None = "127.0.0.1:8787"
 
 
+# Every engine's environment unless the shard's ``env`` says otherwise.
+ENGINE_ENV_DEFAULTS = {
+    # vLLM 0.32 on torch 2.13 cannot load its AOT-compiled artifact ("'function' object has no
+    # attribute 'finalize_loading'") and recompiles at every start; without AOT compilation a
+    # compiled engine loads torch.compile's cache instead (README, "Engine start").
+    "VLLM_USE_AOT_COMPILE": "0",
+    # vLLM names its processes with setproctitle, which by default overwrites the area the
+    # kernel shows as /proc/<pid>/environ (seen: the engine core's read back empty or cut). With
+    # SPT_NOENV the title stays within the command line and the engine's environment can be read
+    # (the environment test and the benchmark's side-by-side report read it).
+    "SPT_NOENV": "1",
+}
+
+
 class ShardConfig(_Section):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     kind: Literal["cpu", "gpu"] = "cpu"
@@ -40,11 +54,14 @@ class ShardConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict)
 
     def worker_env(self) -> dict[str, str]:
+        """The shard's variables: its worker's and its engine's (the benchmark's plain vLLM
+        reference gets them too)."""
         env = {"PIPELINE_SHARD": self.name}
         if self.kind == "cpu":
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.device)
         else:
             env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        env.update(ENGINE_ENV_DEFAULTS)
         env.update(self.env)
         return env
 

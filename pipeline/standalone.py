@@ -1,15 +1,24 @@
-"""Standalone vLLM, the benchmark's reference: one plain ``vllm.LLM`` process per shard,
-no Dask, no pipeline code in the request path -- what vLLM's own offline data-parallel
-example does. Each process gets the shard's pinning environment and the same engine
-arguments and sampling as the pipeline's workers.
+"""Standalone vLLM, the benchmark's reference: plain ``vllm.LLM`` as a user runs it, one
+process per shard, no Dask and no pipeline code in the request path -- what vLLM's own
+offline data-parallel example does.
 
-Protocol over a pipe: ``load`` (prompts as token ids), ``reset`` (empty the prefix
-cache), ``go`` (generate them all, reply with the outputs), ``stop``.
+Each process is started with ``subprocess`` from a clean environment: the user's (the
+benchmark's environment as it was before any cluster started) plus the shard's variables
+(pin, KV space, compile settings), never a copy of a driver process that Dask's nannies
+have written into. It gets the same engine arguments and sampling as the pipeline's
+workers, and talks to the benchmark over a loopback socket.
+
+Protocol: ``load`` (prompts as token ids), ``reset`` (empty the prefix cache), ``go``
+(generate them all, reply with the outputs), ``stop``.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
+import multiprocessing.connection as mpc
 import os
+import secrets
+import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -24,8 +33,7 @@ class Output:
     completion_tokens: int
 
 
-def _serve(conn, env: dict, model: str, config: Config) -> None:
-    os.environ.update(env)
+def _serve(conn, model: str, config: Config) -> None:
     from vllm import LLM
     from vllm.inputs import TokensPrompt
 
@@ -58,26 +66,69 @@ def _serve(conn, env: dict, model: str, config: Config) -> None:
             return
 
 
-class StandaloneShards:
-    """One standalone vLLM engine process per configured shard."""
+def main() -> None:
+    """The standalone process: ``python -c ... HOST PORT``; the auth key on stdin."""
+    host, port = sys.argv[1], int(sys.argv[2])
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    conn = mpc.Client((host, port), authkey=authkey)
+    cmd, model, config = conn.recv()
+    assert cmd == "init", cmd
+    _serve(conn, model, config)
 
-    def __init__(self, config: Config, model: str):
-        ctx = mp.get_context("spawn")
+
+def _accept(listener, proc: subprocess.Popen, name: str, timeout_s: float = 120):
+    """The connection of ``proc``, or a clear error if it exits or never connects."""
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(listener.accept()), daemon=True)
+    t.start()
+    deadline = time.monotonic() + timeout_s
+    while not box:
+        t.join(0.5)
+        if box:
+            break
+        if proc.poll() is not None:
+            raise RuntimeError(f"standalone engine {name} exited ({proc.returncode}) before connecting")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"standalone engine {name}: no connection within {timeout_s:.0f} s")
+    return box[0]
+
+
+class StandaloneShards:
+    """One standalone vLLM engine process per configured shard.
+
+    ``environ``: the environment a user's shell would give them (default: this process's
+    now); each process gets it plus its shard's ``worker_env()``, nothing else."""
+
+    def __init__(self, config: Config, model: str, environ: dict[str, str] | None = None):
+        base = dict(os.environ if environ is None else environ)
         self.shards = config.shard_names
         self._conns = {}
-        self._procs = []
-        for shard in config.shards:
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(child, shard.worker_env(), model, config),
-                               name=f"standalone-{shard.name}", daemon=False)
-            proc.start()
-            self._conns[shard.name] = parent
-            self._procs.append(proc)
+        self._procs: dict[str, subprocess.Popen] = {}
+        authkey = secrets.token_bytes(16)
+        # This package importable wherever the benchmark runs, without touching the environment.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = f"import sys; sys.path.insert(0, {root!r}); from pipeline.standalone import main; main()"
+        with mpc.Listener(("127.0.0.1", 0), authkey=authkey) as listener:
+            host, port = listener.address
+            for shard in config.shards:
+                env = {**base, **shard.worker_env()}
+                proc = subprocess.Popen([sys.executable, "-c", code, host, str(port)], env=env,
+                                        stdin=subprocess.PIPE, text=True)
+                proc.stdin.write(authkey.hex() + "\n")
+                proc.stdin.close()
+                self._procs[shard.name] = proc
+                conn = _accept(listener, proc, shard.name)   # one at a time, in start order
+                conn.send(("init", model, config))
+                self._conns[shard.name] = conn
         self.start_s = {name: self._expect(name, "ready")[0] for name in self.shards}
 
     @property
     def pids(self) -> set[int]:
-        return {p.pid for p in self._procs}
+        return {p.pid for p in self._procs.values()}
+
+    def pid_of(self, shard: str) -> int:
+        return self._procs[shard].pid
 
     def _expect(self, name: str, what: str, timeout: float = 1800):
         conn = self._conns[name]
@@ -111,7 +162,7 @@ class StandaloneShards:
         outputs, finish, gc = {}, {}, {}
         pending = set(self.shards)
         while pending:
-            ready = mp.connection.wait([self._conns[n] for n in pending])
+            ready = mpc.wait([self._conns[n] for n in pending])
             for name in [n for n in pending if self._conns[n] in ready]:
                 raw, gc[name] = self._expect(name, "done")
                 finish[name] = time.perf_counter() - t0
@@ -126,10 +177,12 @@ class StandaloneShards:
                 self._expect(name, "ok", timeout=60)
             except (OSError, EOFError, RuntimeError, TimeoutError):
                 pass
-        for proc in self._procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
+        for proc in self._procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
 
     def __enter__(self) -> "StandaloneShards":
         return self

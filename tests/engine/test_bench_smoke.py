@@ -27,10 +27,22 @@ def test_bench_smoke(pipeline, tmp_path):
         assert s["contenders"]["pipeline"]["encoded_over_raw"] < 1
     assert report["plumbing"]["questions"] == 400
 
+    # The reference is plain vLLM started clean: its engine processes' environments (from
+    # /proc) match the pipeline's, PIPELINE_* aside, and neither carries Dask's variables.
+    envs = report["engine_env"]
+    assert set(envs) == set(pipeline.config.shard_names)
+    for shard, procs in envs.items():
+        assert any(n.startswith("VLLM::EngineCore") for n in procs), procs.keys()
+        for name, p in procs.items():
+            assert p["pipeline_pid"] and p["standalone_pid"], (shard, name)
+            assert not (p["only_pipeline"] or p["only_standalone"] or p["differ"]), (shard, name, p)
+            assert p["watched"]["MALLOC_TRIM_THRESHOLD_"] == [None, None]
+
     loaded = json.loads(paths["json"].read_text())
     assert loaded["summary"].keys() == report["summary"].keys()
     md = paths["markdown"].read_text()
     for c in CONTENDERS:
         assert f"| reuse | {c} |" in md
     assert "questions/s" in md and "| target |" in md
+    assert "Engine environments" in md and "| cpu0 | VLLM::EngineCore | none |" in md
     assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -15,7 +15,7 @@ from collections import Counter
 import psutil
 import pytest
 
-from pipeline import Pipeline, load_config
+from pipeline import Pipeline, engine_env, load_config
 from pipeline.recovery import LOST, REJOINED, current_workers
 from pipeline.workloads import document_questions
 
@@ -49,6 +49,14 @@ def test_real_worker_kill_answers_every_row_once_and_reaps_its_engine():
         assert right >= 0.85 * len(rows)
         kinds = [(e.kind, e.shard) for e in report.events]
         assert (LOST, "cpu1") in kinds and (REJOINED, "cpu1") in kinds
+        # The worker its nanny restarted started its engine without Dask's worker variables too.
+        new_pid = next(s["pid"] for s in p.worker_stats() if s["shard"] == "cpu1")
+        assert new_pid != worker_pid
+        restarted = engine_env.engine_processes(new_pid)
+        assert restarted
+        for pid, name in restarted.items():
+            assert "MALLOC_TRIM_THRESHOLD_" not in engine_env.read_environ(pid), (name, pid)
+        assert engine_env.read_environ(new_pid).get("MALLOC_TRIM_THRESHOLD_") == "65536"  # the worker keeps it
         # the killed worker's engine core was stopped by the reaper
         deadline = time.monotonic() + 30
         while any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in cores):

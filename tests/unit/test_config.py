@@ -23,6 +23,14 @@ def test_gpu_shard_pins_cuda_device():
     assert cfg.shards[0].worker_env()["CUDA_VISIBLE_DEVICES"] == "3"
 
 
+def test_engine_env_defaults_load_the_compile_cache_and_a_shard_env_overrides_them():
+    cfg = parse_config({"shards": [{"name": "a", "device": 0},
+                                   {"name": "b", "device": 1, "env": {"VLLM_USE_AOT_COMPILE": "1"}}]})
+    a, b = (s.worker_env() for s in cfg.shards)
+    assert a["VLLM_USE_AOT_COMPILE"] == "0" and a["SPT_NOENV"] == "1"
+    assert b["VLLM_USE_AOT_COMPILE"] == "1"
+
+
 def _write(tmp_path, text):
     p = tmp_path / "cluster.yaml"
     p.write_text(text)

@@ -33,3 +33,18 @@ def test_every_role_a_process_can_get_is_one_the_report_shows():
     roles = Roles(set())
     assert roles._role(roles.me) in ROLES
     assert {f"{side} {kind}" for side in ("pipeline", "standalone") for kind in ("engine", "other")} <= set(ROLES)
+
+
+def test_minor_faults_count_pages_a_child_touches():
+    from pipeline.cpu_share import minor_faults
+
+    touch = "import time\ntime.sleep(0.5)\nb = bytearray(64 * 2**20)\nb[::4096] = b'x' * len(b[::4096])\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", touch])
+    try:
+        roles = Roles(set())
+        before = roles.snapshot()
+        time.sleep(2.0)
+        faults = minor_faults(before, roles.snapshot())
+        assert faults["pipeline other"] >= 64 * 2**20 // 4096 * 0.9, faults   # 16,384 pages of 4 KiB
+    finally:
+        child.kill()
