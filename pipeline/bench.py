@@ -317,10 +317,10 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
 
     if progress is None:
         progress = sys.stderr.isatty()
-    # The reference is plain vLLM as a user runs it: started from this environment as it is
-    # before any cluster starts (an embedded cluster's nannies write into it; Pipeline puts it
-    # back, and the reference never sees it either way).
-    user_env = engine_env.snapshot()
+    # The reference is plain vLLM as a user runs it: started from this process's environment as
+    # it is before any cluster starts (an embedded cluster's nannies write into it; Pipeline puts
+    # it back), the one the C library hands to child processes.
+    user_env = engine_env.process_environ()
     own = pipeline is None
     started = time.perf_counter()
     if own:

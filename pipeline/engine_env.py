@@ -80,6 +80,23 @@ def engine_environment(keep: Iterable[str] = ()):
             os.environ.setdefault(k, v)
 
 
+def process_environ() -> dict[str, str]:
+    """This process's environment as a child it spawns inherits it: the C library's
+    ``environ``. It can hold variables that ``os.environ`` never sees: GNU readline sets
+    ``COLUMNS`` and ``LINES`` there when it loads (under pytest, in an interactive session),
+    and Dask's nanny spawns its workers with it."""
+    import ctypes
+
+    env = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    out, i = {}, 0
+    while env[i] is not None:
+        key, sep, value = env[i].decode(errors="replace").partition("=")
+        if sep:
+            out[key] = value
+        i += 1
+    return out
+
+
 def snapshot() -> dict[str, str]:
     """This process's environment now, to ``restore`` later."""
     return dict(os.environ)

@@ -58,6 +58,20 @@ def test_restore_undoes_changes_and_reports_them(monkeypatch):
     assert os.environ["USER_SETTING"] == "a"
 
 
+def test_process_environ_sees_variables_set_below_python(monkeypatch):
+    import ctypes
+
+    monkeypatch.setenv("PIPELINE_TEST_SEEN", "1")
+    libc = ctypes.CDLL(None)
+    libc.setenv(b"PIPELINE_TEST_BELOW", b"2", 1)   # as GNU readline does for COLUMNS and LINES
+    try:
+        env = engine_env.process_environ()
+        assert env["PIPELINE_TEST_SEEN"] == "1" and env["PIPELINE_TEST_BELOW"] == "2"
+        assert "PIPELINE_TEST_BELOW" not in os.environ
+    finally:
+        libc.unsetenv(b"PIPELINE_TEST_BELOW")
+
+
 def test_env_diff_ignores_pipeline_variables():
     d = engine_env.env_diff({"A": "1", "B": "2", "PIPELINE_SHARD": "x"}, {"B": "3", "C": "4"})
     assert d == {"only_a": {"A": "1"}, "only_b": {"C": "4"}, "differ": {"B": ("2", "3")}}
