@@ -29,6 +29,7 @@ BURSTS = ("no_reuse", "reuse", "skewed")
 class BenchOptions:
     pairs: int = 5
     bursts: tuple[str, ...] = BURSTS
+    contenders: tuple[str, ...] = CONTENDERS   # "pipeline" and at least one standalone
     docs: int = 64                 # documents per burst
     questions_per_doc: int = 4     # reuse burst: 4 x 64 = 256 requests
     skewed_requests: int = 256
@@ -336,13 +337,14 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                                   pipeline.task, pipeline.tokenizer, bs, n_shards)
             run_standalone("warm", shards, warm, None, "warm", -1)
             run_pipeline(pipeline, warm, "warm", -1)
-            total = len(opts.bursts) * opts.pairs * len(CONTENDERS)
+            contenders = tuple(c for c in CONTENDERS if c in opts.contenders)
+            total = len(opts.bursts) * opts.pairs * len(contenders)
             with tqdm(total=total, disable=not progress, unit="run", desc="bench") as bar:
                 for b, burst in enumerate(opts.bursts):
                     for pair in range(opts.pairs):
                         prep = Prepared.build(burst_rows(burst, opts, opts.seed + 1000 * b + pair),
                                               pipeline.task, pipeline.tokenizer, bs, n_shards)
-                        order = CONTENDERS if pair % 2 == 0 else tuple(reversed(CONTENDERS))
+                        order = contenders if pair % 2 == 0 else tuple(reversed(contenders))
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")
                             if c == "pipeline":

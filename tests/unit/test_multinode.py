@@ -104,6 +104,30 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
     assert "cpu0" in page and "cpu1" in page
 
 
+def test_engines_of_dask_worker_processes_start_without_dasks_worker_variables(processes, pipeline):
+    from pipeline import engine_env
+
+    def child_env_as_engine_gets_it(keep):  # runs in the worker (a local function travels by value)
+        import json, os, subprocess, sys
+        from pipeline import engine_env
+
+        code = "import json, os; print(json.dumps(dict(os.environ)))"
+        with engine_env.engine_environment(keep):  # what the engine plugin builds its engine in
+            child = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+        return child, dict(os.environ)
+
+    dask_only = engine_env.added_by_dask(os.environ)
+    assert "MALLOC_TRIM_THRESHOLD_" in dask_only
+    for shard in pipeline.config.shards:
+        addr = next(a for a, w in current_workers(pipeline.client).items()
+                    if f"shard-{shard.name}" in (w.get("resources") or {}))
+        child, worker = pipeline.client.run(child_env_as_engine_gets_it, shard.worker_env(), workers=[addr])[addr]
+        assert worker["MALLOC_TRIM_THRESHOLD_"] == "65536"   # the `dask worker` nanny gave it to its worker
+        assert engine_env.ADDED_RECORD not in worker          # no record: Dask's exact defaults are Dask's
+        assert not [k for k in dask_only if k in child], sorted(k for k in dask_only if k in child)
+        assert all(child.get(k) == v for k, v in shard.worker_env().items())
+
+
 def test_dask_worker_killed_comes_back_through_its_nanny_with_its_shard(processes, pipeline):
     procs, _, _ = processes
     rows = document_questions(60, 4, seed=23, order="shuffled")
