@@ -83,7 +83,8 @@ class Pipeline:
                 self._client, self._cluster = connect(self.config)
             finally:
                 # The user's process as it was: the nannies wrote Dask's worker variables into
-                # it, and torch (the tokenizer) its cache folder (pipeline/engine_env.py).
+                # it, and libraries loaded here may set more (torch's TORCHINDUCTOR_CACHE_DIR was
+                # seen); pipeline/engine_env.py.
                 engine_env.restore(self._driver_env)
         self._client.wait_for_workers(len(self.config.shards))
         self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
