@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--skewed-requests", type=int, default=256)
     bench.add_argument("--filler-sentences", type=int, default=50,
                        help="document size: about 13 tokens each (default 50: prompts of ~750-790 tokens)")
-    bench.add_argument("--contenders", default=",".join(("standalone-rr", "standalone-routed", "pipeline")),
+    bench.add_argument("--contenders", default=None,
                        help="comma-separated subset of standalone-rr, standalone-routed, pipeline (default: all)")
     bench.add_argument("--engine-mode", choices=("config", "eager", "compiled"), default="config",
                        help="eager or compiled engines for both contenders (default: as the config says)")
@@ -162,22 +162,22 @@ def _bench(args, config) -> int:
     import shutil
     from pathlib import Path
 
-    from pipeline.bench import BenchOptions, run_bench
+    from pipeline.bench import CONTENDERS, BenchOptions, run_bench
     from pipeline.bench_report import write_report
 
     opts = BenchOptions(pairs=args.pairs, bursts=tuple(b for b in args.bursts.split(",") if b),
                         docs=args.documents, questions_per_doc=args.questions_per_doc,
                         skewed_requests=args.skewed_requests, filler_sentences=args.filler_sentences,
-                        null_questions=args.null_questions,
-                        contenders=tuple(c for c in args.contenders.split(",") if c))
+                        null_questions=args.null_questions)
+    if args.contenders is not None:
+        opts.contenders = tuple(c for c in args.contenders.split(",") if c)
     command = "python -m pipeline " + " ".join(sys.argv[1:] if sys.argv[0].endswith("__main__.py") else ["bench"])
     config = _bench_config(config, args.engine_mode, args.engine_env)
-    unknown = [c for c in opts.contenders if c not in ("standalone-rr", "standalone-routed", "pipeline")]
-    if unknown or "pipeline" not in opts.contenders:
+    if not set(opts.contenders) <= set(CONTENDERS) or "pipeline" not in opts.contenders:
         from pipeline.config import ConfigError
 
-        raise ConfigError(f"--contenders {args.contenders!r}: a subset of standalone-rr, standalone-routed, "
-                          "pipeline that includes pipeline")
+        raise ConfigError(f"--contenders {args.contenders!r}: a subset of {', '.join(CONTENDERS)} "
+                          "that includes pipeline")
     if args.experiments:
         return _experiments(config, opts, Path(args.out))
     report = run_bench(config, opts, progress=None if not args.quiet else False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.bench import CONTENDERS
+from pipeline.bench import CONTENDERS, WATCHED_ENV
 from pipeline.cpu_share import ROLES
 
 # (name, key path, target, "ge"/"le", burst or None for every burst)
@@ -119,7 +119,7 @@ def engine_env_lines(report: dict) -> list[str]:
     envs = report.get("engine_env")
     if not envs:
         return []
-    watched = list(next(iter(next(iter(envs.values())).values()))["watched"]) if any(envs.values()) else []
+    watched = WATCHED_ENV
     lines = ["", "Engine environments, read from `/proc/<pid>/environ` of each vLLM process (pipeline / "
                  "plain vLLM; `PIPELINE_*` left out of the differences):", "",
              "| shard | process | differences | " + " | ".join(f"`{k}`" for k in watched) + " |",

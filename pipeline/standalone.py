@@ -82,16 +82,15 @@ def _accept(listener, proc: subprocess.Popen, name: str, timeout_s: float = 120)
     t = threading.Thread(target=lambda: box.append(listener.accept()), daemon=True)
     t.start()
     deadline = time.monotonic() + timeout_s
-    while not box:
+    while True:
         t.join(0.5)
         if box:
-            break
+            return box[0]
         if proc.poll() is not None:
             raise RuntimeError(f"standalone engine {name} exited ({proc.returncode}) before connecting")
         if time.monotonic() > deadline:
             proc.kill()
             raise TimeoutError(f"standalone engine {name}: no connection within {timeout_s:.0f} s")
-    return box[0]
 
 
 class StandaloneShards:
