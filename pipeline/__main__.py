@@ -1,4 +1,6 @@
-"""Command line: ``python -m pipeline run INPUT OUTPUT [--config cluster.yaml] [options]``.
+"""Command line: ``python -m pipeline run INPUT OUTPUT [--config cluster.yaml] [options]``;
+``python -m pipeline up`` / ``status`` / ``down`` for a resident local cluster that every
+later ``run`` with the same config uses.
 
 Exit codes: 0 done; 2 the job cannot start (bad input, output, config or model: nothing
 ran); 1 the job stopped midway (what was committed is kept: run the same command again to
@@ -38,7 +40,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="overrides the config's engine.kind; for testing: 'null' answers every row with an "
                           "empty string (after engine.null_latency_s), no vLLM")
     run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
-    run.add_argument("--verbose", action="store_true", help="show Dask and vLLM logs")
+    run.add_argument("--verbose", action="store_true",
+                     help="the workers' Dask and vLLM logs on this terminal (default: one log file per shard)")
+    up = sub.add_parser("up", help="start the local cluster in the background and keep its engines warm for later "
+                                   "runs with the same config")
+    up.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    status = sub.add_parser("status", help="the resident local cluster: shards, engines, requests served, "
+                                           "prefix-cache use")
+    status.add_argument("--config", default=None)
+    down = sub.add_parser("down", help="stop the resident local cluster (engines first)")
+    down.add_argument("--config", default=None)
     bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
     bench.add_argument("--config", default=None)
     bench.add_argument("--pairs", type=int, default=5, help="rounds per burst (default 5)")
@@ -70,6 +81,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_driver_logs(verbose: bool) -> None:
+    """This process's Dask and vLLM loggers: warnings only (the workers write to their log files)."""
+    if not verbose:
+        for name in ("distributed", "vllm"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _live_line():
+    """A function that shows one line in place on a terminal (None when stderr is not one)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def live(text: str) -> None:
+        sys.stderr.write("\r\033[K" + text)
+        sys.stderr.flush()
+    return live
+
+
+def _notify(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def _quiet_logs(verbose: bool) -> None:
     if verbose:
         return
@@ -89,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return router_bench(argv[1:])
     args = _parser().parse_args(argv)
+    from pipeline.client import EngineStartError
     from pipeline.config import ConfigError, load_config
     from pipeline.jobs import JobError
     from pipeline.model import ModelError
@@ -103,13 +137,65 @@ def main(argv: list[str] | None = None) -> int:
 
             print(resolve_model(config))
             return 0
-        _quiet_logs(args.verbose)
+        if args.command in ("up", "status", "down"):
+            return _resident(args.command, config)
         if args.command == "bench":
+            _quiet_logs(args.verbose)
             return _bench(args, config)
+        _quiet_driver_logs(args.verbose)
         return _run(args, config)
     except (ConfigError, JobError, ModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except EngineStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
+
+
+def _resident(command: str, config) -> int:
+    from pipeline import resident
+    from pipeline.client import model_for
+
+    if command == "up":
+        _quiet_driver_logs(False)
+        t0 = time.perf_counter()
+        state, started = resident.up(config, model_for(config, config.engine.kind), _notify, _live_line())
+        if not started:
+            print(f"the local cluster is already up at {state.address} (since {time.ctime(state.started)})")
+            return 0
+        print(f"cluster up in {time.perf_counter() - t0:.1f} s: {len(config.shards)} shards at {state.address}"
+              + (f"; dashboard: {state.dashboard}" if state.dashboard else "")
+              + "\n`python -m pipeline run ...` with this config uses it; `python -m pipeline down` stops it")
+        return 0
+    if command == "down":
+        if resident.down(config, _notify):
+            print("the local cluster is stopped")
+        else:
+            print(f"no local cluster is running (no state in {resident.cluster_dir(config)})")
+        return 0
+    info = resident.status(config)
+    if info is None:
+        print(f"no local cluster is running (no state in {resident.cluster_dir(config)})")
+        return 0
+    state = info["state"]
+    if info["stale"]:
+        print(f"the local cluster recorded in {info['folder']} is no longer running (gone: "
+              f"{', '.join(info['dead']) or 'its scheduler does not answer'}); state removed")
+        return 1
+    print(f"local cluster at {state.address}, up {state.uptime_s / 60:.1f} min"
+          + (f"; dashboard: {state.dashboard}" if state.dashboard else "") + f"; logs: {state.log_dir}/")
+    print(f"{'shard':<10} {'engine':<9} {'pid':>7} {'start s':>8} {'requests':>9} {'prompt tok':>11} "
+          f"{'cached':>7}  documents")
+    for name in config.shard_names:
+        s = info["shards"].get(name)
+        if s is None:
+            print(f"{name:<10} {'no worker':<9}")
+            continue
+        m = s.get("metrics") or {}
+        start = f"{s['start_s']:.1f}" if s.get("start_s") else "-"
+        print(f"{name:<10} {s['phase']:<9} {s['pid']:>7} {start:>8} {m.get('requests', 0):>9} "
+              f"{m.get('prompt_tokens', 0):>11} {m.get('cache_hit_share', 0):>7.1%}  {s.get('documents', 0)}")
+    return 0
 
 
 def _run(args, config) -> int:
@@ -130,14 +216,12 @@ def _run(args, config) -> int:
     for note in notes:
         print(note, file=sys.stderr)
     t0 = time.perf_counter()
+    notify = (lambda line: None) if args.quiet else _notify
     try:
-        with Pipeline(config) as pipeline:
-            started = time.perf_counter() - t0
-            if not args.quiet:
-                starts = ", ".join(f"{s['shard']}: {s['engine_start_s']:.1f} s" for s in
-                                   sorted(pipeline.worker_stats(), key=lambda s: s["shard"]))
-                print(f"cluster up in {started:.1f} s (engine start per worker: {starts}); "
-                      f"dashboard: {pipeline.dashboard_link}", file=sys.stderr)
+        with Pipeline(config, verbose=args.verbose, notify=notify,
+                      live=None if args.quiet else _live_line()) as pipeline:
+            if pipeline.resident is None:
+                notify(f"cluster up in {time.perf_counter() - t0:.1f} s; dashboard: {pipeline.dashboard_link}")
             summary = job.run(pipeline, progress=None if not args.quiet else False)
     except JobError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import uuid
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import dask
 from distributed import Client, KilledWorker, as_completed
 
-from pipeline import codec, engine_env
+from pipeline import codec, engine_env, resident
 from pipeline.cluster import connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
@@ -26,7 +27,10 @@ from pipeline.dispatch import Dispatcher
 from pipeline.engine import EngineDead
 from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.router import PrefixRouter
-from pipeline.worker import PLUGIN_NAME, EnginePlugin, reset_worker, run_batch, stop_engine, worker_stats
+from pipeline.security import dask_security
+from pipeline.start_progress import StartProgress
+from pipeline.worker import (PLUGIN_NAME, EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine,
+                             worker_stats)
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
 
@@ -56,15 +60,37 @@ class TransferStats:
     per_shard_rows: dict = field(default_factory=dict)
 
 
-class Pipeline:
-    """A running pipeline: the cluster, one resident engine per shard, the router."""
+class EngineStartError(RuntimeError):
+    """An engine did not start (e.g. the engine rejected the config); the message says why."""
 
-    def __init__(self, config: Config | str | None = None, *, engine: str | None = None, client: Client | None = None):
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class Pipeline:
+    """A running pipeline: the cluster, one resident engine per shard, the router.
+
+    Without a ``client`` and without ``scheduler.address`` in the config it uses the resident
+    local cluster when one is up for the same config (``python -m pipeline up``; a different
+    config is a ``ClusterMismatch`` error), else it starts an embedded one, whose workers log to
+    one file per shard under the cache folder (``verbose=True``: to this terminal).
+    ``notify`` gets the few lines worth telling the user (which cluster, each engine's start;
+    default: stderr); ``live`` a line to show in place while engines start (a terminal)."""
+
+    def __init__(self, config: Config | str | None = None, *, engine: str | None = None, client: Client | None = None,
+                 verbose: bool = False, notify=None, live=None, start_timeout_s: float = 600.0):
         self.config = config if isinstance(config, Config) else load_config(config)
         self.engine_kind = engine or self.config.engine.kind
         self._client = client
         self._cluster = None
         self._owns_client = client is None
+        self.verbose = verbose
+        self.notify = notify or _stderr
+        self.live = live
+        self.start_timeout_s = start_timeout_s
+        self.resident: resident.ClusterState | None = None   # the resident cluster in use, if any
+        self.log_dir = None                                   # the embedded cluster's worker logs
         self.transfer = TransferStats()
         self.last_report: JobReport | None = None
         self._view_published = 0.0
@@ -74,26 +100,65 @@ class Pipeline:
         from tasks import get_task_kind
 
         self._driver_env = engine_env.snapshot()
-        self.model = resolve_model(self.config) if self.engine_kind == "vllm" or self.config.model.path is None \
-            else self.config.model.path
+        self.model = model_for(self.config, self.engine_kind)
         self.tokenizer = _load_tokenizer(self.model)
         self.task = get_task_kind(self.config.task, self.tokenizer)
         if self._client is None:
             try:
-                self._client, self._cluster = connect(self.config)
+                self._client, self._cluster = self._connect()
             finally:
                 # The user's process as it was: the nannies wrote Dask's worker variables into
                 # it, and libraries loaded here may set more (torch's TORCHINDUCTOR_CACHE_DIR was
                 # seen); pipeline/engine_env.py.
                 engine_env.restore(self._driver_env)
-        self._client.wait_for_workers(len(self.config.shards))
-        self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
+        try:
+            self._client.wait_for_workers(len(self.config.shards), timeout=self.start_timeout_s)
+        except TimeoutError:
+            raise RuntimeError(f"{len(self.config.shards)} shard workers expected, "
+                               f"{len(self._client.scheduler_info()['workers'])} joined within "
+                               f"{self.start_timeout_s:.0f} s") from None
+        with StartProgress(self._client, self.config.shard_names, self.notify, self.live):
+            try:
+                self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
+            except Exception as exc:  # raised in a worker's plugin setup: the engine's build
+                where = f"; the workers' logs: {self.log_dir}" if self.log_dir else \
+                    f"; the workers' logs: {self.resident.log_dir}" if self.resident else ""
+                raise EngineStartError(f"the engine did not start: {type(exc).__name__}: {exc}{where}") from None
         stats = self._check_shards()
         self.router = self.new_router(self.config.routing.block_size or min(s["block_size"] for s in stats))
+        held = self._seed_router()
+        if self.resident is not None:
+            age = self.resident.uptime_s
+            self.notify(f"using the local cluster at {self.resident.address} (up {age / 60:.0f} min, "
+                        f"{sum(s['requests'] for s in stats)} requests served, {held} documents cached; "
+                        f"`python -m pipeline down` stops it)")
         kv_share = self.config.intake.kv_budget_share
         self.token_budget = {s["shard"]: kv_share * s["kv_cache_tokens"] for s in stats
                              if s.get("kv_cache_tokens") and kv_share}
         return self
+
+    def _connect(self) -> tuple[Client, object]:
+        """The resident cluster when one is up for this config, else an embedded one."""
+        if not self.config.scheduler.address:
+            state = resident.find(self.config.replace(engine={"kind": self.engine_kind}), self.model, self.notify)
+            if state is not None:
+                self.resident = state
+                return Client(state.address, security=dask_security(self.config)), None
+        if not self.config.scheduler.address and not self.verbose:
+            self.log_dir = self.config.model.cache_path / "logs"
+            self.notify(f"worker logs: {self.log_dir}/<shard>.log")
+        return connect(self.config, log_dir=self.log_dir)
+
+    def _seed_router(self) -> int:
+        """What the engines hold from earlier jobs, as their workers remember it
+        (pipeline/prefix_memory.py); returns the number of prefixes."""
+        n = 0
+        for held in self._client.run(held_prefixes, on_error="return").values():
+            if (isinstance(held, dict) and held.get("shard") in self.router.shards
+                    and held["block_size"] == self.router.block_size):
+                self.router.seed(held["shard"], held["prefixes"])
+                n += len(held["prefixes"])
+        return n
 
     def new_router(self, block_size: int | None = None) -> PrefixRouter:
         """A fresh router with this pipeline's settings (and its block size unless given)."""
@@ -406,6 +471,14 @@ def _batch(groups: dict[str, list[tuple[int, str]]]) -> codec.Batch:
     requests = [codec.Request(index=i, prefix=slot, suffix=suffix)
                 for slot, items in enumerate(groups.values()) for i, suffix in items]
     return codec.Batch(batch_id=f"pipeline-batch-{uuid.uuid4().hex}", prefixes=list(groups), requests=requests)
+
+
+def model_for(config: Config, engine_kind: str) -> str:
+    """The model the engines load (and the client tokenizes with): the null engine uses the
+    configured path as given, and tokenizes with the default model when there is none."""
+    if engine_kind == "vllm" or config.model.path is None:
+        return resolve_model(config)
+    return config.model.path
 
 
 def _load_tokenizer(model: str):

@@ -6,6 +6,8 @@ batch routed to that shard can only run there.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import dask
 from distributed import Client, Nanny, Scheduler, SpecCluster
 
@@ -38,11 +40,20 @@ def apply_dask_settings() -> None:
     dask.config.set(DASK_SETTINGS)
 
 
-def worker_specs(config: Config) -> dict:
+LOG_FILE_ENV = "PIPELINE_LOG_FILE"
+
+
+def worker_specs(config: Config, log_dir: Path | None = None) -> dict:
     """Call before any nanny has started in this process: each worker's environment records
-    which variables the nannies add, so its engine does not inherit them (engine_env.py)."""
+    which variables the nannies add, so its engine does not inherit them (engine_env.py).
+    ``log_dir``: each worker (and its engine) writes its output to ``<shard>.log`` there
+    instead of this process's terminal (the preload moves it; pipeline/preload.py)."""
     host = config.scheduler.host
     record = engine_env.worker_record()
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for shard in config.shards:
+            (log_dir / f"{shard.name}.log").write_text("")
     return {
         shard.name: {
             "cls": Nanny,
@@ -54,16 +65,18 @@ def worker_specs(config: Config) -> dict:
                 "nthreads": config.intake.concurrent_batches,
                 "memory_limit": 0,  # the engine holds its own memory; never kill for it
                 "resources": {shard.resource: SHARD_RESOURCE_AMOUNT},
-                "env": {**shard.worker_env(), **record},
+                "env": {**shard.worker_env(), **record,
+                        **({LOG_FILE_ENV: str(log_dir / f"{shard.name}.log")} if log_dir is not None else {})},
                 "dashboard": False,
                 "config": DASK_SETTINGS,
+                "preload": ["pipeline.preload"],
             },
         }
         for shard in config.shards
     }
 
 
-def start_local_cluster(config: Config) -> SpecCluster:
+def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
     apply_dask_settings()
     dash = config.scheduler.dashboard_address
     scheduler = {
@@ -79,11 +92,11 @@ def start_local_cluster(config: Config) -> SpecCluster:
             "preload": ["pipeline.preload"],   # the pipeline's dashboard page
         },
     }
-    return SpecCluster(workers=worker_specs(config), scheduler=scheduler, name="pipeline",
+    return SpecCluster(workers=worker_specs(config, log_dir), scheduler=scheduler, name="pipeline",
                        security=dask_security(config))
 
 
-def connect(config: Config) -> tuple[Client, SpecCluster | None]:
+def connect(config: Config, log_dir: Path | None = None) -> tuple[Client, SpecCluster | None]:
     """A client for the configured cluster, and the embedded cluster if one was started.
 
     The nannies of an embedded cluster write Dask's worker variables into this process's
@@ -93,7 +106,7 @@ def connect(config: Config) -> tuple[Client, SpecCluster | None]:
     security = dask_security(config)
     if config.scheduler.address:
         return Client(config.scheduler.address, security=security), None
-    cluster = start_local_cluster(config)
+    cluster = start_local_cluster(config, log_dir)
     try:
         return Client(cluster, security=security), cluster
     except BaseException:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import click
 import dask
 from distributed import Scheduler, Worker
 
 from pipeline import dashboard
-from pipeline.cluster import SHARD_RESOURCE_AMOUNT
+from pipeline.cluster import LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
 from pipeline.config import load_config
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,17 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     logger.info("pipeline: this worker serves shard %s", shard.name)
 
 
+def write_output_to(path: str) -> None:
+    """This process's stdout and stderr (file descriptors 1 and 2: Python's, C libraries', and
+    those of every process it starts, vLLM's engine core included) go to ``path`` (appended)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 @click.command()
 @click.option("--shard", default=None, help="worker: the shard (a name under `shards:` in the config) it serves")
 @click.option("--pipeline-config", "config_path", default=None, help="the pipeline's cluster.yaml (default: the repository's)")
@@ -50,5 +62,9 @@ def dask_setup(server, shard, config_path):
         if dask.config.get("distributed.scheduler.work-stealing"):
             logger.warning("pipeline: work stealing is on; it moves batches away from the shard holding their "
                            "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False")
-    elif isinstance(server, Worker) and shard:
-        join_shard(server, shard, config_path)
+    elif isinstance(server, Worker):
+        log_file = os.environ.pop(LOG_FILE_ENV, None)   # the engine need not see it
+        if log_file:
+            write_output_to(log_file)
+        if shard:
+            join_shard(server, shard, config_path)

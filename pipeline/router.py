@@ -140,6 +140,12 @@ class PrefixRouter:
         """The routed request finished: its work is no longer outstanding."""
         self.outstanding[route.shard] = max(0.0, self.outstanding[route.shard] - route.cost)
 
+    def seed(self, shard: str, prefixes: Sequence[list[int]]) -> None:
+        """Know that ``shard`` holds these prefixes (block hashes each, least recent first), as
+        its worker reports at the start of a job (pipeline/prefix_memory.py); no work is added."""
+        for hashes in prefixes:
+            self._remember(list(hashes), shard)
+
     def forget_shard(self, shard: str) -> None:
         """Drop what ``shard`` was known to hold (it lost its cache, e.g. restarted)."""
         bit = self._bit[shard]

@@ -25,6 +25,7 @@ from pipeline.config import Config
 from pipeline.dashboard import ENGINE_DIED_TOPIC, PUBLISH_INTERVAL_S
 from pipeline.engine import Engine, EngineDead, build_engine
 from pipeline.gcstats import GcPauses
+from pipeline.prefix_memory import PrefixMemory
 from pipeline.prompt_fit import fit_prompt
 
 PLUGIN_NAME = "pipeline-engine"
@@ -42,14 +43,26 @@ class EnginePlugin(WorkerPlugin):
         self.engine_kind = engine_kind
         self.engine: Engine | None = None
         self.info: dict = {}
+        self.prefixes: PrefixMemory | None = None   # what the engine has served (set once it runs)
+        self.phase = "waiting"       # starting -> ready -> stopped (or failed)
+        self.phase_since = time.time()
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase, self.phase_since = phase, time.time()
 
     async def setup(self, worker) -> None:
         self.worker = worker
         self.shard = os.environ.get("PIPELINE_SHARD") or str(worker.name)
+        self._set_phase("starting")
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         # Building takes seconds; keep the worker's event loop (heartbeats) free.
-        self.engine = await loop.run_in_executor(None, self._build_engine)
+        try:
+            self.engine = await loop.run_in_executor(None, self._build_engine)
+        except BaseException as exc:
+            self._set_phase("failed")
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
         start_s = time.perf_counter() - t0
         # If this worker is killed outright, its engine-core process must not live on.
         self._reaper = reaper.start(os.getpid(), reaper.engine_children())
@@ -59,6 +72,7 @@ class EnginePlugin(WorkerPlugin):
         self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
                      "kv_cache_tokens": self.engine.kv_cache_tokens}
         self._intake = asyncio.Semaphore(self.config.intake.max_in_flight)
+        self.prefixes = self._prefix_memory()
         gc.collect()
         gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
         self.gc_pauses = GcPauses().install()
@@ -69,6 +83,14 @@ class EnginePlugin(WorkerPlugin):
         self._dead = False
         self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
         self._publisher.start()
+        self._set_phase("ready")
+
+    def _prefix_memory(self) -> PrefixMemory:
+        """Bounded by the engine's KV cache, in the router's blocks (the null engine, which has
+        no cache, by the router's own bound split over the shards)."""
+        block = self.config.routing.block_size or self.engine.block_size
+        cap = self.engine.kv_cache_tokens // block or self.config.routing.max_blocks // len(self.config.shards)
+        return PrefixMemory(block, max(1, cap))
 
     def _build_engine(self) -> Engine:
         """The engine, its processes spawned without the variables Dask's nanny gave this
@@ -101,6 +123,7 @@ class EnginePlugin(WorkerPlugin):
             engine, self.engine = self.engine, None
             await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
             self._engine_stopped = True
+            self._set_phase("stopped")
 
     def _exit_without_finalizing(self) -> None:
         """At the exit of a worker whose engine was stopped cleanly: end the process now.
@@ -117,6 +140,9 @@ class EnginePlugin(WorkerPlugin):
             raise RuntimeError(f"shard {self.shard}: engine is not running")
         batch = codec.decode_batch(payload)
         prefix_ids = [self.engine.encode(p) for p in batch.prefixes]
+        if self.prefixes is not None:
+            for prefix, ids in zip(batch.prefixes, prefix_ids):
+                self.prefixes.served(prefix, ids)
         try:
             results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts)
                                              for r in batch.requests))
@@ -191,7 +217,8 @@ def worker_stats(dask_worker) -> dict:
         return {}
     m = plugin.metrics
     return {**plugin.info, "engine_builds": m.engine_builds, "engine_start_s": m.engine_start_s,
-            "batches": m.batches, "requests": m.requests, "gc": plugin.gc_pauses.summary(), "metrics": m.snapshot()}
+            "batches": m.batches, "requests": m.requests, "gc": plugin.gc_pauses.summary(), "metrics": m.snapshot(),
+            "documents": len(plugin.prefixes or ())}
 
 
 async def stop_engine(dask_worker) -> float:
@@ -206,8 +233,33 @@ async def stop_engine(dask_worker) -> float:
 
 
 async def reset_worker(dask_worker) -> None:
-    """For ``client.run``: empty the engine's prefix cache and the GC pause record."""
+    """For ``client.run``: empty the engine's prefix cache (and what the worker remembers of
+    it) and the GC pause record."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is not None and plugin.engine is not None:
         await plugin.engine.reset_prefix_cache()
+        if plugin.prefixes is not None:
+            plugin.prefixes.clear()
         plugin.gc_pauses.reset()
+
+
+def engine_phase(dask_worker) -> dict:
+    """For ``client.run``: where this worker's engine is (waiting for the plugin, starting,
+    ready, failed, stopped) and since when; ``{}`` on a worker serving no shard."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    shard = os.environ.get("PIPELINE_SHARD")
+    if plugin is None:
+        return {"shard": shard, "phase": "waiting", "since": None, "pid": os.getpid()} if shard else {}
+    m = getattr(plugin, "metrics", None)
+    return {"shard": getattr(plugin, "shard", shard), "phase": plugin.phase, "since": plugin.phase_since,
+            "pid": os.getpid(), "error": getattr(plugin, "error", None),
+            "start_s": m.engine_start_s if m is not None else None}
+
+
+def held_prefixes(dask_worker) -> dict:
+    """For ``client.run`` when a client starts: the prefixes this worker's engine has served
+    (router block hashes, least recent first), to seed the client's router."""
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    if plugin is None or plugin.prefixes is None:
+        return {}
+    return {"shard": plugin.shard, "block_size": plugin.prefixes.block_size, "prefixes": plugin.prefixes.held()}

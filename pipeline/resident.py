@@ -1,0 +1,371 @@
+"""The resident local cluster: started once by ``python -m pipeline up``, used by every later
+``python -m pipeline run`` and ``Pipeline()`` with the same config, stopped by ``down``.
+
+It is Dask's own processes: one ``dask scheduler`` and one ``dask worker`` (nanny + worker)
+per shard, started in their own session so they outlive the terminal, each writing to its log
+file, with the same Dask settings and engine environment as the embedded cluster
+(pipeline/cluster.py). ``up`` registers the engine plugin (every worker builds its engine
+then) and records where the cluster runs in a state file::
+
+    <model.cache_dir>/cluster/state.json     (PIPELINE_CLUSTER_DIR overrides the folder)
+
+The state holds the scheduler's address, the processes, and the *fingerprint* of the config
+the cluster runs: everything the workers use (model, engine, shards, sampling, the per-engine
+intake limits, security). A config whose fingerprint differs cannot use the cluster: that is
+an error naming each difference, never a silent reuse. Routing, read-ahead, batch size and
+recovery are the client's and may differ from job to job.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlparse
+
+import psutil
+import yaml
+
+from pipeline import engine_env
+from pipeline.cluster import DASK_SETTINGS
+from pipeline.config import Config, ConfigError
+
+CLUSTER_DIR_ENV = "PIPELINE_CLUSTER_DIR"
+STATE_FILE = "state.json"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ClusterMismatch(ConfigError):
+    """A resident cluster is up, for another config."""
+
+
+def cluster_dir(config: Config) -> Path:
+    override = os.environ.get(CLUSTER_DIR_ENV)
+    return Path(override).expanduser() if override else config.model.cache_path / "cluster"
+
+
+@dataclass
+class ClusterState:
+    address: str                      # the scheduler's
+    dashboard: str | None
+    config_file: str                  # the config the cluster runs (a frozen copy)
+    fingerprint: dict
+    processes: dict[str, list]        # "scheduler" / shard name -> [pid, process create time]
+    log_dir: str
+    started: float = field(default_factory=time.time)
+
+    def save(self, folder: Path) -> Path:
+        path = folder / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, folder: Path) -> "ClusterState | None":
+        try:
+            return cls(**json.loads((folder / STATE_FILE).read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"cannot read the local cluster's state file {folder / STATE_FILE} ({exc}); "
+                              f"remove it if no cluster is running") from None
+
+    def dead_processes(self) -> list[str]:
+        """The recorded processes that are gone (a pid reused since counts as gone)."""
+        return [name for name, (pid, created) in self.processes.items() if not _same_process(pid, created)]
+
+    def scheduler_reachable(self, timeout_s: float = 2.0) -> bool:
+        u = urlparse(self.address)
+        try:
+            with socket.create_connection((u.hostname, u.port), timeout=timeout_s):
+                return True
+        except OSError:
+            return False
+
+    @property
+    def uptime_s(self) -> float:
+        return time.time() - self.started
+
+
+def _same_process(pid: int, created: float) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return abs(p.create_time() - created) < 1e-3 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def fingerprint(config: Config, model: str) -> dict:
+    """What the workers of a cluster use: it must be the same for a client to use them."""
+    return {
+        "model": model,
+        "engine": config.engine.model_dump(mode="json"),
+        "shards": {s.name: s.model_dump(mode="json", exclude={"name"}) for s in config.shards},
+        "sampling": config.sampling.model_dump(mode="json"),
+        "intake": {"max_in_flight": config.intake.max_in_flight,
+                   "concurrent_batches": config.intake.concurrent_batches},
+        "security": config.security.model_dump(mode="json"),
+    }
+
+
+def differences(running: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """One line per setting that differs, by its dotted name."""
+    out = []
+    for key in sorted(set(running) | set(wanted), key=str):
+        a, b = running.get(key, "(unset)"), wanted.get(key, "(unset)")
+        name = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, name + ".")
+        elif a != b:
+            out.append(f"{name}: running {a!r}, this config {b!r}")
+    return out
+
+
+def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterState | None:
+    """The resident cluster to use for ``config``, or None when none is up (a stale state file
+    -- the cluster died -- is said so and removed). Raises ClusterMismatch when one is up for
+    another config."""
+    folder = cluster_dir(config)
+    state = ClusterState.load(folder)
+    if state is None:
+        return None
+    dead = state.dead_processes()
+    if "scheduler" in dead or not state.scheduler_reachable():
+        notify(f"the local cluster recorded in {folder / STATE_FILE} is no longer running "
+               f"({'its scheduler process is gone' if 'scheduler' in dead else 'its scheduler does not answer'}); "
+               f"starting an embedded one")
+        _stop_processes(state, timeout_s=10)
+        (folder / STATE_FILE).unlink(missing_ok=True)
+        return None
+    diff = differences(state.fingerprint, fingerprint(config, model))
+    if diff:
+        raise ClusterMismatch(
+            f"a local cluster is up at {state.address} for another config ({state.config_file}); it differs in:\n  "
+            + "\n  ".join(diff) + "\nuse that config, or stop the cluster first: python -m pipeline down")
+    return state
+
+
+# -- up -------------------------------------------------------------------------------
+
+def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
+    """Dask's settings as the environment variables ``dask scheduler`` / ``dask worker`` read."""
+    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
+
+
+def _tls_args(config: Config) -> list[str]:
+    s = config.security
+    if not s.enabled:
+        return []
+    return ["--protocol", "tls", "--tls-ca-file", s.tls_ca_file, "--tls-cert", s.tls_cert, "--tls-key", s.tls_key]
+
+
+def _spawn(args: list[str], env: dict, log: Path, cwd: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        # Its own session: Ctrl-C in the terminal that ran `up` and the terminal closing do not
+        # reach it; `down` stops it.
+        return subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tuple[str, str | None, dict, Path]:
+    """Start the scheduler and one ``dask worker`` per shard; returns (scheduler address,
+    dashboard link, processes, frozen config file). Engines are not built yet."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log_dir = folder / "logs"
+    log_dir.mkdir(exist_ok=True)
+    config_file = folder / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    scheduler_file = folder / "scheduler.json"
+    scheduler_file.unlink(missing_ok=True)
+    python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    base_env = {**os.environ, **dask_env(), "PYTHONPATH": python_path}
+    host = config.scheduler.host
+    dash = config.scheduler.dashboard_address
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        procs["scheduler"] = _spawn(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port",
+             str(config.scheduler.port), "--scheduler-file", str(scheduler_file), "--preload", "pipeline.preload",
+             *(["--dashboard-address", dash] if dash else ["--no-dashboard"]), *_tls_args(config)],
+            base_env, log_dir / "scheduler.log", folder)
+        info = _wait_for_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
+        address = info["address"]
+        # The record tells each worker which variables its nanny adds, so its engine starts without
+        # them (pipeline/engine_env.py), as in the embedded cluster.
+        worker_env = {**base_env, **engine_env.worker_record(base_env)}
+        for shard in config.shards:
+            procs[shard.name] = _spawn(
+                [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", shard.name,
+                 "--host", host, "--nthreads", str(config.intake.concurrent_batches), "--memory-limit", "0",
+                 "--no-dashboard", "--preload", "pipeline.preload", "--shard", shard.name,
+                 "--pipeline-config", str(config_file), *_tls_args(config)],
+                worker_env, log_dir / f"{shard.name}.log", folder)
+    except BaseException:
+        for p in procs.values():
+            _kill_tree(p.pid)
+        raise
+    dashboard = None
+    if dash and info.get("services", {}).get("dashboard"):
+        dashboard = f"http://{host}:{info['services']['dashboard']}/status"
+    return address, dashboard, {name: [p.pid, psutil.Process(p.pid).create_time()] for name, p in procs.items()}, \
+        config_file
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen, log: Path, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:
+                pass  # being written
+        if proc.poll() is not None:
+            raise RuntimeError(f"the scheduler exited at start (exit code {proc.returncode}); its log: {log}\n"
+                               + _tail(log))
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the scheduler did not start within {timeout_s:.0f} s; its log: {log}")
+        time.sleep(0.1)
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# -- down -----------------------------------------------------------------------------
+
+def _tree(pid: int, created: float | None = None) -> list[psutil.Process]:
+    try:
+        p = psutil.Process(pid)
+        if created is not None and abs(p.create_time() - created) >= 1e-3:
+            return []
+        return [p, *p.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _kill_tree(pid: int) -> None:
+    for p in reversed(_tree(pid)):
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def cluster_processes(state: ClusterState) -> list[psutil.Process]:
+    """Every process of the cluster: scheduler, nannies, workers, engines (and their reapers
+    are in their own sessions; they exit when their worker does)."""
+    return [p for pid, created in state.processes.values() for p in _tree(pid, created)]
+
+
+def _stop_processes(state: ClusterState, timeout_s: float) -> list[int]:
+    """SIGTERM every process of the cluster, then SIGKILL what is left after ``timeout_s``;
+    returns the pids that had to be killed."""
+    procs = cluster_processes(state)
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in alive]
+
+
+# -- the commands -----------------------------------------------------------------------
+
+def up(config: Config, model: str, notify: Callable[[str], None], live: Callable[[str], None] | None = None,
+       timeout_s: float = 600.0) -> tuple[ClusterState, bool]:
+    """Start the resident cluster and wait until every engine is ready; returns its state and
+    whether it was started now (False: it was up already, for this config)."""
+    from pipeline.client import Pipeline
+
+    folder = cluster_dir(config)
+    running = find(config, model, notify)
+    if running is not None:
+        return running, False
+    address, dashboard, processes, config_file = start_processes(config, folder)
+    state = ClusterState(address=address, dashboard=dashboard, config_file=str(config_file),
+                         fingerprint=fingerprint(config, model), processes=processes, log_dir=str(folder / "logs"))
+    notify(f"scheduler at {address}; logs in {state.log_dir}/")
+    try:
+        pipeline = Pipeline(config.replace(scheduler={"address": address}), notify=notify, live=live,
+                            start_timeout_s=timeout_s)
+        pipeline.start()
+        pipeline.close()
+    except BaseException:
+        _stop_processes(state, timeout_s=10)
+        raise
+    state.save(folder)
+    return state, True
+
+
+def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0) -> bool:
+    """Stop the resident cluster: engines first (each engine core exits cleanly), then Dask's
+    processes; whatever is still running after ``timeout_s`` is killed. False: none was up."""
+    from distributed import Client
+
+    from pipeline.security import dask_security
+    from pipeline.worker import stop_engine
+
+    folder = cluster_dir(config)
+    state = ClusterState.load(folder)
+    if state is None:
+        return False
+    procs = cluster_processes(state)
+    if state.scheduler_reachable():
+        try:
+            with Client(state.address, security=dask_security(config), timeout=10) as client:
+                client.run(stop_engine, on_error="return")
+                client.shutdown()   # the scheduler closes its workers and their nannies
+        except Exception as exc:  # noqa: BLE001 - stopping anyway, by signal
+            notify(f"could not stop the cluster through its scheduler ({type(exc).__name__}: {exc}); "
+                   f"stopping its processes")
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    if alive:
+        notify(f"{len(alive)} process(es) still running after {timeout_s:.0f} s: stopping them")
+        _stop_processes(state, timeout_s=10)
+    (folder / STATE_FILE).unlink(missing_ok=True)
+    return True
+
+
+def status(config: Config) -> dict | None:
+    """The resident cluster as its workers report it; None when none is up. A stale state file
+    (the cluster died) is reported as such and removed."""
+    from distributed import Client
+
+    from pipeline.security import dask_security
+    from pipeline.worker import engine_phase, worker_stats
+
+    folder = cluster_dir(config)
+    state = ClusterState.load(folder)
+    if state is None:
+        return None
+    out = {"state": state, "folder": str(folder), "dead": state.dead_processes(), "shards": {}}
+    if "scheduler" in out["dead"] or not state.scheduler_reachable():
+        (folder / STATE_FILE).unlink(missing_ok=True)
+        out["stale"] = True
+        return out
+    with Client(state.address, security=dask_security(config), timeout=10) as client:
+        phases = client.run(engine_phase, on_error="return")
+        stats = client.run(worker_stats, on_error="return")
+    for addr, phase in phases.items():
+        if isinstance(phase, dict) and phase.get("shard"):
+            s = stats.get(addr)
+            out["shards"][phase["shard"]] = {**phase, "worker": addr, **(s if isinstance(s, dict) else {})}
+    out["stale"] = False
+    return out

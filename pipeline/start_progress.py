@@ -1,0 +1,66 @@
+"""Engine start, shard by shard, while a client waits for the engines: one line per shard
+once its engine is ready (or failed), and on a terminal a live line with the time each
+shard has spent starting so far."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from distributed import Client
+
+from pipeline.worker import engine_phase
+
+
+class StartProgress:
+    def __init__(self, client: Client, shards: list[str], notify: Callable[[str], None],
+                 live: Callable[[str], None] | None = None, interval_s: float = 1.0):
+        self.client = client
+        self.shards = shards
+        self.notify = notify
+        self.live = live
+        self.interval_s = interval_s
+        self.reported: dict[str, str] = {}   # shard -> the final phase it was reported in
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pipeline-start-progress", daemon=True)
+        self._t0 = time.time()
+
+    def __enter__(self) -> "StartProgress":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.poll()   # the last word: every engine that finished meanwhile
+        if self.live is not None:
+            self.live("")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - progress only; the start itself reports errors
+                pass
+
+    def poll(self) -> None:
+        phases = {p["shard"]: p for p in self.client.run(engine_phase, on_error="return").values()
+                  if isinstance(p, dict) and p.get("shard")}
+        now = time.time()
+        waiting = []
+        for shard in self.shards:
+            p = phases.get(shard)
+            if p is None or p["phase"] in ("waiting", "starting"):
+                since = p["since"] if p and p["phase"] == "starting" else None
+                waiting.append(f"{shard} {now - (since or self._t0):.0f} s")
+            elif shard not in self.reported and p["phase"] in ("ready", "failed"):
+                self.reported[shard] = p["phase"]
+                self.notify(self.line(shard, p))
+        if self.live is not None and waiting:
+            self.live("starting engines: " + ", ".join(waiting))
+
+    @staticmethod
+    def line(shard: str, p: dict) -> str:
+        if p["phase"] == "failed":
+            return f"shard {shard}: the engine did not start: {p.get('error')}"
+        return f"shard {shard}: engine ready in {p['start_s']:.1f} s (worker pid {p['pid']})"
