@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="the resident local cluster: shards, engines, requests served, "
                                            "prefix-cache use")
     status.add_argument("--config", default=None)
+    status.add_argument("--json", action="store_true", help="print it as JSON (for scripts)")
     down = sub.add_parser("down", help="stop the resident local cluster (engines first)")
     down.add_argument("--config", default=None)
     bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             print(resolve_model(config))
             return 0
         if args.command in ("up", "status", "down"):
-            return _resident(args.command, config)
+            return _resident(args, config)
         if args.command == "bench":
             _quiet_logs(args.verbose)
             return _bench(args, config)
@@ -152,10 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_STOPPED
 
 
-def _resident(command: str, config) -> int:
+def _resident(args, config) -> int:
+    import json
+    from dataclasses import asdict
+
     from pipeline import resident
     from pipeline.client import model_for
 
+    command = args.command
     if command == "up":
         _quiet_driver_logs(False)
         t0 = time.perf_counter()
@@ -174,10 +179,16 @@ def _resident(command: str, config) -> int:
             print(f"no local cluster is running (no state in {resident.cluster_dir(config)})")
         return 0
     info = resident.status(config)
+    if info is None and args.json:
+        print("null")
+        return 0
     if info is None:
         print(f"no local cluster is running (no state in {resident.cluster_dir(config)})")
         return 0
     state = info["state"]
+    if args.json:
+        print(json.dumps({**info, "state": asdict(state), "uptime_s": state.uptime_s}, indent=2, default=str))
+        return 1 if info["stale"] else 0
     if info["stale"]:
         print(f"the local cluster recorded in {info['folder']} is no longer running (gone: "
               f"{', '.join(info['dead']) or 'its scheduler does not answer'}); state removed")
@@ -199,31 +210,35 @@ def _resident(command: str, config) -> int:
 
 
 def _run(args, config) -> int:
-    from pipeline.client import Pipeline
+    from pipeline import resident
+    from pipeline.client import EngineStartError, Pipeline, model_for
     from pipeline.jobs import JobError, prepare_job
     from pipeline.model import resolve_model
 
     if args.part_rows < 1:
         raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
+    if args.engine:
+        config = config.replace(engine={"kind": args.engine})
+    notify = (lambda line: None) if args.quiet else _notify
+    if not config.scheduler.address and (resident.cluster_dir(config) / resident.STATE_FILE).exists():
+        # A resident cluster for another config is an error before anything is written.
+        resident.find(config, model_for(config, config.engine.kind), notify)
     # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
     notes: list[str] = []
     job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
                       truncate=args.truncate, part_rows=args.part_rows, notify=notes.append)
-    if args.engine:
-        config = config.replace(engine={"kind": args.engine})
     if config.engine.kind == "vllm" or config.model.path is not None:
         resolve_model(config)
     for note in notes:
         print(note, file=sys.stderr)
     t0 = time.perf_counter()
-    notify = (lambda line: None) if args.quiet else _notify
     try:
         with Pipeline(config, verbose=args.verbose, notify=notify,
                       live=None if args.quiet else _live_line()) as pipeline:
             if pipeline.resident is None:
                 notify(f"cluster up in {time.perf_counter() - t0:.1f} s; dashboard: {pipeline.dashboard_link}")
             summary = job.run(pipeline, progress=None if not args.quiet else False)
-    except JobError as exc:
+    except (JobError, EngineStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STOPPED
     except KeyboardInterrupt:

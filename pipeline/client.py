@@ -25,6 +25,7 @@ from pipeline.model import resolve_model
 from pipeline.dashboard import VIEW_METADATA_KEY
 from pipeline.dispatch import Dispatcher
 from pipeline.engine import EngineDead
+from pipeline.prefix_memory import prefix_digest
 from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.router import PrefixRouter
 from pipeline.security import dask_security
@@ -90,6 +91,7 @@ class Pipeline:
         self.live = live
         self.start_timeout_s = start_timeout_s
         self.resident: resident.ClusterState | None = None   # the resident cluster in use, if any
+        self.known_prefixes: dict[int, str] = {}              # from earlier jobs: digest -> shard
         self.log_dir = None                                   # the embedded cluster's worker logs
         self.transfer = TransferStats()
         self.last_report: JobReport | None = None
@@ -150,15 +152,14 @@ class Pipeline:
         return connect(self.config, log_dir=self.log_dir)
 
     def _seed_router(self) -> int:
-        """What the engines hold from earlier jobs, as their workers remember it
-        (pipeline/prefix_memory.py); returns the number of prefixes."""
-        n = 0
+        """What the engines hold from earlier jobs, as their workers remember it: prefix digest
+        -> shard, told to the router when a row brings that prefix (pipeline/prefix_memory.py).
+        Returns the number of prefixes."""
+        self.known_prefixes: dict[int, str] = {}
         for held in self._client.run(held_prefixes, on_error="return").values():
-            if (isinstance(held, dict) and held.get("shard") in self.router.shards
-                    and held["block_size"] == self.router.block_size):
-                self.router.seed(held["shard"], held["prefixes"])
-                n += len(held["prefixes"])
-        return n
+            if isinstance(held, dict) and held.get("shard") in self.router.shards:
+                self.known_prefixes.update(dict.fromkeys(held["prefixes"], held["shard"]))
+        return len(self.known_prefixes)
 
     def new_router(self, block_size: int | None = None) -> PrefixRouter:
         """A fresh router with this pipeline's settings (and its block size unless given)."""
@@ -222,6 +223,7 @@ class Pipeline:
         them (between benchmark runs, so each starts cold)."""
         self._client.run(reset_worker)
         self.router = self.new_router()
+        self.known_prefixes = {}
         self.transfer = TransferStats()
 
     # -- submission -------------------------------------------------------------
@@ -231,8 +233,12 @@ class Pipeline:
         return out
 
     def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None,
-               truncate_prompts: bool = False) -> Iterator[RowResult]:
+               truncate_prompts: bool = False, watched: bool = False) -> Iterator[RowResult]:
         """Results as their batches complete (not in input order); one per row.
+
+        ``watched``: someone watches this job's progress (a terminal); with
+        ``intake.first_answer_rows`` unset, its first answers then come early, at some cost in
+        throughput (README, "Start-up and first answer").
 
         ``rows`` may be any iterable: at most ``intake.read_ahead_rows`` rows wait unbound at
         a time (a document's questions are grouped within that window), so memory stays
@@ -246,7 +252,7 @@ class Pipeline:
         Each row is yielded exactly once; ``self.last_report`` says what happened."""
         source = enumerate(rows)
         ids: dict[int, Any] = {}
-        dispatcher = self._dispatcher(late_binding=self.config.routing.late_binding)
+        dispatcher = self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched)
         window = self.config.intake.read_ahead_rows
         rec = self.config.recovery
         running = as_completed()
@@ -391,6 +397,7 @@ class Pipeline:
         """The shard's engine is new: the router forgets what it held, not the work it owes."""
         owed = self.router.outstanding[shard]
         self.router.forget_shard(shard)
+        self.known_prefixes = {d: s for d, s in self.known_prefixes.items() if s != shard}
         self.router.outstanding[shard] = owed
 
     def _publish_view(self, dispatcher: Dispatcher, report: JobReport, watch: ShardWatch, force: bool = False) -> None:
@@ -417,11 +424,14 @@ class Pipeline:
             out[shard] += [i for items in groups.values() for i, _ in items]
         return out
 
-    def _dispatcher(self, late_binding: bool, router: PrefixRouter | None = None) -> Dispatcher:
+    def _dispatcher(self, late_binding: bool, router: PrefixRouter | None = None,
+                    watched: bool = False) -> Dispatcher:
         intake = self.config.intake
+        first = intake.first_answer_rows if intake.first_answer_rows is not None else int(watched)
         return Dispatcher(router or self.router, intake.batch_size, intake.queue_per_shard,
                           decode_tokens=self.config.sampling.max_tokens, late_binding=late_binding,
-                          group=self.config.routing.group_by_prefix, token_budget=self.token_budget)
+                          group=self.config.routing.group_by_prefix, token_budget=self.token_budget,
+                          first_rows=first if late_binding else 0)
 
     def _queue(self, rows: list[tuple[int, Mapping[str, Any]]], dispatcher: Dispatcher,
                task=None) -> list[tuple[int, str]]:
@@ -444,7 +454,13 @@ class Pipeline:
         """Each distinct prefix tokenized once, all in one call (the fast tokenizer batches it)."""
         unique = list(dict.fromkeys(prefixes))
         encoded = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
-        return dict(zip(unique, encoded))
+        tokens = dict(zip(unique, encoded))
+        if self.known_prefixes:  # held by an engine since an earlier job: the router learns where
+            for prefix, ids in tokens.items():
+                shard = self.known_prefixes.pop(prefix_digest(prefix), None)
+                if shard is not None and shard not in self.router.down:
+                    self.router.seed(shard, ids)
+        return tokens
 
     def _submit(self, shard: str, groups: dict[str, list[tuple[int, str]]], truncate_prompts: bool = False):
         batch = _batch(groups)
@@ -482,6 +498,6 @@ def model_for(config: Config, engine_kind: str) -> str:
 
 
 def _load_tokenizer(model: str):
-    from transformers import AutoTokenizer
+    from pipeline.tokenizer import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(model)
+    return load_tokenizer(model)

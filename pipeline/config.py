@@ -147,6 +147,11 @@ class IntakeConfig(_Section):
     # With late binding: a shard takes no new work while its outstanding tokens exceed this
     # share of its KV cache (0 disables the check).
     kv_budget_share: float = Field(0.9, ge=0)
+    # With late binding: rows each shard gets until the job's first batch is back, so the first
+    # answers come in a second or two instead of with a full engine's batch, at some cost in
+    # throughput (README, "Start-up and first answer"). 0: never; null: when someone watches
+    # the job (a progress bar on a terminal), else never.
+    first_answer_rows: int | None = Field(None, ge=0)
     # Rows read ahead of the engines and kept unbound, grouped by prefix (bounds memory).
     read_ahead_rows: int = Field(50_000, gt=0)
     # Batches one worker runs at once (the worker's nthreads).

@@ -61,6 +61,7 @@ class JobSummary:
     errors_by_kind: dict = field(default_factory=dict)
     resumed: int = 0         # rows already in the output when this run started
     workers: str | None = None   # what happened to workers during the job, if anything did
+    first_answer_s: float | None = None   # from the job's start to its first answer
 
     @property
     def requests_per_s(self) -> float:
@@ -90,7 +91,8 @@ class JobSummary:
         shards = ", ".join(f"{k}: {v}" for k, v in sorted(self.per_shard.items())) or "none"
         kinds = "".join(f"\n  {k}: {v}" for k, v in sorted(self.errors_by_kind.items(), key=lambda kv: -kv[1]))
         resumed = f" (+{self.resumed} already written before this run)" if self.resumed else ""
-        return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{kinds}\n"
+        first = f" (first answer after {self.first_answer_s:.2f} s)" if self.first_answer_s is not None else ""
+        return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{first}{kinds}\n"
                 f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
                 f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
                 f"completion tokens: {self.completion_tokens}\n"
@@ -161,6 +163,8 @@ class Job:
         with tqdm(total=self.source.num_rows, initial=self.done, unit="row", desc="rows", disable=not progress,
                   dynamic_ncols=True) as bar:
             def on_row(r: RowResult) -> None:
+                if summary.first_answer_s is None:
+                    summary.first_answer_s = time.perf_counter() - t0
                 summary.add(r)
                 bar.update(1)
                 if progress and summary.rows % 256 == 0:
@@ -169,7 +173,7 @@ class Job:
 
             order = _InOrder(self._to_records(pipeline), self.sink, self.part_rows, self.flush_seconds, on_row)
             rows = order.feed(self.source.chunks(self.done, self.read_rows))
-            for r in pipeline.stream(rows, task=task, truncate_prompts=self.truncate):
+            for r in pipeline.stream(rows, task=task, truncate_prompts=self.truncate, watched=progress):
                 order.place(r)
             order.close()
         summary.seconds = time.perf_counter() - t0

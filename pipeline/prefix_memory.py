@@ -1,56 +1,57 @@
-"""What one engine's prefix cache holds, as the router sees it: the router's block hashes of
-the prefixes the engine has served, most recent last. Pure: no Dask, no vLLM.
+"""What one engine's prefix cache holds, as a client can use it: the prefixes (document
+texts, as stable 64-bit digests) the engine has served, most recent last. Pure: no Dask, no
+vLLM.
 
 Why on the worker: a router lives in one client process and one job; the engine (and its
-prefix cache) lives on. Each worker remembers the prefixes its engine served, and a new
-client seeds its router from every worker when it starts (``Pipeline.start``), so a second
-job on the same documents -- from another process, in any row order -- goes to the shards
-that hold them. The knowledge dies with the engine: a restarted worker starts empty, as its
-engine's cache does.
+prefix cache) lives on. Each worker remembers the prefixes its engine served; a new client
+asks every worker when it starts (``Pipeline.start``), and when one of its rows carries a
+known prefix, its router learns that the shard holds that prefix's blocks before routing it
+(``PrefixRouter.seed``). So a second job on the same documents -- from another process, in
+any row order -- goes to the shards that hold them. The knowledge dies with the engine: a
+restarted worker starts empty, as its engine's cache does. Digests of the text, not token
+hashes: the same on both sides whatever tokenizer or block size each uses.
 
-Bounded by what the cache can hold: at most ``max_blocks`` hashes (the engine's KV-cache
-blocks, in router blocks), least recently served prefixes dropped first, as the engine
-evicts them. A prefix is hashed once, when first seen (its text's hash is the key).
+Bounded by what the cache can hold: prefixes are dropped, least recently served first, once
+their tokens exceed the engine's KV cache (``max_tokens``), as the engine evicts them.
 """
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
-from typing import Sequence
 
-from pipeline.router import block_hashes
+
+def prefix_digest(text: str) -> int:
+    """A stable 64-bit digest of a prefix (the same in every process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
 class PrefixMemory:
-    def __init__(self, block_size: int, max_blocks: int):
-        if block_size < 1 or max_blocks < 1:
-            raise ValueError("block_size and max_blocks must be positive")
-        self.block_size = block_size
-        self.max_blocks = max_blocks
-        self._prefixes: OrderedDict[int, list[int]] = OrderedDict()  # hash(prefix text) -> block hashes
-        self.blocks = 0
+    def __init__(self, max_tokens: int):
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be positive")
+        self.max_tokens = max_tokens
+        self._prefixes: OrderedDict[int, int] = OrderedDict()  # digest -> its tokens
+        self.tokens = 0
 
-    def served(self, prefix: str, tokens: Sequence[int]) -> None:
-        """The engine was given ``prefix`` (tokenized as ``tokens``)."""
-        key = hash(prefix)
+    def served(self, prefix: str, tokens: int) -> None:
+        """The engine was given ``prefix`` (``tokens`` long)."""
+        key = prefix_digest(prefix)
         if key in self._prefixes:
             self._prefixes.move_to_end(key)
             return
-        hashes = block_hashes(tokens, self.block_size)
-        if not hashes:
-            return
-        self._prefixes[key] = hashes
-        self.blocks += len(hashes)
-        while self.blocks > self.max_blocks and len(self._prefixes) > 1:
+        self._prefixes[key] = tokens
+        self.tokens += tokens
+        while self.tokens > self.max_tokens and len(self._prefixes) > 1:
             _, dropped = self._prefixes.popitem(last=False)
-            self.blocks -= len(dropped)
+            self.tokens -= dropped
 
-    def held(self) -> list[list[int]]:
-        """Each remembered prefix's block hashes, least recently served first."""
-        return list(self._prefixes.values())
+    def held(self) -> list[int]:
+        """The remembered prefixes' digests, least recently served first."""
+        return list(self._prefixes)
 
     def clear(self) -> None:
         self._prefixes.clear()
-        self.blocks = 0
+        self.tokens = 0
 
     def __len__(self) -> int:
         return len(self._prefixes)

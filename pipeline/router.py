@@ -140,11 +140,10 @@ class PrefixRouter:
         """The routed request finished: its work is no longer outstanding."""
         self.outstanding[route.shard] = max(0.0, self.outstanding[route.shard] - route.cost)
 
-    def seed(self, shard: str, prefixes: Sequence[list[int]]) -> None:
-        """Know that ``shard`` holds these prefixes (block hashes each, least recent first), as
-        its worker reports at the start of a job (pipeline/prefix_memory.py); no work is added."""
-        for hashes in prefixes:
-            self._remember(list(hashes), shard)
+    def seed(self, shard: str, prefix_tokens: Sequence[int]) -> None:
+        """Know that ``shard`` holds this prefix already (its worker says its engine served it
+        in an earlier job; pipeline/prefix_memory.py); no work is added."""
+        self._remember(block_hashes(prefix_tokens, self.block_size), shard)
 
     def forget_shard(self, shard: str) -> None:
         """Drop what ``shard`` was known to hold (it lost its cache, e.g. restarted)."""

@@ -26,6 +26,7 @@ class StartProgress:
         self._t0 = time.time()
 
     def __enter__(self) -> "StartProgress":
+        self.poll(initial=True)   # engines that run already (a resident cluster) are not announced
         self._thread.start()
         return self
 
@@ -43,7 +44,7 @@ class StartProgress:
             except Exception:  # noqa: BLE001 - progress only; the start itself reports errors
                 pass
 
-    def poll(self) -> None:
+    def poll(self, initial: bool = False) -> None:
         phases = {p["shard"]: p for p in self.client.run(engine_phase, on_error="return").values()
                   if isinstance(p, dict) and p.get("shard")}
         now = time.time()
@@ -55,8 +56,9 @@ class StartProgress:
                 waiting.append(f"{shard} {now - (since or self._t0):.0f} s")
             elif shard not in self.reported and p["phase"] in ("ready", "failed"):
                 self.reported[shard] = p["phase"]
-                self.notify(self.line(shard, p))
-        if self.live is not None and waiting:
+                if not initial:
+                    self.notify(self.line(shard, p))
+        if self.live is not None and waiting and not initial:
             self.live("starting engines: " + ", ".join(waiting))
 
     @staticmethod

@@ -86,11 +86,11 @@ class EnginePlugin(WorkerPlugin):
         self._set_phase("ready")
 
     def _prefix_memory(self) -> PrefixMemory:
-        """Bounded by the engine's KV cache, in the router's blocks (the null engine, which has
-        no cache, by the router's own bound split over the shards)."""
-        block = self.config.routing.block_size or self.engine.block_size
-        cap = self.engine.kv_cache_tokens // block or self.config.routing.max_blocks // len(self.config.shards)
-        return PrefixMemory(block, max(1, cap))
+        """Bounded by the engine's KV cache (the null engine, which has none, by the router's
+        own bound, in the engine's blocks, split over the shards)."""
+        cap = self.engine.kv_cache_tokens or \
+            self.config.routing.max_blocks * self.engine.block_size // len(self.config.shards)
+        return PrefixMemory(max(1, cap))
 
     def _build_engine(self) -> Engine:
         """The engine, its processes spawned without the variables Dask's nanny gave this
@@ -142,7 +142,7 @@ class EnginePlugin(WorkerPlugin):
         prefix_ids = [self.engine.encode(p) for p in batch.prefixes]
         if self.prefixes is not None:
             for prefix, ids in zip(batch.prefixes, prefix_ids):
-                self.prefixes.served(prefix, ids)
+                self.prefixes.served(prefix, len(ids))
         try:
             results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts)
                                              for r in batch.requests))
@@ -258,8 +258,8 @@ def engine_phase(dask_worker) -> dict:
 
 def held_prefixes(dask_worker) -> dict:
     """For ``client.run`` when a client starts: the prefixes this worker's engine has served
-    (router block hashes, least recent first), to seed the client's router."""
+    (digests, least recent first; pipeline/prefix_memory.py)."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None or plugin.prefixes is None:
         return {}
-    return {"shard": plugin.shard, "block_size": plugin.prefixes.block_size, "prefixes": plugin.prefixes.held()}
+    return {"shard": plugin.shard, "prefixes": plugin.prefixes.held()}

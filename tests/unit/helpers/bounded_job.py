@@ -19,7 +19,7 @@ class ReversingAnswerer:
         self.window = window
         self.last_report = None  # as Pipeline: what happened to workers (nothing here)
 
-    def stream(self, rows, task=None, truncate_prompts=False):
+    def stream(self, rows, task=None, truncate_prompts=False, watched=False):
         held = []
         for i, row in enumerate(rows):
             held.append((i, row["question"]))

@@ -1,0 +1,85 @@
+"""The client's tokenizer, without importing transformers (and torch) when it can.
+
+The client only encodes prompt prefixes (for routing) and renders chat templates. A model
+folder with ``tokenizer.json`` gives both through the ``tokenizers`` library and ``jinja2``,
+rendered the way transformers renders chat templates (same Jinja sandbox, options, filters
+and globals; a unit test compares the two). That saves ~3.5 s of every ``python -m pipeline
+run`` on the 2-core box (importing transformers: 3.2 s, loading with it: 0.5 s; this: 0.07 s).
+Any other model (a hub name, no ``tokenizer.json``) is loaded with transformers.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+
+
+def load_tokenizer(model: str):
+    folder = Path(model)
+    if (folder / "tokenizer.json").is_file() and chat_template_of(folder) is not None:
+        return FolderTokenizer(folder)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model)
+
+
+def chat_template_of(folder: Path) -> str | None:
+    path = folder / "chat_template.jinja"
+    if path.is_file():
+        return path.read_text()
+    template = _tokenizer_config(folder).get("chat_template")
+    return template if isinstance(template, str) else None
+
+
+def _tokenizer_config(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+class FolderTokenizer:
+    """What the client uses of a transformers tokenizer: ``encode``, batch ``__call__`` and
+    ``apply_chat_template``."""
+
+    def __init__(self, folder: Path):
+        from tokenizers import Tokenizer
+
+        self._tk = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.chat_template = chat_template_of(folder)
+        config = _tokenizer_config(folder)
+        self.special_tokens = {k: (v["content"] if isinstance(v, dict) else v) for k, v in config.items()
+                               if k.endswith("_token") and isinstance(v, (str, dict))}
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tk.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def __call__(self, texts: list[str], add_special_tokens: bool = True) -> dict:
+        return {"input_ids": [e.ids for e in self._tk.encode_batch(texts, add_special_tokens=add_special_tokens)]}
+
+    def apply_chat_template(self, messages: list[dict], tokenize: bool = True, add_generation_prompt: bool = False,
+                            **kwargs):
+        text = _compiled(self.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                    **{**self.special_tokens, **kwargs})
+        return self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+@lru_cache
+def _compiled(template: str):
+    """As transformers compiles chat templates (transformers/utils/chat_template_utils.py)."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template)

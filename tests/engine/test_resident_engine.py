@@ -1,0 +1,107 @@
+"""The resident cluster with the real engine: `up`, two jobs from two separate processes (the
+second, on the same documents in another order, finds warm engines and its documents cached),
+`status`, `down` (no engine process left)."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline import load_config
+from pipeline.model import resolve_model
+from pipeline.prefill_ideal import block_ideal
+from pipeline.tokenizer import load_tokenizer
+from pipeline.workloads import document_questions
+from tasks import DocumentQuestion
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.own_cluster
+
+
+def cli(env, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout)
+
+
+def engine_processes(state):
+    """Each shard's engine-core and model-runner processes (descendants of its worker)."""
+    out = {}
+    for name, (pid, _) in state["processes"].items():
+        if name != "scheduler":
+            out[name] = sorted(p.pid for p in psutil.Process(pid).children(recursive=True)
+                               if "VLLM" in " ".join(p.cmdline()) or p.name().startswith("VLLM"))
+    return out
+
+
+def ideal_cached_share(rows, config):
+    tok = load_tokenizer(resolve_model(config))
+    task = DocumentQuestion(tok)
+    prompts = []
+    for r in rows:
+        parts = task.split(r)
+        prompts.append(tok.encode(parts.prefix, add_special_tokens=False) +
+                       tok.encode(parts.suffix, add_special_tokens=False))
+    total = sum(map(len, prompts))
+    return 1 - block_ideal(prompts, config.engine.block_size, shards=len(config.shards)) / total
+
+
+def test_up_two_jobs_from_two_processes_status_down(tmp_path):
+    env = {**os.environ, "PIPELINE_CLUSTER_DIR": str(tmp_path / "cluster")}
+    config = load_config().replace(scheduler={"dashboard_address": None})
+    config_file = tmp_path / "cluster.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    rows = document_questions(16, 4, filler_sentences=40, seed=5, order="grouped")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "one.parquet")
+    shuffled = rows[:]
+    random.Random(9).shuffle(shuffled)
+    pq.write_table(pa.Table.from_pylist(shuffled), tmp_path / "two.parquet")
+
+    up = cli(env, "up", "--config", config_file)
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert "shard cpu0: engine ready in" in up.stderr and "shard cpu1: engine ready in" in up.stderr
+    state = json.loads((tmp_path / "cluster" / "state.json").read_text())
+    procs = []
+    try:
+        procs = [p for pid, _ in state["processes"].values() for p in
+                 [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]]
+        engines = engine_processes(state)
+        assert all(engines.values()), engines
+        first = cli(env, "run", tmp_path / "one.parquet", tmp_path / "one-out.parquet", "--config", config_file)
+        second = cli(env, "run", tmp_path / "two.parquet", tmp_path / "two-out.parquet", "--config", config_file)
+        for job in (first, second):
+            assert job.returncode == 0, job.stderr
+            assert f"using the local cluster at {state['address']}" in job.stderr
+        print(first.stderr, first.stdout, second.stderr, second.stdout, sep="\n")
+
+        assert engine_processes(state) == engines   # the same engines answered both jobs
+        status = json.loads(cli(env, "status", "--json", "--config", config_file).stdout)
+        for shard in ("cpu0", "cpu1"):
+            s = status["shards"][shard]
+            assert s["phase"] == "ready" and s["engine_builds"] == 1
+        assert sum(status["shards"][s]["requests"] for s in ("cpu0", "cpu1")) == 2 * len(rows)
+
+        expected = {r["id"]: r["expected"] for r in rows}
+        for name in ("one-out", "two-out"):   # the right answer on the right row, no row lost
+            out = pq.read_table(tmp_path / f"{name}.parquet").to_pylist()
+            assert sorted(o["id"] for o in out) == sorted(expected)
+            right = sum(o["answer"] is not None and expected[o["id"]].lower() in o["answer"].lower() for o in out)
+            assert right >= 0.9 * len(out)
+        two = pq.read_table(tmp_path / "two-out.parquet").to_pylist()
+        share = sum(o["cached_tokens"] for o in two) / sum(o["prompt_tokens"] for o in two)
+        ideal = ideal_cached_share(rows, config)
+        print(f"second job: cached share {share:.3f}; first job's ideal {ideal:.3f}")
+        assert share >= 0.95 * ideal
+        table = cli(env, "status", "--config", config_file).stdout
+        assert "cpu0" in table and "ready" in table and "documents" in table
+    finally:
+        down = cli(env, "down", "--config", config_file)
+    assert down.returncode == 0, down.stderr
+    _, alive = psutil.wait_procs(procs, timeout=15)
+    assert not alive, f"left running after down: {alive}"

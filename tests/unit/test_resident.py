@@ -1,0 +1,174 @@
+"""The resident local cluster's bookkeeping, without a cluster: state file, config mismatch,
+stale state; and the worker-side prefix memory that carries routing knowledge across jobs."""
+import os
+import socket
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from pipeline import resident
+from pipeline.config import load_config
+from pipeline.dispatch import Dispatcher
+from pipeline.prefix_memory import PrefixMemory, prefix_digest
+from pipeline.router import PrefixRouter
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(resident.CLUSTER_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def listening():
+    """A loopback port that accepts connections (stands in for a running scheduler)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    yield f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+
+
+def _state(config, address, pid=None, model="m"):
+    me = psutil.Process(pid) if pid else psutil.Process()
+    return resident.ClusterState(address=address, dashboard=None, config_file="cfg.yaml",
+                                 fingerprint=resident.fingerprint(config, model),
+                                 processes={"scheduler": [me.pid, me.create_time()]}, log_dir="logs")
+
+
+def test_state_file_round_trips_and_knows_its_processes(folder, listening):
+    config = load_config()
+    state = _state(config, listening)
+    state.save(folder)
+    loaded = resident.ClusterState.load(folder)
+    assert loaded == state
+    assert loaded.dead_processes() == [] and loaded.scheduler_reachable()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    loaded.processes["cpu0"] = [gone.pid, 0.0]
+    assert loaded.dead_processes() == ["cpu0"]
+
+
+def test_a_running_cluster_with_the_same_config_is_used(folder, listening):
+    config = load_config()
+    _state(config, listening).save(folder)
+    # routing, batching and recovery are the client's: they may differ
+    client_side = config.replace(routing={"min_match": 0.9}, intake={"batch_size": 8}, recovery={"max_row_attempts": 5})
+    found = resident.find(client_side, "m", notify=pytest.fail)
+    assert found is not None and found.address == listening
+
+
+def test_a_running_cluster_with_another_config_is_a_clear_error(folder, listening):
+    config = load_config()
+    _state(config, listening).save(folder)
+    other = config.replace(engine={"enforce_eager": True, "max_model_len": 1024}, sampling={"max_tokens": 8})
+    with pytest.raises(resident.ClusterMismatch) as err:
+        resident.find(other, "other-model", notify=pytest.fail)
+    text = str(err.value)
+    assert f"a local cluster is up at {listening} for another config" in text
+    for line in ("engine.enforce_eager: running False, this config True",
+                 "engine.max_model_len: running 2048, this config 1024",
+                 "sampling.max_tokens: running 32, this config 8",
+                 "model: running 'm', this config 'other-model'"):
+        assert line in text
+    assert "python -m pipeline down" in text
+    assert (folder / resident.STATE_FILE).exists()   # never removed for a mismatch
+
+
+def test_stale_state_is_said_and_removed_and_nothing_is_used(folder):
+    config = load_config()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _state(config, "tcp://127.0.0.1:9", pid=None).save(folder)
+    state = resident.ClusterState.load(folder)
+    state.processes["scheduler"] = [gone.pid, 1.0]
+    state.save(folder)
+    said = []
+    assert resident.find(config, "m", notify=said.append) is None
+    assert len(said) == 1 and "is no longer running (its scheduler process is gone); starting an embedded one" in said[0]
+    assert not (folder / resident.STATE_FILE).exists()
+
+
+def test_an_unreadable_state_file_says_where_it_is(folder):
+    (folder / resident.STATE_FILE).write_text("{not json")
+    with pytest.raises(resident.ConfigError, match="cannot read the local cluster's state file .*remove it"):
+        resident.find(load_config(), "m", notify=print)
+
+
+def test_dask_settings_become_the_variables_dask_reads():
+    env = resident.dask_env({"distributed.worker.daemon": False, "distributed.scheduler.work-stealing": False,
+                             "distributed.admin.tick.interval": "1s"})
+    assert env == {"DASK_DISTRIBUTED__WORKER__DAEMON": "False", "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
+                   "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s"}
+    import dask
+    import dask.config
+
+    parsed = dask.config.collect_env(env)
+    assert parsed["distributed"]["worker"]["daemon"] is False
+
+
+# -- knowledge across jobs ------------------------------------------------------------
+
+def _doc(n, length=200):
+    return [n * 1000 + i for i in range(length)]
+
+
+def test_prefix_memory_is_bounded_and_drops_the_least_recently_served():
+    m = PrefixMemory(max_tokens=500)
+    m.served("doc a", 200)
+    m.served("doc b", 200)
+    m.served("doc a", 200)          # served again: most recent, not counted twice
+    assert m.tokens == 400 and m.held() == [prefix_digest("doc b"), prefix_digest("doc a")]
+    m.served("doc c", 200)          # 600 > 500: "doc b" goes
+    assert m.held() == [prefix_digest("doc a"), prefix_digest("doc c")] and m.tokens == 400
+    m.clear()
+    assert len(m) == 0 and m.tokens == 0
+
+
+def test_prefix_digests_are_the_same_in_every_process():
+    code = "from pipeline.prefix_memory import prefix_digest; print(prefix_digest('Ünï doc \\ud800'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "123"}).stdout
+    assert int(out) == prefix_digest("Ünï doc \ud800")
+
+
+def test_a_router_seeded_with_what_a_shard_holds_sends_its_documents_there():
+    router = PrefixRouter(["s0", "s1"], block_size=16)
+    router.seed("s1", _doc(1))
+    router.seed("s0", _doc(2))
+    assert router.outstanding == {"s0": 0.0, "s1": 0.0}   # knowledge, not work
+    assert router.route(_doc(2), 5).shard == "s0"
+    r1 = router.route(_doc(1), 5)
+    assert r1.shard == "s1" and r1.cached_tokens == 192
+
+
+def test_until_the_first_answer_each_shard_gets_one_row_then_full_batches():
+    router = PrefixRouter(["s0", "s1"], block_size=16)
+    d = Dispatcher(router, batch_size=4, queue_per_shard=16, first_rows=1)
+    for doc in range(4):
+        for q in range(3):
+            d.add(doc * 3 + q, f"doc{doc}", f"q{q}", _doc(doc))
+    first = d.bind()
+    assert sorted(len(items) for _, groups in first for items in groups.values()) == [1, 1]
+    assert {shard for shard, _ in first} == {"s0", "s1"}
+    assert d.bind() == []                        # nothing more until an answer is back
+    owner = {prefix: shard for shard, groups in first for prefix in groups}
+    d.completed([i for _, groups in first for items in groups.values() for i, _ in items][:1])
+    rest = d.bind()
+    rows = [i for _, groups in rest for items in groups.values() for i, _ in items]
+    assert sorted(rows + [i for _, g in first for items in g.values() for i, _ in items]) == list(range(12))
+    for shard, groups in rest:                    # a document's later questions follow its first
+        for prefix in groups:
+            assert owner.get(prefix, shard) == shard
+    assert sum(d.prefixes_bound.values()) == 4    # each document counted once
+
+
+def test_without_the_first_answer_ramp_everything_binds_at_once():
+    router = PrefixRouter(["s0", "s1"], block_size=16)
+    d = Dispatcher(router, batch_size=4, queue_per_shard=16, first_rows=0)
+    for doc in range(4):
+        for q in range(3):
+            d.add(doc * 3 + q, f"doc{doc}", f"q{q}", _doc(doc))
+    assert sum(len(items) for _, groups in d.bind() for items in groups.values()) == 12
