@@ -6,6 +6,7 @@ batch routed to that shard can only run there.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dask
@@ -78,6 +79,12 @@ def worker_specs(config: Config, log_dir: Path | None = None) -> dict:
 
 def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
     apply_dask_settings()
+    if log_dir is not None:
+        # A worker logs that it runs its preload before the preload can move its output to the
+        # log file, and reads its logging levels when it imports Dask, before a nanny's ``env``
+        # applies: so from the environment it is spawned with (Pipeline.start puts this
+        # process's environment back once the workers run).
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     dash = config.scheduler.dashboard_address
     scheduler = {
         "cls": Scheduler,
