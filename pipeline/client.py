@@ -29,7 +29,7 @@ from pipeline.prefix_memory import prefix_digest
 from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.router import PrefixRouter
 from pipeline.security import dask_security
-from pipeline.start_progress import StartProgress
+from pipeline.start_progress import StartProgress, one_line
 from pipeline.worker import (PLUGIN_NAME, EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine,
                              worker_stats)
 
@@ -119,13 +119,16 @@ class Pipeline:
             raise RuntimeError(f"{len(self.config.shards)} shard workers expected, "
                                f"{len(self._client.scheduler_info()['workers'])} joined within "
                                f"{self.start_timeout_s:.0f} s") from None
-        with StartProgress(self._client, self.config.shard_names, self.notify, self.live):
-            try:
+        progress = StartProgress(self._client, self.config.shard_names, self.notify, self.live)
+        try:
+            with progress:
                 self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
-            except Exception as exc:  # raised in a worker's plugin setup: the engine's build
-                where = f"; the workers' logs: {self.log_dir}" if self.log_dir else \
-                    f"; the workers' logs: {self.resident.log_dir}" if self.resident else ""
-                raise EngineStartError(f"the engine did not start: {type(exc).__name__}: {exc}{where}") from None
+        except Exception as exc:  # raised in a worker's plugin setup: the engine's build
+            errors = progress.errors or {"?": f"{type(exc).__name__}: {exc}"}
+            logs = self.log_dir or (self.resident.log_dir if self.resident else None)
+            raise EngineStartError(f"shard {', '.join(k for k in errors if k != '?') or '?'}: the engine did not "
+                                   f"start: {one_line(next(iter(errors.values())))}"
+                                   + (f" (the whole error is in the workers' logs, {logs}/)" if logs else "")) from None
         stats = self._check_shards()
         self.router = self.new_router(self.config.routing.block_size or min(s["block_size"] for s in stats))
         held = self._seed_router()
@@ -147,7 +150,7 @@ class Pipeline:
                 self.resident = state
                 return Client(state.address, security=dask_security(self.config)), None
         if not self.config.scheduler.address and not self.verbose:
-            self.log_dir = self.config.model.cache_path / "logs"
+            self.log_dir = resident.worker_log_dir(self.config)
             self.notify(f"worker logs: {self.log_dir}/<shard>.log")
         return connect(self.config, log_dir=self.log_dir)
 

@@ -45,6 +45,15 @@ class ClusterMismatch(ConfigError):
     """A resident cluster is up, for another config."""
 
 
+LOG_DIR_ENV = "PIPELINE_LOG_DIR"
+
+
+def worker_log_dir(config: Config) -> Path:
+    """Where an embedded cluster's workers write ``<shard>.log`` (unless verbose)."""
+    override = os.environ.get(LOG_DIR_ENV)
+    return Path(override).expanduser() if override else config.model.cache_path / "logs"
+
+
 def cluster_dir(config: Config) -> Path:
     override = os.environ.get(CLUSTER_DIR_ENV)
     return Path(override).expanduser() if override else config.model.cache_path / "cluster"

@@ -3,6 +3,7 @@ once its engine is ready (or failed), and on a terminal a live line with the tim
 shard has spent starting so far."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Callable
@@ -21,6 +22,7 @@ class StartProgress:
         self.live = live
         self.interval_s = interval_s
         self.reported: dict[str, str] = {}   # shard -> the final phase it was reported in
+        self.errors: dict[str, str] = {}     # shard -> why its engine did not start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pipeline-start-progress", daemon=True)
         self._t0 = time.time()
@@ -56,13 +58,19 @@ class StartProgress:
                 waiting.append(f"{shard} {now - (since or self._t0):.0f} s")
             elif shard not in self.reported and p["phase"] in ("ready", "failed"):
                 self.reported[shard] = p["phase"]
-                if not initial:
-                    self.notify(self.line(shard, p))
+                if p["phase"] == "failed":   # said once, by the caller, for every failed shard
+                    self.errors[shard] = p.get("error") or "unknown error"
+                elif not initial:
+                    self.notify(f"shard {shard}: engine ready in {p['start_s']:.1f} s (worker pid {p['pid']})")
         if self.live is not None and waiting and not initial:
             self.live("starting engines: " + ", ".join(waiting))
 
-    @staticmethod
-    def line(shard: str, p: dict) -> str:
-        if p["phase"] == "failed":
-            return f"shard {shard}: the engine did not start: {p.get('error')}"
-        return f"shard {shard}: engine ready in {p['start_s']:.1f} s (worker pid {p['pid']})"
+
+def one_line(error: str, limit: int = 300) -> str:
+    """An engine's start error as one readable line: pydantic's frame lines dropped (vLLM
+    validates its arguments with pydantic), whitespace joined, cut at ``limit`` characters."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    text = " ".join(line for line in lines if not line.startswith("For further information visit"))
+    text = re.sub(r"\d+ validation errors? for \w+\s*", "", text)
+    text = re.sub(r"\s*\[type=[^\]]*\]", "", text).replace("Value error, ", "")
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"

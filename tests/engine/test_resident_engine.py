@@ -105,3 +105,17 @@ def test_up_two_jobs_from_two_processes_status_down(tmp_path):
     assert down.returncode == 0, down.stderr
     _, alive = psutil.wait_procs(procs, timeout=15)
     assert not alive, f"left running after down: {alive}"
+
+
+def test_a_config_the_engine_rejects_is_one_clear_line(tmp_path):
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"max_model_len": 999_999})
+    config_file = tmp_path / "cluster.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    pq.write_table(pa.Table.from_pylist(document_questions(2, 1)), tmp_path / "in.parquet")
+    job = cli(os.environ, "run", tmp_path / "in.parquet", tmp_path / "out.parquet", "--config", config_file)
+    assert job.returncode == 1
+    errors = [line for line in job.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and len(job.stderr.splitlines()) <= 3, job.stderr
+    assert ("error: shard cpu0, cpu1: the engine did not start: ValidationError: User-specified max_model_len "
+            "(999999) is greater than the derived max_model_len") in errors[0]
+    assert "the whole error is in the workers' logs" in errors[0]

@@ -172,3 +172,13 @@ def test_without_the_first_answer_ramp_everything_binds_at_once():
         for q in range(3):
             d.add(doc * 3 + q, f"doc{doc}", f"q{q}", _doc(doc))
     assert sum(len(items) for _, groups in d.bind() for items in groups.values()) == 12
+
+
+def test_an_engine_start_error_becomes_one_line():
+    from pipeline.start_progress import one_line
+
+    error = ("ValidationError: 1 validation error for ModelConfig\n  Value error, User-specified max_model_len "
+             "(999999) is too long. Set X. [type=value_error, input_value=ArgsKwargs((), {'a': 1}), input_type=A]\n"
+             "    For further information visit https://errors.pydantic.dev/2.14/v/value_error")
+    assert one_line(error) == "ValidationError: User-specified max_model_len (999999) is too long. Set X."
+    assert one_line("x" * 500).endswith("…") and len(one_line("x" * 500)) == 300
