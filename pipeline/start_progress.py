@@ -26,6 +26,7 @@ class StartProgress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pipeline-start-progress", daemon=True)
         self._t0 = time.time()
+        self._shown = False   # a live line is on the terminal
 
     def __enter__(self) -> "StartProgress":
         self.poll(initial=True)   # engines that run already (a resident cluster) are not announced
@@ -36,7 +37,7 @@ class StartProgress:
         self._stop.set()
         self._thread.join(timeout=10)
         self.poll()   # the last word: every engine that finished meanwhile
-        if self.live is not None:
+        if self.live is not None and self._shown:
             self.live("")
 
     def _run(self) -> None:
@@ -61,8 +62,11 @@ class StartProgress:
                 if p["phase"] == "failed":   # said once, by the caller, for every failed shard
                     self.errors[shard] = p.get("error") or "unknown error"
                 elif not initial:
+                    if self._shown:   # the line goes above the live one
+                        self.live("")
                     self.notify(f"shard {shard}: engine ready in {p['start_s']:.1f} s (worker pid {p['pid']})")
         if self.live is not None and waiting and not initial:
+            self._shown = True
             self.live("starting engines: " + ", ".join(waiting))
 
 
