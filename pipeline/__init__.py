@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "Pipeline": "pipeline.client", "RowResult": "pipeline.client",
+    "Pipeline": "pipeline.client", "RowResult": "pipeline.results",
     "Config": "pipeline.config", "ConfigError": "pipeline.config", "load_config": "pipeline.config",
     "JobError": "pipeline.jobs", "JobSummary": "pipeline.jobs", "prepare_job": "pipeline.jobs", "run_job": "pipeline.jobs",
 }

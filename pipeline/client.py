@@ -8,11 +8,12 @@
 """
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
 import dask
@@ -25,6 +26,8 @@ from pipeline.model import resolve_model
 from pipeline.dashboard import VIEW_METADATA_KEY
 from pipeline.dispatch import Dispatcher
 from pipeline.engine import EngineDead
+from pipeline.job_state import Cancel, Emit, JobState, ReadRow, Submit
+from pipeline.results import RESULT_FIELDS, RowResult  # noqa: F401 - re-exported
 from pipeline.prefix_memory import prefix_digest
 from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.router import PrefixRouter
@@ -32,26 +35,6 @@ from pipeline.security import dask_security
 from pipeline.start_progress import StartProgress, one_line
 from pipeline.worker import (PLUGIN_NAME, EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine,
                              worker_stats)
-
-RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
-
-
-@dataclass
-class RowResult:
-    index: int            # position of the row in the submitted rows
-    id: Any
-    answer: str | None
-    error: str | None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    shard: str | None = None
-    latency_s: float = 0.0
-
-    def as_row(self) -> dict:
-        d = asdict(self)
-        return {k: d[k] for k in RESULT_FIELDS}
-
 
 @dataclass
 class TransferStats:
@@ -253,135 +236,86 @@ class Pipeline:
         restarted it, and a shard whose worker does not come back within
         ``recovery.rejoin_timeout_s`` has its rows re-routed to the others (pipeline/recovery.py).
         Each row is yielded exactly once; ``self.last_report`` says what happened."""
-        source = enumerate(rows)
-        ids: dict[int, Any] = {}
-        dispatcher = self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched)
-        window = self.config.intake.read_ahead_rows
+        job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         rec = self.config.recovery
-        running = as_completed()
-        inflight: dict[str, _Batch] = {}   # future key -> the batch it runs
-        answered: set[int] = set()
-        attempts: dict[int, int] = {}      # row index -> times sent
-        report = self.last_report = JobReport(job=f"pipeline-job-{uuid.uuid4().hex[:12]}")
-        span = {"name": (report.job,), "ids": (str(uuid.uuid4()),)}  # one Dask span per job
+        state = JobState(job_id, self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched),
+                         self.config.intake.read_ahead_rows, rec.max_row_attempts)
+        self.last_report = state.report
+        span = {"name": (job_id,), "ids": (str(uuid.uuid4()),)}  # one Dask span per job
         watch = ShardWatch(self._client, {s.name: s.resource for s in self.config.shards},
                            rec.poll_interval_s, rec.rejoin_timeout_s)
-        exhausted = False
+        running = as_completed()
+        futures: dict[str, Any] = {}   # batch id -> its future
+        source = enumerate(rows)
 
-        def submit_bound() -> None:
-            for shard, groups in dispatcher.bind():
-                for items in groups.values():
-                    for i, _ in items:
-                        attempts[i] = attempts.get(i, 0) + 1
-                with dask.annotate(span=span):
-                    fut = self._submit(shard, groups, truncate_prompts)
-                inflight[fut.key] = _Batch(shard, groups, fut)
-                running.add(fut)
-                report.batches += 1
+        def carry_out(instructions: list) -> Iterator[RowResult]:
+            for ins in instructions:
+                if isinstance(ins, Emit):
+                    yield ins.row
+                elif isinstance(ins, Submit):
+                    with dask.annotate(span=span):
+                        fut = self._submit(ins.batch_id, ins.shard, ins.groups, truncate_prompts)
+                    futures[ins.batch_id] = fut
+                    running.add(fut)
+                elif isinstance(ins, Cancel):
+                    futures.pop(ins.batch_id).cancel()
 
-        def read_ahead() -> list[RowResult]:
-            nonlocal exhausted
-            chunk = []
-            while not exhausted and dispatcher.pending_rows + len(chunk) < window:
-                item = next(source, None)
-                if item is None:
-                    exhausted = True
-                else:
-                    chunk.append(item)
-                    ids[item[0]] = item[1].get("id", item[0])
-            failed = [self._answer(i, ids, answered, error=f"input: {error}")
-                      for i, error in self._queue(chunk, dispatcher, task)]
-            submit_bound()
-            return failed
+        def read() -> Iterator[RowResult]:
+            want = state.rows_wanted
+            if want:
+                chunk = list(itertools.islice(source, want))
+                yield from carry_out(state.rows_read(*self._read_rows(chunk, task)))
+                if len(chunk) < want:
+                    yield from carry_out(state.input_ended())
 
-        def send_again(batch: _Batch, error: str) -> list[RowResult]:
-            """The batch's rows go back through the router; rows sent too often fail."""
-            rows_left = [(i, prefix, suffix) for prefix, items in batch.groups.items() for i, suffix in items
-                         if i not in answered]
-            dispatcher.completed([i for i, _, _ in rows_left])
-            failed = []
-            again = [r for r in rows_left if attempts[r[0]] < rec.max_row_attempts]
-            for i, _, _ in rows_left:
-                if attempts[i] >= rec.max_row_attempts:
-                    failed.append(self._answer(i, ids, answered, error=f"worker: {error}"))
-            report.rows_failed += len(failed)
-            report.rows_rerouted += len(again)
-            tokens = self._prefix_tokens([p for _, p, _ in again])
-            for i, prefix, suffix in again:
-                dispatcher.add(i, prefix, suffix, tokens[prefix])
-            return failed
+        def rejoined(shard: str) -> list:
+            self._forget_known(shard)
+            return state.shard_rejoined(shard)
 
-        def on_events(events) -> list[RowResult]:
-            failed = []
+        def on_shard_events(events) -> Iterator[RowResult]:
+            handlers = {LOST: state.shard_lost, REJOINED: rejoined, GONE: state.shard_gone}
             for ev in events:
-                report.events.append(ev)
-                if ev.kind == LOST:      # Dask runs its batches again on the restarted worker
-                    report.batches_interrupted += sum(b.shard == ev.shard for b in inflight.values())
-                elif ev.kind == REJOINED:  # a fresh engine: nothing of the shard's cache is left
-                    self.router.set_down(ev.shard, False)
-                    self._forget_cache(ev.shard)
-                elif ev.kind == GONE and len(self.router.live_shards) > 1:
-                    self.router.set_down(ev.shard)
-                    for key, b in list(inflight.items()):
-                        if b.shard == ev.shard:
-                            del inflight[key]
-                            b.future.cancel()
-                            failed += send_again(b, f"shard {ev.shard} lost its worker")
-            if events:
-                submit_bound()
-            return failed
+                state.report.events.append(ev)
+                yield from carry_out(handlers[ev.kind](ev.shard))
 
-        yield from read_ahead()
-        while inflight or not exhausted or dispatcher.pending_rows:
-            if not inflight:
-                yield from read_ahead()
-                if not inflight and dispatcher.pending_rows:  # every live shard is full or gone
-                    yield from on_events(self._wait_for(None, watch))
+        yield from read()
+        while not state.finished:
+            if not state.in_flight:
+                if state.stalled:   # every live shard is full or gone: wait for the shards
+                    yield from on_shard_events(self._wait_for(None, watch))
+                yield from read()
                 continue
-            fut = None
-            while fut is None:
-                yield from on_events(self._wait_for(running, watch))
-                self._publish_view(dispatcher, report, watch)
-                fut = next(running) if running.has_ready() else None
-                if not inflight:
-                    break
-            if fut is None:
-                continue
-            batch = inflight.pop(fut.key, None)
-            if batch is None:  # cancelled and re-routed
-                fut.release()
-                continue
-            if fut.status != "finished":
-                exc = fut.exception() if fut.status == "error" else None
-                fut.release()
-                report.batches_failed += 1
-                error = f"{type(exc).__name__}: {exc}" if exc is not None else "batch cancelled"
-                if isinstance(exc, EngineDead):
-                    self._forget_cache(batch.shard)
-                if isinstance(exc, KilledWorker):  # it killed allowed-failures + 1 workers: do not send it on
-                    for prefix, items in batch.groups.items():
-                        attempts.update({i: rec.max_row_attempts for i, _ in items})
-                yield from send_again(batch, error)
-                submit_bound()
-                continue
-            result = codec.decode_result(fut.result())
-            fut.release()
-            fresh = [r for r in result.results if r.index not in answered]
-            report.duplicates_dropped += len(result.results) - len(fresh)
-            dispatcher.completed([r.index for r in fresh])
-            yield from read_ahead()
-            for r in fresh:
-                answered.add(r.index)
-                report.rows += 1
-                yield RowResult(index=r.index, id=ids.pop(r.index), answer=r.answer, error=r.error,
-                                prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
-                                completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)
-        self._publish_view(dispatcher, report, watch, force=True)
+            yield from on_shard_events(self._wait_for(running, watch))
+            self._publish_view(state, watch)
+            while running.has_ready():
+                fut = next(running)
+                if futures.pop(fut.key, None) is None:   # cancelled and re-routed
+                    fut.release()
+                    continue
+                if fut.status == "finished":
+                    result = codec.decode_result(fut.result())
+                    fut.release()
+                    yield from carry_out(state.batch_done(fut.key, result.results))
+                else:
+                    exc = fut.exception() if fut.status == "error" else None
+                    fut.release()
+                    error = f"{type(exc).__name__}: {exc}" if exc is not None else "batch cancelled"
+                    dead = isinstance(exc, EngineDead)
+                    if dead:
+                        self._forget_known(self._shard_of(fut.key, state))
+                    yield from carry_out(state.batch_failed(fut.key, error, engine_dead=dead,
+                                                            killed_worker=isinstance(exc, KilledWorker)))
+                yield from read()
+        self._publish_view(state, watch, force=True)
 
-    def _answer(self, index: int, ids: dict, answered: set, error: str) -> RowResult:
-        answered.add(index)
-        self.last_report.rows += 1
-        return RowResult(index=index, id=ids.pop(index), answer=None, error=error)
+    @staticmethod
+    def _shard_of(batch_id: str, state: JobState) -> str | None:
+        batch = state.in_flight.get(batch_id)
+        return batch.shard if batch is not None else None
+
+    def _forget_known(self, shard: str | None) -> None:
+        """A fresh engine on ``shard``: what its worker said it held before is gone too."""
+        self.known_prefixes = {d: s for d, s in self.known_prefixes.items() if s != shard}
 
     def _wait_for(self, running, watch: ShardWatch) -> list:
         """Wait until a batch completes or it is time to look at the workers again; returns
@@ -396,20 +330,14 @@ class Pipeline:
                     running.thread_condition.wait(timeout=watch.interval_s)
         return watch.poll()
 
-    def _forget_cache(self, shard: str) -> None:
-        """The shard's engine is new: the router forgets what it held, not the work it owes."""
-        owed = self.router.outstanding[shard]
-        self.router.forget_shard(shard)
-        self.known_prefixes = {d: s for d, s in self.known_prefixes.items() if s != shard}
-        self.router.outstanding[shard] = owed
-
-    def _publish_view(self, dispatcher: Dispatcher, report: JobReport, watch: ShardWatch, force: bool = False) -> None:
+    def _publish_view(self, state: JobState, watch: ShardWatch, force: bool = False) -> None:
         """The client's view (router, job) for the dashboard page, at most once a poll interval."""
         now = time.monotonic()
         if not force and now - self._view_published < watch.interval_s:
             return
         self._view_published = now
-        view = {"job": report.as_dict(), "time": time.time(), "pending_rows": dispatcher.pending_rows,
+        dispatcher = state.dispatcher
+        view = {"job": state.report.as_dict(), "time": time.time(), "pending_rows": dispatcher.pending_rows,
                 "shards": {s: {"rows_bound": dispatcher.in_flight[s], "documents_bound": dispatcher.prefixes_bound[s],
                                "prefix_blocks_held": self.router.blocks_held[s],
                                "outstanding_tokens": self.router.outstanding[s],
@@ -421,7 +349,10 @@ class Pipeline:
         """Row indices per shard as this pipeline's router splits them when every row is bound
         up front (what a client doing the same routing without late binding would send)."""
         dispatcher = self._dispatcher(late_binding=False, router=self.new_router())
-        self._queue(list(enumerate(rows)), dispatcher)
+        read, tokens = self._read_rows(list(enumerate(rows)))
+        for r in read:
+            if r.error is None:
+                dispatcher.add(r.index, r.prefix, r.suffix, tokens[r.prefix])
         out: dict[str, list[int]] = {s: [] for s in self.config.shard_names}
         for shard, groups in dispatcher.bind():
             out[shard] += [i for items in groups.values() for i, _ in items]
@@ -436,22 +367,18 @@ class Pipeline:
                           group=self.config.routing.group_by_prefix, token_budget=self.token_budget,
                           first_rows=first if late_binding else 0)
 
-    def _queue(self, rows: list[tuple[int, Mapping[str, Any]]], dispatcher: Dispatcher,
-               task=None) -> list[tuple[int, str]]:
-        """Split (index, row) pairs into prompt parts and queue them; returns (index, error) for
-        rows that cannot be sent."""
+    def _read_rows(self, rows: list[tuple[int, Mapping[str, Any]]], task=None) -> tuple[list[ReadRow], dict]:
+        """(index, row) pairs split into prompt parts (or why not), and each new prefix's tokens."""
         from tasks import RowError
 
-        errors, parts = [], []
+        out = []
         for i, row in rows:
             try:
-                parts.append((i, (task or self.task).split(row)))
+                parts = (task or self.task).split(row)
+                out.append(ReadRow(i, row.get("id", i), parts.prefix, parts.suffix))
             except RowError as exc:
-                errors.append((i, str(exc)))
-        tokens = self._prefix_tokens([p.prefix for _, p in parts])
-        for i, p in parts:
-            dispatcher.add(i, p.prefix, p.suffix, tokens[p.prefix])
-        return errors
+                out.append(ReadRow(i, row.get("id", i), error=str(exc)))
+        return out, self._prefix_tokens([r.prefix for r in out if r.error is None])
 
     def _prefix_tokens(self, prefixes: list[str]) -> dict[str, list[int]]:
         """Each distinct prefix tokenized once, all in one call (the fast tokenizer batches it)."""
@@ -465,8 +392,9 @@ class Pipeline:
                     self.router.seed(shard, ids)
         return tokens
 
-    def _submit(self, shard: str, groups: dict[str, list[tuple[int, str]]], truncate_prompts: bool = False):
-        batch = _batch(groups)
+    def _submit(self, batch_id: str, shard: str, groups: dict[str, list[tuple[int, str]]],
+                truncate_prompts: bool = False):
+        batch = _batch(batch_id, groups)
         batch.truncate_prompts = truncate_prompts
         payload = codec.encode(batch, self.config.intake.compression_level)
         t = self.transfer
@@ -478,18 +406,11 @@ class Pipeline:
         return self._client.submit(run_batch, payload, key=batch.batch_id, resources={resource: 1}, pure=False)
 
 
-@dataclass
-class _Batch:
-    shard: str
-    groups: dict[str, list[tuple[int, str]]]
-    future: Any
-
-
-def _batch(groups: dict[str, list[tuple[int, str]]]) -> codec.Batch:
+def _batch(batch_id: str, groups: dict[str, list[tuple[int, str]]]) -> codec.Batch:
     """One batch: each prefix once, its requests pointing at it."""
     requests = [codec.Request(index=i, prefix=slot, suffix=suffix)
                 for slot, items in enumerate(groups.values()) for i, suffix in items]
-    return codec.Batch(batch_id=f"pipeline-batch-{uuid.uuid4().hex}", prefixes=list(groups), requests=requests)
+    return codec.Batch(batch_id=batch_id, prefixes=list(groups), requests=requests)
 
 
 def model_for(config: Config, engine_kind: str) -> str:

@@ -42,6 +42,10 @@ def apply_dask_settings() -> None:
 
 
 LOG_FILE_ENV = "PIPELINE_LOG_FILE"
+# Variables set only so that a worker with a log file is quiet from its first line; the
+# preload removes those named here before the engine starts.
+LOG_ENV_ADDED = "PIPELINE_LOG_ENV_ADDED"
+QUIET_DASK = ("DASK_LOGGING__DISTRIBUTED", "warning")
 
 
 def worker_specs(config: Config, log_dir: Path | None = None) -> dict:
@@ -79,12 +83,15 @@ def worker_specs(config: Config, log_dir: Path | None = None) -> dict:
 
 def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
     apply_dask_settings()
-    if log_dir is not None:
+    quiet = {}
+    if log_dir is not None and QUIET_DASK[0] not in os.environ:
         # A worker logs that it runs its preload before the preload can move its output to the
         # log file, and reads its logging levels when it imports Dask, before a nanny's ``env``
         # applies: so from the environment it is spawned with (Pipeline.start puts this
-        # process's environment back once the workers run).
-        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+        # process's environment back once the workers run). The preload drops it again, so the
+        # engine does not inherit it.
+        os.environ[QUIET_DASK[0]] = QUIET_DASK[1]
+        quiet = {LOG_ENV_ADDED: QUIET_DASK[0]}
     dash = config.scheduler.dashboard_address
     scheduler = {
         "cls": Scheduler,
@@ -99,7 +106,10 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
             "preload": ["pipeline.preload"],   # the pipeline's dashboard page
         },
     }
-    return SpecCluster(workers=worker_specs(config, log_dir), scheduler=scheduler, name="pipeline",
+    workers = worker_specs(config, log_dir)
+    for spec in workers.values():
+        spec["options"]["env"].update(quiet)
+    return SpecCluster(workers=workers, scheduler=scheduler, name="pipeline",
                        security=dask_security(config))
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.client import RESULT_FIELDS
+from pipeline.results import RESULT_FIELDS
 from pipeline.row_checks import text_values
 
 TEXT_COLUMNS = ("document", "question")

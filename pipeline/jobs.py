@@ -20,15 +20,18 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.client import RESULT_FIELDS, Pipeline, RowResult
 from pipeline.job_input import Chunk, JobError, open_source
 from pipeline.job_output import JsonlLines, ParquetParts
 from pipeline.openai_batch import output_line
+from pipeline.results import RESULT_FIELDS, RowResult
+
+if TYPE_CHECKING:
+    from pipeline.client import Pipeline
 
 _RESULT_TYPES = {
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.client import RowResult
+from pipeline.results import RowResult
 
 
 def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int) -> str:

@@ -23,7 +23,7 @@ import dask
 from distributed import Scheduler, Worker
 
 from pipeline import dashboard
-from pipeline.cluster import LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
+from pipeline.cluster import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
 from pipeline.config import load_config
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ def dask_setup(server, shard, config_path):
                            "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False")
     elif isinstance(server, Worker):
         log_file = os.environ.pop(LOG_FILE_ENV, None)   # the engine need not see it
+        for key in os.environ.pop(LOG_ENV_ADDED, "").split(","):
+            os.environ.pop(key, None)
         if log_file:
             write_output_to(log_file)
         if shard:

@@ -1,0 +1,232 @@
+"""One job's state, as a pure state machine: events in, instructions out. No Dask, no clock,
+no files -- the seam Dask's worker state machine and vLLM v1's output processor use.
+
+The I/O shell (``Pipeline.stream``) reads rows, waits on batch futures and the shard watch,
+tells the state what happened through one handler per event, and carries out the
+instructions each handler returns:
+
+    events (handlers)                         instructions
+    rows_read(rows)    rows read and split    Submit(batch_id, shard, groups)  run a batch
+    input_ended()      no more rows           Cancel(batch_id)                 drop a batch
+    batch_done(id, results)                   Emit(row)                        a row's result
+    batch_failed(id, error, engine_dead=, killed_worker=)
+    shard_lost / shard_rejoined / shard_gone(shard)
+
+Rules (what the tests drive with synthetic events): every row is emitted exactly once; a row
+is sent at most ``max_row_attempts`` times, then emitted with a ``worker:`` error; a batch
+that killed its workers (``KilledWorker``) is not sent again; a shard given up on has its
+batches cancelled and their unanswered rows re-routed to the others; a result that comes
+back for a row already answered (a late batch after a re-route) is dropped and counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.dispatch import Dispatcher
+from pipeline.recovery import JobReport
+from pipeline.results import RowResult
+
+
+@dataclass(frozen=True)
+class Submit:
+    batch_id: str
+    shard: str
+    groups: dict[str, list[tuple[int, str]]]   # prefix -> [(row index, suffix)]
+
+
+@dataclass(frozen=True)
+class Cancel:
+    batch_id: str
+
+
+@dataclass(frozen=True)
+class Emit:
+    row: RowResult
+
+
+@dataclass(frozen=True)
+class ReadRow:
+    """A row as the shell read and split it: its prompt parts, or why it has none."""
+    index: int
+    id: Any
+    prefix: str | None = None
+    suffix: str | None = None
+    error: str | None = None        # an input error: the row is answered with it at once
+
+
+@dataclass
+class _InFlight:
+    shard: str
+    groups: dict[str, list[tuple[int, str]]]
+
+
+@dataclass
+class JobState:
+    job_id: str
+    dispatcher: Dispatcher
+    read_ahead_rows: int
+    max_row_attempts: int
+    report: JobReport = None
+    ids: dict[int, Any] = field(default_factory=dict)          # unanswered row -> its id
+    attempts: dict[int, int] = field(default_factory=dict)     # unanswered row -> times sent
+    in_flight: dict[str, _InFlight] = field(default_factory=dict)
+    input_done: bool = False
+    _tokens: dict[str, list[int]] = field(default_factory=dict)  # prefix -> its tokens, while a row needs it
+    _refs: dict[str, int] = field(default_factory=dict)          # prefix -> its unanswered rows
+    _batches: int = 0
+
+    def __post_init__(self) -> None:
+        if self.report is None:
+            self.report = JobReport(job=self.job_id)
+
+    # -- queries --------------------------------------------------------------------
+    @property
+    def router(self):
+        return self.dispatcher.router
+
+    @property
+    def rows_wanted(self) -> int:
+        """Rows the shell should read now: the read-ahead window's room."""
+        return 0 if self.input_done else max(0, self.read_ahead_rows - self.dispatcher.pending_rows)
+
+    @property
+    def finished(self) -> bool:
+        return self.input_done and not self.in_flight and not self.dispatcher.pending_rows
+
+    @property
+    def stalled(self) -> bool:
+        """Rows wait, none is in flight: every live shard is full or gone (wait for the shards)."""
+        return not self.in_flight and bool(self.dispatcher.pending_rows)
+
+    # -- events ---------------------------------------------------------------------
+    def rows_read(self, rows: list[ReadRow], tokens: dict[str, list[int]]) -> list:
+        """Rows read from the input, split into prompt parts (``tokens``: each new prefix's)."""
+        out: list = []
+        for r in rows:
+            self.ids[r.index] = r.id
+            if r.error is not None:
+                out.append(self._answer(r.index, error=f"input: {r.error}"))
+                continue
+            if r.prefix not in self._tokens:
+                self._tokens[r.prefix] = tokens[r.prefix]
+            self._refs[r.prefix] = self._refs.get(r.prefix, 0) + 1
+            self.dispatcher.add(r.index, r.prefix, r.suffix, self._tokens[r.prefix])
+        return out + self._bind()
+
+    def input_ended(self) -> list:
+        self.input_done = True
+        return self._bind()
+
+    def batch_done(self, batch_id: str, results: list) -> list:
+        """A batch's results (``codec.Result``-like records, one per row it carried)."""
+        batch = self.in_flight.pop(batch_id, None)
+        if batch is None:   # cancelled and re-routed: its rows are answered elsewhere
+            self.report.duplicates_dropped += len(results)
+            return []
+        prefix_of = {i: p for p, items in batch.groups.items() for i, _ in items}
+        fresh = [r for r in results if r.index in self.ids]   # not answered yet
+        self.report.duplicates_dropped += len(results) - len(fresh)
+        self.dispatcher.completed([r.index for r in fresh])
+        out: list = []
+        for r in fresh:
+            self._release(prefix_of.get(r.index))
+            out.append(Emit(RowResult(index=r.index, id=self._settle(r.index), answer=r.answer, error=r.error,
+                                      prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
+                                      completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)))
+        return out + self._bind()
+
+    def batch_failed(self, batch_id: str, error: str, *, engine_dead: bool = False,
+                     killed_worker: bool = False) -> list:
+        """A batch's task failed. ``engine_dead``: its shard's engine died (a fresh one will
+        hold nothing); ``killed_worker``: it killed every worker that ran it -- its rows are
+        not sent again."""
+        batch = self.in_flight.pop(batch_id, None)
+        if batch is None:
+            return []
+        self.report.batches_failed += 1
+        if engine_dead:
+            self.forget_cache(batch.shard)
+        if killed_worker:
+            for items in batch.groups.values():
+                self.attempts.update({i: self.max_row_attempts for i, _ in items})
+        return self._send_again(batch, error) + self._bind()
+
+    def shard_lost(self, shard: str) -> list:
+        """Its worker left; Dask runs its batches again once the nanny has restarted it."""
+        self.report.batches_interrupted += sum(b.shard == shard for b in self.in_flight.values())
+        return []
+
+    def shard_rejoined(self, shard: str) -> list:
+        """A new worker serves it: a fresh engine, nothing of the shard's cache is left."""
+        self.router.set_down(shard, False)
+        self.forget_cache(shard)
+        return self._bind()
+
+    def shard_gone(self, shard: str) -> list:
+        """No worker came back in time: re-route its rows (unless it is the last live shard)."""
+        if len(self.router.live_shards) <= 1 or shard in self.router.down:
+            return []
+        self.router.set_down(shard)
+        out: list = []
+        for batch_id, batch in list(self.in_flight.items()):
+            if batch.shard == shard:
+                del self.in_flight[batch_id]
+                out.append(Cancel(batch_id))
+                out += self._send_again(batch, f"shard {shard} lost its worker")
+        return out + self._bind()
+
+    # -- helpers --------------------------------------------------------------------
+    def forget_cache(self, shard: str) -> None:
+        """The shard's engine is new: the router forgets what it held, not the work it owes."""
+        owed = self.router.outstanding[shard]
+        self.router.forget_shard(shard)
+        self.router.outstanding[shard] = owed
+
+    def _bind(self) -> list:
+        out = []
+        for shard, groups in self.dispatcher.bind():
+            for items in groups.values():
+                for i, _ in items:
+                    self.attempts[i] = self.attempts.get(i, 0) + 1
+            self._batches += 1
+            batch_id = f"{self.job_id}-batch-{self._batches}"
+            self.in_flight[batch_id] = _InFlight(shard, groups)
+            self.report.batches += 1
+            out.append(Submit(batch_id, shard, groups))
+        return out
+
+    def _send_again(self, batch: _InFlight, error: str) -> list:
+        """The batch's unanswered rows go back through the router; rows sent too often fail."""
+        rows = [(i, prefix, suffix) for prefix, items in batch.groups.items() for i, suffix in items
+                if i in self.ids]
+        self.dispatcher.completed([i for i, _, _ in rows])
+        out: list = []
+        for i, prefix, suffix in rows:
+            if self.attempts[i] >= self.max_row_attempts:
+                self.report.rows_failed += 1
+                self._release(prefix)
+                out.append(self._answer(i, error=f"worker: {error}"))
+            else:
+                self.report.rows_rerouted += 1
+                self.dispatcher.add(i, prefix, suffix, self._tokens[prefix])
+        return out
+
+    def _answer(self, index: int, error: str) -> Emit:
+        return Emit(RowResult(index=index, id=self._settle(index), answer=None, error=error))
+
+    def _settle(self, index: int) -> Any:
+        """The row is answered: forget it (a row is unanswered while its id is held)."""
+        self.attempts.pop(index, None)
+        self.report.rows += 1
+        return self.ids.pop(index)
+
+    def _release(self, prefix: str | None) -> None:
+        if prefix is None:
+            return
+        left = self._refs[prefix] - 1
+        if left:
+            self._refs[prefix] = left
+        else:
+            del self._refs[prefix]
+            del self._tokens[prefix]

@@ -1,0 +1,166 @@
+"""The job state machine driven by synthetic events, in milliseconds: no Dask, no engine."""
+from types import SimpleNamespace
+
+from pipeline.dispatch import Dispatcher
+from pipeline.job_state import Cancel, Emit, JobState, ReadRow, Submit
+from pipeline.router import PrefixRouter
+
+DOCS = {f"doc{d}": [d * 100 + i for i in range(64)] for d in range(4)}
+
+
+def new_state(shards=("s0", "s1"), batch_size=4, max_attempts=3, window=1000):
+    router = PrefixRouter(list(shards), block_size=16)
+    return JobState("job", Dispatcher(router, batch_size, queue_per_shard=64), window, max_attempts)
+
+
+def rows(n_docs=4, per_doc=2, bad=()):
+    out = []
+    for d in range(n_docs):
+        for q in range(per_doc):
+            i = d * per_doc + q
+            out.append(ReadRow(i, f"id{i}", error="question is null") if i in bad
+                       else ReadRow(i, f"id{i}", f"doc{d}", f"q{q}"))
+    return out
+
+
+def submits(instructions):
+    return [i for i in instructions if isinstance(i, Submit)]
+
+
+def emitted(instructions):
+    return [i.row for i in instructions if isinstance(i, Emit)]
+
+
+def result(index, shard, answer="ok"):
+    return SimpleNamespace(index=index, answer=answer, error=None, prompt_tokens=10, cached_tokens=0,
+                           completion_tokens=1, shard=shard, latency_s=0.1)
+
+
+def answer(state, sub, answer="ok"):
+    return state.batch_done(sub.batch_id, [result(i, sub.shard, answer) for items in sub.groups.values()
+                                           for i, _ in items])
+
+
+def run_to_end(state, pending):
+    """Answer every submitted batch until nothing is in flight; returns emitted rows."""
+    out = []
+    while pending:
+        sub = pending.pop(0)
+        if sub.batch_id in state.in_flight:
+            ins = answer(state, sub)
+            out += emitted(ins)
+            pending += submits(ins)
+    return out
+
+
+def test_every_row_is_emitted_once_with_its_id_and_input_errors_at_once():
+    state = new_state()
+    first = state.rows_read(rows(bad={3}), DOCS) + state.input_ended()
+    early = emitted(first)
+    assert [(r.index, r.id, r.error) for r in early] == [(3, "id3", "input: question is null")]
+    out = early + run_to_end(state, submits(first))
+    assert sorted(r.index for r in out) == list(range(8)) and len(out) == 8
+    assert all(r.id == f"id{r.index}" for r in out)
+    assert state.finished and state.report.rows == 8 and not state.ids and not state.attempts
+
+
+def test_a_documents_questions_travel_together_to_one_shard():
+    state = new_state(batch_size=8)
+    subs = submits(state.rows_read(rows(per_doc=3), DOCS) + state.input_ended())
+    where = {}
+    for s in subs:
+        for prefix in s.groups:
+            assert where.setdefault(prefix, s.shard) == s.shard
+    assert set(where) == set(DOCS)
+
+
+def test_a_shard_gone_with_batches_in_flight_cancels_them_and_reroutes_their_rows():
+    state = new_state()
+    subs = submits(state.rows_read(rows(), DOCS) + state.input_ended())
+    on_s1 = [s for s in subs if s.shard == "s1"]
+    assert on_s1
+    ins = state.shard_gone("s1")
+    assert {i.batch_id for i in ins if isinstance(i, Cancel)} == {s.batch_id for s in on_s1}
+    again = submits(ins)
+    assert again and all(s.shard == "s0" for s in again)
+    rerouted = sorted(i for s in again for items in s.groups.values() for i, _ in items)
+    assert rerouted == sorted(i for s in on_s1 for items in s.groups.values() for i, _ in items)
+    assert state.report.rows_rerouted == len(rerouted)
+    out = run_to_end(state, [s for s in subs if s.shard == "s0"] + again)
+    assert sorted(r.index for r in out) == list(range(8)) and all(r.shard == "s0" for r in out)
+
+
+def test_a_late_result_after_a_reroute_is_dropped_and_counted():
+    state = new_state()
+    subs = submits(state.rows_read(rows(), DOCS) + state.input_ended())
+    late = next(s for s in subs if s.shard == "s1")
+    again = submits(state.shard_gone("s1"))
+    out = run_to_end(state, [s for s in subs if s.shard == "s0"] + again)
+    assert emitted(answer(state, late)) == []           # the cancelled batch answers after all
+    assert sorted(r.index for r in out) == list(range(8))
+    n = sum(len(items) for items in late.groups.values())
+    assert state.report.duplicates_dropped == n
+
+
+def test_the_last_live_shard_is_never_given_up():
+    state = new_state()
+    state.rows_read(rows(), DOCS)
+    state.shard_gone("s1")
+    assert state.shard_gone("s0") == [] and state.router.live_shards == ["s0"]
+
+
+def test_killed_worker_rows_fail_without_being_sent_again():
+    state = new_state()
+    subs = submits(state.rows_read(rows(n_docs=1), DOCS) + state.input_ended())
+    sub = subs[0]
+    ins = state.batch_failed(sub.batch_id, "KilledWorker: ...", killed_worker=True)
+    failed = emitted(ins)
+    assert not submits(ins)
+    assert sorted(r.index for r in failed) == sorted(i for items in sub.groups.values() for i, _ in items)
+    assert all(r.error == "worker: KilledWorker: ..." for r in failed)
+    assert state.report.rows_failed == len(failed) and state.report.batches_failed == 1
+
+
+def test_a_row_is_sent_at_most_max_attempts_times_then_fails():
+    state = new_state(max_attempts=3)
+    pending = submits(state.rows_read(rows(n_docs=1, per_doc=1), DOCS) + state.input_ended())
+    sends = 0
+    out = []
+    while pending:
+        sub = pending.pop()
+        sends += 1
+        ins = state.batch_failed(sub.batch_id, "EngineDead: core died", engine_dead=True)
+        pending += submits(ins)
+        out += emitted(ins)
+    assert sends == 3
+    assert [(r.index, r.error) for r in out] == [(0, "worker: EngineDead: core died")]
+    assert state.finished and state.report.rows_rerouted == 2
+
+
+def test_an_engine_that_died_sends_its_batch_again_and_the_router_forgets_that_shard():
+    state = new_state()
+    sub, = submits(state.rows_read(rows(n_docs=1), DOCS) + state.input_ended())
+    forgotten = []
+    state.router.forget_shard = lambda shard, real=state.router.forget_shard: (forgotten.append(shard), real(shard))
+    again = submits(state.batch_failed(sub.batch_id, "EngineDead: core died", engine_dead=True))
+    assert forgotten == [sub.shard]
+    assert [i for s in again for items in s.groups.values() for i, _ in items] == \
+        [i for items in sub.groups.values() for i, _ in items]
+    assert state.report.batches_failed == 1
+
+
+def test_read_ahead_is_bounded_by_the_window():
+    state = new_state(window=5)
+    assert state.rows_wanted == 5
+    state.rows_read(rows()[:5], DOCS)
+    assert state.rows_wanted == 5 - state.dispatcher.pending_rows
+    state.input_ended()
+    assert state.rows_wanted == 0
+
+
+def test_prefix_tokens_are_held_only_while_a_row_needs_them():
+    state = new_state()
+    subs = submits(state.rows_read(rows(), DOCS) + state.input_ended())
+    assert set(state._tokens) == set(DOCS)
+    run_to_end(state, subs)
+    assert state._tokens == {} and state._refs == {}
