@@ -30,7 +30,7 @@ from pipeline.job_state import Cancel, Emit, JobState, ReadRow, Submit
 from pipeline.results import RESULT_FIELDS, RowResult  # noqa: F401 - re-exported
 from pipeline.prefix_memory import prefix_digest
 from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
-from pipeline.router import PrefixRouter
+from pipeline.router import Prefix, PrefixRouter
 from pipeline.security import dask_security
 from pipeline.start_progress import StartProgress, one_line
 from pipeline.worker import (PLUGIN_NAME, EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine,
@@ -42,6 +42,11 @@ class TransferStats:
     encoded_bytes: int = 0   # compressed task inputs actually shipped
     raw_bytes: int = 0       # the same prompts' text if every row carried its own
     per_shard_rows: dict = field(default_factory=dict)
+
+
+# Rows read, split and tokenized at a time: large enough that the tokenizer batches well, small
+# enough that the first batches go out soon.
+READ_CHUNK_ROWS = 8192
 
 
 class EngineStartError(RuntimeError):
@@ -261,10 +266,10 @@ class Pipeline:
                     futures.pop(ins.batch_id).cancel()
 
         def read() -> Iterator[RowResult]:
-            want = state.rows_wanted
+            want = min(state.rows_wanted, READ_CHUNK_ROWS)
             if want:
                 chunk = list(itertools.islice(source, want))
-                yield from carry_out(state.rows_read(*self._read_rows(chunk, task)))
+                yield from carry_out(state.rows_read(*self._read_rows(chunk, task, state.holds)))
                 if len(chunk) < want:
                     yield from carry_out(state.input_ended())
 
@@ -349,10 +354,10 @@ class Pipeline:
         """Row indices per shard as this pipeline's router splits them when every row is bound
         up front (what a client doing the same routing without late binding would send)."""
         dispatcher = self._dispatcher(late_binding=False, router=self.new_router())
-        read, tokens = self._read_rows(list(enumerate(rows)))
+        read, infos = self._read_rows(list(enumerate(rows)))
         for r in read:
             if r.error is None:
-                dispatcher.add(r.index, r.prefix, r.suffix, tokens[r.prefix])
+                dispatcher.add(r.index, r.prefix, r.suffix, infos[r.prefix])
         out: dict[str, list[int]] = {s: [] for s in self.config.shard_names}
         for shard, groups in dispatcher.bind():
             out[shard] += [i for items in groups.values() for i, _ in items]
@@ -367,30 +372,38 @@ class Pipeline:
                           group=self.config.routing.group_by_prefix, token_budget=self.token_budget,
                           first_rows=first if late_binding else 0)
 
-    def _read_rows(self, rows: list[tuple[int, Mapping[str, Any]]], task=None) -> tuple[list[ReadRow], dict]:
-        """(index, row) pairs split into prompt parts (or why not), and each new prefix's tokens."""
+    def _read_rows(self, rows: list[tuple[int, Mapping[str, Any]]], task=None,
+                   known=None) -> tuple[list[ReadRow], dict[str, Prefix]]:
+        """(index, row) pairs split into prompt parts (or why not), and the ``Prefix`` of each
+        prefix that ``known(prefix)`` does not already hold."""
         from tasks import RowError
 
         out = []
+        split = (task or self.task).split
         for i, row in rows:
             try:
-                parts = (task or self.task).split(row)
+                parts = split(row)
                 out.append(ReadRow(i, row.get("id", i), parts.prefix, parts.suffix))
             except RowError as exc:
                 out.append(ReadRow(i, row.get("id", i), error=str(exc)))
-        return out, self._prefix_tokens([r.prefix for r in out if r.error is None])
+        new = [r.prefix for r in out if r.error is None and not (known and known(r.prefix))]
+        return out, self._prefix_infos(new)
 
-    def _prefix_tokens(self, prefixes: list[str]) -> dict[str, list[int]]:
-        """Each distinct prefix tokenized once, all in one call (the fast tokenizer batches it)."""
+    def _prefix_infos(self, prefixes: list[str]) -> dict[str, Prefix]:
+        """Each distinct prefix tokenized once, all in one call (the fast tokenizer batches
+        it), kept as its length and block hashes only."""
         unique = list(dict.fromkeys(prefixes))
-        encoded = self.tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
-        tokens = dict(zip(unique, encoded))
+        if not unique:
+            return {}
+        block = self.router.block_size
+        infos = {p: Prefix.of(ids, block)
+                 for p, ids in zip(unique, self.tokenizer(unique, add_special_tokens=False)["input_ids"])}
         if self.known_prefixes:  # held by an engine since an earlier job: the router learns where
-            for prefix, ids in tokens.items():
+            for prefix, info in infos.items():
                 shard = self.known_prefixes.pop(prefix_digest(prefix), None)
                 if shard is not None and shard not in self.router.down:
-                    self.router.seed(shard, ids)
-        return tokens
+                    self.router.seed(shard, info)
+        return infos
 
     def _submit(self, batch_id: str, shard: str, groups: dict[str, list[tuple[int, str]]],
                 truncate_prompts: bool = False):

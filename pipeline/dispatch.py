@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence
 
-from pipeline.router import PrefixRouter, Route, block_hashes
+from pipeline.router import Prefix, PrefixRouter, Route
 
 # shard -> (prefix -> [(row index, suffix)]): one batch's worth of bound rows
 Bound = tuple[str, dict[str, list[tuple[int, str]]]]
@@ -57,12 +57,16 @@ class Dispatcher:
         self.routes: dict[int, Route] = {}
         self.prefixes_bound = dict.fromkeys(self.shards, 0)  # documents bound to each shard (this job)
 
-    def add(self, index: int, prefix: str, suffix: str, prefix_tokens: list[int]) -> None:
-        """Queue one row; rows with the same prefix wait (and will travel) together."""
+    def add(self, index: int, prefix: str, suffix: str, prefix_tokens: list[int] | Prefix) -> None:
+        """Queue one row; rows with the same prefix wait (and will travel) together.
+        ``prefix_tokens``: the prefix's tokens, or its ``Prefix`` (pass the same one for every
+        row of a prefix: nothing is recomputed)."""
         key = prefix if self.group else index
         entry = self._pending.get(key)
         if entry is None:
-            self._pending[key] = entry = (prefix, prefix_tokens, [])
+            info = prefix_tokens if isinstance(prefix_tokens, Prefix) else \
+                Prefix.of(prefix_tokens, self.router.block_size)
+            self._pending[key] = entry = (prefix, info, [])
         entry[2].append((index, suffix))
         self.pending_rows += 1
 
@@ -77,12 +81,11 @@ class Dispatcher:
             if self.late_binding and (self.in_flight[least] >= self.queue_per_shard or (
                     self.in_flight[least] and self.router.outstanding[least] >= self.token_budget.get(least, float("inf")))):
                 break
-            _, (prefix, tokens, items) = self._pending.popitem(last=False)
+            _, (prefix, info, items) = self._pending.popitem(last=False)
             self.pending_rows -= len(items)
-            hashes = block_hashes(tokens, self.router.block_size)
             bound_to: set[str] = set()
             for index, suffix in items:
-                shard = self._bind_row(index, prefix, tokens, hashes, suffix, bound_to)
+                shard = self._bind_row(index, prefix, info, suffix, bound_to)
                 if self._buffered[shard] >= self.batch_size:
                     out.append(self._take(shard))
         out.extend(self._take(s) for s in self.shards if self._buffered[s])
@@ -93,20 +96,18 @@ class Dispatcher:
         ``first_rows`` per live shard in all; the rest of each group waits in its place."""
         quota = self.first_rows * len(self.router.live_shards) - sum(self.in_flight.values())
         for key in list(self._pending)[:max(0, quota)]:
-            prefix, tokens, items = self._pending[key]
+            prefix, info, items = self._pending[key]
             index, suffix = items.pop(0)
             if not items:
                 del self._pending[key]
             self.pending_rows -= 1
-            shard = self._bind_row(index, prefix, tokens, block_hashes(tokens, self.router.block_size), suffix, set())
+            shard = self._bind_row(index, prefix, info, suffix, set())
             self._first_bound.add((prefix, shard))
         return [self._take(s) for s in self.shards if self._buffered[s]]
 
-    def _bind_row(self, index: int, prefix: str, tokens: list[int], hashes: list[int], suffix: str,
-                  bound_to: set[str]) -> str:
+    def _bind_row(self, index: int, prefix: str, info: Prefix, suffix: str, bound_to: set[str]) -> str:
         # about 4 characters a token: close enough for a load estimate
-        route = self.router.route(tokens, suffix_len=len(suffix) // 4 + 1, decode_tokens=self.decode_tokens,
-                                  hashes=hashes)
+        route = self.router.route(info, suffix_len=len(suffix) // 4 + 1, decode_tokens=self.decode_tokens)
         self.routes[index] = route
         shard = route.shard
         if shard not in bound_to:

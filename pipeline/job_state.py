@@ -26,6 +26,7 @@ from typing import Any
 from pipeline.dispatch import Dispatcher
 from pipeline.recovery import JobReport
 from pipeline.results import RowResult
+from pipeline.router import Prefix
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class JobState:
     attempts: dict[int, int] = field(default_factory=dict)     # unanswered row -> times sent
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
     input_done: bool = False
-    _tokens: dict[str, list[int]] = field(default_factory=dict)  # prefix -> its tokens, while a row needs it
+    _prefixes: dict[str, Prefix] = field(default_factory=dict)  # prefix -> its Prefix, while a row needs it
     _refs: dict[str, int] = field(default_factory=dict)          # prefix -> its unanswered rows
     _batches: int = 0
 
@@ -87,8 +88,17 @@ class JobState:
 
     @property
     def rows_wanted(self) -> int:
-        """Rows the shell should read now: the read-ahead window's room."""
-        return 0 if self.input_done else max(0, self.read_ahead_rows - self.dispatcher.pending_rows)
+        """Rows the shell should read now: the read-ahead window's room, once at least half of
+        it is free (so rows are read, split and tokenized in large chunks, not a batch's worth
+        at a time)."""
+        pending = self.dispatcher.pending_rows
+        if self.input_done or pending > self.read_ahead_rows // 2:
+            return 0
+        return self.read_ahead_rows - pending
+
+    def holds(self, prefix: str) -> bool:
+        """The state knows this prefix already (no need to tokenize it again)."""
+        return prefix in self._prefixes
 
     @property
     def finished(self) -> bool:
@@ -100,18 +110,20 @@ class JobState:
         return not self.in_flight and bool(self.dispatcher.pending_rows)
 
     # -- events ---------------------------------------------------------------------
-    def rows_read(self, rows: list[ReadRow], tokens: dict[str, list[int]]) -> list:
-        """Rows read from the input, split into prompt parts (``tokens``: each new prefix's)."""
+    def rows_read(self, rows: list[ReadRow], prefixes: dict[str, Prefix]) -> list:
+        """Rows read from the input, split into prompt parts; ``prefixes``: the ``Prefix`` of
+        each prefix the state does not hold yet."""
         out: list = []
         for r in rows:
             self.ids[r.index] = r.id
             if r.error is not None:
                 out.append(self._answer(r.index, error=f"input: {r.error}"))
                 continue
-            if r.prefix not in self._tokens:
-                self._tokens[r.prefix] = tokens[r.prefix]
+            info = self._prefixes.get(r.prefix)
+            if info is None:
+                info = self._prefixes[r.prefix] = prefixes[r.prefix]
             self._refs[r.prefix] = self._refs.get(r.prefix, 0) + 1
-            self.dispatcher.add(r.index, r.prefix, r.suffix, self._tokens[r.prefix])
+            self.dispatcher.add(r.index, r.prefix, r.suffix, info)
         return out + self._bind()
 
     def input_ended(self) -> list:
@@ -209,7 +221,7 @@ class JobState:
                 out.append(self._answer(i, error=f"worker: {error}"))
             else:
                 self.report.rows_rerouted += 1
-                self.dispatcher.add(i, prefix, suffix, self._tokens[prefix])
+                self.dispatcher.add(i, prefix, suffix, self._prefixes[prefix])
         return out
 
     def _answer(self, index: int, error: str) -> Emit:
@@ -229,4 +241,4 @@ class JobState:
             self._refs[prefix] = left
         else:
             del self._refs[prefix]
-            del self._tokens[prefix]
+            del self._prefixes[prefix]

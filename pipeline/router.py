@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 _MASK = (1 << 64) - 1
 
@@ -37,6 +37,17 @@ def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
         h = hash((h, tuple(tokens[end - block_size:end]))) & _MASK
         out.append(h)
     return out
+
+
+class Prefix(NamedTuple):
+    """What routing needs of a prefix, computed once per distinct prefix: its length in tokens
+    and its chained block hashes (the token ids themselves are not kept)."""
+    length: int
+    hashes: list[int]
+
+    @classmethod
+    def of(cls, tokens: Sequence[int], block_size: int) -> "Prefix":
+        return cls(len(tokens), block_hashes(tokens, block_size))
 
 
 @dataclass(frozen=True)
@@ -108,14 +119,17 @@ class PrefixRouter:
         load = self.outstanding[shard]
         return load - low > self.imbalance_abs and load > self.imbalance_ratio * low
 
-    def route(self, prefix_tokens: Sequence[int], suffix_len: int = 0, decode_tokens: int = 0,
+    def route(self, prefix_tokens: Sequence[int] | Prefix, suffix_len: int = 0, decode_tokens: int = 0,
               hashes: list[int] | None = None) -> Route:
-        """Pick the shard for one request. ``hashes``: this prefix's ``block_hashes``, when the
-        caller routes several requests on one prefix and computed them once."""
-        if hashes is None:
-            hashes = block_hashes(prefix_tokens, self.block_size)
+        """Pick the shard for one request. ``prefix_tokens``: the prefix's tokens, or its
+        ``Prefix`` (computed once for all its requests); ``hashes``: its ``block_hashes``."""
+        if isinstance(prefix_tokens, Prefix):
+            n, hashes = prefix_tokens
+        else:
+            n = len(prefix_tokens)
+            if hashes is None:
+                hashes = block_hashes(prefix_tokens, self.block_size)
         held = self._held_by_shard(hashes)
-        n = len(prefix_tokens)
         extra = suffix_len + self.decode_weight * decode_tokens
 
         def work(s: str) -> float:
@@ -140,10 +154,11 @@ class PrefixRouter:
         """The routed request finished: its work is no longer outstanding."""
         self.outstanding[route.shard] = max(0.0, self.outstanding[route.shard] - route.cost)
 
-    def seed(self, shard: str, prefix_tokens: Sequence[int]) -> None:
-        """Know that ``shard`` holds this prefix already (its worker says its engine served it
-        in an earlier job; pipeline/prefix_memory.py); no work is added."""
-        self._remember(block_hashes(prefix_tokens, self.block_size), shard)
+    def seed(self, shard: str, prefix: Sequence[int] | Prefix) -> None:
+        """Know that ``shard`` holds this prefix (tokens or ``Prefix``) already (its worker says
+        its engine served it in an earlier job; pipeline/prefix_memory.py); no work is added."""
+        hashes = prefix.hashes if isinstance(prefix, Prefix) else block_hashes(prefix, self.block_size)
+        self._remember(list(hashes), shard)
 
     def forget_shard(self, shard: str) -> None:
         """Drop what ``shard`` was known to hold (it lost its cache, e.g. restarted)."""

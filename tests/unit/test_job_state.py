@@ -3,9 +3,9 @@ from types import SimpleNamespace
 
 from pipeline.dispatch import Dispatcher
 from pipeline.job_state import Cancel, Emit, JobState, ReadRow, Submit
-from pipeline.router import PrefixRouter
+from pipeline.router import Prefix, PrefixRouter
 
-DOCS = {f"doc{d}": [d * 100 + i for i in range(64)] for d in range(4)}
+DOCS = {f"doc{d}": Prefix.of([d * 100 + i for i in range(64)], 16) for d in range(4)}
 
 
 def new_state(shards=("s0", "s1"), batch_size=4, max_attempts=3, window=1000):
@@ -149,11 +149,14 @@ def test_an_engine_that_died_sends_its_batch_again_and_the_router_forgets_that_s
     assert state.report.batches_failed == 1
 
 
-def test_read_ahead_is_bounded_by_the_window():
-    state = new_state(window=5)
-    assert state.rows_wanted == 5
-    state.rows_read(rows()[:5], DOCS)
-    assert state.rows_wanted == 5 - state.dispatcher.pending_rows
+def test_read_ahead_is_bounded_by_the_window_and_refilled_in_large_chunks():
+    state = new_state(window=8)
+    state.dispatcher.queue_per_shard = 0   # the shards are full: rows stay pending
+    assert state.rows_wanted == 8
+    state.rows_read(rows()[:8], DOCS)
+    assert state.dispatcher.pending_rows == 8 and state.rows_wanted == 0   # over half the window waits
+    state.dispatcher.pending_rows = 4                    # (as if rows had been bound)
+    assert state.rows_wanted == 4
     state.input_ended()
     assert state.rows_wanted == 0
 
@@ -161,6 +164,6 @@ def test_read_ahead_is_bounded_by_the_window():
 def test_prefix_tokens_are_held_only_while_a_row_needs_them():
     state = new_state()
     subs = submits(state.rows_read(rows(), DOCS) + state.input_ended())
-    assert set(state._tokens) == set(DOCS)
+    assert set(state._prefixes) == set(DOCS) and all(state.holds(d) for d in DOCS)
     run_to_end(state, subs)
-    assert state._tokens == {} and state._refs == {}
+    assert state._prefixes == {} and state._refs == {}
