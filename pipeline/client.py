@@ -244,13 +244,15 @@ class Pipeline:
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         rec = self.config.recovery
         state = JobState(job_id, self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched),
-                         self.config.intake.read_ahead_rows, rec.max_row_attempts)
+                         self.config.intake.read_ahead_rows, rec.max_row_attempts,
+                         fast_batch_s=self.config.intake.fast_batch_s)
         self.last_report = state.report
         span = {"name": (job_id,), "ids": (str(uuid.uuid4()),)}  # one Dask span per job
         watch = ShardWatch(self._client, {s.name: s.resource for s in self.config.shards},
                            rec.poll_interval_s, rec.rejoin_timeout_s)
         running = as_completed()
         futures: dict[str, Any] = {}   # batch id -> its future
+        sent: dict[str, float] = {}     # batch id -> when it was submitted
         source = enumerate(rows)
 
         def carry_out(instructions: list) -> Iterator[RowResult]:
@@ -261,6 +263,7 @@ class Pipeline:
                     with dask.annotate(span=span):
                         fut = self._submit(ins.batch_id, ins.shard, ins.groups, truncate_prompts)
                     futures[ins.batch_id] = fut
+                    sent[ins.batch_id] = time.perf_counter()
                     running.add(fut)
                 elif isinstance(ins, Cancel):
                     futures.pop(ins.batch_id).cancel()
@@ -294,13 +297,14 @@ class Pipeline:
             self._publish_view(state, watch)
             while running.has_ready():
                 fut = next(running)
+                t0 = sent.pop(fut.key, None)
                 if futures.pop(fut.key, None) is None:   # cancelled and re-routed
                     fut.release()
                     continue
                 if fut.status == "finished":
                     result = codec.decode_result(fut.result())
                     fut.release()
-                    yield from carry_out(state.batch_done(fut.key, result.results))
+                    yield from carry_out(state.batch_done(fut.key, result.results, time.perf_counter() - t0))
                 else:
                     exc = fut.exception() if fut.status == "error" else None
                     fut.release()

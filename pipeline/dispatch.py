@@ -46,6 +46,7 @@ class Dispatcher:
         # questions have run.
         self.token_budget = token_budget or {}
         self.first_rows = first_rows
+        self.scale = 1          # batches and the per-shard queue, as a multiple of the configured sizes
         self.answered = False   # a batch of this job has come back
         self._first_bound: set[tuple[str, str]] = set()   # (prefix, shard) bound before it
         # key (the prefix, or the row index without grouping) -> (prefix, tokens, rows)
@@ -70,6 +71,12 @@ class Dispatcher:
         entry[2].append((index, suffix))
         self.pending_rows += 1
 
+    def grow(self, max_scale: int = 32) -> None:
+        """The engine is fast: twice the rows per batch and per shard queue (up to
+        ``max_scale`` times the configured sizes), so per-batch costs (Dask, compression) are
+        spread over more rows."""
+        self.scale = min(max_scale, self.scale * 2)
+
     def bind(self) -> list[Bound]:
         """Bind waiting groups while the least-loaded shard has room; return full batches,
         then whatever is left in the buffers (so nothing bound waits for more rows)."""
@@ -78,7 +85,7 @@ class Dispatcher:
         out: list[Bound] = []
         while self._pending:
             least = min(self.router.live_shards, key=lambda s: self.router.outstanding[s])
-            if self.late_binding and (self.in_flight[least] >= self.queue_per_shard or (
+            if self.late_binding and (self.in_flight[least] >= self.queue_per_shard * self.scale or (
                     self.in_flight[least] and self.router.outstanding[least] >= self.token_budget.get(least, float("inf")))):
                 break
             _, (prefix, info, items) = self._pending.popitem(last=False)
@@ -86,7 +93,7 @@ class Dispatcher:
             bound_to: set[str] = set()
             for index, suffix in items:
                 shard = self._bind_row(index, prefix, info, suffix, bound_to)
-                if self._buffered[shard] >= self.batch_size:
+                if self._buffered[shard] >= self.batch_size * self.scale:
                     out.append(self._take(shard))
         out.extend(self._take(s) for s in self.shards if self._buffered[s])
         return out

@@ -6,6 +6,7 @@ to measure the pipeline's own plumbing and in unit tests of routing and transpor
 from __future__ import annotations
 
 import asyncio
+from array import array
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -130,7 +131,9 @@ class NullEngine:
         self.latency_s = latency_s
 
     def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
+        ids = array("I")   # the code points, converted in C (a Python loop over 1,500 characters: 0.1 ms)
+        ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
+        return ids.tolist()
 
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
         await asyncio.sleep(self.latency_s)

@@ -69,6 +69,7 @@ class JobState:
     read_ahead_rows: int
     max_row_attempts: int
     report: JobReport = None
+    fast_batch_s: float = 0.0
     ids: dict[int, Any] = field(default_factory=dict)          # unanswered row -> its id
     attempts: dict[int, int] = field(default_factory=dict)     # unanswered row -> times sent
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
@@ -130,12 +131,17 @@ class JobState:
         self.input_done = True
         return self._bind()
 
-    def batch_done(self, batch_id: str, results: list) -> list:
-        """A batch's results (``codec.Result``-like records, one per row it carried)."""
+    def batch_done(self, batch_id: str, results: list, elapsed_s: float | None = None) -> list:
+        """A batch's results (``codec.Result``-like records, one per row it carried);
+        ``elapsed_s``: its round trip. A full batch back within ``fast_batch_s`` means the engine
+        is fast: batches grow (``Dispatcher.grow``)."""
         batch = self.in_flight.pop(batch_id, None)
         if batch is None:   # cancelled and re-routed: its rows are answered elsewhere
             self.report.duplicates_dropped += len(results)
             return []
+        d = self.dispatcher
+        if elapsed_s is not None and elapsed_s < self.fast_batch_s and len(results) >= d.batch_size * d.scale:
+            d.grow()
         prefix_of = {i: p for p, items in batch.groups.items() for i, _ in items}
         fresh = [r for r in results if r.index in self.ids]   # not answered yet
         self.report.duplicates_dropped += len(results) - len(fresh)

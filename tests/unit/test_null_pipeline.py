@@ -14,7 +14,8 @@ from pipeline.workloads import document_questions
 @pytest.fixture(scope="module")
 def null_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
-                                   intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16})
+                                   intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16,
+                                           "fast_batch_s": 0})
     with Pipeline(config, engine="null") as p:
         yield p
 
@@ -44,6 +45,21 @@ def test_generator_input_is_read_ahead_in_a_bounded_window(null_pipeline):
     # unbound (50) + bound-but-unanswered (2 shards x 16, a group may overshoot by a
     # batch) + one result batch being yielded: far below the 300 rows of the input
     assert high_water <= 50 + 2 * (16 + 8) + 8
+
+
+def test_batches_grow_when_the_engine_is_fast(null_pipeline):
+    p = null_pipeline
+    rows = document_questions(400, 4, seed=3, order="shuffled")
+    p.config = p.config.replace(intake={"fast_batch_s": 5.0, "read_ahead_rows": 2000})
+    try:
+        before = p.transfer.batches
+        results = p.run(rows)
+        batches = p.transfer.batches - before
+    finally:
+        p.config = p.config.replace(intake={"fast_batch_s": 0, "read_ahead_rows": 50})
+    assert [r.id for r in results] == [row["id"] for row in rows]
+    # 1600 rows in batches of 8 would be 200 batches; doubling up to 32 x 8 rows takes far fewer
+    assert batches < 100, batches
 
 
 def test_rows_without_id_get_their_position_and_bad_rows_an_error(null_pipeline):
