@@ -78,8 +78,9 @@ class Dispatcher:
         self.scale = min(max_scale, self.scale * 2)
 
     def bind(self) -> list[Bound]:
-        """Bind waiting groups while the least-loaded shard has room; return full batches,
-        then whatever is left in the buffers (so nothing bound waits for more rows)."""
+        """Bind waiting groups while the least-loaded shard has room; return full batches, and
+        a shard's partial batch when no rows wait or the shard has no batch running (so a
+        bound row never waits for rows that will not come, and a busy shard gets full batches)."""
         if self.first_rows and not self.answered and self.late_binding:
             return self._bind_first()
         out: list[Bound] = []
@@ -95,7 +96,8 @@ class Dispatcher:
                 shard = self._bind_row(index, prefix, info, suffix, bound_to)
                 if self._buffered[shard] >= self.batch_size * self.scale:
                     out.append(self._take(shard))
-        out.extend(self._take(s) for s in self.shards if self._buffered[s])
+        out.extend(self._take(s) for s in self.shards if self._buffered[s] and (
+            not self._pending or not self.late_binding or self.in_flight[s] == self._buffered[s]))
         return out
 
     def _bind_first(self) -> list[Bound]:
