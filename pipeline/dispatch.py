@@ -92,8 +92,10 @@ class Dispatcher:
             _, (prefix, info, items) = self._pending.popitem(last=False)
             self.pending_rows -= len(items)
             bound_to: set[str] = set()
-            for index, suffix in items:
-                shard = self._bind_row(index, prefix, info, suffix, bound_to)
+            # about 4 characters a token: close enough for a load estimate
+            routes = self.router.route_rows(info, [len(suffix) // 4 + 1 for _, suffix in items], self.decode_tokens)
+            for (index, suffix), route in zip(items, routes):
+                shard = self._place(index, prefix, suffix, route, bound_to)
                 if self._buffered[shard] >= self.batch_size * self.scale:
                     out.append(self._take(shard))
         out.extend(self._take(s) for s in self.shards if self._buffered[s] and (
@@ -115,8 +117,10 @@ class Dispatcher:
         return [self._take(s) for s in self.shards if self._buffered[s]]
 
     def _bind_row(self, index: int, prefix: str, info: Prefix, suffix: str, bound_to: set[str]) -> str:
-        # about 4 characters a token: close enough for a load estimate
         route = self.router.route(info, suffix_len=len(suffix) // 4 + 1, decode_tokens=self.decode_tokens)
+        return self._place(index, prefix, suffix, route, bound_to)
+
+    def _place(self, index: int, prefix: str, suffix: str, route: Route, bound_to: set[str]) -> str:
         self.routes[index] = route
         shard = route.shard
         if shard not in bound_to:

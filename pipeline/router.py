@@ -129,26 +129,40 @@ class PrefixRouter:
             n = len(prefix_tokens)
             if hashes is None:
                 hashes = block_hashes(prefix_tokens, self.block_size)
+        return self.route_rows(Prefix(n, hashes), [suffix_len], decode_tokens)[0]
+
+    def route_rows(self, prefix: Prefix, suffix_lens: Sequence[int], decode_tokens: int = 0) -> list[Route]:
+        """Route several requests on one prefix, in order: the same choices as routing each with
+        ``route`` in turn, with the prefix's blocks looked up and remembered once per shard."""
+        n, hashes = prefix
         held = self._held_by_shard(hashes)
-        extra = suffix_len + self.decode_weight * decode_tokens
-
-        def work(s: str) -> float:
-            return (n - held[s] * self.block_size) + extra
-
         live = self.live_shards if self.down else self.shards
-        longest = max(held[s] for s in live)
-        owners = [s for s in live if held[s] == longest]
-        shard = None
-        if hashes and longest >= self.min_match * len(hashes):
-            owner = min(owners, key=lambda s: self.outstanding[s])
-            if not self._imbalanced(owner):
-                shard = owner
-        if shard is None:
-            shard = min(live, key=lambda s: self.outstanding[s] + work(s))
-        cost = work(shard)
-        self._remember(hashes, shard)
-        self.outstanding[shard] += cost
-        return Route(shard=shard, cost=cost, cached_tokens=held[shard] * self.block_size)
+        full = len(hashes)
+        remembered: set[str] = set()
+        out = []
+        for suffix_len in suffix_lens:
+            extra = suffix_len + self.decode_weight * decode_tokens
+
+            def work(s: str) -> float:
+                return (n - held[s] * self.block_size) + extra
+
+            longest = max(held[s] for s in live)
+            shard = None
+            if hashes and longest >= self.min_match * full:
+                owner = min((s for s in live if held[s] == longest), key=lambda s: self.outstanding[s])
+                if not self._imbalanced(owner):
+                    shard = owner
+            if shard is None:
+                shard = min(live, key=lambda s: self.outstanding[s] + work(s))
+            cost = work(shard)
+            cached = held[shard] * self.block_size
+            if shard not in remembered:
+                self._remember(hashes, shard)
+                remembered.add(shard)
+                held[shard] = full   # it holds the whole prefix now
+            self.outstanding[shard] += cost
+            out.append(Route(shard=shard, cost=cost, cached_tokens=cached))
+        return out
 
     def done(self, route: Route) -> None:
         """The routed request finished: its work is no longer outstanding."""

@@ -125,3 +125,25 @@ def test_blocks_held_follows_remembering_forgetting_and_eviction():
     assert sum(r.blocks_held.values()) == len(r) == 12
     r.forget_shard(shard)
     assert r.blocks_held[shard] == 0 and sum(r.blocks_held.values()) == len(r)
+
+
+def test_routing_a_documents_rows_together_chooses_as_routing_them_one_by_one():
+    import random
+
+    from pipeline.router import Prefix
+
+    rng = random.Random(4)
+    system = list(range(5000, 5064))
+    docs = [system + [d * 1000 + j for j in range(rng.choice([40, 200, 900]))] for d in range(30)]
+    groups = [(rng.randrange(30), [rng.randrange(1, 40) for _ in range(rng.choice([1, 4, 40]))]) for _ in range(60)]
+    one, many = (PrefixRouter(["a", "b", "c"], block_size=16, imbalance_abs=512) for _ in range(2))
+    for d, suffixes in groups:
+        singles = [one.route(docs[d], suffix_len=s, decode_tokens=8) for s in suffixes]
+        together = many.route_rows(Prefix.of(docs[d], 16), suffixes, 8)
+        assert together == singles
+        for r in singles[::3]:   # some finish meanwhile
+            one.done(r)
+        for r in together[::3]:
+            many.done(r)
+    assert one.outstanding == many.outstanding and one.blocks_held == many.blocks_held
+    assert len({r.shard for d, s in groups for r in [one.route(docs[d], 1)]}) > 1
