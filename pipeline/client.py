@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 import sys
 import threading
 import time
@@ -80,6 +81,7 @@ class Pipeline:
         self.start_timeout_s = start_timeout_s
         self.resident: resident.ClusterState | None = None   # the resident cluster in use, if any
         self.known_prefixes: dict[int, str] = {}              # from earlier jobs: digest -> shard
+        self._infos: OrderedDict[int, Prefix] = OrderedDict()  # prefix digest -> its Prefix (LRU)
         self.log_dir = None                                   # the embedded cluster's worker logs
         self.transfer = TransferStats()
         self.last_report: JobReport | None = None
@@ -394,20 +396,34 @@ class Pipeline:
         return out, self._prefix_infos(new)
 
     def _prefix_infos(self, prefixes: list[str]) -> dict[str, Prefix]:
-        """Each distinct prefix tokenized once, all in one call (the fast tokenizer batches
-        it), kept as its length and block hashes only."""
+        """Each distinct prefix's ``Prefix`` (its length and block hashes; the token ids are not
+        kept). A prefix seen before in this pipeline comes from an LRU keyed by the text's digest
+        (``intake.prefix_cache_entries``), so a document whose questions lie far apart in the
+        input is tokenized once; the others are tokenized together, in one call."""
         unique = list(dict.fromkeys(prefixes))
         if not unique:
             return {}
-        block = self.router.block_size
-        infos = {p: Prefix.of(ids, block)
-                 for p, ids in zip(unique, self.tokenizer(unique, add_special_tokens=False)["input_ids"])}
+        cache, out, missing = self._infos, {}, []
+        digests = {p: prefix_digest(p) for p in unique}
+        for p, d in digests.items():
+            info = cache.get(d)
+            if info is None:
+                missing.append(p)
+            else:
+                cache.move_to_end(d)
+                out[p] = info
+        if missing:
+            block = self.router.block_size
+            for p, ids in zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"]):
+                out[p] = cache[digests[p]] = Prefix.of(ids, block)
+            while len(cache) > self.config.intake.prefix_cache_entries:
+                cache.popitem(last=False)
         if self.known_prefixes:  # held by an engine since an earlier job: the router learns where
-            for prefix, info in infos.items():
-                shard = self.known_prefixes.pop(prefix_digest(prefix), None)
+            for p in unique:
+                shard = self.known_prefixes.pop(digests[p], None)
                 if shard is not None and shard not in self.router.down:
-                    self.router.seed(shard, info)
-        return infos
+                    self.router.seed(shard, out[p])
+        return out
 
     def _submit(self, batch_id: str, shard: str, groups: dict[str, list[tuple[int, str]]],
                 truncate_prompts: bool = False):

@@ -156,6 +156,9 @@ class IntakeConfig(_Section):
     # throughput (README, "Start-up and first answer"). 0: never; null: when someone watches
     # the job (a progress bar on a terminal), else never.
     first_answer_rows: int | None = Field(None, ge=0)
+    # Prefixes (documents) whose length and block hashes the client keeps (LRU, ~450 bytes
+    # each), so a document whose questions lie far apart in the input is tokenized once.
+    prefix_cache_entries: int = Field(200_000, ge=0)
     # Rows read ahead of the engines and kept unbound, grouped by prefix (bounds memory).
     read_ahead_rows: int = Field(50_000, gt=0)
     # Batches one worker runs at once (the worker's nthreads).

@@ -22,6 +22,7 @@ one dict entry each (about 210 bytes with its key and value, measured by
 """
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
@@ -47,7 +48,8 @@ class Prefix(NamedTuple):
 
     @classmethod
     def of(cls, tokens: Sequence[int], block_size: int) -> "Prefix":
-        return cls(len(tokens), block_hashes(tokens, block_size))
+        # 8 bytes a hash (a list of Python ints would take 40)
+        return cls(len(tokens), array("Q", block_hashes(tokens, block_size)))
 
 
 @dataclass(frozen=True)
