@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -323,7 +324,7 @@ def up(config: Config, model: str, notify: Callable[[str], None], live: Callable
     return state, True
 
 
-def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0) -> bool:
+def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0, answer_s: float = 30.0) -> bool:
     """Stop the resident cluster: engines first (each engine core exits cleanly), then Dask's
     processes; whatever is still running after ``timeout_s`` is killed. False: none was up."""
     from distributed import Client
@@ -336,17 +337,32 @@ def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0)
     if state is None:
         return False
     procs = cluster_processes(state)
+    alive = procs
     if state.scheduler_reachable():
-        try:
-            with Client(state.address, security=dask_security(config), timeout=10) as client:
-                client.run(stop_engine, on_error="return")
-                client.shutdown()   # the scheduler closes its workers and their nannies
-        except Exception as exc:  # noqa: BLE001 - stopping anyway, by signal
-            notify(f"could not stop the cluster through its scheduler ({type(exc).__name__}: {exc}); "
-                   f"stopping its processes")
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+        outcome: list = []
+
+        def through_scheduler() -> None:
+            try:
+                with Client(state.address, security=dask_security(config), timeout=10) as client:
+                    client.run(stop_engine, on_error="return")
+                    client.shutdown()   # the scheduler closes its workers and their nannies
+                outcome.append(None)
+            except Exception as exc:  # noqa: BLE001 - stopping anyway, by signal
+                outcome.append(exc)
+
+        # A scheduler that accepts connections but never answers (hung, stopped) must not hold
+        # `down` up: after ``answer_s`` its processes are stopped by signal.
+        t = threading.Thread(target=through_scheduler, name="pipeline-down", daemon=True)
+        t.start()
+        t.join(answer_s)
+        if outcome and outcome[0] is None:
+            _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+        else:
+            why = f"{type(outcome[0]).__name__}: {outcome[0]}" if outcome else f"no answer within {answer_s:.0f} s"
+            notify(f"could not stop the cluster through its scheduler ({why}); stopping its processes")
+    alive = [p for p in alive if p.is_running()]
     if alive:
-        notify(f"{len(alive)} process(es) still running after {timeout_s:.0f} s: stopping them")
+        notify(f"{len(alive)} process(es) of the cluster still running: stopping them")
         _stop_processes(state, timeout_s=10)
     (folder / STATE_FILE).unlink(missing_ok=True)
     return True

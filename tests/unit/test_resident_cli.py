@@ -108,3 +108,21 @@ def test_a_cluster_that_died_is_said_so_and_run_starts_an_embedded_one(tmp_path,
     assert "worker logs:" in job.stderr
     assert pq.read_table(tmp_path / "out.parquet").num_rows == 4
     assert not (tmp_path / "cluster" / "state.json").exists()
+
+
+def test_down_stops_a_cluster_whose_scheduler_does_not_answer(tmp_path, env):
+    config = write_config(tmp_path / "cluster.yaml")
+    assert cli(env, "up", "--config", config).returncode == 0
+    state = json.loads((tmp_path / "cluster" / "state.json").read_text())
+    scheduler = psutil.Process(state["processes"]["scheduler"][0])
+    procs = [psutil.Process(pid) for pid, _ in state["processes"].values()]
+    procs += [c for p in procs for c in p.children(recursive=True)]
+    scheduler.suspend()   # alive, but it answers nobody
+    try:
+        down = cli(env, "down", "--config", config, timeout=120)
+    finally:
+        if scheduler.is_running():
+            scheduler.resume()
+    assert down.returncode == 0 and "the local cluster is stopped" in down.stdout
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    assert not alive, f"left running: {alive}"
