@@ -191,7 +191,8 @@ def _resident(args, config) -> int:
         return 1 if info["stale"] else 0
     if info["stale"]:
         print(f"the local cluster recorded in {info['folder']} is no longer running (gone: "
-              f"{', '.join(info['dead']) or 'its scheduler does not answer'}); state removed")
+              f"{', '.join(info['dead']) or 'its scheduler does not answer'}); what was left of it is stopped and "
+              f"its state removed")
         return 1
     print(f"local cluster at {state.address}, up {state.uptime_s / 60:.1f} min"
           + (f"; dashboard: {state.dashboard}" if state.dashboard else "") + f"; logs: {state.log_dir}/")

@@ -99,6 +99,15 @@ class ClusterState:
         except OSError:
             return False
 
+    def stale_reason(self) -> str | None:
+        """Why this cluster no longer runs (its scheduler is gone or does not answer); None
+        while it runs."""
+        if "scheduler" in self.dead_processes():
+            return "its scheduler process is gone"
+        if not self.scheduler_reachable():
+            return "its scheduler does not answer"
+        return None
+
     @property
     def uptime_s(self) -> float:
         return time.time() - self.started
@@ -146,13 +155,11 @@ def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterSt
     state = ClusterState.load(folder)
     if state is None:
         return None
-    dead = state.dead_processes()
-    if "scheduler" in dead or not state.scheduler_reachable():
-        notify(f"the local cluster recorded in {folder / STATE_FILE} is no longer running "
-               f"({'its scheduler process is gone' if 'scheduler' in dead else 'its scheduler does not answer'}); "
+    stale = state.stale_reason()
+    if stale:
+        notify(f"the local cluster recorded in {folder / STATE_FILE} is no longer running ({stale}); "
                f"starting an embedded one")
-        _stop_processes(state, timeout_s=10)
-        (folder / STATE_FILE).unlink(missing_ok=True)
+        _discard(state, folder)
         return None
     diff = differences(state.fingerprint, fingerprint(config, model))
     if diff:
@@ -277,6 +284,12 @@ def cluster_processes(state: ClusterState) -> list[psutil.Process]:
     return [p for pid, created in state.processes.values() for p in _tree(pid, created)]
 
 
+def _discard(state: ClusterState, folder: Path) -> None:
+    """A cluster that no longer runs: stop what is left of it and forget it."""
+    _stop_processes(state, timeout_s=10)
+    (folder / STATE_FILE).unlink(missing_ok=True)
+
+
 def _stop_processes(state: ClusterState, timeout_s: float) -> list[int]:
     """SIGTERM every process of the cluster, then SIGKILL what is left after ``timeout_s``;
     returns the pids that had to be killed."""
@@ -381,8 +394,8 @@ def status(config: Config) -> dict | None:
     if state is None:
         return None
     out = {"state": state, "folder": str(folder), "dead": state.dead_processes(), "shards": {}}
-    if "scheduler" in out["dead"] or not state.scheduler_reachable():
-        (folder / STATE_FILE).unlink(missing_ok=True)
+    if state.stale_reason():
+        _discard(state, folder)
         out["stale"] = True
         return out
     with Client(state.address, security=dask_security(config), timeout=10) as client:
