@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 import sys
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -148,7 +148,7 @@ class Pipeline:
         """What the engines hold from earlier jobs, as their workers remember it: prefix digest
         -> shard, told to the router when a row brings that prefix (pipeline/prefix_memory.py).
         Returns the number of prefixes."""
-        self.known_prefixes: dict[int, str] = {}
+        self.known_prefixes = {}
         for held in self._client.run(held_prefixes, on_error="return").values():
             if isinstance(held, dict) and held.get("shard") in self.router.shards:
                 self.known_prefixes.update(dict.fromkeys(held["prefixes"], held["shard"]))
@@ -253,8 +253,7 @@ class Pipeline:
         watch = ShardWatch(self._client, {s.name: s.resource for s in self.config.shards},
                            rec.poll_interval_s, rec.rejoin_timeout_s)
         running = as_completed()
-        futures: dict[str, Any] = {}   # batch id -> its future
-        sent: dict[str, float] = {}     # batch id -> when it was submitted
+        futures: dict[str, tuple[Any, float]] = {}   # batch id -> its future, when it was submitted
         source = enumerate(rows)
 
         def carry_out(instructions: list) -> Iterator[RowResult]:
@@ -264,11 +263,10 @@ class Pipeline:
                 elif isinstance(ins, Submit):
                     with dask.annotate(span=span):
                         fut = self._submit(ins.batch_id, ins.shard, ins.groups, truncate_prompts)
-                    futures[ins.batch_id] = fut
-                    sent[ins.batch_id] = time.perf_counter()
+                    futures[ins.batch_id] = fut, time.perf_counter()
                     running.add(fut)
                 elif isinstance(ins, Cancel):
-                    futures.pop(ins.batch_id).cancel()
+                    futures.pop(ins.batch_id)[0].cancel()
 
         def read() -> Iterator[RowResult]:
             want = min(state.rows_wanted, READ_CHUNK_ROWS)
@@ -299,10 +297,11 @@ class Pipeline:
             self._publish_view(state, watch)
             while running.has_ready():
                 fut = next(running)
-                t0 = sent.pop(fut.key, None)
-                if futures.pop(fut.key, None) is None:   # cancelled and re-routed
+                entry = futures.pop(fut.key, None)
+                if entry is None:   # cancelled and re-routed
                     fut.release()
                     continue
+                t0 = entry[1]
                 if fut.status == "finished":
                     result = codec.decode_result(fut.result())
                     fut.release()
