@@ -29,6 +29,11 @@ from pipeline.router import Prefix, PrefixRouter, Route
 Bound = tuple[str, dict[str, list[tuple[int, str]]]]
 
 
+def _suffix_tokens(suffix: str) -> int:
+    """About 4 characters a token: close enough for a load estimate."""
+    return len(suffix) // 4 + 1
+
+
 class Dispatcher:
     def __init__(self, router: PrefixRouter, batch_size: int, queue_per_shard: int,
                  decode_tokens: int = 0, late_binding: bool = True, group: bool = True,
@@ -92,8 +97,7 @@ class Dispatcher:
             _, (prefix, info, items) = self._pending.popitem(last=False)
             self.pending_rows -= len(items)
             bound_to: set[str] = set()
-            # about 4 characters a token: close enough for a load estimate
-            routes = self.router.route_rows(info, [len(suffix) // 4 + 1 for _, suffix in items], self.decode_tokens)
+            routes = self.router.route_rows(info, [_suffix_tokens(suffix) for _, suffix in items], self.decode_tokens)
             for (index, suffix), route in zip(items, routes):
                 shard = self._place(index, prefix, suffix, route, bound_to)
                 if self._buffered[shard] >= self.batch_size * self.scale:
@@ -112,13 +116,10 @@ class Dispatcher:
             if not items:
                 del self._pending[key]
             self.pending_rows -= 1
-            shard = self._bind_row(index, prefix, info, suffix, set())
+            route, = self.router.route_rows(info, [_suffix_tokens(suffix)], self.decode_tokens)
+            shard = self._place(index, prefix, suffix, route, set())
             self._first_bound.add((prefix, shard))
         return [self._take(s) for s in self.shards if self._buffered[s]]
-
-    def _bind_row(self, index: int, prefix: str, info: Prefix, suffix: str, bound_to: set[str]) -> str:
-        route = self.router.route(info, suffix_len=len(suffix) // 4 + 1, decode_tokens=self.decode_tokens)
-        return self._place(index, prefix, suffix, route, bound_to)
 
     def _place(self, index: int, prefix: str, suffix: str, route: Route, bound_to: set[str]) -> str:
         self.routes[index] = route

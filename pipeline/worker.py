@@ -46,6 +46,7 @@ class EnginePlugin(WorkerPlugin):
         self.prefixes: PrefixMemory | None = None   # what the engine has served (set once it runs)
         self.phase = "waiting"       # starting -> ready -> stopped (or failed)
         self.phase_since = time.time()
+        self.error: str | None = None   # why the engine did not start
 
     def _set_phase(self, phase: str) -> None:
         self.phase, self.phase_since = phase, time.time()
@@ -252,7 +253,7 @@ def engine_phase(dask_worker) -> dict:
         return {"shard": shard, "phase": "waiting", "since": None, "pid": os.getpid()} if shard else {}
     m = getattr(plugin, "metrics", None)
     return {"shard": getattr(plugin, "shard", shard), "phase": plugin.phase, "since": plugin.phase_since,
-            "pid": os.getpid(), "error": getattr(plugin, "error", None),
+            "pid": os.getpid(), "error": plugin.error,
             "start_s": m.engine_start_s if m is not None else None}
 
 
