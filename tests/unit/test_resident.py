@@ -144,12 +144,16 @@ def test_a_router_seeded_with_what_a_shard_holds_sends_its_documents_there():
     assert r1.shard == "s1" and r1.cached_tokens == 192
 
 
-def test_until_the_first_answer_each_shard_gets_one_row_then_full_batches():
-    router = PrefixRouter(["s0", "s1"], block_size=16)
-    d = Dispatcher(router, batch_size=4, queue_per_shard=16, first_rows=1)
+def _four_documents_three_questions(first_rows):
+    d = Dispatcher(PrefixRouter(["s0", "s1"], block_size=16), batch_size=4, queue_per_shard=16, first_rows=first_rows)
     for doc in range(4):
         for q in range(3):
             d.add(doc * 3 + q, f"doc{doc}", f"q{q}", _doc(doc))
+    return d
+
+
+def test_until_the_first_answer_each_shard_gets_one_row_then_full_batches():
+    d = _four_documents_three_questions(first_rows=1)
     first = d.bind()
     assert sorted(len(items) for _, groups in first for items in groups.values()) == [1, 1]
     assert {shard for shard, _ in first} == {"s0", "s1"}
@@ -166,11 +170,7 @@ def test_until_the_first_answer_each_shard_gets_one_row_then_full_batches():
 
 
 def test_without_the_first_answer_ramp_everything_binds_at_once():
-    router = PrefixRouter(["s0", "s1"], block_size=16)
-    d = Dispatcher(router, batch_size=4, queue_per_shard=16, first_rows=0)
-    for doc in range(4):
-        for q in range(3):
-            d.add(doc * 3 + q, f"doc{doc}", f"q{q}", _doc(doc))
+    d = _four_documents_three_questions(first_rows=0)
     assert sum(len(items) for _, groups in d.bind() for items in groups.values()) == 12
 
 
