@@ -48,6 +48,8 @@ class TransferStats:
 # Rows read, split and tokenized at a time: large enough that the tokenizer batches well, small
 # enough that the first batches go out soon.
 READ_CHUNK_ROWS = 8192
+# Prefixes the tokenizer measures the characters-per-token ratio on (routing.prefix_units).
+CHARS_PER_TOKEN_SAMPLE = 64
 
 
 class EngineStartError(RuntimeError):
@@ -82,6 +84,7 @@ class Pipeline:
         self.resident: resident.ClusterState | None = None   # the resident cluster in use, if any
         self.known_prefixes: dict[int, str] = {}              # from earlier jobs: digest -> shard
         self._infos: OrderedDict[int, Prefix] = OrderedDict()  # prefix digest -> its Prefix (LRU)
+        self.chars_per_token: float | None = None             # measured on the first prefixes
         self.log_dir = None                                   # the embedded cluster's worker logs
         self.transfer = TransferStats()
         self.last_report: JobReport | None = None
@@ -395,10 +398,11 @@ class Pipeline:
         return out, self._prefix_infos(new)
 
     def _prefix_infos(self, prefixes: list[str]) -> dict[str, Prefix]:
-        """Each distinct prefix's ``Prefix`` (its length and block hashes; the token ids are not
-        kept). A prefix seen before in this pipeline comes from an LRU keyed by the text's digest
-        (``intake.prefix_cache_entries``), so a document whose questions lie far apart in the
-        input is tokenized once; the others are tokenized together, in one call."""
+        """Each distinct prefix's ``Prefix``: its length and block hashes, from its characters or
+        its tokens (``routing.prefix_units``; token ids are not kept). A prefix seen before in
+        this pipeline comes from an LRU keyed by the text's digest (``intake.prefix_cache_entries``),
+        so a document whose questions lie far apart in the input is hashed once; in token units
+        the others are tokenized together, in one call."""
         unique = list(dict.fromkeys(prefixes))
         if not unique:
             return {}
@@ -413,8 +417,13 @@ class Pipeline:
                 out[p] = info
         if missing:
             block = self.router.block_size
-            for p, ids in zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"]):
-                out[p] = cache[digests[p]] = Prefix.of(ids, block)
+            if self.config.routing.prefix_units == "tokens":
+                for p, ids in zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"]):
+                    out[p] = cache[digests[p]] = Prefix.of(ids, block)
+            else:
+                ratio = self._chars_per_token(missing)
+                for p in missing:
+                    out[p] = cache[digests[p]] = Prefix.of_text(p, block, ratio)
             while len(cache) > self.config.intake.prefix_cache_entries:
                 cache.popitem(last=False)
         if self.known_prefixes:  # held by an engine since an earlier job: the router learns where
@@ -423,6 +432,16 @@ class Pipeline:
                 if shard is not None and shard not in self.router.down:
                     self.router.seed(shard, out[p])
         return out
+
+    def _chars_per_token(self, sample: list[str]) -> float:
+        """Characters per token of this pipeline's prefixes, as the model's tokenizer counts them
+        on the first ones it sees (``CHARS_PER_TOKEN_SAMPLE`` at most); fixed from then on, so
+        every prefix is hashed in the same blocks."""
+        if self.chars_per_token is None:
+            sample = sample[:CHARS_PER_TOKEN_SAMPLE]
+            tokens = sum(map(len, self.tokenizer(sample, add_special_tokens=False)["input_ids"]))
+            self.chars_per_token = sum(map(len, sample)) / tokens if tokens else 4.0
+        return self.chars_per_token
 
     def _submit(self, batch_id: str, shard: str, groups: dict[str, list[tuple[int, str]]],
                 truncate_prompts: bool = False):

@@ -117,6 +117,12 @@ class RoutingConfig(_Section):
     # Tokens per hashed block. None: the engine's KV-cache block size (what its prefix
     # cache can reuse), as reported by the workers.
     block_size: int | None = Field(None, gt=0)
+    # What the router hashes a prefix in. "characters": blocks of block_size tokens' worth of
+    # characters, lengths estimated from characters, at a characters-per-token ratio the model's
+    # tokenizer measures on the job's first documents (no tokenizing per document: on a 2-core
+    # box the tokenizer alone capped the client at ~20k rows/s). "tokens": the prefix's token
+    # ids, exactly as vLLM's prefix cache keys its blocks (the client tokenizes every document).
+    prefix_units: Literal["characters", "tokens"] = "characters"
     # Routing memory is bounded: at most this many block hashes are remembered (LRU).
     max_blocks: int = Field(1_000_000, gt=0)
     # Each request also costs its decode; counted as this many prefill tokens per new token.

@@ -34,12 +34,11 @@ import psutil
 import yaml
 
 from pipeline import engine_env
-from pipeline.cluster import DASK_SETTINGS
+from pipeline.cluster import process_env, read_scheduler_file, scheduler_command, tail, tls_args
 from pipeline.config import Config, ConfigError
 
 CLUSTER_DIR_ENV = "PIPELINE_CLUSTER_DIR"
 STATE_FILE = "state.json"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class ClusterMismatch(ConfigError):
@@ -171,18 +170,6 @@ def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterSt
 
 # -- up -------------------------------------------------------------------------------
 
-def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
-    """Dask's settings as the environment variables ``dask scheduler`` / ``dask worker`` read."""
-    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
-
-
-def _tls_args(config: Config) -> list[str]:
-    s = config.security
-    if not s.enabled:
-        return []
-    return ["--protocol", "tls", "--tls-ca-file", s.tls_ca_file, "--tls-cert", s.tls_cert, "--tls-key", s.tls_key]
-
-
 def _spawn(args: list[str], env: dict, log: Path, cwd: Path) -> subprocess.Popen:
     with open(log, "w") as out:
         # Its own session: Ctrl-C in the terminal that ran `up` and the terminal closing do not
@@ -201,18 +188,13 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     scheduler_file = folder / "scheduler.json"
     scheduler_file.unlink(missing_ok=True)
-    python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    base_env = {**os.environ, **dask_env(), "PYTHONPATH": python_path}
+    base_env = process_env()
     host = config.scheduler.host
     dash = config.scheduler.dashboard_address
     procs: dict[str, subprocess.Popen] = {}
     try:
-        procs["scheduler"] = _spawn(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port",
-             str(config.scheduler.port), "--scheduler-file", str(scheduler_file), "--preload", "pipeline.preload",
-             *(["--dashboard-address", dash] if dash else ["--no-dashboard"]), *_tls_args(config)],
-            base_env, log_dir / "scheduler.log", folder)
-        info = _wait_for_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
+        procs["scheduler"] = _spawn(scheduler_command(config, scheduler_file), base_env, log_dir / "scheduler.log", folder)
+        info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
         address = info["address"]
         # The record tells each worker which variables its nanny adds, so its engine starts without
         # them (pipeline/engine_env.py), as in the embedded cluster.
@@ -221,8 +203,8 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
             procs[shard.name] = _spawn(
                 [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", shard.name,
                  "--host", host, "--nthreads", str(config.intake.concurrent_batches), "--memory-limit", "0",
-                 "--no-dashboard", "--preload", "pipeline.preload", "--shard", shard.name,
-                 "--pipeline-config", str(config_file), *_tls_args(config)],
+                 "--no-dashboard", "--dashboard-address", f"{host}:0", "--preload", "pipeline.preload", "--shard", shard.name,
+                 "--pipeline-config", str(config_file), *tls_args(config)],
                 worker_env, log_dir / f"{shard.name}.log", folder)
     except BaseException:
         for p in procs.values():
@@ -234,31 +216,6 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
     return address, dashboard, {name: [p.pid, psutil.Process(p.pid).create_time()] for name, p in procs.items()}, \
         config_file
 
-
-def _wait_for_file(path: Path, proc: subprocess.Popen, log: Path, timeout_s: float) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if path.exists():
-            try:
-                return json.loads(path.read_text())
-            except ValueError:
-                pass  # being written
-        if proc.poll() is not None:
-            raise RuntimeError(f"the scheduler exited at start (exit code {proc.returncode}); its log: {log}\n"
-                               + _tail(log))
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the scheduler did not start within {timeout_s:.0f} s; its log: {log}")
-        time.sleep(0.1)
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-# -- down -----------------------------------------------------------------------------
 
 def _tree(pid: int, created: float | None = None) -> list[psutil.Process]:
     try:

@@ -40,6 +40,17 @@ def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
     return out
 
 
+def text_block_hashes(text: str, block_chars: int) -> array:
+    """Chained hashes of the full ``block_chars``-character blocks of ``text`` (the character
+    counterpart of ``block_hashes``: no tokenizer needed)."""
+    out = array("Q")
+    h = 0
+    for end in range(block_chars, len(text) + 1, block_chars):
+        h = hash((h, text[end - block_chars:end])) & _MASK
+        out.append(h)
+    return out
+
+
 class Prefix(NamedTuple):
     """What routing needs of a prefix, computed once per distinct prefix: its length in tokens
     and its chained block hashes (the token ids themselves are not kept)."""
@@ -50,6 +61,13 @@ class Prefix(NamedTuple):
     def of(cls, tokens: Sequence[int], block_size: int) -> "Prefix":
         # 8 bytes a hash (a list of Python ints would take 40)
         return cls(len(tokens), array("Q", block_hashes(tokens, block_size)))
+
+    @classmethod
+    def of_text(cls, text: str, block_size: int, chars_per_token: float) -> "Prefix":
+        """Estimated from the characters: a block is ``block_size`` tokens' worth of characters
+        (at the measured ``chars_per_token``), the length ``len(text) / chars_per_token``."""
+        return cls(round(len(text) / chars_per_token),
+                   text_block_hashes(text, max(1, round(block_size * chars_per_token))))
 
 
 @dataclass(frozen=True)

@@ -70,14 +70,36 @@ def test_rows_without_id_get_their_position_and_bad_rows_an_error(null_pipeline)
     assert [r.error for r in results] == [None, "input: document is null", "input: question is not text (got int)", None]
 
 
-def test_documents_stay_on_one_shard(null_pipeline):
-    rows = document_questions(20, 5, seed=3, order="shuffled")
-    results = null_pipeline.run(rows)
+def _documents_stay_on_one_shard(p, seed):
+    rows = document_questions(20, 5, seed=seed, order="shuffled")
+    results = p.run(rows)
     shards = {}
     for row, r in zip(rows, results):
         shards.setdefault(row["doc_id"], set()).add(r.shard)
     assert all(len(s) == 1 for s in shards.values())
     assert {s for v in shards.values() for s in v} == {"cpu0", "cpu1"}
+
+
+def test_documents_stay_on_one_shard(null_pipeline):
+    _documents_stay_on_one_shard(null_pipeline, seed=3)
+    # routed by characters, at the ratio the model's tokenizer measured on the first documents
+    assert null_pipeline.config.routing.prefix_units == "characters"
+    assert 3.0 < null_pipeline.chars_per_token < 6.0   # English text, SmolLM2's tokenizer
+
+
+def test_documents_stay_on_one_shard_when_routed_by_tokens(null_pipeline):
+    p, config = null_pipeline, null_pipeline.config
+    p.config = config.replace(routing={"prefix_units": "tokens"})
+    p.router, p._infos = p.new_router(), type(p._infos)()
+    try:
+        _documents_stay_on_one_shard(p, seed=4)
+        text = "Alpha beta gamma, delta. " * 30
+        info = p._prefix_infos([text])[text]   # exact: what the tokenizer counts
+        assert info.length == len(p.tokenizer([text], add_special_tokens=False)["input_ids"][0])
+        assert len(info.hashes) == info.length // p.router.block_size
+    finally:
+        p.config = config
+        p.router, p._infos = p.new_router(), type(p._infos)()
 
 
 def _get(url):
@@ -154,9 +176,9 @@ def test_every_listening_socket_is_on_loopback(null_pipeline):
     def listening(pid):
         return [c.laddr for c in psutil.Process(pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
 
-    worker_pids = list(null_pipeline.client.run(os.getpid).values())
-    # this process runs the scheduler, its dashboard and the nannies; the workers run apart
-    sockets = [a for pid in [os.getpid(), *worker_pids] for a in listening(pid)]
+    # this process runs the nannies; the scheduler (and its dashboard) and the workers run apart
+    tree = [psutil.Process(), *psutil.Process().children(recursive=True)]
+    sockets = [a for p in tree for a in listening(p.pid)]
     assert len(sockets) >= 2 + 2 * 2  # scheduler + dashboard, and per worker its comm + /metrics
     assert {a.ip for a in sockets} == {"127.0.0.1"}, sockets
 

@@ -8,7 +8,7 @@ import sys
 import psutil
 import pytest
 
-from pipeline import resident
+from pipeline import cluster, resident
 from pipeline.config import load_config
 from pipeline.dispatch import Dispatcher
 from pipeline.prefix_memory import PrefixMemory, prefix_digest
@@ -98,7 +98,7 @@ def test_an_unreadable_state_file_says_where_it_is(folder):
 
 
 def test_dask_settings_become_the_variables_dask_reads():
-    env = resident.dask_env({"distributed.worker.daemon": False, "distributed.scheduler.work-stealing": False,
+    env = cluster.dask_env({"distributed.worker.daemon": False, "distributed.scheduler.work-stealing": False,
                              "distributed.admin.tick.interval": "1s"})
     assert env == {"DASK_DISTRIBUTED__WORKER__DAEMON": "False", "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
                    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s"}

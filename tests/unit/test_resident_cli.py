@@ -83,6 +83,8 @@ def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
         assert not (tmp_path / "out3.parquet").exists()
         procs = [psutil.Process(pid) for pid, _ in state["processes"].values()]
         procs += [c for p in procs for c in p.children(recursive=True)]
+        listening = [c.laddr for p in procs for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        assert len(listening) >= 2 + 2 * 2 and {a.ip for a in listening} == {"127.0.0.1"}, listening
     finally:
         down = cli(env, "down", "--config", config)
     assert down.returncode == 0 and "the local cluster is stopped" in down.stdout

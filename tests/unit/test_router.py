@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from pipeline.router import PrefixRouter, block_hashes
+from pipeline.router import Prefix, PrefixRouter, block_hashes, text_block_hashes
 
 
 def doc(seed, n=160):
@@ -16,6 +16,25 @@ def test_block_hashes_are_chained_and_deterministic():
     assert a == block_hashes(list(range(40)), 16)
     b = block_hashes([99] + list(range(1, 40)), 16)
     assert a[0] != b[0] and a[1] != b[1]  # a change in block 0 changes every later hash
+
+
+def test_text_blocks_are_chained_and_a_shared_head_shares_its_blocks():
+    head = "You answer from the document. " * 8              # 240 characters
+    a, b = head + "Document one. " * 20, head + "Document two. " * 20
+    ha, hb = text_block_hashes(a, 64), text_block_hashes(b, 64)
+    assert len(ha) == len(a) // 64 and list(ha) == list(text_block_hashes(a, 64))
+    assert ha[:3] == hb[:3] and ha[3] != hb[3]   # 3 whole blocks of shared head, then they part
+    p = Prefix.of_text(a, block_size=16, chars_per_token=4.0)
+    assert p.length == round(len(a) / 4) and list(p.hashes) == list(ha)
+
+
+def test_documents_hashed_by_characters_follow_their_first_question():
+    r = PrefixRouter(["a", "b", "c"], block_size=16)
+    docs = [Prefix.of_text(f"Document {i}: " + "words of the document " * 40, 16, 4.2) for i in range(9)]
+    first = {i: r.route(d, suffix_len=10).shard for i, d in enumerate(docs)}
+    assert set(first.values()) == {"a", "b", "c"}
+    for i, d in enumerate(docs):
+        assert r.route(d, suffix_len=10).shard == first[i]
 
 
 def test_questions_on_a_document_follow_it():
