@@ -141,7 +141,7 @@ class Pipeline:
             state = resident.find(self.config.replace(engine={"kind": self.engine_kind}), self.model, self.notify)
             if state is not None:
                 self.resident = state
-                return Client(state.address, security=dask_security(self.config)), None
+                return Client(state.address, security=dask_security(self.config), direct_to_workers=True), None
         if not self.config.scheduler.address and not self.verbose:
             self.log_dir = resident.worker_log_dir(self.config)
             self.notify(f"worker logs: {self.log_dir}/<shard>.log")

@@ -233,7 +233,9 @@ def connect(config: Config, log_dir: Path | None = None) -> tuple[Client, SpecCl
         return Client(config.scheduler.address, security=security), None
     cluster = start_local_cluster(config, log_dir)
     try:
-        return Client(cluster, security=security), cluster
+        # Results straight from the workers: through the scheduler (Dask's default) every batch's
+        # results cross one more process, which the job then waits on.
+        return Client(cluster, security=security, direct_to_workers=True), cluster
     except BaseException:
         cluster.close()
         raise

@@ -147,9 +147,10 @@ class IntakeConfig(_Section):
     max_in_flight: int = Field(96, gt=0)
     # Rows grouped into one Dask task.
     batch_size: int = Field(32, gt=0)
-    # A full batch back within this many seconds means the engine is fast (e.g. the null
-    # engine): batches and queue_per_shard double, up to 32x, so Dask's and compression's
-    # per-batch costs spread over more rows. A real engine takes seconds per batch. 0: never.
+    # A full batch back within this many seconds per batch_size rows it carried means the
+    # engine is fast (e.g. the null engine): batches and queue_per_shard double, up to 32x, so
+    # Dask's and compression's per-batch costs spread over more rows. A real engine takes
+    # seconds per batch. 0: never.
     fast_batch_s: float = Field(0.025, ge=0)
     # With late binding: rows the client keeps bound but unanswered per shard; the rest wait
     # unbound. Keep it above the engine's max_num_seqs so the engine never runs dry.
