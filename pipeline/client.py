@@ -262,7 +262,7 @@ class Pipeline:
         def carry_out(instructions: list) -> Iterator[RowResult]:
             for ins in instructions:
                 if isinstance(ins, Emit):
-                    yield ins.row
+                    yield from ins.rows
                 elif isinstance(ins, Submit):
                     with dask.annotate(span=span):
                         fut = self._submit(ins.batch_id, ins.shard, ins.groups, truncate_prompts)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import msgspec
 from zlib_ng import zlib_ng
 
+from pipeline.results import RowResult
+
 
 class Request(msgspec.Struct, array_like=True, gc=False):
     index: int     # the row's position in the job; ids and extra columns never travel
@@ -24,21 +26,10 @@ class Batch(msgspec.Struct, gc=False):
     truncate_prompts: bool = False
 
 
-class Result(msgspec.Struct, array_like=True, gc=False):
-    index: int
-    answer: str | None
-    error: str | None
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    shard: str | None
-    latency_s: float
-
-
 class BatchResult(msgspec.Struct, gc=False):
     batch_id: str
     shard: str
-    results: list[Result]
+    results: list[RowResult]   # id unset: the client knows each row's id
 
 
 _batch_decoder = msgspec.msgpack.Decoder(Batch)

@@ -140,7 +140,12 @@ class Dispatcher:
 
     def completed(self, indices: Sequence[int]) -> None:
         self.answered = self.answered or bool(indices)
+        routes, cost, rows = self.routes, dict.fromkeys(self.shards, 0.0), dict.fromkeys(self.shards, 0)
         for i in indices:
-            route = self.routes.pop(i)
-            self.router.done(route)
-            self.in_flight[route.shard] -= 1
+            shard, c, _ = routes.pop(i)
+            cost[shard] += c
+            rows[shard] += 1
+        for shard, n in rows.items():
+            if n:
+                self.router.release(shard, cost[shard])
+                self.in_flight[shard] -= n

@@ -8,12 +8,12 @@ instructions each handler returns:
     events (handlers)                         instructions
     rows_read(rows)    rows read and split    Submit(batch_id, shard, groups)  run a batch
     input_ended()      no more rows           Cancel(batch_id)                 drop a batch
-    batch_done(id, results)                   Emit(row)                        a row's result
+    batch_done(id, results)                   Emit(rows)                       rows' results
     batch_failed(id, error, engine_dead=, killed_worker=)
     shard_lost / shard_rejoined / shard_gone(shard)
 
 Rules (what the tests drive with synthetic events): every row is emitted exactly once; a row
-is sent at most ``max_row_attempts`` times, then emitted with a ``worker:`` error; a batch
+is sent at most ``max_row_attempts`` times, then emitted with a ``worker`` error; a batch
 that killed its workers (``KilledWorker``) is not sent again; a shard given up on has its
 batches cancelled and their unanswered rows re-routed to the others; a result that comes
 back for a row already answered (a late batch after a re-route) is dropped and counted.
@@ -25,7 +25,7 @@ from typing import Any
 
 from pipeline.dispatch import Dispatcher
 from pipeline.recovery import JobReport
-from pipeline.results import RowResult
+from pipeline.results import ErrorKind, RowResult
 from pipeline.router import Prefix
 
 
@@ -43,7 +43,7 @@ class Cancel:
 
 @dataclass(frozen=True)
 class Emit:
-    row: RowResult
+    rows: list[RowResult]   # answered, ids filled in
 
 
 @dataclass(frozen=True)
@@ -114,18 +114,20 @@ class JobState:
     def rows_read(self, rows: list[ReadRow], prefixes: dict[str, Prefix]) -> list:
         """Rows read from the input, split into prompt parts; ``prefixes``: the ``Prefix`` of
         each prefix the state does not hold yet."""
-        out: list = []
+        failed: list[RowResult] = []
+        ids, known, refs, add = self.ids, self._prefixes, self._refs, self.dispatcher.add
         for r in rows:
-            self.ids[r.index] = r.id
+            ids[r.index] = r.id
             if r.error is not None:
-                out.append(self._answer(r.index, error=f"input: {r.error}"))
+                failed.append(self._failed(r.index, ErrorKind.INPUT, r.error))
                 continue
-            info = self._prefixes.get(r.prefix)
+            prefix = r.prefix
+            info = known.get(prefix)
             if info is None:
-                info = self._prefixes[r.prefix] = prefixes[r.prefix]
-            self._refs[r.prefix] = self._refs.get(r.prefix, 0) + 1
-            self.dispatcher.add(r.index, r.prefix, r.suffix, info)
-        return out + self._bind()
+                info = known[prefix] = prefixes[prefix]
+            refs[prefix] = refs.get(prefix, 0) + 1
+            add(r.index, prefix, r.suffix, info)
+        return ([Emit(failed)] if failed else []) + self._bind()
 
     def input_ended(self) -> list:
         self.input_done = True
@@ -143,16 +145,17 @@ class JobState:
         if elapsed_s is not None and len(results) >= d.batch_size * d.scale and \
                 elapsed_s < self.fast_batch_s * d.scale:
             d.grow()
-        prefix_of = {i: p for p, items in batch.groups.items() for i, _ in items}
-        fresh = [r for r in results if r.index in self.ids]   # not answered yet
+        ids, attempts = self.ids, self.attempts
+        fresh = [r for r in results if r.index in ids]   # not answered yet
         self.report.duplicates_dropped += len(results) - len(fresh)
-        self.dispatcher.completed([r.index for r in fresh])
-        out: list = []
+        for prefix, items in batch.groups.items():
+            self._release(prefix, sum(1 for i, _ in items if i in ids))
+        d.completed([r.index for r in fresh])
         for r in fresh:
-            self._release(prefix_of.get(r.index))
-            out.append(Emit(RowResult(index=r.index, id=self._settle(r.index), answer=r.answer, error=r.error,
-                                      prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
-                                      completion_tokens=r.completion_tokens, shard=r.shard, latency_s=r.latency_s)))
+            r.id = ids.pop(r.index)
+            attempts.pop(r.index, None)
+        self.report.rows += len(fresh)
+        out: list = [Emit(fresh)] if fresh else []
         return out + self._bind()
 
     def batch_failed(self, batch_id: str, error: str, *, engine_dead: bool = False,
@@ -220,19 +223,19 @@ class JobState:
         rows = [(i, prefix, suffix) for prefix, items in batch.groups.items() for i, suffix in items
                 if i in self.ids]
         self.dispatcher.completed([i for i, _, _ in rows])
-        out: list = []
+        failed: list[RowResult] = []
         for i, prefix, suffix in rows:
             if self.attempts[i] >= self.max_row_attempts:
                 self.report.rows_failed += 1
                 self._release(prefix)
-                out.append(self._answer(i, error=f"worker: {error}"))
+                failed.append(self._failed(i, ErrorKind.WORKER, error))
             else:
                 self.report.rows_rerouted += 1
                 self.dispatcher.add(i, prefix, suffix, self._prefixes[prefix])
-        return out
+        return [Emit(failed)] if failed else []
 
-    def _answer(self, index: int, error: str) -> Emit:
-        return Emit(RowResult(index=index, id=self._settle(index), answer=None, error=error))
+    def _failed(self, index: int, kind: ErrorKind, message: str) -> RowResult:
+        return RowResult.failed(index, kind, message, id=self._settle(index))
 
     def _settle(self, index: int) -> Any:
         """The row is answered: forget it (a row is unanswered while its id is held)."""
@@ -240,10 +243,11 @@ class JobState:
         self.report.rows += 1
         return self.ids.pop(index)
 
-    def _release(self, prefix: str | None) -> None:
-        if prefix is None:
+    def _release(self, prefix: str, rows: int = 1) -> None:
+        """``rows`` of the prefix's rows are answered; the prefix is forgotten with its last."""
+        if not rows:
             return
-        left = self._refs[prefix] - 1
+        left = self._refs[prefix] - rows
         if left:
             self._refs[prefix] = left
         else:

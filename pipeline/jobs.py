@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pipeline.job_input import Chunk, JobError, open_source
 from pipeline.job_output import JsonlLines, ParquetParts
 from pipeline.openai_batch import output_line
-from pipeline.results import RESULT_FIELDS, RowResult
+from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
 
 if TYPE_CHECKING:
     from pipeline.client import Pipeline
@@ -237,7 +237,8 @@ class _InOrder:
             self.pending.append(chunk)
             for k, (row, error) in enumerate(zip(chunk.rows, chunk.errors)):
                 if row is None:
-                    self._set(chunk, k, RowResult(index=-1, id=chunk.keys[k], answer=None, error=error))
+                    # errors found reading the input: "input: ..."
+                    self._set(chunk, k, RowResult(-1, id=chunk.keys[k], error=error, error_kind=ErrorKind.INPUT))
                 else:
                     self.where[self.sent] = (chunk, k)
                     self.sent += 1

@@ -7,7 +7,7 @@ turn) and keeps the row's own part whole, leaving room for ``max_tokens`` new to
 """
 from __future__ import annotations
 
-TOO_LONG = "input: prompt too long"
+TOO_LONG = "prompt too long"   # an ErrorKind.INPUT error
 
 
 def fit_prompt(prefix: list[int], suffix: list[int], max_model_len: int, max_tokens: int,

@@ -1,24 +1,39 @@
-"""The result of one row, as the client hands it out (``Pipeline.stream``/``run``, jobs)."""
+"""The result of one row: one record from the worker that answers it to the user who reads it
+(``Pipeline.stream``/``run``, jobs). Workers send it msgpack-encoded (pipeline/codec.py) with
+``id`` unset -- ids and extra columns never travel; the client fills it in."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
+
+import msgspec
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
 
 
-@dataclass
-class RowResult:
-    index: int            # position of the row in the submitted rows
-    id: Any
-    answer: str | None
-    error: str | None
+class ErrorKind(StrEnum):
+    """Why a row has no answer; its error text starts with it (``input: prompt too long (...)``)."""
+    INPUT = "input"     # the row itself: a bad or missing field, a prompt too long -- fix the row
+    ENGINE = "engine"   # the engine raised on this request
+    WORKER = "worker"   # the row's worker failed it ``recovery.max_row_attempts`` times
+
+
+class RowResult(msgspec.Struct, array_like=True, gc=False):
+    index: int                       # position of the row in the submitted rows
+    id: Any = None
+    answer: str | None = None
+    error: str | None = None         # "<kind>: <what happened>"
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
     shard: str | None = None
     latency_s: float = 0.0
+    error_kind: ErrorKind | None = None
+
+    @classmethod
+    def failed(cls, index: int, kind: ErrorKind, message: str, **fields) -> "RowResult":
+        """A row answered with an error of ``kind``."""
+        return cls(index, error=f"{kind}: {message}", error_kind=kind, **fields)
 
     def as_row(self) -> dict:
-        d = asdict(self)
-        return {k: d[k] for k in RESULT_FIELDS}
+        return {k: getattr(self, k) for k in RESULT_FIELDS}

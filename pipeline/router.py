@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 _MASK = (1 << 64) - 1
@@ -70,8 +69,7 @@ class Prefix(NamedTuple):
                    text_block_hashes(text, max(1, round(block_size * chars_per_token))))
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     shard: str
     cost: float          # estimated work charged to the shard (prefill tokens + decode)
     cached_tokens: int   # prefix tokens the shard is expected to hold already
@@ -134,9 +132,10 @@ class PrefixRouter:
                 alive ^= low
         return {s: held.get(s, 0) for s in self.shards}
 
-    def _imbalanced(self, shard: str) -> bool:
-        low = min(self.outstanding[s] for s in self.live_shards)
-        load = self.outstanding[shard]
+    def _imbalanced(self, shard: str, live: Sequence[str]) -> bool:
+        outstanding = self.outstanding
+        low = min(outstanding[s] for s in live)
+        load = outstanding[shard]
         return load - low > self.imbalance_abs and load > self.imbalance_ratio * low
 
     def route(self, prefix_tokens: Sequence[int] | Prefix, suffix_len: int = 0, decode_tokens: int = 0,
@@ -157,36 +156,41 @@ class PrefixRouter:
         n, hashes = prefix
         held = self._held_by_shard(hashes)
         live = self.live_shards if self.down else self.shards
+        outstanding, block = self.outstanding, self.block_size
         full = len(hashes)
+        follows = bool(hashes)   # a prefix shorter than a block is placed by cost alone
+        needed = self.min_match * full
+        decode = self.decode_weight * decode_tokens
         remembered: set[str] = set()
         out = []
         for suffix_len in suffix_lens:
-            extra = suffix_len + self.decode_weight * decode_tokens
-
-            def work(s: str) -> float:
-                return (n - held[s] * self.block_size) + extra
-
-            longest = max(held[s] for s in live)
+            extra = suffix_len + decode
             shard = None
-            if hashes and longest >= self.min_match * full:
-                owner = min((s for s in live if held[s] == longest), key=lambda s: self.outstanding[s])
-                if not self._imbalanced(owner):
-                    shard = owner
+            if follows:
+                longest = max(held[s] for s in live)
+                if longest >= needed:
+                    owner = min((s for s in live if held[s] == longest), key=outstanding.__getitem__)
+                    if not self._imbalanced(owner, live):
+                        shard = owner
             if shard is None:
-                shard = min(live, key=lambda s: self.outstanding[s] + work(s))
-            cost = work(shard)
-            cached = held[shard] * self.block_size
+                shard = min(live, key=lambda s: outstanding[s] + n - held[s] * block)
+            cost = n - held[shard] * block + extra
+            cached = held[shard] * block
             if shard not in remembered:
                 self._remember(hashes, shard)
                 remembered.add(shard)
                 held[shard] = full   # it holds the whole prefix now
-            self.outstanding[shard] += cost
-            out.append(Route(shard=shard, cost=cost, cached_tokens=cached))
+            outstanding[shard] += cost
+            out.append(Route(shard, cost, cached))
         return out
 
     def done(self, route: Route) -> None:
         """The routed request finished: its work is no longer outstanding."""
-        self.outstanding[route.shard] = max(0.0, self.outstanding[route.shard] - route.cost)
+        self.release(route.shard, route.cost)
+
+    def release(self, shard: str, cost: float) -> None:
+        """Requests on ``shard`` that were charged ``cost`` in all finished."""
+        self.outstanding[shard] = max(0.0, self.outstanding[shard] - cost)
 
     def seed(self, shard: str, prefix: Sequence[int] | Prefix) -> None:
         """Know that ``shard`` holds this prefix (tokens or ``Prefix``) already (its worker says

@@ -27,6 +27,7 @@ from pipeline.engine import Engine, EngineDead, build_engine
 from pipeline.gcstats import GcPauses
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.prompt_fit import fit_prompt
+from pipeline.results import ErrorKind, RowResult
 
 PLUGIN_NAME = "pipeline-engine"
 
@@ -155,11 +156,11 @@ class EnginePlugin(WorkerPlugin):
         return codec.encode(out, self.config.intake.compression_level)
 
     async def _one(self, batch_id: str, req: codec.Request, prefix_ids: list[list[int]],
-                   truncate: bool = False) -> codec.Result:
+                   truncate: bool = False) -> RowResult:
         ids, error = fit_prompt(prefix_ids[req.prefix], self.engine.encode(req.suffix),
                                 self.config.engine.max_model_len, self.config.sampling.max_tokens, truncate)
         if error is not None:
-            return codec.Result(req.index, None, error, 0, 0, 0, self.shard, 0.0)
+            return RowResult.failed(req.index, ErrorKind.INPUT, error, shard=self.shard)
         m = self.metrics
         m.queue(len(ids))
         try:
@@ -176,13 +177,14 @@ class EnginePlugin(WorkerPlugin):
         except (asyncio.CancelledError, EngineDead):
             raise
         except Exception as exc:  # one failed request must not fail its batch
-            return codec.Result(req.index, None, f"engine: {type(exc).__name__}: {exc}", len(ids), 0, 0,
-                                self.shard, time.perf_counter() - t0)
+            return RowResult.failed(req.index, ErrorKind.ENGINE, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
+                                    shard=self.shard, latency_s=time.perf_counter() - t0)
         finally:
             self._intake.release()
             m.finish(len(ids), gen.cached_tokens if gen else 0, gen.completion_tokens if gen else 0, gen is None)
-        return codec.Result(req.index, gen.text.strip(), None, gen.prompt_tokens, gen.cached_tokens,
-                            gen.completion_tokens, self.shard, time.perf_counter() - t0)
+        return RowResult(req.index, answer=gen.text.strip(), prompt_tokens=gen.prompt_tokens,
+                         cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
+                         latency_s=time.perf_counter() - t0)
 
     def _engine_died(self, exc: Exception) -> None:
         """The engine can serve nothing more: say so, then restart this worker process (its

@@ -1,4 +1,5 @@
 from pipeline import codec
+from pipeline.results import ErrorKind, RowResult
 
 
 def test_round_trip_and_each_document_once():
@@ -12,6 +13,13 @@ def test_round_trip_and_each_document_once():
 
 def test_result_round_trip():
     res = codec.BatchResult(batch_id="b", shard="cpu0", results=[
-        codec.Result(3, "teal", None, 100, 64, 2, "cpu0", 0.5),
-        codec.Result(4, None, "engine: ValueError: too long", 9000, 0, 0, "cpu0", 0.01)])
+        RowResult(3, answer="teal", prompt_tokens=100, cached_tokens=64, completion_tokens=2, shard="cpu0", latency_s=0.5),
+        RowResult.failed(4, ErrorKind.ENGINE, "ValueError: too long", prompt_tokens=9000, shard="cpu0")])
     assert codec.decode_result(codec.encode(res)) == res
+
+
+def test_a_result_carries_its_error_kind_typed():
+    res = codec.BatchResult(batch_id="b", shard="cpu0", results=[
+        RowResult.failed(4, ErrorKind.INPUT, "prompt too long (3000 tokens)")])
+    back = codec.decode_result(codec.encode(res)).results[0]
+    assert back.error_kind is ErrorKind.INPUT and back.error == "input: prompt too long (3000 tokens)"

@@ -28,7 +28,7 @@ def submits(instructions):
 
 
 def emitted(instructions):
-    return [i.row for i in instructions if isinstance(i, Emit)]
+    return [r for i in instructions if isinstance(i, Emit) for r in i.rows]
 
 
 def result(index, shard, answer="ok"):

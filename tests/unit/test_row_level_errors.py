@@ -51,7 +51,7 @@ def test_context_rule_matches_vllm_and_truncation_keeps_the_rows_own_part():
     ids, error = fit_prompt([1] * 90, [2] * 9, max_model_len=100, max_tokens=10, truncate=False)
     assert error is None and len(ids) == 99  # vLLM accepts up to max_model_len - 1
     ids, error = fit_prompt([1] * 91, [2] * 9, max_model_len=100, max_tokens=10, truncate=False)
-    assert ids == [] and error.startswith("input: prompt too long (100 tokens;")
+    assert ids == [] and error.startswith("prompt too long (100 tokens;")  # the worker adds its kind
     ids, error = fit_prompt([1] * 300, [2] * 9, max_model_len=100, max_tokens=10, truncate=True)
     assert error is None and ids == [1] * 81 + [2] * 9  # room left for max_tokens new tokens
     ids, error = fit_prompt([1] * 10, [2] * 95, max_model_len=100, max_tokens=10, truncate=True)
