@@ -136,7 +136,8 @@ class NullEngine:
         return ids.tolist()
 
     async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
-        await asyncio.sleep(self.latency_s)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0)
 
     async def reset_prefix_cache(self) -> None:

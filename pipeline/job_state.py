@@ -135,15 +135,16 @@ class JobState:
 
     def batch_done(self, batch_id: str, results: list, elapsed_s: float | None = None) -> list:
         """A batch's results (``codec.Result``-like records, one per row it carried);
-        ``elapsed_s``: its round trip. A full batch back within ``fast_batch_s`` per configured
-        batch's worth of rows means the engine is fast: batches grow (``Dispatcher.grow``)."""
+        ``elapsed_s``: its round trip. A batch of at least ``batch_size`` rows back within
+        ``fast_batch_s`` per ``batch_size`` rows means the engine is fast: batches grow
+        (``Dispatcher.grow``)."""
         batch = self.in_flight.pop(batch_id, None)
         if batch is None:   # cancelled and re-routed: its rows are answered elsewhere
             self.report.duplicates_dropped += len(results)
             return []
         d = self.dispatcher
-        if elapsed_s is not None and len(results) >= d.batch_size * d.scale and \
-                elapsed_s < self.fast_batch_s * d.scale:
+        if elapsed_s is not None and len(results) >= d.batch_size and \
+                elapsed_s < self.fast_batch_s * len(results) / d.batch_size:
             d.grow()
         ids, attempts = self.ids, self.attempts
         fresh = [r for r in results if r.index in ids]   # not answered yet
