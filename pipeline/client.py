@@ -21,7 +21,7 @@ import dask
 from distributed import Client, KilledWorker, as_completed
 
 from pipeline import codec, engine_env, resident
-from pipeline.cluster import connect
+from pipeline.cluster import apply_dask_settings, connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
 from pipeline.dashboard import VIEW_METADATA_KEY
@@ -85,6 +85,7 @@ class Pipeline:
         self.known_prefixes: dict[int, str] = {}              # from earlier jobs: digest -> shard
         self._infos: OrderedDict[int, Prefix] = OrderedDict()  # prefix digest -> its Prefix (LRU)
         self.chars_per_token: float | None = None             # measured on the first prefixes
+        self.max_blocks = self.config.routing.max_blocks      # the router's bound (start: from the KV caches)
         self.log_dir = None                                   # the embedded cluster's worker logs
         self.transfer = TransferStats()
         self.last_report: JobReport | None = None
@@ -123,7 +124,11 @@ class Pipeline:
                                    f"start: {one_line(next(iter(errors.values())))}"
                                    + (f" (the whole error is in the workers' logs, {logs}/)" if logs else "")) from None
         stats = self._check_shards()
-        self.router = self.new_router(self.config.routing.block_size or min(s["block_size"] for s in stats))
+        block_size = self.config.routing.block_size or min(s["block_size"] for s in stats)
+        kv_blocks = sum(s.get("kv_cache_tokens") or 0 for s in stats) // block_size
+        self.max_blocks = min(self.config.routing.max_blocks, 2 * kv_blocks) if kv_blocks else \
+            self.config.routing.max_blocks
+        self.router = self.new_router(block_size)
         held = self._seed_router()
         if self.resident is not None:
             age = self.resident.uptime_s
@@ -141,6 +146,7 @@ class Pipeline:
             state = resident.find(self.config.replace(engine={"kind": self.engine_kind}), self.model, self.notify)
             if state is not None:
                 self.resident = state
+                apply_dask_settings()
                 return Client(state.address, security=dask_security(self.config), direct_to_workers=True), None
         if not self.config.scheduler.address and not self.verbose:
             self.log_dir = resident.worker_log_dir(self.config)
@@ -161,7 +167,7 @@ class Pipeline:
         """A fresh router with this pipeline's settings (and its block size unless given)."""
         block_size = block_size or self.router.block_size
         r = self.config.routing
-        return PrefixRouter(self.config.shard_names, block_size, r.max_blocks, r.decode_weight,
+        return PrefixRouter(self.config.shard_names, block_size, self.max_blocks, r.decode_weight,
                             r.min_match, r.imbalance_abs, r.imbalance_ratio)
 
     def _check_shards(self) -> list[dict]:
@@ -236,8 +242,8 @@ class Pipeline:
         ``intake.first_answer_rows`` unset, its first answers then come early, at some cost in
         throughput (README, "Start-up and first answer").
 
-        ``rows`` may be any iterable: at most ``intake.read_ahead_rows`` rows wait unbound at
-        a time (a document's questions are grouped within that window), so memory stays
+        ``rows`` may be any iterable: at most ``intake.read_ahead_rows`` rows (and
+        ``intake.read_ahead_chars`` characters of prompt text) wait unbound at a time (a document's questions are grouped within that window), so memory stays
         bounded however long the input is. ``task``: a task kind other than the configured
         one (e.g. ``tasks.Chat``); ``truncate_prompts``: cut prompts longer than the model's
         context instead of answering them with an error.
@@ -250,6 +256,7 @@ class Pipeline:
         rec = self.config.recovery
         state = JobState(job_id, self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched),
                          self.config.intake.read_ahead_rows, rec.max_row_attempts,
+                         read_ahead_chars=self.config.intake.read_ahead_chars,
                          fast_batch_s=self.config.intake.fast_batch_s)
         self.last_report = state.report
         span = {"name": (job_id,), "ids": (str(uuid.uuid4()),)}  # one Dask span per job
@@ -399,13 +406,26 @@ class Pipeline:
 
     def _prefix_infos(self, prefixes: list[str]) -> dict[str, Prefix]:
         """Each distinct prefix's ``Prefix``: its length and block hashes, from its characters or
-        its tokens (``routing.prefix_units``; token ids are not kept). A prefix seen before in
-        this pipeline comes from an LRU keyed by the text's digest (``intake.prefix_cache_entries``),
-        so a document whose questions lie far apart in the input is hashed once; in token units
-        the others are tokenized together, in one call."""
+        its tokens (``routing.prefix_units``; token ids are not kept)."""
         unique = list(dict.fromkeys(prefixes))
         if not unique:
             return {}
+        if self.config.routing.prefix_units == "tokens":
+            out = self._token_prefixes(unique)
+        else:
+            ratio, block = self._chars_per_token(unique), self.router.block_size
+            out = {p: Prefix.of_text(p, block, ratio) for p in unique}
+        if self.known_prefixes:  # held by an engine since an earlier job: the router learns where
+            for p in unique:
+                shard = self.known_prefixes.pop(prefix_digest(p), None)
+                if shard is not None and shard not in self.router.down:
+                    self.router.seed(shard, out[p])
+        return out
+
+    def _token_prefixes(self, unique: list[str]) -> dict[str, Prefix]:
+        """By tokens: a prefix seen before in this pipeline comes from an LRU keyed by the text's
+        digest (``intake.prefix_cache_entries``), so a document whose questions lie far apart in
+        the input is tokenized once; the others are tokenized together, in one call."""
         cache, out, missing = self._infos, {}, []
         digests = {p: prefix_digest(p) for p in unique}
         for p, d in digests.items():
@@ -417,20 +437,10 @@ class Pipeline:
                 out[p] = info
         if missing:
             block = self.router.block_size
-            if self.config.routing.prefix_units == "tokens":
-                for p, ids in zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"]):
-                    out[p] = cache[digests[p]] = Prefix.of(ids, block)
-            else:
-                ratio = self._chars_per_token(missing)
-                for p in missing:
-                    out[p] = cache[digests[p]] = Prefix.of_text(p, block, ratio)
+            for p, ids in zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"]):
+                out[p] = cache[digests[p]] = Prefix.of(ids, block)
             while len(cache) > self.config.intake.prefix_cache_entries:
                 cache.popitem(last=False)
-        if self.known_prefixes:  # held by an engine since an earlier job: the router learns where
-            for p in unique:
-                shard = self.known_prefixes.pop(digests[p], None)
-                if shard is not None and shard not in self.router.down:
-                    self.router.seed(shard, out[p])
         return out
 
     def _chars_per_token(self, sample: list[str]) -> float:

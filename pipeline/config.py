@@ -123,8 +123,10 @@ class RoutingConfig(_Section):
     # box the tokenizer alone capped the client at ~20k rows/s). "tokens": the prefix's token
     # ids, exactly as vLLM's prefix cache keys its blocks (the client tokenizes every document).
     prefix_units: Literal["characters", "tokens"] = "characters"
-    # Routing memory is bounded: at most this many block hashes are remembered (LRU).
-    max_blocks: int = Field(1_000_000, gt=0)
+    # Routing memory is bounded: the router remembers (LRU) at most twice the blocks the
+    # engines' KV caches hold together, and never more than this many block hashes (~150
+    # bytes each; what the null engine, which has no KV cache, gets).
+    max_blocks: int = Field(250_000, gt=0)
     # Each request also costs its decode; counted as this many prefill tokens per new token.
     decode_weight: float = Field(1.0, ge=0)
     # A request follows the shard holding its prefix when that shard holds at least this
@@ -163,11 +165,15 @@ class IntakeConfig(_Section):
     # throughput (README, "Start-up and first answer"). 0: never; null: when someone watches
     # the job (a progress bar on a terminal), else never.
     first_answer_rows: int | None = Field(None, ge=0)
-    # Prefixes (documents) whose length and block hashes the client keeps (LRU, ~450 bytes
-    # each), so a document whose questions lie far apart in the input is tokenized once.
+    # routing.prefix_units "tokens": prefixes (documents) whose length and block hashes the
+    # client keeps (LRU, ~450 bytes each), so a document whose questions lie far apart in the
+    # input is tokenized once. (By characters, hashing again costs less than remembering.)
     prefix_cache_entries: int = Field(200_000, ge=0)
-    # Rows read ahead of the engines and kept unbound, grouped by prefix (bounds memory).
+    # Rows read ahead of the engines and kept unbound, grouped by prefix (bounds memory)...
     read_ahead_rows: int = Field(50_000, gt=0)
+    # ...and the characters of prompt text they hold, each prefix counted once (when most
+    # documents in the window are distinct, this bound comes first).
+    read_ahead_chars: int = Field(32_000_000, gt=0)
     # Batches one worker runs at once (the worker's nthreads).
     concurrent_batches: int = Field(4, gt=0)
     # zlib-ng level for task inputs and results.

@@ -57,6 +57,8 @@ class Dispatcher:
         # key (the prefix, or the row index without grouping) -> (prefix, tokens, rows)
         self._pending: OrderedDict = OrderedDict()
         self.pending_rows = 0
+        self.pending_chars = 0   # prompt text waiting unbound, each prefix counted once
+        self.rows_added = self.chars_added = 0
         self._buffers: dict[str, dict[str, list[tuple[int, str]]]] = {s: {} for s in self.shards}
         self._buffered = dict.fromkeys(self.shards, 0)
         self.in_flight = dict.fromkeys(self.shards, 0)  # bound and not yet completed
@@ -69,12 +71,17 @@ class Dispatcher:
         row of a prefix: nothing is recomputed)."""
         key = prefix if self.group else index
         entry = self._pending.get(key)
+        chars = len(suffix)
         if entry is None:
             info = prefix_tokens if isinstance(prefix_tokens, Prefix) else \
                 Prefix.of(prefix_tokens, self.router.block_size)
             self._pending[key] = entry = (prefix, info, [])
+            chars += len(prefix)
         entry[2].append((index, suffix))
         self.pending_rows += 1
+        self.pending_chars += chars
+        self.rows_added += 1
+        self.chars_added += chars
 
     def grow(self, max_scale: int = 32) -> None:
         """The engine is fast: twice the rows per batch and per shard queue (up to
@@ -96,6 +103,7 @@ class Dispatcher:
                 break
             _, (prefix, info, items) = self._pending.popitem(last=False)
             self.pending_rows -= len(items)
+            self.pending_chars -= len(prefix) + sum(len(suffix) for _, suffix in items)
             bound_to: set[str] = set()
             routes = self.router.route_rows(info, [_suffix_tokens(suffix) for _, suffix in items], self.decode_tokens)
             for (index, suffix), route in zip(items, routes):
@@ -113,8 +121,10 @@ class Dispatcher:
         for key in list(self._pending)[:max(0, quota)]:
             prefix, info, items = self._pending[key]
             index, suffix = items.pop(0)
+            self.pending_chars -= len(suffix)
             if not items:
                 del self._pending[key]
+                self.pending_chars -= len(prefix)
             self.pending_rows -= 1
             route, = self.router.route_rows(info, [_suffix_tokens(suffix)], self.decode_tokens)
             shard = self._place(index, prefix, suffix, route, set())

@@ -70,6 +70,7 @@ class JobState:
     max_row_attempts: int
     report: JobReport = None
     fast_batch_s: float = 0.0
+    read_ahead_chars: int = 0   # 0: rows alone bound the read-ahead
     ids: dict[int, Any] = field(default_factory=dict)          # unanswered row -> its id
     attempts: dict[int, int] = field(default_factory=dict)     # unanswered row -> times sent
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
@@ -89,13 +90,20 @@ class JobState:
 
     @property
     def rows_wanted(self) -> int:
-        """Rows the shell should read now: the read-ahead window's room, once at least half of
-        it is free (so rows are read, split and tokenized in large chunks, not a batch's worth
+        """Rows the shell should read now: the read-ahead window's room (in rows, and in
+        characters at this job's characters per row so far), once at least half of it is free (so rows are read, split and tokenized in large chunks, not a batch's worth
         at a time)."""
-        pending = self.dispatcher.pending_rows
+        d = self.dispatcher
+        pending = d.pending_rows
         if self.input_done or pending > self.read_ahead_rows // 2:
             return 0
-        return self.read_ahead_rows - pending
+        want = self.read_ahead_rows - pending
+        if self.read_ahead_chars and d.rows_added:
+            if d.pending_chars > self.read_ahead_chars // 2:
+                return 0
+            per_row = d.chars_added / d.rows_added   # this job's rows so far
+            want = min(want, max(1, int((self.read_ahead_chars - d.pending_chars) / per_row)))
+        return want
 
     def holds(self, prefix: str) -> bool:
         """The state knows this prefix already (no need to tokenize it again)."""

@@ -161,6 +161,21 @@ def test_read_ahead_is_bounded_by_the_window_and_refilled_in_large_chunks():
     assert state.rows_wanted == 0
 
 
+def test_read_ahead_is_bounded_by_the_characters_it_holds_each_document_once():
+    state = new_state(window=1000)
+    state.read_ahead_chars = 100
+    state.dispatcher.queue_per_shard = 0   # the shards are full: rows stay pending
+    assert state.rows_wanted == 1000       # nothing read yet: no characters per row known
+    state.rows_read(rows(n_docs=1, per_doc=2), DOCS)    # "doc0" once + "q0" + "q1": 8 characters
+    assert state.dispatcher.pending_chars == 8
+    assert state.rows_wanted == (100 - 8) // 4           # at 4 characters per row so far
+    state.rows_read([ReadRow(2, "id2", "doc1" * 20, "q")], {"doc1" * 20: DOCS["doc1"]})
+    assert state.dispatcher.pending_chars == 89 and state.rows_wanted == 0   # over half the characters wait
+    state.dispatcher.queue_per_shard = 64
+    state.input_ended()                     # binds everything: nothing waits
+    assert state.dispatcher.pending_chars == 0 and state.dispatcher.pending_rows == 0
+
+
 def test_prefix_tokens_are_held_only_while_a_row_needs_them():
     state = new_state()
     subs = submits(state.rows_read(rows(), DOCS) + state.input_ended())
