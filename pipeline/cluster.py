@@ -25,6 +25,7 @@ from distributed.deploy.spec import ProcessInterface
 
 from pipeline import engine_env
 from pipeline.config import Config
+from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV
 from pipeline.security import dask_security, protocol
 
 # What vLLM inside Dask workers needs (see README, "Why these Dask settings").
@@ -166,10 +167,8 @@ class SchedulerProcess(ProcessInterface):
             self.proc.wait()
 
 
-LOG_FILE_ENV = "PIPELINE_LOG_FILE"
 # Variables set only so that a worker with a log file is quiet from its first line; the
 # preload removes those named here before the engine starts.
-LOG_ENV_ADDED = "PIPELINE_LOG_ENV_ADDED"
 QUIET_DASK = ("DASK_LOGGING__DISTRIBUTED", "warning")
 
 

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipeline.names import SHARD_ENV, shard_resource
+
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
 
 
@@ -56,7 +58,7 @@ class ShardConfig(_Section):
     def worker_env(self) -> dict[str, str]:
         """The shard's variables: its worker's and its engine's (the benchmark's plain vLLM
         reference gets them too)."""
-        env = {"PIPELINE_SHARD": self.name}
+        env = {SHARD_ENV: self.name}
         if self.kind == "cpu":
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.device)
         else:
@@ -69,10 +71,6 @@ class ShardConfig(_Section):
     def resource(self) -> str:
         return shard_resource(self.name)
 
-
-def shard_resource(name: str) -> str:
-    """The Dask worker resource that marks the worker serving shard ``name``."""
-    return f"shard-{name}"
 
 
 class ModelConfig(_Section):

@@ -16,10 +16,8 @@ import time
 
 from distributed.http.utils import RequestHandler
 
-from pipeline.metrics import SNAPSHOT_TOPIC
+from pipeline.names import ENGINE_DIED_TOPIC, SNAPSHOT_TOPIC, VIEW_METADATA_KEY  # noqa: F401 - re-exported
 
-VIEW_METADATA_KEY = "pipeline-view"      # written by Pipeline.stream
-ENGINE_DIED_TOPIC = "pipeline-engine-died"
 PATH = "/pipeline"
 PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures (while they work)
 RATE_WINDOW_S = 10.0       # requests/s and output tokens/s: over this many seconds

@@ -30,7 +30,8 @@ from contextlib import contextmanager
 
 import dask
 
-ADDED_RECORD = "PIPELINE_DASK_ADDED_ENV"
+from pipeline.names import ADDED_RECORD_ENV as ADDED_RECORD
+
 _HASH_SEED = ("PYTHONHASHSEED", "6640")  # the nanny sets it when unset or "0" (distributed/nanny.py)
 # Also written by a nanny (or `dask worker`) into its own process, never the user's: the
 # process-title marker. Engines never get it.

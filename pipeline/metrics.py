@@ -14,7 +14,6 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFam
 
 from pipeline.gcstats import GcPauses
 
-SNAPSHOT_TOPIC = "pipeline-shard"   # scheduler event topic the workers publish to
 
 
 class ShardMetrics:

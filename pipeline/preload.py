@@ -23,8 +23,9 @@ import dask
 from distributed import Scheduler, Worker
 
 from pipeline import dashboard
-from pipeline.cluster import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
+from pipeline.cluster import SHARD_RESOURCE_AMOUNT
 from pipeline.config import load_config
+from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV
 
 logger = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ import psutil
 import yaml
 
 from pipeline import engine_env
-from pipeline.cluster import process_env, read_scheduler_file, scheduler_command, tail, tls_args
+from pipeline.cluster import process_env, read_scheduler_file, scheduler_command, tls_args
 from pipeline.config import Config, ConfigError
+from pipeline.names import CLUSTER_DIR_ENV, LOG_DIR_ENV  # noqa: F401 - used here and by tests
 
-CLUSTER_DIR_ENV = "PIPELINE_CLUSTER_DIR"
 STATE_FILE = "state.json"
 
 
@@ -45,7 +45,6 @@ class ClusterMismatch(ConfigError):
     """A resident cluster is up, for another config."""
 
 
-LOG_DIR_ENV = "PIPELINE_LOG_DIR"
 
 
 def worker_log_dir(config: Config) -> Path:

@@ -22,14 +22,14 @@ from tornado.ioloop import PeriodicCallback
 
 from pipeline import codec, engine_env, metrics, reaper
 from pipeline.config import Config
-from pipeline.dashboard import ENGINE_DIED_TOPIC, PUBLISH_INTERVAL_S
+from pipeline.dashboard import PUBLISH_INTERVAL_S
 from pipeline.engine import Engine, EngineDead, build_engine
 from pipeline.gcstats import GcPauses
+from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.prompt_fit import fit_prompt
 from pipeline.results import ErrorKind, RowResult
 
-PLUGIN_NAME = "pipeline-engine"
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class EnginePlugin(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         self.worker = worker
-        self.shard = os.environ.get("PIPELINE_SHARD") or str(worker.name)
+        self.shard = os.environ.get(SHARD_ENV) or str(worker.name)
         self._set_phase("starting")
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
@@ -111,7 +111,7 @@ class EnginePlugin(WorkerPlugin):
         same = {k: v for k, v in snap.items() if k != "time"}
         if snap["queued"] or snap["in_flight"] or same != getattr(self, "_published", None):
             self._published = same
-            self.worker.log_event(metrics.SNAPSHOT_TOPIC, snap)
+            self.worker.log_event(SNAPSHOT_TOPIC, snap)
 
     async def teardown(self, worker) -> None:
         if getattr(self, "_publisher", None) is not None:
@@ -250,7 +250,7 @@ def engine_phase(dask_worker) -> dict:
     """For ``client.run``: where this worker's engine is (waiting for the plugin, starting,
     ready, failed, stopped) and since when; ``{}`` on a worker serving no shard."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    shard = os.environ.get("PIPELINE_SHARD")
+    shard = os.environ.get(SHARD_ENV)
     if plugin is None:
         return {"shard": shard, "phase": "waiting", "since": None, "pid": os.getpid()} if shard else {}
     m = getattr(plugin, "metrics", None)

@@ -1,0 +1,25 @@
+"""Names that cross processes. The client, the scheduler, the workers and their engines (and
+`python -m pipeline up` / `status` / `down`) must agree on these strings: Dask plugin, topic,
+metadata and resource names, and the environment variables one process sets for another.
+Plain constants, no imports, so every process can read them cheaply."""
+from __future__ import annotations
+
+# Dask names
+PLUGIN_NAME = "pipeline-engine"              # the worker plugin that holds the shard's engine
+SNAPSHOT_TOPIC = "pipeline-shard"            # scheduler event topic the workers publish figures to
+ENGINE_DIED_TOPIC = "pipeline-engine-died"   # scheduler event topic: a worker's engine died
+VIEW_METADATA_KEY = "pipeline-view"          # scheduler metadata the client writes for the dashboard page
+
+
+def shard_resource(name: str) -> str:
+    """The Dask worker resource that marks the worker serving shard ``name``."""
+    return f"shard-{name}"
+
+
+# Environment variables
+SHARD_ENV = "PIPELINE_SHARD"                    # a worker's shard (set by the client or `up`)
+LOG_FILE_ENV = "PIPELINE_LOG_FILE"              # a worker's log file (the preload moves fds 1/2 there)
+LOG_ENV_ADDED = "PIPELINE_LOG_ENV_ADDED"        # variables set only to quiet a worker's start; the preload drops them
+ADDED_RECORD_ENV = "PIPELINE_DASK_ADDED_ENV"    # which variables the nanny added: its engine starts without them
+CLUSTER_DIR_ENV = "PIPELINE_CLUSTER_DIR"        # where `up` records the resident cluster
+LOG_DIR_ENV = "PIPELINE_LOG_DIR"                # where the embedded cluster's workers log
