@@ -3,7 +3,7 @@
 
     python datasets/generate.py            # rewrites datasets/sample.parquet
 
-The generators live in pipeline/workloads.py; this folder is deliberately not a
+The generators live in pipeline/bench/workloads.py; this folder is deliberately not a
 Python package (a top-level ``datasets`` package would shadow the Hugging Face
 library of that name).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.workloads import document_questions
+from pipeline.bench.workloads import document_questions
 
 HERE = Path(__file__).resolve().parent
 

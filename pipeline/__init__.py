@@ -8,9 +8,10 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "Pipeline": "pipeline.client", "RowResult": "pipeline.results",
+    "Pipeline": "pipeline.client.pipeline", "RowResult": "pipeline.results",
     "Config": "pipeline.config", "ConfigError": "pipeline.config", "load_config": "pipeline.config",
-    "JobError": "pipeline.jobs", "JobSummary": "pipeline.jobs", "prepare_job": "pipeline.jobs", "run_job": "pipeline.jobs",
+    "JobError": "pipeline.jobs.job", "JobSummary": "pipeline.jobs.job",
+    "prepare_job": "pipeline.jobs.job", "run_job": "pipeline.jobs.job",
 }
 __all__ = list(_EXPORTS)
 

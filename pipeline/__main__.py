@@ -119,13 +119,13 @@ def _quiet_logs(verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["router-bench"]:
-        from pipeline.router_bench import main as router_bench
+        from pipeline.bench.router_bench import main as router_bench
 
         return router_bench(argv[1:])
     args = _parser().parse_args(argv)
-    from pipeline.client import EngineStartError
+    from pipeline.client.pipeline import EngineStartError
     from pipeline.config import ConfigError, load_config
-    from pipeline.jobs import JobError
+    from pipeline.jobs.job import JobError
     from pipeline.model import ModelError
 
     try:
@@ -157,8 +157,8 @@ def _resident(args, config) -> int:
     import json
     from dataclasses import asdict
 
-    from pipeline import resident
-    from pipeline.client import model_for
+    from pipeline.cluster import resident
+    from pipeline.client.pipeline import model_for
 
     command = args.command
     if command == "up":
@@ -211,9 +211,9 @@ def _resident(args, config) -> int:
 
 
 def _run(args, config) -> int:
-    from pipeline import resident
-    from pipeline.client import EngineStartError, Pipeline, model_for
-    from pipeline.jobs import JobError, prepare_job
+    from pipeline.cluster import resident
+    from pipeline.client.pipeline import EngineStartError, Pipeline, model_for
+    from pipeline.jobs.job import JobError, prepare_job
     from pipeline.model import resolve_model
 
     if args.part_rows < 1:
@@ -262,8 +262,8 @@ def _bench(args, config) -> int:
     import shutil
     from pathlib import Path
 
-    from pipeline.bench import CONTENDERS, BenchOptions, run_bench
-    from pipeline.bench_report import write_report
+    from pipeline.bench.run import CONTENDERS, BenchOptions, run_bench
+    from pipeline.bench.report import write_report
 
     opts = BenchOptions(pairs=args.pairs, bursts=tuple(b for b in args.bursts.split(",") if b),
                         docs=args.documents, questions_per_doc=args.questions_per_doc,
@@ -311,8 +311,8 @@ def _bench_config(config, mode: str, env_items: list[str]):
 def _experiments(config, opts, out: Path) -> int:
     import json
 
-    from pipeline.bench import run_batch_sweep, run_grouping
-    from pipeline.client import Pipeline
+    from pipeline.bench.run import run_batch_sweep, run_grouping
+    from pipeline.client.pipeline import Pipeline
 
     with Pipeline(config.replace(scheduler={"dashboard_address": None})) as p:
         sweep = run_batch_sweep(p, opts=opts)

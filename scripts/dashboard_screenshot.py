@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import Pipeline, load_config  # noqa: E402
-from pipeline.workloads import document_questions  # noqa: E402
+from pipeline.bench.workloads import document_questions  # noqa: E402
 
 
 def screenshot(url: str, out: Path) -> None:

@@ -16,9 +16,9 @@ import yaml
 
 from pipeline import load_config
 from pipeline.model import resolve_model
-from pipeline.prefill_ideal import block_ideal
-from pipeline.tokenizer import load_tokenizer
-from pipeline.workloads import document_questions
+from pipeline.bench.prefill_ideal import block_ideal
+from pipeline.client.tokenizer import load_tokenizer
+from pipeline.bench.workloads import document_questions
 from tasks import DocumentQuestion
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from pipeline import Pipeline, engine_env, load_config
-from pipeline.recovery import LOST, REJOINED, current_workers
-from pipeline.workloads import document_questions
+from pipeline.client.recovery import LOST, REJOINED, current_workers
+from pipeline.bench.workloads import document_questions
 
 pytestmark = pytest.mark.own_cluster
 

@@ -1,7 +1,7 @@
 """The dashboard page's figures from the workers' snapshots (no cluster)."""
 import time
 
-from pipeline.dashboard import render, status
+from pipeline.cluster.dashboard import render, status
 
 
 class _SchedulerState:

@@ -1,7 +1,7 @@
 import random
 
-from pipeline.dispatch import Dispatcher
-from pipeline.router import PrefixRouter
+from pipeline.client.dispatch import Dispatcher
+from pipeline.client.router import PrefixRouter
 
 
 def tokens(seed, n=64):

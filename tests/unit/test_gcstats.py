@@ -1,6 +1,6 @@
 import gc
 
-from pipeline.gcstats import GcPauses
+from pipeline.worker.gcstats import GcPauses
 
 
 def test_records_collections_with_generation_and_resets():

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline import load_config
-from pipeline.workloads import document_questions
+from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 2000

@@ -1,9 +1,9 @@
 """The job state machine driven by synthetic events, in milliseconds: no Dask, no engine."""
 from types import SimpleNamespace
 
-from pipeline.dispatch import Dispatcher
-from pipeline.job_state import Cancel, Emit, JobState, ReadRow, Submit
-from pipeline.router import Prefix, PrefixRouter
+from pipeline.client.dispatch import Dispatcher
+from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
+from pipeline.client.router import Prefix, PrefixRouter
 
 DOCS = {f"doc{d}": Prefix.of([d * 100 + i for i in range(64)], 16) for d in range(4)}
 

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import JobError, Pipeline, load_config, prepare_job, run_job
-from pipeline.workloads import document_questions
+from pipeline.bench.workloads import document_questions
 
 MAX_MODEL_LEN = 1000
 MAX_TOKENS = 32

@@ -1,8 +1,8 @@
 """Per-shard counters the dashboard and Prometheus read."""
 import time
 
-from pipeline.gcstats import GcPauses
-from pipeline.metrics import ShardMetrics
+from pipeline.worker.gcstats import GcPauses
+from pipeline.worker.metrics import ShardMetrics
 
 
 def test_engine_busy_time_counts_overlapping_requests_once_and_not_idle_gaps():

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from pipeline import Pipeline
-from pipeline.recovery import GONE, LOST, REJOINED, current_workers
-from pipeline.workloads import document_questions
+from pipeline.client.recovery import GONE, LOST, REJOINED, current_workers
+from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
 DASK = str(Path(sys.executable).parent / "dask")
@@ -45,7 +45,7 @@ def processes(tmp_path_factory):
     sched_file = tmp / "scheduler.json"
     procs = {"scheduler": subprocess.Popen(
         [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
-         "--scheduler-file", str(sched_file), "--preload", "pipeline.preload"], env=ENV, cwd=tmp)}
+         "--scheduler-file", str(sched_file), "--preload", "pipeline.worker.preload"], env=ENV, cwd=tmp)}
     try:
         deadline = time.monotonic() + 60
         while not sched_file.exists():
@@ -59,7 +59,7 @@ def processes(tmp_path_factory):
             procs[shard] = subprocess.Popen(
                 [DASK, "worker", info["address"], "--host", "127.0.0.1", "--nthreads", "2", "--memory-limit", "0",
                  "--no-dashboard", "--name", shard,
-                 "--preload", "pipeline.preload", "--shard", shard, "--pipeline-config", str(config_path)],
+                 "--preload", "pipeline.worker.preload", "--shard", shard, "--pipeline-config", str(config_path)],
                 env=ENV, cwd=tmp)
         yield procs, config_path, info
     finally:
@@ -97,7 +97,7 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
     for shard in ("cpu0", "cpu1"):
         assert {c.pid for c in psutil.Process(procs[shard].pid).children()} & set(pids.values())
     assert os.getpid() not in pids.values()
-    # the scheduler started with `--preload pipeline.preload` serves the pipeline's page
+    # the scheduler started with `--preload pipeline.worker.preload` serves the pipeline's page
     port = info["services"]["dashboard"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline", timeout=10) as r:
         page = r.read().decode()

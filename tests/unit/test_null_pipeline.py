@@ -8,7 +8,7 @@ import dask
 import pytest
 
 from pipeline import Pipeline, load_config
-from pipeline.workloads import document_questions
+from pipeline.bench.workloads import document_questions
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +189,7 @@ def test_shard_watch_sees_no_worker_come_and_go_when_none_did(null_pipeline):
     'rejoined' at the same address, which made the router forget each shard's cache)."""
     from distributed import Client
 
-    from pipeline.recovery import ShardWatch
+    from pipeline.client.recovery import ShardWatch
 
     with dask.config.set({"distributed.client.scheduler-info-interval": "2ms"}):
         client = Client(null_pipeline.client.scheduler.address)

@@ -1,7 +1,7 @@
-"""The least-prefill reference the benchmark compares against (pipeline/prefill_ideal.py)."""
+"""The least-prefill reference the benchmark compares against (pipeline/bench/prefill_ideal.py)."""
 import random
 
-from pipeline.prefill_ideal import block_ideal, token_ideal
+from pipeline.bench.prefill_ideal import block_ideal, token_ideal
 
 
 def test_each_distinct_token_prefix_counts_once():

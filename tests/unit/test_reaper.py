@@ -7,13 +7,13 @@ import time
 
 import psutil
 
-from pipeline import reaper
+from pipeline.worker import reaper
 
 # A stand-in worker: starts a long-lived child (as vLLM starts its engine core), starts the
 # reaper for it, prints the child's pid, then waits to be killed.
 WORKER = """
 import subprocess, sys, time
-from pipeline import reaper
+from pipeline.worker import reaper
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 reaper.start(__import__("os").getpid(), reaper.engine_children())
 print(child.pid, flush=True)

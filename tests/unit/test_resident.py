@@ -8,11 +8,11 @@ import sys
 import psutil
 import pytest
 
-from pipeline import cluster, resident
+from pipeline.cluster import local, resident
 from pipeline.config import load_config
-from pipeline.dispatch import Dispatcher
+from pipeline.client.dispatch import Dispatcher
 from pipeline.prefix_memory import PrefixMemory, prefix_digest
-from pipeline.router import PrefixRouter
+from pipeline.client.router import PrefixRouter
 
 
 @pytest.fixture
@@ -98,8 +98,8 @@ def test_an_unreadable_state_file_says_where_it_is(folder):
 
 
 def test_dask_settings_become_the_variables_dask_reads():
-    env = cluster.dask_env({"distributed.worker.daemon": False, "distributed.scheduler.work-stealing": False,
-                             "distributed.admin.tick.interval": "1s"})
+    env = local.dask_env({"distributed.worker.daemon": False, "distributed.scheduler.work-stealing": False,
+                           "distributed.admin.tick.interval": "1s"})
     assert env == {"DASK_DISTRIBUTED__WORKER__DAEMON": "False", "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
                    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s"}
     import dask
@@ -175,7 +175,7 @@ def test_without_the_first_answer_ramp_everything_binds_at_once():
 
 
 def test_an_engine_start_error_becomes_one_line():
-    from pipeline.start_progress import one_line
+    from pipeline.client.start_progress import one_line
 
     error = ("ValidationError: 1 validation error for ModelConfig\n  Value error, User-specified max_model_len "
              "(999999) is too long. Set X. [type=value_error, input_value=ArgsKwargs((), {'a': 1}), input_type=A]\n"

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from pipeline.router import Prefix, PrefixRouter, block_hashes, text_block_hashes
+from pipeline.client.router import Prefix, PrefixRouter, block_hashes, text_block_hashes
 
 
 def doc(seed, n=160):
@@ -149,7 +149,7 @@ def test_blocks_held_follows_remembering_forgetting_and_eviction():
 def test_routing_a_documents_rows_together_chooses_as_routing_them_one_by_one():
     import random
 
-    from pipeline.router import Prefix
+    from pipeline.client.router import Prefix
 
     rng = random.Random(4)
     system = list(range(5000, 5064))

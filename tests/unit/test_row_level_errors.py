@@ -5,12 +5,12 @@ import asyncio
 import pytest
 
 from pipeline import codec, load_config
-from pipeline.engine import Generation
-from pipeline.gcstats import GcPauses
-from pipeline.metrics import ShardMetrics
-from pipeline.jobs import error_kind
-from pipeline.prompt_fit import fit_prompt
-from pipeline.worker import EnginePlugin
+from pipeline.worker.engine import Generation
+from pipeline.worker.gcstats import GcPauses
+from pipeline.worker.metrics import ShardMetrics
+from pipeline.jobs.job import error_kind
+from pipeline.worker.prompt_fit import fit_prompt
+from pipeline.worker.plugin import EnginePlugin
 from tasks import Chat, RowError
 from tests.unit.test_workloads_and_tasks import ChatMLTokenizer
 

@@ -11,8 +11,8 @@ from cryptography.x509.oid import NameOID
 from distributed import Client
 
 from pipeline import Pipeline, load_config
-from pipeline.recovery import current_workers
-from pipeline.workloads import document_questions
+from pipeline.client.recovery import current_workers
+from pipeline.bench.workloads import document_questions
 
 
 def _write_certs(folder):

@@ -4,7 +4,7 @@ from transformers import AutoTokenizer
 
 from pipeline.config import load_config
 from pipeline.model import resolve_model
-from pipeline.tokenizer import FolderTokenizer, load_tokenizer
+from pipeline.client.tokenizer import FolderTokenizer, load_tokenizer
 from tasks import Chat, DocumentQuestion
 
 CONVERSATIONS = [

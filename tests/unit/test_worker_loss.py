@@ -17,10 +17,10 @@ from collections import Counter
 import cloudpickle
 
 from pipeline import Pipeline, load_config
-from pipeline.engine import EngineDead, NullEngine
-from pipeline.recovery import GONE, LOST, REJOINED, current_workers
-from pipeline.worker import PLUGIN_NAME
-from pipeline.workloads import document_questions
+from pipeline.worker.engine import EngineDead, NullEngine
+from pipeline.client.recovery import GONE, LOST, REJOINED, current_workers
+from pipeline.worker.plugin import PLUGIN_NAME
+from pipeline.bench.workloads import document_questions
 
 ROWS = 400
 

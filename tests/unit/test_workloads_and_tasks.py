@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.workloads import document_questions, skewed_counts
+from pipeline.bench.workloads import document_questions, skewed_counts
 from tasks import RowError
 from tasks.document_question import DocumentQuestion
 

@@ -29,7 +29,7 @@ class ReversingAnswerer:
         yield from self._answer(held)
 
     def _answer(self, held):
-        from pipeline.client import RowResult
+        from pipeline.client.pipeline import RowResult
 
         for i, q in reversed(held):
             yield RowResult(index=i, id=None, answer=q[::-1], error=None, prompt_tokens=len(q), completion_tokens=1)
@@ -44,7 +44,7 @@ def _status(field: str) -> int:
 
 if __name__ == "__main__":
     warm_src, warm_dst, src, dst = sys.argv[1:5]
-    from pipeline.jobs import prepare_job
+    from pipeline.jobs.job import prepare_job
 
     prepare_job(warm_src, warm_dst, part_rows=50_000, notify=lambda m: None).run(ReversingAnswerer(5000),
                                                                                 progress=False)

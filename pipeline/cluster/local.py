@@ -26,7 +26,7 @@ from distributed.deploy.spec import ProcessInterface
 from pipeline import engine_env
 from pipeline.config import Config
 from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV
-from pipeline.security import dask_security, protocol
+from pipeline.cluster.security import dask_security, protocol
 
 # What vLLM inside Dask workers needs (see README, "Why these Dask settings").
 DASK_SETTINGS = {
@@ -65,7 +65,7 @@ def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
     return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def process_env() -> dict[str, str]:
@@ -89,7 +89,7 @@ def scheduler_command(config: Config, scheduler_file: Path) -> list[str]:
     host = config.scheduler.host
     dash = config.scheduler.dashboard_address
     return [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port",
-            str(config.scheduler.port), "--scheduler-file", str(scheduler_file), "--preload", "pipeline.preload",
+            str(config.scheduler.port), "--scheduler-file", str(scheduler_file), "--preload", "pipeline.worker.preload",
             *(["--dashboard-address", dash] if dash else ["--no-dashboard", "--dashboard-address", f"{host}:0"]),
             *tls_args(config)]
 
@@ -176,7 +176,7 @@ def worker_specs(config: Config, log_dir: Path | None = None) -> dict:
     """Call before any nanny has started in this process: each worker's environment records
     which variables the nannies add, so its engine does not inherit them (engine_env.py).
     ``log_dir``: each worker (and its engine) writes its output to ``<shard>.log`` there
-    instead of this process's terminal (the preload moves it; pipeline/preload.py)."""
+    instead of this process's terminal (the preload moves it; pipeline/worker/preload.py)."""
     host = config.scheduler.host
     record = engine_env.worker_record()
     if log_dir is not None:
@@ -200,7 +200,7 @@ def worker_specs(config: Config, log_dir: Path | None = None) -> dict:
                 # Its HTTP server (/metrics, /health) runs anyway: on the config's host, not every interface.
                 "dashboard_address": f"{host}:0",
                 "config": DASK_SETTINGS,
-                "preload": ["pipeline.preload"],
+                "preload": ["pipeline.worker.preload"],
             },
         }
         for shard in config.shards

@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.results import RESULT_FIELDS
-from pipeline.row_checks import text_values
+from pipeline.jobs.row_checks import text_values
 
 TEXT_COLUMNS = ("document", "question")
 CHAT_URL = "/v1/chat/completions"

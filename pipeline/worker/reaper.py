@@ -6,7 +6,7 @@ engine is built, the worker starts this watchdog with its own pid and its childr
 when the worker is gone, the watchdog kills those children (the same processes: the
 start time is checked, so a reused pid is left alone) and exits.
 
-    python -m pipeline.reaper WORKER_PID CHILD_PID...
+    python -m pipeline.worker.reaper WORKER_PID CHILD_PID...
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
     """Start the watchdog for ``child_pids`` of ``parent_pid`` (none: nothing to watch)."""
     if not child_pids:
         return None
-    # "-c", not "-m pipeline.reaper": the package imports this module first, and runpy would
+    # "-c", not "-m pipeline.worker.reaper": the package imports this module first, and runpy would
     # warn about running a module that is already imported.
-    code = "import sys; from pipeline.reaper import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from pipeline.worker.reaper import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.Popen([sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
                             stdin=subprocess.DEVNULL, start_new_session=True)
 

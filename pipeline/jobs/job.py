@@ -6,11 +6,11 @@
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
 ids, output writable, resume state); ``Job.run`` streams the rows through a running
-pipeline and commits results in input order as they complete (``pipeline/job_output.py``).
+pipeline and commits results in input order as they complete (``pipeline/jobs/output.py``).
 
 Parquet output columns: the input's own columns (except ``document`` and ``question``)
 followed by ``id, answer, error, prompt_tokens, cached_tokens, completion_tokens, shard,
-latency_s``. OpenAI batch output: one response line per request (``pipeline/openai_batch.py``).
+latency_s``. OpenAI batch output: one response line per request (``pipeline/jobs/openai_batch.py``).
 """
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.job_input import Chunk, JobError, open_source
-from pipeline.job_output import JsonlLines, ParquetParts
-from pipeline.openai_batch import output_line
+from pipeline.jobs.input import Chunk, JobError, open_source
+from pipeline.jobs.output import JsonlLines, ParquetParts
+from pipeline.jobs.openai_batch import output_line
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
 
 if TYPE_CHECKING:
-    from pipeline.client import Pipeline
+    from pipeline.client.pipeline import Pipeline
 
 _RESULT_TYPES = {
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),

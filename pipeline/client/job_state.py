@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.dispatch import Dispatcher
-from pipeline.recovery import JobReport
+from pipeline.client.dispatch import Dispatcher
+from pipeline.client.recovery import JobReport
 from pipeline.results import ErrorKind, RowResult
-from pipeline.router import Prefix
+from pipeline.client.router import Prefix
 
 
 @dataclass(frozen=True)

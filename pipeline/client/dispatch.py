@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence
 
-from pipeline.router import Prefix, PrefixRouter, Route
+from pipeline.client.router import Prefix, PrefixRouter, Route
 
 # shard -> (prefix -> [(row index, suffix)]): one batch's worth of bound rows
 Bound = tuple[str, dict[str, list[tuple[int, str]]]]

@@ -8,7 +8,7 @@ import random
 import sys
 import time
 
-from pipeline.router import PrefixRouter
+from pipeline.client.router import PrefixRouter
 
 
 def run(shards: int = 64, documents: int = 100_000, questions_per_doc: int = 4, doc_tokens: int = 256,

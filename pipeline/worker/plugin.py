@@ -20,14 +20,15 @@ import time
 from distributed import WorkerPlugin, get_worker
 from tornado.ioloop import PeriodicCallback
 
-from pipeline import codec, engine_env, metrics, reaper
+from pipeline import codec, engine_env
+from pipeline.worker import metrics, reaper
 from pipeline.config import Config
-from pipeline.dashboard import PUBLISH_INTERVAL_S
-from pipeline.engine import Engine, EngineDead, build_engine
-from pipeline.gcstats import GcPauses
+from pipeline.cluster.dashboard import PUBLISH_INTERVAL_S
+from pipeline.worker.engine import Engine, EngineDead, build_engine
+from pipeline.worker.gcstats import GcPauses
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
-from pipeline.prompt_fit import fit_prompt
+from pipeline.worker.prompt_fit import fit_prompt
 from pipeline.results import ErrorKind, RowResult
 
 

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Config
 from pipeline import engine_env
-from pipeline.cpu_share import Roles, cores_used, minor_faults
-from pipeline.prefill_ideal import block_ideal, token_ideal
-from pipeline.workloads import document_questions, skewed_counts
+from pipeline.cluster.cpu_share import Roles, cores_used, minor_faults
+from pipeline.bench.prefill_ideal import block_ideal, token_ideal
+from pipeline.bench.workloads import document_questions, skewed_counts
 
 CONTENDERS = ("standalone-rr", "standalone-routed", "pipeline")
 BURSTS = ("no_reuse", "reuse", "skewed")
@@ -63,7 +63,7 @@ class Prepared:
     suffix_ids: list[list[int]]
     ideal_prefill: int         # a perfect prefix cache per shard: every distinct token prefix once
     ideal_prefill_blocks: int  # the same at the KV cache's block granularity
-                               # (pipeline/prefill_ideal.py)
+                               # (pipeline/bench/prefill_ideal.py)
 
     @classmethod
     def build(cls, rows, task, tokenizer, block_size: int = 1, shards: int = 1) -> "Prepared":
@@ -100,7 +100,7 @@ class RunResult:
     gc: dict
     encoded_bytes: int | None = None
     raw_bytes: int | None = None
-    cores: dict = field(default_factory=dict)          # role -> cores used during the burst (cpu_share.py)
+    cores: dict = field(default_factory=dict)          # role -> cores used during the burst (pipeline/cluster/cpu_share.py)
     faults: dict = field(default_factory=dict)         # role -> minor page faults during the burst
     engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
 
@@ -192,7 +192,7 @@ def _engine_busy(pipeline) -> dict[str, float]:
 def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
     """Questions/s through routing, batching, compression, Dask and the result path,
     with an engine that answers at once."""
-    from pipeline.client import Pipeline
+    from pipeline.client.pipeline import Pipeline
 
     rows = document_questions(max(1, questions // 4), 4, filler_sentences=12, seed=seed, order="interleaved")
     cfg = config.replace(scheduler={"dashboard_address": None})
@@ -221,7 +221,7 @@ def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv
                  filler_sentences: int = 12, seed: int = 0) -> dict:
     """A big job in miniature: each document's rows scattered through the input, documents
     totalling several times the shards' KV cache. Cached share with and without grouping."""
-    from pipeline.client import Pipeline
+    from pipeline.client.pipeline import Pipeline
 
     # A small KV cache per shard (kv_blocks blocks), so the documents far exceed it.
     cfg = config.replace(engine={"extra": {**config.engine.extra, "num_gpu_blocks_override": kv_blocks}},
@@ -310,11 +310,11 @@ def summarize(results: list[RunResult]) -> dict:
 
 
 def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bool | None = None) -> dict:
-    """Run every contender on every burst; return the report (see pipeline/bench_report.py)."""
+    """Run every contender on every burst; return the report (see pipeline/bench/report.py)."""
     from tqdm import tqdm
 
-    from pipeline.client import Pipeline
-    from pipeline.standalone import StandaloneShards
+    from pipeline.client.pipeline import Pipeline
+    from pipeline.bench.standalone import StandaloneShards
 
     if progress is None:
         progress = sys.stderr.isatty()

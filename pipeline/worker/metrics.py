@@ -12,7 +12,7 @@ import time
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 
-from pipeline.gcstats import GcPauses
+from pipeline.worker.gcstats import GcPauses
 
 
 

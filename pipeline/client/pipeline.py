@@ -20,22 +20,23 @@ from typing import Any, Iterable, Iterator, Mapping
 import dask
 from distributed import Client, KilledWorker, as_completed
 
-from pipeline import codec, engine_env, resident
-from pipeline.cluster import apply_dask_settings, connect
+from pipeline import codec, engine_env
+from pipeline.cluster import resident
+from pipeline.cluster.local import apply_dask_settings, connect
 from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
-from pipeline.dashboard import VIEW_METADATA_KEY
-from pipeline.dispatch import Dispatcher
-from pipeline.engine import EngineDead
-from pipeline.job_state import Cancel, Emit, JobState, ReadRow, Submit
+from pipeline.cluster.dashboard import VIEW_METADATA_KEY
+from pipeline.client.dispatch import Dispatcher
+from pipeline.worker.engine import EngineDead
+from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
 from pipeline.results import RESULT_FIELDS, RowResult  # noqa: F401 - re-exported
 from pipeline.prefix_memory import prefix_digest
-from pipeline.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
-from pipeline.router import Prefix, PrefixRouter
-from pipeline.security import dask_security
-from pipeline.start_progress import StartProgress, one_line
-from pipeline.worker import (PLUGIN_NAME, EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine,
-                             worker_stats)
+from pipeline.client.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
+from pipeline.client.router import Prefix, PrefixRouter
+from pipeline.cluster.security import dask_security
+from pipeline.client.start_progress import StartProgress, one_line
+from pipeline.worker.plugin import (PLUGIN_NAME, EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine,
+                                    worker_stats)
 
 @dataclass
 class TransferStats:
@@ -250,7 +251,7 @@ class Pipeline:
 
         A worker lost mid-job costs no row: Dask runs its batches again once the nanny has
         restarted it, and a shard whose worker does not come back within
-        ``recovery.rejoin_timeout_s`` has its rows re-routed to the others (pipeline/recovery.py).
+        ``recovery.rejoin_timeout_s`` has its rows re-routed to the others (pipeline/client/recovery.py).
         Each row is yielded exactly once; ``self.last_report`` says what happened."""
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         rec = self.config.recovery
@@ -483,6 +484,6 @@ def model_for(config: Config, engine_kind: str) -> str:
 
 
 def _load_tokenizer(model: str):
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.client.tokenizer import load_tokenizer
 
     return load_tokenizer(model)

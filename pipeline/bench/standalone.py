@@ -37,8 +37,8 @@ def _serve(conn, model: str, config: Config) -> None:
     from vllm import LLM
     from vllm.inputs import TokensPrompt
 
-    from pipeline.engine import engine_kwargs, sampling_params
-    from pipeline.gcstats import GcPauses
+    from pipeline.worker.engine import engine_kwargs, sampling_params
+    from pipeline.worker.gcstats import GcPauses
 
     t0 = time.perf_counter()
     llm = LLM(**engine_kwargs(model, config))
@@ -106,8 +106,8 @@ class StandaloneShards:
         self._procs: dict[str, subprocess.Popen] = {}
         authkey = secrets.token_bytes(16)
         # This package importable wherever the benchmark runs, without touching the environment.
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        code = f"import sys; sys.path.insert(0, {root!r}); from pipeline.standalone import main; main()"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        code = f"import sys; sys.path.insert(0, {root!r}); from pipeline.bench.standalone import main; main()"
         with mpc.Listener(("127.0.0.1", 0), authkey=authkey) as listener:
             host, port = listener.address
             for shard in config.shards:

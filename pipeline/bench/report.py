@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.bench import CONTENDERS, WATCHED_ENV
-from pipeline.cpu_share import ROLES
+from pipeline.bench.run import CONTENDERS, WATCHED_ENV
+from pipeline.cluster.cpu_share import ROLES
 
 # (name, key path, target, "ge"/"le", burst or None for every burst)
 TARGETS = [

@@ -1,15 +1,15 @@
 """Dask preload: gives a ``dask scheduler`` the pipeline's dashboard page, and a
 ``dask worker`` its shard identity.
 
-    dask scheduler --host 127.0.0.1 --preload pipeline.preload
+    dask scheduler --host 127.0.0.1 --preload pipeline.worker.preload
     dask worker tcp://SCHEDULER:8786 --nthreads 4 --memory-limit 0 \\
-        --preload pipeline.preload --shard gpu0 --pipeline-config cluster.yaml
+        --preload pipeline.worker.preload --shard gpu0 --pipeline-config cluster.yaml
 
 A worker started so takes shard ``gpu0`` from cluster.yaml: its environment (device pin,
 ``PIPELINE_SHARD``) and the resource ``shard-gpu0`` that the pipeline's batches for that
 shard require. The engine itself comes from the scheduler: ``Pipeline.start`` registers
 the engine plugin there, and Dask installs it on every worker that joins, including one a
-nanny restarts. The embedded cluster (pipeline/cluster.py) uses the same preload for its
+nanny restarts. The embedded cluster (pipeline/cluster/local.py) uses the same preload for its
 scheduler.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ import click
 import dask
 from distributed import Scheduler, Worker
 
-from pipeline import dashboard
-from pipeline.cluster import SHARD_RESOURCE_AMOUNT
+from pipeline.cluster import dashboard
+from pipeline.cluster.local import SHARD_RESOURCE_AMOUNT
 from pipeline.config import load_config
 from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV
 

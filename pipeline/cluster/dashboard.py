@@ -1,7 +1,7 @@
 """The pipeline's page on the Dask dashboard: ``/pipeline`` (HTML) and ``/pipeline/status.json``.
 
 Served by the scheduler's own HTTP server (the one behind the Dask dashboard), added by
-the scheduler preload (pipeline/preload.py). It reads what the scheduler already holds:
+the scheduler preload (pipeline/worker/preload.py). It reads what the scheduler already holds:
 each worker's figures, which the engine plugin sends every second while it works as Dask events
 (topic ``pipeline-shard``), and the client's view (router, current job), which
 ``Pipeline.stream`` keeps in the scheduler's metadata. Requests/s and output tokens/s are

@@ -4,7 +4,7 @@
 It is Dask's own processes: one ``dask scheduler`` and one ``dask worker`` (nanny + worker)
 per shard, started in their own session so they outlive the terminal, each writing to its log
 file, with the same Dask settings and engine environment as the embedded cluster
-(pipeline/cluster.py). ``up`` registers the engine plugin (every worker builds its engine
+(pipeline/cluster/local.py). ``up`` registers the engine plugin (every worker builds its engine
 then) and records where the cluster runs in a state file::
 
     <model.cache_dir>/cluster/state.json     (PIPELINE_CLUSTER_DIR overrides the folder)
@@ -34,7 +34,7 @@ import psutil
 import yaml
 
 from pipeline import engine_env
-from pipeline.cluster import process_env, read_scheduler_file, scheduler_command, tls_args
+from pipeline.cluster.local import process_env, read_scheduler_file, scheduler_command, tls_args
 from pipeline.config import Config, ConfigError
 from pipeline.names import CLUSTER_DIR_ENV, LOG_DIR_ENV  # noqa: F401 - used here and by tests
 
@@ -202,8 +202,8 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
             procs[shard.name] = _spawn(
                 [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", shard.name,
                  "--host", host, "--nthreads", str(config.intake.concurrent_batches), "--memory-limit", "0",
-                 "--no-dashboard", "--dashboard-address", f"{host}:0", "--preload", "pipeline.preload", "--shard", shard.name,
-                 "--pipeline-config", str(config_file), *tls_args(config)],
+                 "--no-dashboard", "--dashboard-address", f"{host}:0", "--preload", "pipeline.worker.preload",
+                 "--shard", shard.name, "--pipeline-config", str(config_file), *tls_args(config)],
                 worker_env, log_dir / f"{shard.name}.log", folder)
     except BaseException:
         for p in procs.values():
@@ -271,7 +271,7 @@ def up(config: Config, model: str, notify: Callable[[str], None], live: Callable
        timeout_s: float = 600.0) -> tuple[ClusterState, bool]:
     """Start the resident cluster and wait until every engine is ready; returns its state and
     whether it was started now (False: it was up already, for this config)."""
-    from pipeline.client import Pipeline
+    from pipeline.client.pipeline import Pipeline
 
     folder = cluster_dir(config)
     running = find(config, model, notify)
@@ -298,8 +298,8 @@ def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0,
     processes; whatever is still running after ``timeout_s`` is killed. False: none was up."""
     from distributed import Client
 
-    from pipeline.security import dask_security
-    from pipeline.worker import stop_engine
+    from pipeline.cluster.security import dask_security
+    from pipeline.worker.plugin import stop_engine
 
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
@@ -342,8 +342,8 @@ def status(config: Config) -> dict | None:
     (the cluster died) is reported as such and removed."""
     from distributed import Client
 
-    from pipeline.security import dask_security
-    from pipeline.worker import engine_phase, worker_stats
+    from pipeline.cluster.security import dask_security
+    from pipeline.worker.plugin import engine_phase, worker_stats
 
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
