@@ -11,6 +11,11 @@ ENGINE_DIED_TOPIC = "pipeline-engine-died"   # scheduler event topic: a worker's
 VIEW_METADATA_KEY = "pipeline-view"          # scheduler metadata the client writes for the dashboard page
 
 
+# A worker's shard resource is plentiful: concurrency is bounded by its nthreads; a batch asks 1.
+SHARD_RESOURCE_AMOUNT = 1_000_000
+PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures to SNAPSHOT_TOPIC (while they work)
+
+
 def shard_resource(name: str) -> str:
     """The Dask worker resource that marks the worker serving shard ``name``."""
     return f"shard-{name}"

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from pipeline.bench.run import CONTENDERS, WATCHED_ENV
-from pipeline.cluster.cpu_share import ROLES
+from pipeline.bench.cpu_share import ROLES
 
 # (name, key path, target, "ge"/"le", burst or None for every burst)
 TARGETS = [

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from pipeline.config import Config
 from pipeline import engine_env
-from pipeline.cluster.cpu_share import Roles, cores_used, minor_faults
+from pipeline.bench.cpu_share import Roles, cores_used, minor_faults
 from pipeline.bench.prefill_ideal import block_ideal, token_ideal
 from pipeline.bench.workloads import document_questions, skewed_counts
 
@@ -100,7 +100,7 @@ class RunResult:
     gc: dict
     encoded_bytes: int | None = None
     raw_bytes: int | None = None
-    cores: dict = field(default_factory=dict)          # role -> cores used during the burst (pipeline/cluster/cpu_share.py)
+    cores: dict = field(default_factory=dict)          # role -> cores used during the burst (pipeline/bench/cpu_share.py)
     faults: dict = field(default_factory=dict)         # role -> minor page faults during the burst
     engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
 

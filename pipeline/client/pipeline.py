@@ -21,22 +21,22 @@ import dask
 from distributed import Client, KilledWorker, as_completed
 
 from pipeline import codec, engine_env
-from pipeline.cluster import resident
-from pipeline.cluster.local import apply_dask_settings, connect
-from pipeline.config import Config, load_config
-from pipeline.model import resolve_model
-from pipeline.cluster.dashboard import VIEW_METADATA_KEY
 from pipeline.client.dispatch import Dispatcher
-from pipeline.worker.engine import EngineDead
 from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
-from pipeline.results import RESULT_FIELDS, RowResult  # noqa: F401 - re-exported
-from pipeline.prefix_memory import prefix_digest
 from pipeline.client.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.client.router import Prefix, PrefixRouter
-from pipeline.cluster.security import dask_security
 from pipeline.client.start_progress import StartProgress, one_line
-from pipeline.worker.plugin import (PLUGIN_NAME, EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine,
-                                    worker_stats)
+from pipeline.cluster import resident
+from pipeline.cluster.local import apply_dask_settings, connect
+from pipeline.cluster.security import dask_security
+from pipeline.config import Config, load_config
+from pipeline.model import resolve_model
+from pipeline.names import PLUGIN_NAME, VIEW_METADATA_KEY
+from pipeline.prefix_memory import prefix_digest
+from pipeline.results import RESULT_FIELDS, RowResult  # noqa: F401 - re-exported
+from pipeline.worker.engine import EngineDead
+from pipeline.worker.plugin import EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
+
 
 @dataclass
 class TransferStats:

@@ -2,6 +2,5 @@
 process for the embedded cluster and for connecting to a scheduler (``local``), ``python -m
 pipeline up`` / ``status`` / ``down`` for the resident cluster (``resident``), both for TLS from
 the config (``security``). The pipeline's dashboard page (``dashboard``) is served by the
-scheduler, which loads it through the preload; the CPU accounting by process role
-(``cpu_share``) runs in the benchmark's driver. Nothing is imported here: import the module.
+scheduler, which loads it through the preload. Nothing is imported here: import the module.
 """

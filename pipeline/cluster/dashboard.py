@@ -16,10 +16,9 @@ import time
 
 from distributed.http.utils import RequestHandler
 
-from pipeline.names import ENGINE_DIED_TOPIC, SNAPSHOT_TOPIC, VIEW_METADATA_KEY  # noqa: F401 - re-exported
+from pipeline.names import ENGINE_DIED_TOPIC, PUBLISH_INTERVAL_S, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
 
 PATH = "/pipeline"
-PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures (while they work)
 RATE_WINDOW_S = 10.0       # requests/s and output tokens/s: over this many seconds
 
 

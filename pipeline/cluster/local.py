@@ -25,7 +25,7 @@ from distributed.deploy.spec import ProcessInterface
 
 from pipeline import engine_env
 from pipeline.config import Config
-from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV
+from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
 from pipeline.cluster.security import dask_security, protocol
 
 # What vLLM inside Dask workers needs (see README, "Why these Dask settings").
@@ -44,10 +44,6 @@ DASK_SETTINGS = {
     "distributed.admin.tick.interval": "1s",
     "distributed.worker.profile.enabled": False,
 }
-
-# A worker's shard resource is plentiful: concurrency is bounded by its nthreads.
-SHARD_RESOURCE_AMOUNT = 1_000_000
-
 
 # In the client's process only: Dask keeps the last 1,000 messages each connection sent, for
 # debugging; from the client those carry every batch's payload (~100-200 KB each on the null

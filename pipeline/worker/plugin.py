@@ -23,10 +23,9 @@ from tornado.ioloop import PeriodicCallback
 from pipeline import codec, engine_env
 from pipeline.worker import metrics, reaper
 from pipeline.config import Config
-from pipeline.cluster.dashboard import PUBLISH_INTERVAL_S
 from pipeline.worker.engine import Engine, EngineDead, build_engine
 from pipeline.worker.gcstats import GcPauses
-from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, SHARD_ENV, SNAPSHOT_TOPIC
+from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt
 from pipeline.results import ErrorKind, RowResult

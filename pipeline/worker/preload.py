@@ -23,9 +23,8 @@ import dask
 from distributed import Scheduler, Worker
 
 from pipeline.cluster import dashboard
-from pipeline.cluster.local import SHARD_RESOURCE_AMOUNT
 from pipeline.config import load_config
-from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV
+from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
 
 logger = logging.getLogger(__name__)
 

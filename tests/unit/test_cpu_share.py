@@ -1,9 +1,9 @@
-"""The benchmark's CPU-by-role accounting (pipeline/cluster/cpu_share.py)."""
+"""The benchmark's CPU-by-role accounting (pipeline/bench/cpu_share.py)."""
 import subprocess
 import sys
 import time
 
-from pipeline.cluster.cpu_share import Roles, cores_used
+from pipeline.bench.cpu_share import Roles, cores_used
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\ntime.sleep(30)"
 
@@ -28,7 +28,7 @@ def test_cpu_of_each_child_lands_in_its_side():
 
 
 def test_every_role_a_process_can_get_is_one_the_report_shows():
-    from pipeline.cluster.cpu_share import ROLES
+    from pipeline.bench.cpu_share import ROLES
 
     roles = Roles(set())
     assert roles._role(roles.me) in ROLES
@@ -36,7 +36,7 @@ def test_every_role_a_process_can_get_is_one_the_report_shows():
 
 
 def test_minor_faults_count_pages_a_child_touches():
-    from pipeline.cluster.cpu_share import minor_faults
+    from pipeline.bench.cpu_share import minor_faults
 
     touch = "import time\ntime.sleep(0.5)\nb = bytearray(64 * 2**20)\nb[::4096] = b'x' * len(b[::4096])\ntime.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", touch])

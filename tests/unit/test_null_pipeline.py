@@ -169,8 +169,6 @@ def test_workers_expose_shard_metrics_to_prometheus(null_pipeline):
 
 
 def test_every_listening_socket_is_on_loopback(null_pipeline):
-    import os
-
     import psutil
 
     def listening(pid):
