@@ -115,12 +115,14 @@ class RoutingConfig(_Section):
     # Tokens per hashed block. None: the engine's KV-cache block size (what its prefix
     # cache can reuse), as reported by the workers.
     block_size: int | None = Field(None, gt=0)
-    # What the router hashes a prefix in. "characters": blocks of block_size tokens' worth of
-    # characters, lengths estimated from characters, at a characters-per-token ratio the model's
-    # tokenizer measures on the job's first documents (no tokenizing per document: on a 2-core
-    # box the tokenizer alone capped the client at ~20k rows/s). "tokens": the prefix's token
-    # ids, exactly as vLLM's prefix cache keys its blocks (the client tokenizes every document).
-    prefix_units: Literal["characters", "tokens"] = "characters"
+    # What the router hashes a prefix in. "tokens": the prefix's token ids, exactly as vLLM's
+    # prefix cache keys its blocks (the client tokenizes every distinct document once).
+    # "characters": blocks of block_size tokens' worth of characters, lengths estimated at a
+    # characters-per-token ratio the model's tokenizer measures on the first documents; no
+    # tokenizing per document, so the client carries 1.6x the rows when most documents are
+    # distinct (null engine, 1M rows: 8,947 vs 5,569 rows/s), but on the skewed benchmark burst
+    # the real engine reached 0.943 of plain vLLM instead of 0.977 (docs/SCALE.md).
+    prefix_units: Literal["characters", "tokens"] = "tokens"
     # Routing memory is bounded: the router remembers (LRU) at most twice the blocks the
     # engines' KV caches hold together, and never more than this many block hashes (~150
     # bytes each; what the null engine, which has no KV cache, gets).

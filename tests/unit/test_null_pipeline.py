@@ -81,25 +81,26 @@ def _documents_stay_on_one_shard(p, seed):
 
 
 def test_documents_stay_on_one_shard(null_pipeline):
-    _documents_stay_on_one_shard(null_pipeline, seed=3)
-    # routed by characters, at the ratio the model's tokenizer measured on the first documents
-    assert null_pipeline.config.routing.prefix_units == "characters"
-    assert 3.0 < null_pipeline.chars_per_token < 6.0   # English text, SmolLM2's tokenizer
+    p = null_pipeline
+    assert p.config.routing.prefix_units == "tokens"
+    _documents_stay_on_one_shard(p, seed=3)
+    text = "Alpha beta gamma, delta. " * 30
+    info = p._prefix_infos([text])[text]   # exact: what the tokenizer counts
+    assert info.length == len(p.tokenizer([text], add_special_tokens=False)["input_ids"][0])
+    assert len(info.hashes) == info.length // p.router.block_size
 
 
-def test_documents_stay_on_one_shard_when_routed_by_tokens(null_pipeline):
+def test_documents_stay_on_one_shard_when_routed_by_characters(null_pipeline):
     p, config = null_pipeline, null_pipeline.config
-    p.config = config.replace(routing={"prefix_units": "tokens"})
-    p.router, p._infos = p.new_router(), type(p._infos)()
+    p.config = config.replace(routing={"prefix_units": "characters"})
+    p.router = p.new_router()
     try:
         _documents_stay_on_one_shard(p, seed=4)
-        text = "Alpha beta gamma, delta. " * 30
-        info = p._prefix_infos([text])[text]   # exact: what the tokenizer counts
-        assert info.length == len(p.tokenizer([text], add_special_tokens=False)["input_ids"][0])
-        assert len(info.hashes) == info.length // p.router.block_size
+        # at the ratio the model's tokenizer measured on the first documents
+        assert 3.0 < p.chars_per_token < 6.0   # English text, SmolLM2's tokenizer
     finally:
         p.config = config
-        p.router, p._infos = p.new_router(), type(p._infos)()
+        p.router = p.new_router()
 
 
 def _get(url):
