@@ -96,19 +96,23 @@ class Dispatcher:
         if self.first_rows and not self.answered and self.late_binding:
             return self._bind_first()
         out: list[Bound] = []
-        while self._pending:
-            least = min(self.router.live_shards, key=lambda s: self.router.outstanding[s])
-            if self.late_binding and (self.in_flight[least] >= self.queue_per_shard * self.scale or (
-                    self.in_flight[least] and self.router.outstanding[least] >= self.token_budget.get(least, float("inf")))):
+        router, pending, in_flight, buffered = self.router, self._pending, self.in_flight, self._buffered
+        outstanding, live = router.outstanding, router.live_shards
+        queue, batch = self.queue_per_shard * self.scale, self.batch_size * self.scale
+        no_budget = float("inf")
+        while pending:
+            least = min(live, key=outstanding.__getitem__)
+            if self.late_binding and (in_flight[least] >= queue or (
+                    in_flight[least] and outstanding[least] >= self.token_budget.get(least, no_budget))):
                 break
-            _, (prefix, info, items) = self._pending.popitem(last=False)
+            _, (prefix, info, items) = pending.popitem(last=False)
             self.pending_rows -= len(items)
             self.pending_chars -= len(prefix) + sum(len(suffix) for _, suffix in items)
             bound_to: set[str] = set()
-            routes = self.router.route_rows(info, [_suffix_tokens(suffix) for _, suffix in items], self.decode_tokens)
+            routes = router.route_rows(info, [_suffix_tokens(suffix) for _, suffix in items], self.decode_tokens)
             for (index, suffix), route in zip(items, routes):
                 shard = self._place(index, prefix, suffix, route, bound_to)
-                if self._buffered[shard] >= self.batch_size * self.scale:
+                if buffered[shard] >= batch:
                     out.append(self._take(shard))
         out.extend(self._take(s) for s in self.shards if self._buffered[s] and (
             not self._pending or not self.late_binding or self.in_flight[s] == self._buffered[s]))

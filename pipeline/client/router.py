@@ -213,15 +213,23 @@ class PrefixRouter:
         self.blocks_held[shard] = 0
 
     def _remember(self, hashes: list[int], shard: str) -> None:
+        """``shard`` holds these blocks now: each becomes the most recently used, the prefix's
+        first block last, so the LRU drops a prefix's tail before its head (as vLLM frees a
+        request's blocks in reverse order): what the router remembers of a prefix stays a prefix."""
         bit = self._bit[shard]
         blocks = self._blocks
+        get, move = blocks.get, blocks.move_to_end
         new = 0
-        for h in hashes:
-            old = blocks.get(h, 0)
-            if not old & bit:
+        for h in reversed(hashes):
+            old = get(h)
+            if old is None:          # a new key goes to the end by itself
+                blocks[h] = bit
                 new += 1
-            blocks[h] = old | bit
-            blocks.move_to_end(h)
+            else:
+                if not old & bit:
+                    blocks[h] = old | bit
+                    new += 1
+                move(h)
         self.blocks_held[shard] += new
         while len(blocks) > self.max_blocks:
             _, mask = blocks.popitem(last=False)
