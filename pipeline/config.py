@@ -149,7 +149,7 @@ class IntakeConfig(_Section):
     max_in_flight: int = Field(96, gt=0)
     # Rows grouped into one Dask task.
     batch_size: int = Field(32, gt=0)
-    # A batch (of at least batch_size rows) back within this many seconds per batch_size rows means the
+    # A batch (of at least a quarter batch_size rows) back within this many seconds per batch_size rows means the
     # engine is fast (e.g. the null engine): batches and queue_per_shard double, up to 32x, so
     # Dask's and compression's per-batch costs spread over more rows. A real engine takes
     # seconds per batch. 0: never.

@@ -143,7 +143,7 @@ class JobState:
 
     def batch_done(self, batch_id: str, results: list, elapsed_s: float | None = None) -> list:
         """A batch's results (``codec.Result``-like records, one per row it carried);
-        ``elapsed_s``: its round trip. A batch of at least ``batch_size`` rows back within
+        ``elapsed_s``: its round trip. A batch of at least a quarter ``batch_size`` rows back within
         ``fast_batch_s`` per ``batch_size`` rows means the engine is fast: batches grow
         (``Dispatcher.grow``)."""
         batch = self.in_flight.pop(batch_id, None)
@@ -151,7 +151,9 @@ class JobState:
             self.report.duplicates_dropped += len(results)
             return []
         d = self.dispatcher
-        if elapsed_s is not None and len(results) >= d.batch_size and \
+        # (a quarter batch counts too: partial batches are what a job gets while it is slow, and
+        # then they would never let it speed up -- seen as runs stuck at half the rows/s)
+        if elapsed_s is not None and 4 * len(results) >= d.batch_size and \
                 elapsed_s < self.fast_batch_s * len(results) / d.batch_size:
             d.grow()
         ids, attempts = self.ids, self.attempts
