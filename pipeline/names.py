@@ -26,5 +26,6 @@ SHARD_ENV = "PIPELINE_SHARD"                    # a worker's shard (set by the c
 LOG_FILE_ENV = "PIPELINE_LOG_FILE"              # a worker's log file (the preload moves fds 1/2 there)
 LOG_ENV_ADDED = "PIPELINE_LOG_ENV_ADDED"        # variables set only to quiet a worker's start; the preload drops them
 ADDED_RECORD_ENV = "PIPELINE_DASK_ADDED_ENV"    # which variables the nanny added: its engine starts without them
+EXIT_WITH_PARENT_ENV = "PIPELINE_EXIT_WITH_PARENT"  # an embedded cluster's scheduler: stop when its client process dies
 CLUSTER_DIR_ENV = "PIPELINE_CLUSTER_DIR"        # where `up` records the resident cluster
 LOG_DIR_ENV = "PIPELINE_LOG_DIR"                # where the embedded cluster's workers log

@@ -25,7 +25,7 @@ from distributed.deploy.spec import ProcessInterface
 
 from pipeline import engine_env
 from pipeline.config import Config
-from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
+from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
 from pipeline.cluster.security import dask_security, protocol
 
 # What vLLM inside Dask workers needs (see README, "Why these Dask settings").
@@ -136,7 +136,8 @@ class SchedulerProcess(ProcessInterface):
             scheduler_file = Path(folder) / "scheduler.json"
             out = open(self.log, "w") if self.log is not None else None
             try:
-                self.proc = subprocess.Popen(scheduler_command(self.config, scheduler_file), env=process_env(),
+                self.proc = subprocess.Popen(scheduler_command(self.config, scheduler_file),
+                                             env={**process_env(), EXIT_WITH_PARENT_ENV: "1"},
                                              stdin=subprocess.DEVNULL, stdout=out,
                                              stderr=subprocess.STDOUT if out else None)
             finally:

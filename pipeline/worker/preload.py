@@ -21,10 +21,11 @@ import sys
 import click
 import dask
 from distributed import Scheduler, Worker
+from tornado.ioloop import PeriodicCallback
 
 from pipeline.cluster import dashboard
 from pipeline.config import load_config
-from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
+from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +54,30 @@ def write_output_to(path: str) -> None:
     os.close(fd)
 
 
+def exit_with_parent(scheduler: Scheduler, interval_s: float = 1.0) -> None:
+    """An embedded cluster's scheduler stops once the process that started it is gone (killed:
+    nothing else would stop it, and it would keep its ports; its workers stop with their nannies,
+    which ran in that process)."""
+    parent = os.getppid()
+
+    def check() -> None:
+        if os.getppid() != parent:
+            logger.warning("pipeline: the client process that started this scheduler is gone; closing")
+            watch.stop()
+            scheduler.loop.add_callback(scheduler.close)
+
+    watch = PeriodicCallback(check, interval_s * 1000)
+    watch.start()
+
+
 @click.command()
 @click.option("--shard", default=None, help="worker: the shard (a name under `shards:` in the config) it serves")
 @click.option("--pipeline-config", "config_path", default=None, help="the pipeline's cluster.yaml (default: the repository's)")
 def dask_setup(server, shard, config_path):
     if isinstance(server, Scheduler):
         dashboard.install(server)
+        if os.environ.pop(EXIT_WITH_PARENT_ENV, None):
+            exit_with_parent(server)
         if dask.config.get("distributed.scheduler.work-stealing"):
             logger.warning("pipeline: work stealing is on; it moves batches away from the shard holding their "
                            "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False")
