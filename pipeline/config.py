@@ -119,8 +119,8 @@ class RoutingConfig(_Section):
     # prefix cache keys its blocks (the client tokenizes every distinct document once).
     # "characters": blocks of block_size tokens' worth of characters, lengths estimated at a
     # characters-per-token ratio the model's tokenizer measures on the first documents; no
-    # tokenizing per document, so the client carries 1.6x the rows when most documents are
-    # distinct (null engine, 1M rows: 8,947 vs 5,569 rows/s), but on the skewed benchmark burst
+    # tokenizing per document, so the client carries 1.9x the rows when most documents are
+    # distinct (null engine, 1M rows: 10,554 vs 5,590 rows/s), but on the skewed benchmark burst
     # the real engine reached 0.943 of plain vLLM instead of 0.977 (docs/SCALE.md).
     prefix_units: Literal["characters", "tokens"] = "tokens"
     # Routing memory is bounded: the router remembers (LRU) at most twice the blocks the
