@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 EXIT_USAGE = 2
 EXIT_STOPPED = 1

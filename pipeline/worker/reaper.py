@@ -21,8 +21,8 @@ def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
     """Start the watchdog for ``child_pids`` of ``parent_pid`` (none: nothing to watch)."""
     if not child_pids:
         return None
-    # "-c", not "-m pipeline.worker.reaper": the package imports this module first, and runpy would
-    # warn about running a module that is already imported.
+    # Only this module and psutil are imported in the watchdog (pipeline/__init__.py and
+    # pipeline/worker/__init__.py import nothing eagerly).
     code = "import sys; from pipeline.worker.reaper import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.Popen([sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
                             stdin=subprocess.DEVNULL, start_new_session=True)
