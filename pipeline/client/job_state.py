@@ -91,8 +91,8 @@ class JobState:
     @property
     def rows_wanted(self) -> int:
         """Rows the shell should read now: the read-ahead window's room (in rows, and in
-        characters at this job's characters per row so far), once at least half of it is free (so rows are read, split and tokenized in large chunks, not a batch's worth
-        at a time)."""
+        characters at this job's characters per row so far), once at least half of it is free
+        (so rows are read, split and tokenized in large chunks, not a batch's worth at a time)."""
         d = self.dispatcher
         pending = d.pending_rows
         if self.input_done or pending > self.read_ahead_rows // 2:
@@ -142,7 +142,7 @@ class JobState:
         return self._bind()
 
     def batch_done(self, batch_id: str, results: list, elapsed_s: float | None = None) -> list:
-        """A batch's results (``codec.Result``-like records, one per row it carried);
+        """A batch's results (``RowResult``s without ids, one per row it carried);
         ``elapsed_s``: its round trip. A batch of at least a quarter ``batch_size`` rows back within
         ``fast_batch_s`` per ``batch_size`` rows means the engine is fast: batches grow
         (``Dispatcher.grow``)."""

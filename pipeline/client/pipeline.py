@@ -33,7 +33,7 @@ from pipeline.config import Config, load_config
 from pipeline.model import resolve_model
 from pipeline.names import PLUGIN_NAME, VIEW_METADATA_KEY
 from pipeline.prefix_memory import prefix_digest
-from pipeline.results import RESULT_FIELDS, RowResult  # noqa: F401 - re-exported
+from pipeline.results import RowResult
 from pipeline.worker.engine import EngineDead
 from pipeline.worker.plugin import EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
 
@@ -244,8 +244,9 @@ class Pipeline:
         throughput (README, "Start-up and first answer").
 
         ``rows`` may be any iterable: at most ``intake.read_ahead_rows`` rows (and
-        ``intake.read_ahead_chars`` characters of prompt text) wait unbound at a time (a document's questions are grouped within that window), so memory stays
-        bounded however long the input is. ``task``: a task kind other than the configured
+        ``intake.read_ahead_chars`` characters of prompt text) wait unbound at a time (a
+        document's questions are grouped within that window), so memory stays bounded however
+        long the input is. ``task``: a task kind other than the configured
         one (e.g. ``tasks.Chat``); ``truncate_prompts``: cut prompts longer than the model's
         context instead of answering them with an error.
 

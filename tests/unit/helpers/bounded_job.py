@@ -29,7 +29,7 @@ class ReversingAnswerer:
         yield from self._answer(held)
 
     def _answer(self, held):
-        from pipeline.client.pipeline import RowResult
+        from pipeline.results import RowResult
 
         for i, q in reversed(held):
             yield RowResult(index=i, id=None, answer=q[::-1], error=None, prompt_tokens=len(q), completion_tokens=1)
