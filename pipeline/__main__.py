@@ -43,6 +43,23 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
     run.add_argument("--verbose", action="store_true",
                      help="the workers' Dask and vLLM logs on this terminal (default: one log file per shard)")
+    prompt = run.add_argument_group("prompt and sampling (override the config's prompt: and sampling:)")
+    prompt.add_argument("--task", choices=("document_question", "template", "generate"), default=None,
+                        help="document_question: columns document, question; generate: a prompt (optional prefix) "
+                             "or messages column; template: --template's columns")
+    prompt.add_argument("--template", default=None, metavar="TEXT",
+                        help="the user message, naming input columns, e.g. 'Summarize in one line: {text}' (sets --task "
+                             "template); put what rows share first")
+    prompt.add_argument("--prefix-column", default=None, metavar="COLUMN",
+                        help="the template's shareable prefix runs through this column (default: its first)")
+    prompt.add_argument("--system", default=None, metavar="TEXT", help="a system prompt")
+    prompt.add_argument("--json-schema", default=None, metavar="FILE_OR_JSON",
+                        help="answers are JSON matching this schema (a .json file or the schema's text); the "
+                             "output gets an answer_json column")
+    prompt.add_argument("--choice", action="append", default=None, metavar="TEXT",
+                        help="the answer is exactly one of these (repeat: --choice yes --choice no)")
+    prompt.add_argument("--max-tokens", type=int, default=None, help="tokens per answer at most")
+    prompt.add_argument("--temperature", type=float, default=None)
     up = sub.add_parser("up", help="start the local cluster in the background and keep its engines warm for later "
                                    "runs with the same config")
     up.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
@@ -211,6 +228,20 @@ def _resident(args, config) -> int:
     return 0
 
 
+def _prompt_options(args, config):
+    """The config with the command line's prompt and sampling options applied."""
+    prompt = {k: v for k, v in (("system", args.system), ("template", args.template),
+                                ("prefix_column", args.prefix_column)) if v is not None}
+    sampling = {k: v for k, v in (("json_schema", args.json_schema), ("choice", args.choice),
+                                  ("max_tokens", args.max_tokens), ("temperature", args.temperature)) if v is not None}
+    if "json_schema" in sampling or "choice" in sampling:   # one constraint: the command line's
+        sampling = {"json_schema": None, "choice": None, **sampling}
+    task = args.task or ("template" if args.template is not None else None)
+    if not (prompt or sampling or task):
+        return config
+    return config.replace(**({"task": task} if task else {}), prompt=prompt, sampling=sampling)
+
+
 def _run(args, config) -> int:
     from pipeline.cluster import resident
     from pipeline.client.pipeline import EngineStartError, Pipeline, model_for
@@ -221,6 +252,7 @@ def _run(args, config) -> int:
         raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
     if args.engine:
         config = config.replace(engine={"kind": args.engine})
+    config = _prompt_options(args, config)
     notify = (lambda line: None) if args.quiet else _notify
     if not config.scheduler.address and (resident.cluster_dir(config) / resident.STATE_FILE).exists():
         # A resident cluster for another config is an error before anything is written.
@@ -228,7 +260,7 @@ def _run(args, config) -> int:
     # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
     notes: list[str] = []
     job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
-                      truncate=args.truncate, part_rows=args.part_rows, notify=notes.append)
+                      truncate=args.truncate, part_rows=args.part_rows, notify=notes.append, config=config)
     if config.engine.kind == "vllm" or config.model.path is not None:
         resolve_model(config)
     for note in notes:

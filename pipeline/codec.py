@@ -9,12 +9,14 @@ import msgspec
 from zlib_ng import zlib_ng
 
 from pipeline.results import RowResult
+from pipeline.sampling import Sampling
 
 
 class Request(msgspec.Struct, array_like=True, gc=False):
     index: int     # the row's position in the job; ids and extra columns never travel
     prefix: int    # position in Batch.prefixes
     suffix: str
+    sampling: Sampling | None = None   # the row's own settings (over the batch's)
 
 
 class Batch(msgspec.Struct, gc=False):
@@ -24,6 +26,7 @@ class Batch(msgspec.Struct, gc=False):
     # A prompt longer than the engine's context: cut the end of its prefix (True) or
     # answer the row with an error (False).
     truncate_prompts: bool = False
+    sampling: Sampling | None = None   # the job's settings (None: the worker's config)
 
 
 class BatchResult(msgspec.Struct, gc=False):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.names import SHARD_ENV, shard_resource
 
@@ -107,8 +107,90 @@ class EngineConfig(_Section):
 
 
 class SamplingConfig(_Section):
+    """The job's sampling settings; input columns of the same names override them per row
+    (pipeline/sampling.py). They travel with every batch, so one running cluster serves jobs
+    with different settings."""
     max_tokens: int = Field(32, gt=0)
     temperature: float = Field(0.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=-1)             # 0 or -1: off
+    stop: list[str] | None = None
+    seed: int | None = None                  # null: engine.seed
+    # Structured output (at most one): the answer is JSON matching this schema (a mapping, JSON
+    # text, or the path of a .json file), or exactly one of these strings.
+    json_schema: dict[str, Any] | str | None = None
+    choice: list[str] | None = None
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema(cls, value):
+        from pipeline.sampling import SamplingError
+
+        try:
+            return None if value is None else json_schema_value(value)
+        except SamplingError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _constraint(self) -> "SamplingConfig":
+        from pipeline.sampling import SamplingError, checked
+
+        if self.json_schema is not None and self.choice is not None:
+            raise ValueError("sampling: give json_schema or choice, not both")
+        try:
+            checked({"stop": self.stop, "choice": self.choice}, "sampling.")
+        except SamplingError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def as_sampling(self, engine_seed: int):
+        """These settings as they travel with a batch."""
+        from pipeline.sampling import Sampling, schema_text
+
+        return Sampling(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
+                        top_k=self.top_k, stop=self.stop, seed=engine_seed if self.seed is None else self.seed,
+                        json_schema=None if self.json_schema is None else schema_text(self.json_schema),
+                        choice=self.choice)
+
+
+def json_schema_value(value: dict | str) -> dict:
+    """A JSON schema given as a mapping, JSON text, or a .json file's path, as a mapping."""
+    import json
+
+    from pipeline.sampling import SamplingError, schema_text
+
+    if isinstance(value, str) and not value.lstrip().startswith("{"):
+        path = Path(value).expanduser()
+        try:
+            value = path.read_text()
+        except OSError as exc:
+            raise SamplingError(f"sampling.json_schema: cannot read {path} ({exc.strerror or exc}); "
+                                f"give a .json file or the schema itself") from None
+    return json.loads(schema_text(value, "sampling.json_schema"))
+
+
+class PromptConfig(_Section):
+    """The prompt: ``task: template`` renders ``template`` (a user message naming input columns,
+    e.g. "Summarize:\n\n{text}") through the model's chat template (tasks/template.py)."""
+    system: str | None = None                # a system prompt (document_question, template, generate)
+    template: str | None = None              # setting it makes the task "template"
+    # The shareable prefix runs through this column's value (null: the first column named).
+    prefix_column: str | None = None
+    chat_template: bool = True               # false: send the text as written (base models)
+
+    @model_validator(mode="after")
+    def _template(self) -> "PromptConfig":
+        from tasks.template import TemplateError, template_columns
+
+        if self.template is not None:
+            try:
+                columns = template_columns(self.template)
+            except TemplateError as exc:
+                raise ValueError(str(exc)) from None
+            if self.prefix_column is not None and self.prefix_column not in columns:
+                raise ValueError(f"prompt.prefix_column {self.prefix_column!r} is not in the template, "
+                                 f"which names {', '.join(columns)}")
+        return self
 
 
 class RoutingConfig(_Section):
@@ -220,7 +302,27 @@ class Config(_Section):
     intake: IntakeConfig = IntakeConfig()
     recovery: RecoveryConfig = RecoveryConfig()
     security: SecurityConfig = SecurityConfig()
-    task: Literal["document_question"] = "document_question"
+    prompt: PromptConfig = PromptConfig()
+    # document_question: columns document, question. template: prompt.template's columns.
+    # generate: a prompt column (with an optional shared prefix column) or a messages column.
+    task: Literal["document_question", "template", "generate"] = "document_question"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _template_task(cls, data: Any) -> Any:
+        """A prompt template given without a task means the template task."""
+        if isinstance(data, dict) and "task" not in data and isinstance(data.get("prompt"), dict) \
+                and data["prompt"].get("template") is not None:
+            data = {**data, "task": "template"}
+        return data
+
+    @model_validator(mode="after")
+    def _task_prompt(self) -> "Config":
+        if self.task == "template" and self.prompt.template is None:
+            raise ValueError("task template needs prompt.template (e.g. \"Summarize:\\n\\n{text}\")")
+        if self.task != "template" and self.prompt.template is not None:
+            raise ValueError(f"prompt.template is only used by task template (task is {self.task})")
+        return self
 
     @model_validator(mode="after")
     def _unique_shards(self) -> "Config":
@@ -240,6 +342,9 @@ class Config(_Section):
         ``cfg.replace(scheduler={"dashboard_address": None})`` merges into the section.
         """
         data = self.model_dump()
+        if isinstance(sections.get("prompt"), dict) and sections["prompt"].get("template") is not None \
+                and "task" not in sections:
+            sections = {**sections, "task": "template"}   # a template means the template task
         for key, value in sections.items():
             if isinstance(value, dict) and isinstance(data.get(key), dict):
                 data[key] = {**data[key], **value}
@@ -252,7 +357,7 @@ def _format_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid config {source}:"]
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif e["type"] == "missing":

@@ -8,7 +8,10 @@ from typing import Any
 
 import msgspec
 
-RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s")
+RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s",
+                 "finish_reason", "answer_json")
+# Written only by jobs that ask for JSON answers (sampling.json_schema, or a json_schema column).
+JSON_FIELD = "answer_json"
 
 
 class ErrorKind(StrEnum):
@@ -16,6 +19,7 @@ class ErrorKind(StrEnum):
     INPUT = "input"     # the row itself: a bad or missing field, a prompt too long -- fix the row
     ENGINE = "engine"   # the engine raised on this request
     WORKER = "worker"   # the row's worker failed it ``recovery.max_row_attempts`` times
+    OUTPUT = "output"   # the answer is not what was asked for (JSON that does not parse or match)
 
 
 class RowResult(msgspec.Struct, array_like=True, gc=False):
@@ -29,6 +33,15 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
     shard: str | None = None
     latency_s: float = 0.0
     error_kind: ErrorKind | None = None
+    finish_reason: str | None = None  # "stop" (the answer ended) or "length" (it reached max_tokens)
+    answer_json: str | None = None    # a JSON answer, parsed, checked against its schema, as compact JSON
+
+    @property
+    def parsed(self) -> Any:
+        """A JSON answer as Python values (None when none was asked for or it failed)."""
+        import json
+
+        return None if self.answer_json is None else json.loads(self.answer_json)
 
     @classmethod
     def failed(cls, index: int, kind: ErrorKind, message: str, **fields) -> "RowResult":

@@ -3,19 +3,67 @@
 A task kind turns a row into ``PromptParts(prefix, suffix)``: the prefix is the part
 many rows share (the document, after the chat template's system part) and is what
 the router and the KV cache key on; the suffix is the row's own part.
+
+Kinds: ``document_question`` (the default), ``template`` (the config's prompt template),
+``generate`` (a prompt or messages per row), and ``chat`` (OpenAI batch requests).
 """
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 from tasks.base import PromptParts, RowError, TaskKind
 from tasks.chat import Chat
 from tasks.document_question import DocumentQuestion
+from tasks.generate import Generate
+from tasks.template import PromptTemplate, TemplateError, template_columns
 
-KINDS = {DocumentQuestion.name: DocumentQuestion, Chat.name: Chat}
-
-
-def get_task_kind(name: str, tokenizer) -> TaskKind:
-    try:
-        return KINDS[name](tokenizer)
-    except KeyError:
-        raise ValueError(f"unknown task kind {name!r}; known: {', '.join(sorted(KINDS))}") from None
+KINDS = ("document_question", "template", "generate")
 
 
-__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "KINDS", "get_task_kind"]
+def get_task_kind(config, tokenizer) -> TaskKind:
+    """The task kind ``config.task`` names, with the config's prompt settings."""
+    p = config.prompt
+    if config.task == "document_question":
+        return DocumentQuestion(tokenizer, system=p.system)
+    if config.task == "template":
+        return PromptTemplate(tokenizer, p.template, system=p.system, prefix_column=p.prefix_column,
+                              chat_template=p.chat_template)
+    if config.task == "generate":
+        return Generate(tokenizer, system=p.system, chat_template=p.chat_template)
+    raise ValueError(f"unknown task kind {config.task!r}; known: {', '.join(KINDS)}")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The input columns a task reads: all of ``required``, at least one of ``one_of``, and
+    ``optional`` ones when present. ``text``: those read as text."""
+    required: tuple[str, ...] = ()
+    one_of: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    lists: tuple[str, ...] = ()   # read as lists (chat messages)
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return self.required + self.one_of + self.optional
+
+    def missing(self, names) -> str | None:
+        """Why an input with these column names cannot run, or None."""
+        lacking = [c for c in self.required if c not in names]
+        if lacking:
+            return f"lacks required column(s) {', '.join(lacking)}"
+        if self.one_of and not any(c in names for c in self.one_of):
+            return f"has none of the columns {' or '.join(self.one_of)}"
+        return None
+
+
+def task_columns(config) -> Columns:
+    """The columns ``config``'s task reads (no tokenizer needed: checked before engines start)."""
+    if config.task == "template":
+        return Columns(required=tuple(template_columns(config.prompt.template)))
+    if config.task == "generate":
+        return Columns(one_of=("prompt", "messages"), optional=("prefix",), lists=("messages",))
+    return Columns(required=("document", "question"))
+
+
+__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "PromptTemplate",
+           "TemplateError", "KINDS", "get_task_kind", "Columns", "task_columns"]

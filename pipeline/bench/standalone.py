@@ -42,7 +42,7 @@ def _serve(conn, model: str, config: Config) -> None:
 
     t0 = time.perf_counter()
     llm = LLM(**engine_kwargs(model, config))
-    sampling = sampling_params(config)
+    sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
     pauses = GcPauses().install()
     conn.send(("ready", time.perf_counter() - t0))
     prompts: list = []

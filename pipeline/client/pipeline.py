@@ -29,11 +29,12 @@ from pipeline.client.start_progress import StartProgress, one_line
 from pipeline.cluster import resident
 from pipeline.cluster.local import apply_dask_settings, connect
 from pipeline.cluster.security import dask_security
-from pipeline.config import Config, load_config
+from pipeline.config import Config, SamplingConfig, load_config
 from pipeline.model import resolve_model
 from pipeline.names import PLUGIN_NAME, VIEW_METADATA_KEY
 from pipeline.prefix_memory import prefix_digest
 from pipeline.results import RowResult
+from pipeline.sampling import Sampling, SamplingError, checked
 from pipeline.worker.engine import EngineDead
 from pipeline.worker.plugin import EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
 
@@ -99,7 +100,7 @@ class Pipeline:
         self._driver_env = engine_env.snapshot()
         self.model = model_for(self.config, self.engine_kind)
         self.tokenizer = _load_tokenizer(self.model)
-        self.task = get_task_kind(self.config.task, self.tokenizer)
+        self.task = get_task_kind(self.config, self.tokenizer)
         if self._client is None:
             try:
                 self._client, self._cluster = self._connect()
@@ -235,7 +236,7 @@ class Pipeline:
         out = sorted(self.stream(rows), key=lambda r: r.index)
         return out
 
-    def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None,
+    def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None, sampling: SamplingConfig | Mapping | None = None,
                truncate_prompts: bool = False, watched: bool = False) -> Iterator[RowResult]:
         """Results as their batches complete (not in input order); one per row.
 
@@ -247,8 +248,11 @@ class Pipeline:
         ``intake.read_ahead_chars`` characters of prompt text) wait unbound at a time (a
         document's questions are grouped within that window), so memory stays bounded however
         long the input is. ``task``: a task kind other than the configured
-        one (e.g. ``tasks.Chat``); ``truncate_prompts``: cut prompts longer than the model's
-        context instead of answering them with an error.
+        one (e.g. ``tasks.Chat``, ``tasks.PromptTemplate``); ``sampling``: this job's sampling
+        settings instead of the config's (a ``SamplingConfig`` or a mapping of its keys; a row's
+        columns of the same names override them for that row, pipeline/sampling.py);
+        ``truncate_prompts``: cut prompts longer than the model's context instead of answering
+        them with an error.
 
         A worker lost mid-job costs no row: Dask runs its batches again once the nanny has
         restarted it, and a shard whose worker does not come back within
@@ -256,7 +260,12 @@ class Pipeline:
         Each row is yielded exactly once; ``self.last_report`` says what happened."""
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         rec = self.config.recovery
-        state = JobState(job_id, self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched),
+        if isinstance(sampling, Mapping):
+            sampling = self.config.replace(sampling=dict(sampling)).sampling
+        sampling = sampling or self.config.sampling
+        job_sampling = sampling.as_sampling(self.config.engine.seed)
+        state = JobState(job_id, self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched,
+                                                  decode_tokens=sampling.max_tokens),
                          self.config.intake.read_ahead_rows, rec.max_row_attempts,
                          read_ahead_chars=self.config.intake.read_ahead_chars,
                          fast_batch_s=self.config.intake.fast_batch_s)
@@ -267,14 +276,19 @@ class Pipeline:
         running = as_completed()
         futures: dict[str, tuple[Any, float]] = {}   # batch id -> its future, when it was submitted
         source = enumerate(rows)
+        overrides: dict[int, Sampling] = {}   # unanswered row -> its own sampling settings
 
         def carry_out(instructions: list) -> Iterator[RowResult]:
             for ins in instructions:
                 if isinstance(ins, Emit):
+                    if overrides:
+                        for r in ins.rows:
+                            overrides.pop(r.index, None)
                     yield from ins.rows
                 elif isinstance(ins, Submit):
                     with dask.annotate(span=span):
-                        fut = self._submit(ins.batch_id, ins.shard, ins.groups, truncate_prompts)
+                        fut = self._submit(ins.batch_id, ins.shard, ins.groups, truncate_prompts, job_sampling,
+                                           overrides)
                     futures[ins.batch_id] = fut, time.perf_counter()
                     running.add(fut)
                 elif isinstance(ins, Cancel):
@@ -284,7 +298,7 @@ class Pipeline:
             want = min(state.rows_wanted, READ_CHUNK_ROWS)
             if want:
                 chunk = list(itertools.islice(source, want))
-                yield from carry_out(state.rows_read(*self._read_rows(chunk, task, state.holds)))
+                yield from carry_out(state.rows_read(*self._read_rows(chunk, task, state.holds, overrides)))
                 if len(chunk) < want:
                     yield from carry_out(state.input_ended())
 
@@ -381,18 +395,19 @@ class Pipeline:
         return out
 
     def _dispatcher(self, late_binding: bool, router: PrefixRouter | None = None,
-                    watched: bool = False) -> Dispatcher:
+                    watched: bool = False, decode_tokens: int | None = None) -> Dispatcher:
         intake = self.config.intake
         first = intake.first_answer_rows if intake.first_answer_rows is not None else int(watched)
         return Dispatcher(router or self.router, intake.batch_size, intake.queue_per_shard,
-                          decode_tokens=self.config.sampling.max_tokens, late_binding=late_binding,
+                          decode_tokens=decode_tokens or self.config.sampling.max_tokens, late_binding=late_binding,
                           group=self.config.routing.group_by_prefix, token_budget=self.token_budget,
                           first_rows=first if late_binding else 0)
 
     def _read_rows(self, rows: list[tuple[int, Mapping[str, Any]]], task=None,
-                   known=None) -> tuple[list[ReadRow], dict[str, Prefix]]:
+                   known=None, overrides: dict[int, Sampling] | None = None) -> tuple[list[ReadRow], dict[str, Prefix]]:
         """(index, row) pairs split into prompt parts (or why not), and the ``Prefix`` of each
-        prefix that ``known(prefix)`` does not already hold."""
+        prefix that ``known(prefix)`` does not already hold. A row's own sampling settings (its
+        columns named in ``sampling.ROW_COLUMNS``) go to ``overrides``."""
         from tasks import RowError
 
         out = []
@@ -400,8 +415,11 @@ class Pipeline:
         for i, row in rows:
             try:
                 parts = split(row)
+                own = checked(row)
+                if own is not None and overrides is not None:
+                    overrides[i] = own
                 out.append(ReadRow(i, row.get("id", i), parts.prefix, parts.suffix))
-            except RowError as exc:
+            except (RowError, SamplingError) as exc:
                 out.append(ReadRow(i, row.get("id", i), error=str(exc)))
         new = [r.prefix for r in out if r.error is None and not (known and known(r.prefix))]
         return out, self._prefix_infos(new)
@@ -456,9 +474,11 @@ class Pipeline:
         return self.chars_per_token
 
     def _submit(self, batch_id: str, shard: str, groups: dict[str, list[tuple[int, str]]],
-                truncate_prompts: bool = False):
-        batch = _batch(batch_id, groups)
+                truncate_prompts: bool = False, sampling: Sampling | None = None,
+                overrides: dict[int, Sampling] | None = None):
+        batch = _batch(batch_id, groups, overrides)
         batch.truncate_prompts = truncate_prompts
+        batch.sampling = sampling
         payload = codec.encode(batch, self.config.intake.compression_level)
         t = self.transfer
         t.batches += 1
@@ -469,10 +489,16 @@ class Pipeline:
         return self._client.submit(run_batch, payload, key=batch.batch_id, resources={resource: 1}, pure=False)
 
 
-def _batch(batch_id: str, groups: dict[str, list[tuple[int, str]]]) -> codec.Batch:
-    """One batch: each prefix once, its requests pointing at it."""
-    requests = [codec.Request(index=i, prefix=slot, suffix=suffix)
-                for slot, items in enumerate(groups.values()) for i, suffix in items]
+def _batch(batch_id: str, groups: dict[str, list[tuple[int, str]]],
+           overrides: dict[int, Sampling] | None = None) -> codec.Batch:
+    """One batch: each prefix once, its requests pointing at it (with their own sampling
+    settings, if any)."""
+    if overrides:
+        requests = [codec.Request(index=i, prefix=slot, suffix=suffix, sampling=overrides.get(i))
+                    for slot, items in enumerate(groups.values()) for i, suffix in items]
+    else:
+        requests = [codec.Request(index=i, prefix=slot, suffix=suffix)
+                    for slot, items in enumerate(groups.values()) for i, suffix in items]
     return codec.Batch(batch_id=batch_id, prefixes=list(groups), requests=requests)
 
 

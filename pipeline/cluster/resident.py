@@ -120,12 +120,12 @@ def _same_process(pid: int, created: float) -> bool:
 
 
 def fingerprint(config: Config, model: str) -> dict:
-    """What the workers of a cluster use: it must be the same for a client to use them."""
+    """What the workers of a cluster use: it must be the same for a client to use them. (Prompts
+    and sampling settings travel with each job's batches: any job can use any.)"""
     return {
         "model": model,
         "engine": config.engine.model_dump(mode="json"),
         "shards": {s.name: s.model_dump(mode="json", exclude={"name"}) for s in config.shards},
-        "sampling": config.sampling.model_dump(mode="json"),
         "intake": {"max_in_flight": config.intake.max_in_flight,
                    "concurrent_batches": config.intake.concurrent_batches},
         "security": config.security.model_dump(mode="json"),

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from pipeline.results import RESULT_FIELDS
 from pipeline.jobs.row_checks import text_values
+from pipeline.sampling import ROW_COLUMNS
 
-TEXT_COLUMNS = ("document", "question")
 CHAT_URL = "/v1/chat/completions"
 
 
@@ -43,14 +43,19 @@ class Chunk:
     emitted: int = 0                 # results already passed on to the output
 
 
-def open_source(spec: str | os.PathLike, fmt: str = "auto") -> "ParquetSource | OpenAIBatchSource":
+def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None) -> "ParquetSource | OpenAIBatchSource":
+    """``columns``: the task's input columns (``tasks.Columns``; default: document-question's)."""
     text = str(spec)
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
     if fmt == "openai":
         return OpenAIBatchSource(Path(text))
     if fmt == "parquet":
-        return ParquetSource(text)
+        if columns is None:
+            from tasks import Columns
+
+            columns = Columns(required=("document", "question"))
+        return ParquetSource(text, columns)
     raise JobError(f"unknown input format {fmt!r}; use parquet or openai")
 
 
@@ -75,7 +80,7 @@ def _parquet_files(spec: str) -> list[str]:
 class ParquetSource:
     format = "parquet"
 
-    def __init__(self, spec: str):
+    def __init__(self, spec: str, columns):
         self.spec = spec
         self.files = _parquet_files(spec)
         self._row_groups: list[list[int]] = []
@@ -94,12 +99,17 @@ class ParquetSource:
             self._row_groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
         self.schema = schema
         self.num_rows = sum(sum(g) for g in self._row_groups)
-        missing = [c for c in TEXT_COLUMNS if c not in schema.names]
+        missing = columns.missing(schema.names)
         if missing:
-            raise JobError(f"input {spec} lacks required column(s) {', '.join(missing)}; "
-                           f"it has: {', '.join(schema.names) or '(none)'}")
+            raise JobError(f"input {spec} {missing}; it has: {', '.join(schema.names) or '(none)'}")
         self.key = "id" if "id" in schema.names else None
-        self.passthrough = [n for n in schema.names if n not in (*TEXT_COLUMNS, *RESULT_FIELDS)]
+        # what the task reads: text (checked UTF-8), lists (chat messages); then the rows' own
+        # sampling settings, read as they are
+        self.text_columns = [c for c in columns.all if c in schema.names and c not in columns.lists]
+        self.list_columns = [c for c in columns.lists if c in schema.names]
+        self.sampling_columns = [c for c in ROW_COLUMNS if c in schema.names and c not in columns.all]
+        # the prompt's columns are not copied to the output (join on id to see them again)
+        self.passthrough = [n for n in schema.names if n not in (*columns.all, *RESULT_FIELDS)]
         self.dropped = [n for n in schema.names if n in RESULT_FIELDS[1:]]
 
     @property
@@ -133,13 +143,16 @@ class ParquetSource:
         for batch in self._batches(start, batch_rows):
             n = batch.num_rows
             keys = batch.column("id").to_pylist() if self.key else list(range(position, position + n))
-            docs, doc_errors = text_values(batch.column("document"), "document")
-            questions, q_errors = text_values(batch.column("question"), "question")
-            rows, errors = [], []
-            for d, q, de, qe in zip(docs, questions, doc_errors, q_errors):
-                error = de or qe
-                rows.append(None if error else {"document": d, "question": q})
-                errors.append(error)
+            names, values, errors = [], [], [None] * n
+            for name in self.text_columns:
+                texts, bad = text_values(batch.column(name), name)
+                names.append(name)
+                values.append(texts)
+                errors = [e or b for e, b in zip(errors, bad)]
+            for name in self.list_columns + self.sampling_columns:
+                names.append(name)
+                values.append(batch.column(name).to_pylist())
+            rows = [None if error else dict(zip(names, row)) for row, error in zip(zip(*values), errors)]
             carry = batch.select(self.passthrough + (["id"] if self.key else []))
             yield Chunk(start=position, keys=keys, rows=rows, errors=errors, carry=carry)
             position += n
@@ -266,4 +279,42 @@ def _chat_request(request: Any) -> tuple[dict | None, str | None]:
         return None, "input: body is missing or not an object"
     if body.get("n", 1) != 1 or body.get("stream"):
         return None, "input: body asks for n > 1 or stream; one non-streamed completion per request is supported"
-    return {"messages": body.get("messages")}, None
+    unsupported = [k for k in UNSUPPORTED_BODY_FIELDS if body.get(k)]
+    if unsupported:
+        return None, f"input: body.{unsupported[0]} is not supported (one text answer per request)"
+    try:
+        return {"messages": body.get("messages"), **_body_sampling(body)}, None
+    except ValueError as exc:
+        return None, f"input: {exc}"
+
+
+# Body fields that change what a response holds, which this pipeline does not produce.
+UNSUPPORTED_BODY_FIELDS = ("logprobs", "top_logprobs", "tools", "tool_choice", "functions", "function_call", "audio")
+
+
+def _body_sampling(body: dict) -> dict:
+    """The request's sampling fields, under the row columns' names (pipeline/sampling.py), as
+    ``vllm run-batch`` reads them: max_completion_tokens (or max_tokens), temperature, top_p,
+    top_k, stop, seed, and a response_format (json_schema or json_object) or vLLM's
+    structured_outputs (json or choice). Checked with the row's other values."""
+    out = {k: body.get(k) for k in ("temperature", "top_p", "top_k", "stop", "seed")}
+    out["max_tokens"] = body.get("max_completion_tokens", body.get("max_tokens"))
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+                raise ValueError("body.response_format.json_schema.schema is missing or not an object")
+            out["json_schema"] = spec["schema"]
+        elif kind == "json_object":
+            out["json_schema"] = {"type": "object"}
+        elif kind != "text":
+            raise ValueError(f"body.response_format.type must be text, json_object or json_schema (got {kind!r})")
+    structured = body.get("structured_outputs")
+    if isinstance(structured, dict):
+        if structured.get("choice") is not None:
+            out["choice"] = structured["choice"]
+        if structured.get("json") is not None:
+            out["json_schema"] = structured["json"]
+    return {k: v for k, v in out.items() if v is not None}

@@ -28,14 +28,16 @@ import pyarrow.compute as pc
 from pipeline.jobs.input import Chunk, JobError, open_source
 from pipeline.jobs.output import JsonlLines, ParquetParts
 from pipeline.jobs.openai_batch import output_line
-from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
+from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
 
 if TYPE_CHECKING:
     from pipeline.client.pipeline import Pipeline
+    from pipeline.config import Config
 
 _RESULT_TYPES = {
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
-    "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(),
+    "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
+    "answer_json": pa.string(),
 }
 DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
@@ -106,10 +108,16 @@ class JobSummary:
 def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
                 allow_duplicate_ids: bool = False, truncate: bool = False, part_rows: int = 10_000,
                 flush_seconds: float = 30.0, read_rows: int = 1024,
-                notify: Callable[[str], None] | None = None) -> "Job":
-    """Check everything that needs no engine; raise :class:`JobError` with the reason."""
+                notify: Callable[[str], None] | None = None, config: "Config | None" = None) -> "Job":
+    """Check everything that needs no engine; raise :class:`JobError` with the reason.
+    ``config``: the one the pipeline runs with (its task says which columns the input needs;
+    default: the repository's cluster.yaml)."""
+    from pipeline.config import load_config
+    from tasks import task_columns
+
     notify = notify or (lambda message: print(message, file=sys.stderr))
-    source = open_source(input_path, format)
+    config = config or load_config()
+    source = open_source(input_path, format, task_columns(config))
     _check_duplicates(source, allow_duplicate_ids)
     notes = []
     if source.key is None:
@@ -125,8 +133,11 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     if source.format == "openai":
         sink = JsonlLines(final, meta)
     else:
+        # answer_json only when the job asks for JSON answers
+        wants_json = config.sampling.json_schema is not None or "json_schema" in source.sampling_columns
+        fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
-                            *(pa.field(n, _RESULT_TYPES[n]) for n in RESULT_FIELDS[1:])])
+                            *(pa.field(n, _RESULT_TYPES[n]) for n in fields)])
         sink = ParquetParts(final, meta, schema)
     done = sink.open()
     if done:
@@ -135,17 +146,26 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     for note in notes:  # only once every check has passed
         notify(note)
     return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
-               read_rows=read_rows)
+               read_rows=read_rows, config=config)
 
 
-def run_job(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None, **options) -> JobSummary:
-    """The whole job from Python: the same checks and options as ``python -m pipeline run``."""
-    return prepare_job(input_path, output_path, **options).run(pipeline, progress=progress)
+def run_job(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None, task: str | None = None,
+            prompt: dict | None = None, sampling: dict | None = None, **options) -> JobSummary:
+    """The whole job from Python: the same checks and options as ``python -m pipeline run``.
+    ``task``, ``prompt``, ``sampling``: this job's, over the pipeline's config (the engines keep
+    running; e.g. ``prompt={"template": "Summarize: {text}"}, sampling={"max_tokens": 64}``)."""
+    config = pipeline.config
+    overrides = {k: v for k, v in (("task", task), ("prompt", prompt), ("sampling", sampling)) if v is not None}
+    if overrides:
+        config = config.replace(**overrides)
+    return prepare_job(input_path, output_path, config=config, **options).run(pipeline, progress=progress)
 
 
 class Job:
-    def __init__(self, source, sink, *, truncate: bool, part_rows: int, flush_seconds: float, read_rows: int):
+    def __init__(self, source, sink, *, truncate: bool, part_rows: int, flush_seconds: float, read_rows: int,
+                 config: "Config"):
         self.source, self.sink = source, sink
+        self.config = config   # its task, prompt and sampling settings
         self.truncate = truncate
         self.part_rows, self.flush_seconds, self.read_rows = part_rows, flush_seconds, read_rows
 
@@ -156,11 +176,11 @@ class Job:
     def run(self, pipeline: Pipeline, progress: bool | None = None) -> JobSummary:
         from tqdm import tqdm
 
-        from tasks import Chat
+        from tasks import Chat, get_task_kind
 
         if progress is None:
             progress = sys.stderr.isatty()
-        task = Chat(pipeline.tokenizer) if self.source.format == "openai" else None
+        task = Chat(pipeline.tokenizer) if self.source.format == "openai" else get_task_kind(self.config, pipeline.tokenizer)
         summary = JobSummary(resumed=self.sink.resumed)
         t0 = time.perf_counter()
         with tqdm(total=self.source.num_rows, initial=self.done, unit="row", desc="rows", disable=not progress,
@@ -176,7 +196,8 @@ class Job:
 
             order = _InOrder(self._to_records(pipeline), self.sink, self.part_rows, self.flush_seconds, on_row)
             rows = order.feed(self.source.chunks(self.done, self.read_rows))
-            for r in pipeline.stream(rows, task=task, truncate_prompts=self.truncate, watched=progress):
+            for r in pipeline.stream(rows, task=task, sampling=self.config.sampling, truncate_prompts=self.truncate,
+                                     watched=progress):
                 order.place(r)
             order.close()
         summary.seconds = time.perf_counter() - t0
@@ -197,12 +218,13 @@ class Job:
             return lambda c, lo, hi: [output_line(c.start + k, c.keys[k], c.results[k], model, max_tokens, created)
                                       for k in range(lo, hi)]
         schema = self.sink.schema
+        fields = [n for n in RESULT_FIELDS[1:] if n in schema.names]
 
         def to_batch(c: Chunk, lo: int, hi: int) -> list[pa.RecordBatch]:
             carry = c.carry.slice(lo, hi - lo)
             ids = carry.column("id") if self.source.key else pa.array(c.keys[lo:hi], pa.int64())
             columns = [carry.column(n) for n in self.source.passthrough] + [ids]
-            columns += [pa.array([getattr(r, n) for r in c.results[lo:hi]], _RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]]
+            columns += [pa.array([getattr(r, n) for r in c.results[lo:hi]], _RESULT_TYPES[n]) for n in fields]
             return [pa.RecordBatch.from_arrays(columns, schema=schema)]
         return to_batch
 

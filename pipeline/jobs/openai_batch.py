@@ -27,8 +27,8 @@ def output_line(position: int, custom_id, result: RowResult, model: str, max_tok
         "choices": [{
             "index": 0,
             "message": {"role": "assistant", "content": result.answer},
-            # the engine stops at max_tokens or at the end of the answer
-            "finish_reason": "length" if result.completion_tokens >= max_tokens else "stop",
+            # as the engine says: at max_tokens (length) or at the end of the answer (stop)
+            "finish_reason": result.finish_reason or ("length" if result.completion_tokens >= max_tokens else "stop"),
         }],
         "usage": {
             "prompt_tokens": result.prompt_tokens,

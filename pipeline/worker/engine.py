@@ -10,11 +10,18 @@ from array import array
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
 from pipeline.config import Config
+from pipeline.sampling import Sampling
 
 
 class EngineDead(RuntimeError):
     """The engine cannot serve any more requests (e.g. its engine-core process died)."""
+
+
+class BadSampling(ValueError):
+    """The engine refused a request's sampling settings; the message says which."""
 
 
 @dataclass
@@ -23,6 +30,7 @@ class Generation:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    finish_reason: str | None = None   # "stop" or "length"
 
 
 class Engine(Protocol):
@@ -30,7 +38,7 @@ class Engine(Protocol):
     kv_cache_tokens: int  # tokens the engine's KV cache holds
 
     def encode(self, text: str) -> list[int]: ...
-    async def generate(self, prompt_ids: list[int], request_id: str) -> Generation: ...
+    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling) -> Generation: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...
 
@@ -58,14 +66,24 @@ def engine_kwargs(model: str, config: Config) -> dict:
     return kwargs
 
 
-def sampling_params(config: Config):
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+def sampling_params(sampling: Sampling):
+    """vLLM's ``SamplingParams`` for these settings (a JSON schema or a choice list through
+    vLLM's structured outputs)."""
+    import json
 
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    structured = None
+    if sampling.json_schema is not None:
+        structured = StructuredOutputsParams(json=json.loads(sampling.json_schema))
+    elif sampling.choice is not None:
+        structured = StructuredOutputsParams(choice=list(sampling.choice))
+    fields = {k: getattr(sampling, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed")
+              if getattr(sampling, k) is not None}
     # FINAL_ONLY: one output per request instead of one per generated token, which would
     # wake the worker's event loop for every token of every request.
-    return SamplingParams(max_tokens=config.sampling.max_tokens, temperature=config.sampling.temperature,
-                          seed=config.engine.seed, output_kind=RequestOutputKind.FINAL_ONLY)
+    return SamplingParams(**fields, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY)
 
 
 class VllmEngine:
@@ -80,18 +98,35 @@ class VllmEngine:
         from transformers import AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(model)
-        self._sampling = sampling_params(config)
+        self._params: dict[bytes, object] = {}   # encoded Sampling -> its SamplingParams
+        self._key = msgspec.msgpack.Encoder().encode
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False)
 
-    async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
+    def params(self, sampling: Sampling):
+        """``sampling`` as vLLM's ``SamplingParams``, built once per distinct setting (a job's rows
+        share one; bounded, as per-row settings may all differ)."""
+        key = self._key(sampling)
+        params = self._params.get(key)
+        if params is None:
+            if len(self._params) >= 1024:
+                self._params.clear()
+            try:
+                params = sampling_params(sampling)
+            except Exception as exc:  # vLLM checks the values here
+                raise BadSampling(str(exc)) from None
+            self._params[key] = params
+        return params
+
+    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling) -> Generation:
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
 
         final = None
+        params = self.params(sampling)   # (a bad value raises here: the row's error)
         try:
-            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), self._sampling,
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
                                                 request_id=request_id):
                 final = out
         except EngineDeadError as exc:
@@ -101,7 +136,7 @@ class VllmEngine:
         c = final.outputs[0]
         return Generation(text=c.text, prompt_tokens=len(prompt_ids),
                           cached_tokens=int(final.num_cached_tokens or 0),
-                          completion_tokens=len(c.token_ids))
+                          completion_tokens=len(c.token_ids), finish_reason=c.finish_reason)
 
     async def reset_prefix_cache(self) -> None:
         await self._llm.reset_prefix_cache()
@@ -135,10 +170,11 @@ class NullEngine:
         ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
         return ids.tolist()
 
-    async def generate(self, prompt_ids: list[int], request_id: str) -> Generation:
+    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0)
+        return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0,
+                          finish_reason="stop")
 
     async def reset_prefix_cache(self) -> None:
         pass

@@ -23,12 +23,13 @@ from tornado.ioloop import PeriodicCallback
 from pipeline import codec, engine_env
 from pipeline.worker import metrics, reaper
 from pipeline.config import Config
-from pipeline.worker.engine import Engine, EngineDead, build_engine
+from pipeline.worker.engine import BadSampling, Engine, EngineDead, build_engine
 from pipeline.worker.gcstats import GcPauses
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt
 from pipeline.results import ErrorKind, RowResult
+from pipeline.sampling import Sampling, check_answer
 
 
 logger = logging.getLogger(__name__)
@@ -145,8 +146,10 @@ class EnginePlugin(WorkerPlugin):
         if self.prefixes is not None:
             for prefix, ids in zip(batch.prefixes, prefix_ids):
                 self.prefixes.served(prefix, len(ids))
+        job = batch.sampling or self.default_sampling
         try:
-            results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts)
+            results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts,
+                                                       r.sampling.over(job) if r.sampling is not None else job)
                                              for r in batch.requests))
         except EngineDead as exc:
             self._engine_died(exc)
@@ -155,10 +158,15 @@ class EnginePlugin(WorkerPlugin):
         out = codec.BatchResult(batch_id=batch.batch_id, shard=self.shard, results=list(results))
         return codec.encode(out, self.config.intake.compression_level)
 
+    @property
+    def default_sampling(self) -> Sampling:
+        """For a batch that brings no settings: this worker's config's."""
+        return self.config.sampling.as_sampling(self.config.engine.seed)
+
     async def _one(self, batch_id: str, req: codec.Request, prefix_ids: list[list[int]],
-                   truncate: bool = False) -> RowResult:
+                   truncate: bool, sampling: Sampling) -> RowResult:
         ids, error = fit_prompt(prefix_ids[req.prefix], self.engine.encode(req.suffix),
-                                self.config.engine.max_model_len, self.config.sampling.max_tokens, truncate)
+                                self.config.engine.max_model_len, sampling.max_tokens or 16, truncate)
         if error is not None:
             return RowResult.failed(req.index, ErrorKind.INPUT, error, shard=self.shard)
         m = self.metrics
@@ -173,18 +181,26 @@ class EnginePlugin(WorkerPlugin):
         t0 = time.perf_counter()
         gen = None
         try:
-            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{req.index}")
+            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{req.index}", sampling=sampling)
         except (asyncio.CancelledError, EngineDead):
             raise
         except Exception as exc:  # one failed request must not fail its batch
-            return RowResult.failed(req.index, ErrorKind.ENGINE, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
+            # vLLM checks sampling values when the request is made: a bad one is the row's
+            kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
+            return RowResult.failed(req.index, kind, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
                                     shard=self.shard, latency_s=time.perf_counter() - t0)
         finally:
             self._intake.release()
             m.finish(len(ids), gen.cached_tokens if gen else 0, gen.completion_tokens if gen else 0, gen is None)
-        return RowResult(req.index, answer=gen.text.strip(), prompt_tokens=gen.prompt_tokens,
-                         cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
-                         latency_s=time.perf_counter() - t0)
+        answer = gen.text.strip()
+        result = RowResult(req.index, answer=answer, prompt_tokens=gen.prompt_tokens,
+                           cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
+                           latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason)
+        if sampling.json_schema is not None:
+            result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
+            if problem is not None:
+                result.error, result.error_kind = f"{ErrorKind.OUTPUT}: {problem}", ErrorKind.OUTPUT
+        return result
 
     def _engine_died(self, exc: Exception) -> None:
         """The engine can serve nothing more: say so, then restart this worker process (its
@@ -197,6 +213,11 @@ class EnginePlugin(WorkerPlugin):
         logger.error("shard %s: engine died (%s); restarting the worker", self.shard, exc)
         self.worker.log_event(ENGINE_DIED_TOPIC, {"shard": self.shard, "error": str(exc)})
         self.worker.loop.add_callback(self.worker.close, nanny=False, reason=f"pipeline: engine died: {exc}")
+
+
+def _bad_request(exc: Exception) -> bool:
+    """vLLM refused the request's settings (a value out of range, a schema it cannot compile)."""
+    return isinstance(exc, BadSampling) or any(c.__name__ == "VLLMClientError" for c in type(exc).__mro__)
 
 
 def _plugin() -> EnginePlugin:

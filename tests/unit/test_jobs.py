@@ -260,3 +260,28 @@ def test_an_id_column_that_cannot_key_rows_is_refused(tmp_path):
     pq.write_table(pa.table({"id": [[1], [2]], "document": ["d", "d"], "question": ["q", "q"]}), src)
     with pytest.raises(JobError, match=r"the id column has type list<.*>, which cannot key rows"):
         prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+
+
+def test_template_naming_a_missing_column_is_refused_before_anything_runs(null_pipeline, tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": ["a"], "text": ["t"]}), src)
+    with pytest.raises(JobError) as err:
+        run_job(null_pipeline, src, tmp_path / "out.parquet", progress=False,
+                prompt={"template": "{title}: {text}"})
+    assert str(err.value) == f"input {src} lacks required column(s) title; it has: id, text"
+    assert not (tmp_path / "out.parquet.partial").exists()
+
+
+def test_template_job_row_settings_and_json_columns(null_pipeline, tmp_path):
+    table = pa.table({"id": ["a", "b", "c"], "text": ["one", "two", "three"], "temperature": [0.5, -1.0, None],
+                      "max_tokens": [4, None, 2]})
+    summary, out, _ = run(null_pipeline, table, tmp_path, prompt={"template": "Summarize: {text}"})
+    assert [o["error"] for o in out] == [None, "input: temperature must be a number >= 0 (got -1.0)", None]
+    assert [o["id"] for o in out] == ["a", "b", "c"] and out[0]["finish_reason"] == "stop"
+    assert "text" not in out[0] and out[0]["max_tokens"] == 4   # the prompt's column is not copied; the rest is
+    assert "answer_json" not in out[0]
+    # a JSON job: the null engine's empty answer is not JSON, and the row says so
+    _, out, _ = run(null_pipeline, table.drop(["temperature"]), tmp_path, name="json.parquet",
+                    prompt={"template": "Summarize: {text}"}, sampling={"json_schema": {"type": "object"}})
+    assert all(o["answer_json"] is None for o in out)
+    assert out[0]["error"].startswith("output: answer is not valid JSON (Expecting value")

@@ -69,7 +69,7 @@ class FailingOn:
     def encode(self, text):
         return [ord(c) for c in text]
 
-    async def generate(self, prompt_ids, request_id):
+    async def generate(self, prompt_ids, request_id, sampling):
         if self.bad_token in prompt_ids:
             raise ValueError("sampling failed")
         return Generation(text=" answer ", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=1)

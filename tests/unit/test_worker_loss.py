@@ -83,7 +83,7 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_batches_run_again():
 class _DeadEngine(NullEngine):
     """An engine whose engine core has died: every request fails as vLLM's would."""
 
-    async def generate(self, prompt_ids, request_id):
+    async def generate(self, prompt_ids, request_id, sampling):
         raise EngineDead("vLLM engine core died: EngineDeadError")
 
 

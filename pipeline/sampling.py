@@ -1,0 +1,165 @@
+"""Sampling settings as they travel from the client to the workers, and their checks.
+
+A job's settings (``sampling:`` in the config) go with every batch; a row may override any of
+them through optional input columns of the same names (``ROW_COLUMNS``), and an OpenAI batch
+request through its body's fields (pipeline/jobs/openai_batch.py). The worker merges job
+settings and row overrides and builds vLLM's ``SamplingParams`` (pipeline/worker/engine.py).
+
+A bad value is the row's error, with the reason (``input: temperature must be a number >= 0
+(got 'hot')``); a bad job setting is a config error.
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from typing import Any, Mapping
+
+import msgspec
+
+# Input columns that override the job's sampling settings for their row (null: the job's).
+ROW_COLUMNS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "json_schema", "choice")
+
+
+class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
+    """Unset fields (None) fall back to the job's settings, then to the engine's defaults."""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    json_schema: str | None = None   # JSON text of a JSON schema: the answer is JSON matching it
+    choice: list[str] | None = None  # the answer is exactly one of these
+
+    def over(self, base: "Sampling | None") -> "Sampling":
+        """These settings over ``base``'s (a row's over its job's); at most one constraint."""
+        if base is None:
+            return self
+        fields = {f: getattr(base, f) for f in self.__struct_fields__}
+        fields.update({f: getattr(self, f) for f in self.__struct_fields__ if getattr(self, f) is not None})
+        if self.json_schema is not None or self.choice is not None:   # a row's constraint replaces the job's
+            fields["json_schema"], fields["choice"] = self.json_schema, self.choice
+        return Sampling(**fields)
+
+    @property
+    def constrained(self) -> bool:
+        return self.json_schema is not None or self.choice is not None
+
+
+class SamplingError(ValueError):
+    """A sampling value that cannot be used; the message says which and why."""
+
+
+def checked(values: Mapping[str, Any], where: str = "") -> Sampling | None:
+    """The sampling settings among ``values`` (a row, a request body), checked; None when none is
+    set. Raises :class:`SamplingError` naming the first bad one (``where``: prefix for its name)."""
+    out: dict[str, Any] = {}
+    for name in ROW_COLUMNS:
+        value = values.get(name)
+        if value is None:
+            continue
+        out[name] = _CHECKS[name](value, where + name)
+    if not out:
+        return None
+    if "json_schema" in out and "choice" in out:
+        raise SamplingError(f"{where}json_schema and {where}choice are both set; give one constraint")
+    return Sampling(**out)
+
+
+def _bad(name: str, rule: str, value: Any) -> SamplingError:
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return SamplingError(f"{name} must be {rule} (got {shown})")
+
+
+def _int(value: Any, name: str, low: int, rule: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _bad(name, rule, value)
+    return value
+
+
+def _number(value: Any, name: str, ok, rule: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
+        raise _bad(name, rule, value)
+    return float(value)
+
+
+def _stop(value: Any, name: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value or \
+            not all(isinstance(s, str) and s for s in value):
+        raise _bad(name, "a non-empty string or a list of them", value)
+    return list(value)
+
+
+def _choice(value: Any, name: str) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(s, str) and s for s in value):
+        raise _bad(name, "a non-empty list of non-empty strings", value)
+    return list(value)
+
+
+def schema_text(value: Any, name: str = "json_schema") -> str:
+    """A JSON schema given as a mapping or as JSON text, as compact JSON text (checked)."""
+    if isinstance(value, str):
+        return _schema_of_text(value, name)
+    return _schema_of(value, name)
+
+
+@lru_cache(maxsize=256)
+def _schema_of_text(text: str, name: str) -> str:
+    """(A per-row schema column usually repeats a few schemas: each is checked once.)"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SamplingError(f"{name} is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    return _schema_of(value, name)
+
+
+def _schema_of(value: Any, name: str) -> str:
+    if not isinstance(value, dict):
+        raise _bad(name, "a JSON schema (a JSON object)", value)
+    from jsonschema import Draft202012Validator, SchemaError
+
+    try:
+        Draft202012Validator.check_schema(value)
+    except SchemaError as exc:
+        raise SamplingError(f"{name} is not a valid JSON schema: {exc.message}") from None
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+_CHECKS = {
+    "max_tokens": lambda v, n: _int(v, n, 1, "an integer >= 1"),
+    "temperature": lambda v, n: _number(v, n, lambda x: x >= 0, "a number >= 0"),
+    "top_p": lambda v, n: _number(v, n, lambda x: 0 < x <= 1, "a number in (0, 1]"),
+    "top_k": lambda v, n: _int(v, n, -1, "an integer >= -1 (0 or -1: off)"),
+    "stop": _stop,
+    "seed": lambda v, n: _int(v, n, -(2 ** 63), "an integer"),
+    "json_schema": schema_text,
+    "choice": _choice,
+}
+
+
+def check_answer(answer: str, sampling: Sampling, stopped_at_limit: bool) -> tuple[str | None, str | None]:
+    """For a JSON-schema answer: (the answer as compact JSON, None), or (None, why it does not
+    parse or match). Other answers: (None, None)."""
+    if sampling.json_schema is None:
+        return None, None
+    cut = " (the answer stopped at max_tokens; raise max_tokens)" if stopped_at_limit else ""
+    try:
+        value = json.loads(answer)
+    except json.JSONDecodeError as exc:
+        return None, f"answer is not valid JSON ({exc.msg} at position {exc.pos}){cut}"
+    error = next(iter(_validator(sampling.json_schema).iter_errors(value)), None)
+    if error is not None:
+        return None, f"answer does not match the JSON schema: {error.message}{cut}"
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False), None
+
+
+@lru_cache(maxsize=256)
+def _validator(schema: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(json.loads(schema))
