@@ -12,14 +12,23 @@ import sys
 from pathlib import Path
 
 
+class ChatML:
+    """The tokenizer part of a Pipeline the job uses: its chat template (the job builds its task)."""
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
 class ReversingAnswerer:
     """Answers rows out of order (a window at a time, last first), as a cluster would."""
 
     def __init__(self, window: int):
         self.window = window
         self.last_report = None  # as Pipeline: what happened to workers (nothing here)
+        self.tokenizer = ChatML()
 
-    def stream(self, rows, task=None, truncate_prompts=False, watched=False):
+    def stream(self, rows, task=None, sampling=None, truncate_prompts=False, watched=False):
         held = []
         for i, row in enumerate(rows):
             held.append((i, row["question"]))
