@@ -98,7 +98,9 @@ class EngineConfig(_Section):
     # KV-cache block size in tokens (null: vLLM's default for the device). Smaller blocks
     # let more of each document be reused; vLLM's CPU attention needs a multiple of 32.
     block_size: int | None = Field(None, gt=0)
-    dtype: str = "bfloat16"
+    # "auto": on CPU shards bfloat16 where the CPU has bf16 instructions (AVX512-BF16, AMX), else
+    # float32 (bf16 without them runs 5x slower); on GPUs the model's dtype. Or any vLLM dtype.
+    dtype: str = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
     seed: int = 0
@@ -303,6 +305,10 @@ class Config(_Section):
     recovery: RecoveryConfig = RecoveryConfig()
     security: SecurityConfig = SecurityConfig()
     prompt: PromptConfig = PromptConfig()
+    # Options for fsspec when a job's input or output is a URL (s3://, gs://, ...): e.g. for S3
+    # {endpoint_url: http://127.0.0.1:9000, key: ..., secret: ...}; empty: the store's library
+    # reads its own environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...).
+    storage_options: dict[str, Any] = Field(default_factory=dict)
     # document_question: columns document, question. template: prompt.template's columns.
     # generate: a prompt column (with an optional shared prefix column) or a messages column.
     task: Literal["document_question", "template", "generate"] = "document_question"

@@ -43,6 +43,30 @@ class Engine(Protocol):
     def shutdown(self) -> None: ...
 
 
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """The CPU computes in bfloat16 natively (AVX512-BF16 or AMX)."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return True   # (not Linux: leave it to vLLM)
+    return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def engine_dtype(config: Config) -> str:
+    """``engine.dtype``, with ``auto`` resolved for CPU shards: bfloat16 where the CPU has bf16
+    instructions, else float32. Without them oneDNN cannot build bf16 matmuls, vLLM falls back to
+    torch's, and the engine runs 5x slower (seen on an AVX2-only CPU: the sample job at 0.82
+    rows/s in bfloat16, 4.31 in float32). GPU shards: vLLM's own ``auto`` (the model's dtype)."""
+    dtype = config.engine.dtype
+    if dtype != "auto" or any(s.kind == "gpu" for s in config.shards):
+        return dtype
+    return "bfloat16" if cpu_has_bf16() else "float32"
+
+
 def engine_kwargs(model: str, config: Config) -> dict:
     """Keyword arguments for vLLM's engine (``AsyncEngineArgs`` or ``LLM``) from the config."""
     e = config.engine
@@ -51,7 +75,7 @@ def engine_kwargs(model: str, config: Config) -> dict:
         tokenizer=model,
         max_model_len=e.max_model_len,
         max_num_seqs=e.max_num_seqs,
-        dtype=e.dtype,
+        dtype=engine_dtype(config),
         gpu_memory_utilization=e.gpu_memory_utilization,
         enable_prefix_caching=e.enable_prefix_caching,
         seed=e.seed,

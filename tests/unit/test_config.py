@@ -94,3 +94,22 @@ def test_engine_kind_and_recovery_are_checked():
                       "recovery": {"rejoin_timeout_s": -1, "max_row_attempts": 0}})
     text = str(err.value)
     assert "engine.kind" in text and "recovery.rejoin_timeout_s" in text and "recovery.max_row_attempts" in text
+
+
+def test_auto_dtype_follows_the_cpus_bf16_support(tmp_path, monkeypatch):
+    from pipeline.worker import engine
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 fma\n")
+    assert not engine.cpu_has_bf16(str(info))
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
+    assert engine.cpu_has_bf16(str(info))
+    config = load_config()
+    assert config.engine.dtype == "auto"
+    monkeypatch.setattr(engine, "cpu_has_bf16", lambda: False)
+    assert engine.engine_dtype(config) == "float32"
+    monkeypatch.setattr(engine, "cpu_has_bf16", lambda: True)
+    assert engine.engine_dtype(config) == "bfloat16"
+    gpu = config.replace(shards=[{"name": "g0", "kind": "gpu", "device": 0}])
+    assert engine.engine_dtype(gpu) == "auto"   # vLLM's: the model's dtype
+    assert engine.engine_dtype(config.replace(engine={"dtype": "bfloat16"})) == "bfloat16"
