@@ -28,6 +28,8 @@ def main() -> None:
     p.add_argument("--questions-per-doc", type=int, default=4)
     p.add_argument("--doc-chars", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--row-group-rows", type=int, default=100_000,
+                   help="rows per Parquet row group (a Dask DataFrame partition with split_row_groups=True)")
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
     n_docs = -(-a.rows // a.questions_per_doc)
@@ -38,7 +40,7 @@ def main() -> None:
         fillers.append(" ".join(words)[: a.doc_chars])
     filler = pa.array(fillers)
     order = rng.permutation(a.rows)          # row position -> (doc, question) slot
-    chunk = 100_000
+    chunk = a.row_group_rows
     schema = pa.schema({"id": pa.string(), "document": pa.string(), "question": pa.string()})
     with pq.ParquetWriter(a.out, schema, compression="zstd") as w:
         for start in range(0, a.rows, chunk):

@@ -236,6 +236,18 @@ class Pipeline:
         out = sorted(self.stream(rows), key=lambda r: r.index)
         return out
 
+    def map_dataframe(self, df, *, task: str | None = None, prompt: dict | None = None,
+                      sampling: dict | None = None, truncate_prompts: bool = False, prefetch: int = 2):
+        """Answer every row of a Dask (or pandas) DataFrame with the task's columns; returns a
+        Dask DataFrame of the output columns (``answer``, ``error``, token counts, ...) with the
+        input's index, partitions and divisions. Runs the job now; the answers stay in the
+        cluster's memory for the returned DataFrame (pipeline/client/dataframes.py says what runs
+        when). ``task``, ``prompt``, ``sampling``: this job's, over the config's."""
+        from pipeline.client.dataframes import map_dataframe
+
+        return map_dataframe(self, df, task=task, prompt=prompt, sampling=sampling,
+                             truncate_prompts=truncate_prompts, prefetch=prefetch)
+
     def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None, sampling: SamplingConfig | Mapping | None = None,
                truncate_prompts: bool = False, watched: bool = False) -> Iterator[RowResult]:
         """Results as their batches complete (not in input order); one per row.
