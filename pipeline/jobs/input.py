@@ -43,20 +43,55 @@ class Chunk:
     emitted: int = 0                 # results already passed on to the output
 
 
-def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None) -> "ParquetSource | OpenAIBatchSource":
-    """``columns``: the task's input columns (``tasks.Columns``; default: document-question's)."""
+def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
+                storage_options: dict | None = None) -> "ParquetSource | OpenAIBatchSource":
+    """``columns``: the task's input columns (``tasks.Columns``; default: document-question's).
+    ``spec`` may be an fsspec URL (``s3://bucket/in/``), opened with ``storage_options``."""
     text = str(spec)
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
+    fs = None
+    if fmt in ("openai", "parquet"):
+        from pipeline.jobs.storage import filesystem, is_url
+
+        if is_url(text):
+            fs, _ = filesystem(text, storage_options)
     if fmt == "openai":
-        return OpenAIBatchSource(Path(text))
+        return OpenAIBatchSource(text if fs is not None else Path(text), fs)
     if fmt == "parquet":
         if columns is None:
             from tasks import Columns
 
             columns = Columns(required=("document", "question"))
-        return ParquetSource(text, columns)
+        return ParquetSource(text, columns, fs)
     raise JobError(f"unknown input format {fmt!r}; use parquet or openai")
+
+
+def _store_files(spec: str, fs) -> list[str]:
+    """The Parquet files an object-store URL names: a file, a folder (recursively, skipping
+    names that start with "." or "_", as pyarrow's discovery does) or a glob."""
+    from pipeline.jobs.storage import store_error
+
+    root = fs._strip_protocol(spec)
+    try:
+        if glob.has_magic(root):
+            files = sorted(f for f in fs.glob(root) if fs.isfile(f))
+            if not files:
+                raise JobError(f"input not found: no file matches {spec}")
+            return files
+        if fs.isdir(root):
+            files = sorted(f for f in fs.find(root) if not any(
+                part.startswith((".", "_")) for part in f[len(root):].strip("/").split("/")))
+            if not files:
+                raise JobError(f"input folder {spec} holds no Parquet files")
+            return files
+        if not fs.exists(root):
+            raise JobError(f"input not found: {spec}")
+    except JobError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the store's own errors: credentials, bucket, network
+        raise store_error(exc, spec) from None
+    return [root]
 
 
 def _parquet_files(spec: str) -> list[str]:
@@ -80,14 +115,15 @@ def _parquet_files(spec: str) -> list[str]:
 class ParquetSource:
     format = "parquet"
 
-    def __init__(self, spec: str, columns):
+    def __init__(self, spec: str, columns, fs=None):
         self.spec = spec
-        self.files = _parquet_files(spec)
+        self.fs = fs   # an fsspec file system for a URL; None: local files
+        self.files = _store_files(spec, fs) if fs is not None else _parquet_files(spec)
         self._row_groups: list[list[int]] = []
         schema = None
         for f in self.files:
             try:
-                meta = pq.ParquetFile(f).metadata
+                meta = pq.ParquetFile(f, filesystem=fs).metadata
                 file_schema = meta.schema.to_arrow_schema().remove_metadata()
             except (pa.ArrowException, OSError) as exc:
                 raise JobError(f"cannot read {f} as Parquet: {_one_line(exc)}") from None
@@ -114,6 +150,8 @@ class ParquetSource:
 
     @property
     def description(self) -> list[str]:
+        if self.fs is not None:
+            return [self.fs.unstrip_protocol(f) for f in self.files]
         return [os.path.abspath(f) for f in self.files]
 
     @property
@@ -134,7 +172,7 @@ class ParquetSource:
         if self.key is None:
             return None
         try:
-            return ds.dataset(self.files, format="parquet").to_table(columns=["id"]).column("id")
+            return ds.dataset(self.files, format="parquet", filesystem=self.fs).to_table(columns=["id"]).column("id")
         except (pa.ArrowException, OSError) as exc:
             raise JobError(f"cannot read the id column of {self.spec}: {_one_line(exc)}") from None
 
@@ -170,7 +208,7 @@ class ParquetSource:
                 skip_rows -= groups[skip_groups]
                 skip_groups += 1
             try:
-                reader = pq.ParquetFile(f)
+                reader = pq.ParquetFile(f, filesystem=self.fs)
                 for batch in reader.iter_batches(batch_size=batch_rows, columns=columns,
                                                  row_groups=range(skip_groups, len(groups))):
                     if skip_rows:
@@ -203,10 +241,20 @@ class OpenAIBatchSource:
     passthrough: list[str] = []
     dropped: list[str] = []
 
-    def __init__(self, path: Path):
-        self.path = path
-        if not path.exists():
+    def __init__(self, path: Path | str, fs=None):
+        self.path = path      # a local Path, or a URL on ``fs`` (fsspec)
+        self.fs = fs
+        if fs is None and not path.exists():
             raise JobError(f"input not found: {path}")
+        if fs is not None:
+            from pipeline.jobs.storage import store_error
+
+            try:
+                found = fs.isfile(path)
+            except Exception as exc:  # noqa: BLE001 - the store's own errors
+                raise store_error(exc, path) from None
+            if not found:
+                raise JobError(f"input not found: {path}")
         keys: list = []
         parsed = 0
         try:
@@ -223,12 +271,12 @@ class OpenAIBatchSource:
 
     @property
     def description(self) -> list[str]:
-        return [os.path.abspath(self.path)]
+        return [self.path if self.fs is not None else os.path.abspath(self.path)]
 
     def _lines(self, start: int = 0) -> Iterator[tuple[Any, str | None]]:
         """(parsed request or None, error) per non-blank line, from the ``start``-th on."""
         n = 0
-        with open(self.path, "rb") as f:
+        with (self.fs.open(self.path, "rb") if self.fs is not None else open(self.path, "rb")) as f:
             for raw in f:
                 if not raw.strip():
                     continue

@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 
 from pipeline.jobs.input import Chunk, JobError, open_source
 from pipeline.jobs.output import JsonlLines, ParquetParts
+from pipeline.jobs.storage import is_url
+from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
 
@@ -117,7 +119,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
 
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
-    source = open_source(input_path, format, task_columns(config))
+    source = open_source(input_path, format, task_columns(config), config.storage_options)
     _check_duplicates(source, allow_duplicate_ids)
     notes = []
     if source.key is None:
@@ -129,16 +131,17 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
                f"and are not copied to the output")
     meta = {"input": source.description, "format": source.format, "rows": source.num_rows,
             "key": source.key or "position", "started": int(time.time())}
-    final = Path(output_path)
+    remote = is_url(output_path)
+    final = str(output_path) if remote else Path(output_path)
     if source.format == "openai":
-        sink = JsonlLines(final, meta)
+        sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
         # answer_json only when the job asks for JSON answers
         wants_json = config.sampling.json_schema is not None or "json_schema" in source.sampling_columns
         fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
                             *(pa.field(n, _RESULT_TYPES[n]) for n in fields)])
-        sink = ParquetParts(final, meta, schema)
+        sink = StoreParts(final, meta, schema, config.storage_options) if remote else ParquetParts(final, meta, schema)
     done = sink.open()
     if done:
         _check_resumed_keys(sink, source, done)

@@ -1,0 +1,170 @@
+"""Jobs on an object store: a real S3-compatible server (moto's server mode) on 127.0.0.1,
+reached through s3fs. s3:// to s3://, resume after a kill, and clear errors for a missing bucket
+and bad credentials."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline import JobError, Pipeline, load_config, run_job
+from pipeline.bench.workloads import document_questions
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "jobs"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """The server's storage options; the bucket ``jobs`` exists."""
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    options = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "testing", "secret": "testing"}
+    import s3fs
+
+    s3fs.S3FileSystem(**options).mkdir(BUCKET)
+    yield options
+    server.stop()
+
+
+def _fs(options):
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True, **options)
+
+
+@pytest.fixture(scope="module")
+def store_pipeline(s3):
+    config = load_config().replace(scheduler={"dashboard_address": None}, storage_options=s3,
+                                   intake={"batch_size": 8, "queue_per_shard": 16})
+    with Pipeline(config, engine="null") as p:
+        yield p
+
+
+def _rows(n_docs, seed):
+    return [{**r, "document": r["document"][:300], "question": f"{r['question']} ({i})"}
+            for i, r in enumerate(document_questions(n_docs, 4, seed=seed, order="shuffled"))]
+
+
+def test_job_from_s3_to_s3(store_pipeline, s3):
+    rows = _rows(30, seed=1)
+    fs = _fs(s3)
+    with fs.open(f"{BUCKET}/in/part-0.parquet", "wb") as f:
+        pq.write_table(pa.Table.from_pylist(rows[:50]), f)
+    with fs.open(f"{BUCKET}/in/part-1.parquet", "wb") as f:
+        pq.write_table(pa.Table.from_pylist(rows[50:]), f)
+    summary = run_job(store_pipeline, f"s3://{BUCKET}/in/", f"s3://{BUCKET}/out/answers.parquet", progress=False,
+                      part_rows=25, notify=lambda m: None)
+    assert summary.rows == len(rows) and summary.errors == 0
+    out = pq.read_table(f"{BUCKET}/out/answers.parquet", filesystem=fs).to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows] and all(o["error"] is None for o in out)
+    assert not fs.exists(f"{BUCKET}/out/answers.parquet.partial")
+
+
+def test_missing_bucket_and_bad_credentials_are_clear_errors(store_pipeline, s3, tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(_rows(2, seed=2)), src)
+    with pytest.raises(JobError) as err:
+        run_job(store_pipeline, src, "s3://no-such-bucket/out.parquet", progress=False, notify=lambda m: None)
+    assert "s3://no-such-bucket/out.parquet: the bucket does not exist" in str(err.value)
+    with pytest.raises(JobError) as err:
+        run_job(store_pipeline, "s3://no-such-bucket/in.parquet", tmp_path / "out.parquet", progress=False,
+                notify=lambda m: None)
+    assert "no-such-bucket" in str(err.value) and ("does not exist" in str(err.value) or "not found" in str(err.value))
+
+    def auth(count: str) -> None:   # the server checks credentials after this many more requests ("inf": never)
+        import urllib.request
+
+        urllib.request.urlopen(urllib.request.Request(f"{s3['endpoint_url']}/moto-api/reset-auth", data=count.encode(),
+                                                      headers={"Content-Type": "text/plain"}, method="POST")).read()
+
+    bad = load_config().replace(storage_options={**s3, "key": "not-a-key", "secret": "nope"})
+    from pipeline.jobs.job import prepare_job
+
+    auth("0")
+    try:
+        with pytest.raises(JobError) as err:
+            prepare_job(src, f"s3://{BUCKET}/denied.parquet", config=bad, notify=lambda m: None)
+    finally:
+        auth("inf")
+    assert f"access to s3://{BUCKET}/denied.parquet was refused" in str(err.value)
+    assert "check the credentials" in str(err.value)
+
+
+def test_killed_job_on_s3_resumes_to_the_whole_output(s3, tmp_path):
+    base = load_config().replace(scheduler={"dashboard_address": None}, storage_options=s3)
+    config, slow = tmp_path / "cluster.yaml", tmp_path / "slow.yaml"
+    config.write_text(yaml.safe_dump(base.model_dump()))
+    slow.write_text(yaml.safe_dump(base.replace(engine={"null_latency_s": 1.0}).model_dump()))
+    rows = _rows(250, seed=3)
+    fs = _fs(s3)
+    with fs.open(f"{BUCKET}/resume/in.parquet", "wb") as f:
+        pq.write_table(pa.Table.from_pylist(rows), f)
+    src, out = f"s3://{BUCKET}/resume/in.parquet", f"s3://{BUCKET}/resume/out.parquet"
+
+    def cli(cfg):
+        return subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, out, "--engine", "null",
+                                 "--part-rows", "50", "--quiet", "--config", str(cfg)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    proc = cli(slow)
+    manifest = f"{BUCKET}/resume/out.parquet.partial/_job.json"
+    deadline = time.monotonic() + 240
+    import json
+
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no part committed in time"
+        fs.invalidate_cache()
+        if fs.exists(manifest) and len(json.loads(fs.cat_file(manifest))["parts"]) >= 3:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    fs.invalidate_cache()
+    assert not fs.exists(f"{BUCKET}/resume/out.parquet")
+    committed = sum(p["rows"] for p in json.loads(fs.cat_file(manifest))["parts"])
+    assert 150 <= committed < len(rows)
+
+    resumed = cli(config)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert f"resuming: {committed} of {len(rows)} rows are already in s3://{BUCKET}/resume/out.parquet.partial" in err
+    fs.invalidate_cache()
+    got = pq.read_table(f"{BUCKET}/resume/out.parquet", filesystem=fs)
+    assert got.column("id").to_pylist() == [r["id"] for r in rows]
+    assert got.column("error").null_count == len(rows)
+    assert not fs.exists(f"{BUCKET}/resume/out.parquet.partial")
+
+
+def test_dask_dataframe_from_s3_back_to_s3(store_pipeline, s3):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    rows = _rows(10, seed=6)
+    fs = _fs(s3)
+    for i, (lo, hi) in enumerate(((0, 7), (7, 30), (30, 40))):   # three files of uneven size
+        with fs.open(f"{BUCKET}/frame/in/part-{i}.parquet", "wb") as f:
+            pq.write_table(pa.Table.from_pylist(rows[lo:hi]), f)
+    ddf = dd.read_parquet(f"s3://{BUCKET}/frame/in/", storage_options=s3).set_index("id", sort=False)
+    answers = store_pipeline.map_dataframe(ddf)
+    answers.to_parquet(f"s3://{BUCKET}/frame/out/", storage_options=s3)
+    back = dd.read_parquet(f"s3://{BUCKET}/frame/out/", storage_options=s3).compute()
+    assert list(back.index) == [r["id"] for r in rows] and back["error"].isna().all()
+    assert isinstance(back, pd.DataFrame) and answers.npartitions == 3
