@@ -149,7 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         if args.command == "check-config":
+            from pipeline.cluster.layout import check_layout, describe, model_folder
+
             print(config.model_dump_json(indent=2))
+            print(f"shards:\n{describe(config)}")
+            problems = check_layout(config, model_folder(config), local=not config.scheduler.address)
+            if problems:
+                raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
             return 0
         if args.command == "prepare-model":
             from pipeline.model import resolve_model
@@ -182,7 +188,14 @@ def _resident(args, config) -> int:
     if command == "up":
         _quiet_driver_logs(False)
         t0 = time.perf_counter()
-        state, started = resident.up(config, model_for(config, config.engine.kind), _notify, _live_line())
+        from pipeline.cluster.layout import check_layout
+        from pipeline.config import ConfigError
+
+        model = model_for(config, config.engine.kind)
+        problems = check_layout(config, model if config.engine.kind == "vllm" else None)
+        if problems:
+            raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
+        state, started = resident.up(config, model, _notify, _live_line())
         if not started:
             print(f"the local cluster is already up at {state.address} (since {time.ctime(state.started)})")
             return 0

@@ -51,18 +51,50 @@ ENGINE_ENV_DEFAULTS = {
 class ShardConfig(_Section):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     kind: Literal["cpu", "gpu"] = "cpu"
-    # CPU: the core the engine's threads are pinned to. GPU: the CUDA device index.
-    device: int = Field(ge=0)
+    # CPU: the cores the engine's threads are pinned to. GPU: CUDA device indices; a shard of
+    # several GPUs runs its engine tensor-parallel over them. (`device: N` is one device.)
+    devices: list[int] = Field(min_length=1)
+    # Ranks the engine is split into (vLLM's tensor_parallel_size). Default: a GPU shard's number
+    # of GPUs; a CPU shard 1 (its cores are one engine's threads). On CPU each rank is a process
+    # pinned to its share of the cores.
+    tensor_parallel_size: int | None = Field(None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_device(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "device" in data:
+            if "devices" in data:
+                raise ValueError("give device or devices, not both")
+            data = {**data, "devices": [data["device"]]}
+            del data["device"]
+        return data
+
+    @field_validator("devices")
+    @classmethod
+    def _distinct(cls, devices: list[int]) -> list[int]:
+        if any(d < 0 for d in devices):
+            raise ValueError("device numbers are 0 or more")
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"a device is listed twice: {devices}")
+        return devices
+
+    @property
+    def tensor_parallel(self) -> int:
+        if self.tensor_parallel_size is not None:
+            return self.tensor_parallel_size
+        return len(self.devices) if self.kind == "gpu" else 1
 
     def worker_env(self) -> dict[str, str]:
         """The shard's variables: its worker's and its engine's (the benchmark's plain vLLM
-        reference gets them too)."""
+        reference gets them too). A CPU shard's cores are split between its ranks ("0-1|2-3")."""
         env = {SHARD_ENV: self.name}
         if self.kind == "cpu":
-            env["VLLM_CPU_OMP_THREADS_BIND"] = str(self.device)
+            tp = self.tensor_parallel
+            per = max(1, len(self.devices) // tp)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(_cores(self.devices[r * per:(r + 1) * per]) for r in range(tp))
         else:
-            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.devices))
         env.update(ENGINE_ENV_DEFAULTS)
         env.update(self.env)
         return env
@@ -71,6 +103,20 @@ class ShardConfig(_Section):
     def resource(self) -> str:
         return shard_resource(self.name)
 
+
+def _cores(cores: list[int]) -> str:
+    """vLLM's CPU binding syntax: "0-3" for a contiguous range, else "0,2,5"."""
+    if cores == list(range(cores[0], cores[0] + len(cores))) and len(cores) > 1:
+        return f"{cores[0]}-{cores[-1]}"
+    return ",".join(map(str, cores))
+
+
+class AutoShardsConfig(_Section):
+    """How ``shards: auto`` lays out this machine (pipeline/cluster/layout.py)."""
+    gpus_per_shard: int = Field(1, gt=0)           # each shard tensor-parallel over this many GPUs
+    cpu_cores_per_shard: int | None = Field(None, gt=0)   # null: 1 on machines of up to 4 cores, else 4
+    reserve_cores: int | None = Field(None, ge=0)  # null: 1 (for the client and scheduler) above 4 cores, else 0
+    env: dict[str, str] = Field(default_factory=dict)    # every auto shard's env
 
 
 class ModelConfig(_Section):
@@ -296,7 +342,10 @@ class SecurityConfig(_Section):
 
 class Config(_Section):
     scheduler: SchedulerConfig = SchedulerConfig()
+    # "auto" (the default): one shard per GPU, or CPU shards of auto_shards.cpu_cores_per_shard
+    # cores, resolved on this machine; or a list.
     shards: list[ShardConfig] = Field(min_length=1)
+    auto_shards: AutoShardsConfig = AutoShardsConfig()
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -312,6 +361,21 @@ class Config(_Section):
     # document_question: columns document, question. template: prompt.template's columns.
     # generate: a prompt column (with an optional shared prefix column) or a messages column.
     task: Literal["document_question", "template", "generate"] = "document_question"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_shards(cls, data: Any) -> Any:
+        """``shards: auto`` (or no shards key) becomes this machine's layout."""
+        if not isinstance(data, dict) or data.get("shards", "auto") != "auto":
+            return data
+        scheduler = data.get("scheduler") or {}
+        if isinstance(scheduler, dict) and scheduler.get("address"):
+            raise ValueError("shards: auto lays out this machine; with scheduler.address set, list the shards "
+                             "(README, \"Several machines\")")
+        from pipeline.cluster.layout import auto_shards
+
+        auto = data.get("auto_shards") or {}
+        return {**data, "shards": auto_shards(auto if isinstance(auto, dict) else {})}
 
     @model_validator(mode="before")
     @classmethod

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from pipeline.config import Config
+from pipeline.names import SHARD_ENV
 
 
 @dataclass
@@ -41,7 +42,8 @@ def _serve(conn, model: str, config: Config) -> None:
     from pipeline.worker.gcstats import GcPauses
 
     t0 = time.perf_counter()
-    llm = LLM(**engine_kwargs(model, config))
+    shard = next((s for s in config.shards if s.name == os.environ.get(SHARD_ENV)), None)
+    llm = LLM(**engine_kwargs(model, config, shard))
     sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
     pauses = GcPauses().install()
     conn.send(("ready", time.perf_counter() - t0))

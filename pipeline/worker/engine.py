@@ -12,7 +12,7 @@ from typing import Protocol
 
 import msgspec
 
-from pipeline.config import Config
+from pipeline.config import Config, ShardConfig
 from pipeline.sampling import Sampling
 
 
@@ -67,8 +67,9 @@ def engine_dtype(config: Config) -> str:
     return "bfloat16" if cpu_has_bf16() else "float32"
 
 
-def engine_kwargs(model: str, config: Config) -> dict:
-    """Keyword arguments for vLLM's engine (``AsyncEngineArgs`` or ``LLM``) from the config."""
+def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) -> dict:
+    """Keyword arguments for vLLM's engine (``AsyncEngineArgs`` or ``LLM``) from the config, for
+    ``shard`` (its tensor-parallel size)."""
     e = config.engine
     kwargs = dict(
         model=model,
@@ -82,6 +83,8 @@ def engine_kwargs(model: str, config: Config) -> dict:
         disable_log_stats=True,
         enforce_eager=e.enforce_eager,
     )
+    if shard is not None and shard.tensor_parallel > 1:
+        kwargs["tensor_parallel_size"] = shard.tensor_parallel
     if e.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
     if e.block_size is not None:
@@ -111,11 +114,11 @@ def sampling_params(sampling: Sampling):
 
 
 class VllmEngine:
-    def __init__(self, model: str, config: Config):
+    def __init__(self, model: str, config: Config, shard: ShardConfig | None = None):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config)))
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config, shard)))
         cache = self._llm.vllm_config.cache_config
         self.block_size = int(cache.block_size)
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
@@ -207,9 +210,9 @@ class NullEngine:
         pass
 
 
-def build_engine(kind: str, model: str, config: Config) -> Engine:
+def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | None = None) -> Engine:
     if kind == "vllm":
-        return VllmEngine(model, config)
+        return VllmEngine(model, config, shard)
     if kind == "null":
         return NullEngine(config.engine.null_latency_s)
     raise ValueError(f"unknown engine kind {kind!r}")

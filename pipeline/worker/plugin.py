@@ -103,7 +103,7 @@ class EnginePlugin(WorkerPlugin):
         with engine_env.engine_environment(keep) as held:
             if held:
                 logger.info("shard %s: engine started without Dask's worker variables %s", self.shard, sorted(held))
-            return build_engine(self.engine_kind, self.model, self.config)
+            return build_engine(self.engine_kind, self.model, self.config, shard)
 
     def _publish(self) -> None:
         """Send the shard's figures to the scheduler while it works, and once more when it

@@ -9,13 +9,16 @@ from pipeline.config import ConfigError, load_config, parse_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_default_cluster_yaml_is_two_cpu_shards_on_loopback():
+def test_default_cluster_yaml_is_this_machines_cpu_shards_on_loopback():
+    from pipeline.cluster.layout import usable_cores, visible_gpus
+
     cfg = load_config()
-    assert [(s.name, s.kind, s.device) for s in cfg.shards] == [("cpu0", "cpu", 0), ("cpu1", "cpu", 1)]
+    if len(usable_cores()) == 2 and not visible_gpus():   # this project's box
+        assert [(s.name, s.kind, s.devices) for s in cfg.shards] == [("cpu0", "cpu", [0]), ("cpu1", "cpu", [1])]
     assert cfg.scheduler.host == "127.0.0.1"
     assert cfg.scheduler.dashboard_address.startswith("127.0.0.1:")
-    env = cfg.shards[1].worker_env()
-    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["PIPELINE_SHARD"] == "cpu1"
+    env = cfg.shards[-1].worker_env()
+    assert env["PIPELINE_SHARD"] == cfg.shards[-1].name and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
 def test_gpu_shard_pins_cuda_device():
@@ -51,9 +54,8 @@ def test_bad_value_is_named_with_what_was_given(tmp_path):
     assert "sampling.max_tokens" in str(e.value) and "-5" in str(e.value)
 
 
-def test_missing_shards_and_duplicate_names(tmp_path):
-    with pytest.raises(ConfigError, match="shards: required key is missing"):
-        load_config(_write(tmp_path, "engine: {}\n"))
+def test_shards_default_to_auto_and_names_must_be_unique(tmp_path):
+    assert load_config(_write(tmp_path, "engine: {}\n")).shards   # no shards key: auto
     with pytest.raises(ConfigError, match="repeated: a"):
         load_config(_write(tmp_path, "shards: [{name: a, device: 0}, {name: a, device: 1}]\n"))
 

@@ -1,0 +1,86 @@
+"""Shard layouts: ``shards: auto`` on machines of several shapes, multi-device shards and their
+environment, and the layouts refused with one line each."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import load_config
+from pipeline.cluster.layout import auto_shards, check_layout
+from pipeline.config import ConfigError, parse_config
+from pipeline.worker.engine import engine_kwargs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_auto_layouts_for_gpu_and_cpu_machines():
+    assert [s["devices"] for s in auto_shards({}, gpus=[0, 1, 2, 3])] == [[0], [1], [2], [3]]
+    two = auto_shards({"gpus_per_shard": 2}, gpus=[0, 1, 2, 3])
+    assert [(s["name"], s["kind"], s["devices"]) for s in two] == [("gpu0", "gpu", [0, 1]), ("gpu1", "gpu", [2, 3])]
+    # small machines: a shard per core, none reserved (this project's 2-core box: cpu0, cpu1)
+    assert [s["devices"] for s in auto_shards({}, gpus=[], cores=[0, 1])] == [[0], [1]]
+    # larger: core 0 left to the client and scheduler, 4 cores per shard
+    assert [s["devices"] for s in auto_shards({}, gpus=[], cores=list(range(16)))] == \
+        [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    assert [s["devices"] for s in auto_shards({"cpu_cores_per_shard": 2, "reserve_cores": 0}, gpus=[],
+                                              cores=[0, 1, 2, 3, 4, 5])] == [[0, 1], [2, 3], [4, 5]]
+    assert auto_shards({"env": {"A": "1"}}, gpus=[], cores=[0])[0]["env"] == {"A": "1"}
+
+
+def test_default_config_is_auto_and_lists_still_work():
+    config = load_config()
+    assert [s.name for s in config.shards] == [f"cpu{i}" for i in range(len(config.shards))]
+    listed = parse_config({"shards": [{"name": "a", "device": 1}, {"name": "b", "devices": [2, 3]}]})
+    assert [s.devices for s in listed.shards] == [[1], [2, 3]]
+    with pytest.raises(ConfigError, match="with scheduler.address set, list the shards"):
+        parse_config({"scheduler": {"address": "tcp://10.0.0.1:8786"}})
+
+
+def test_multi_device_shard_environment_and_engine_arguments():
+    config = parse_config({"shards": [{"name": "big", "kind": "gpu", "devices": [0, 1, 2, 3]},
+                                      {"name": "cpu", "devices": [0, 1, 2, 3], "tensor_parallel_size": 2},
+                                      {"name": "odd", "devices": [4, 6]}]})
+    big, cpu, odd = config.shards
+    assert big.worker_env()["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and big.tensor_parallel == 4
+    assert engine_kwargs("m", config, big)["tensor_parallel_size"] == 4
+    assert cpu.worker_env()["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"   # one core range per rank
+    assert odd.worker_env()["VLLM_CPU_OMP_THREADS_BIND"] == "4,6" and "tensor_parallel_size" not in \
+        engine_kwargs("m", config, odd)
+
+
+def test_impossible_layouts_are_refused_one_line_each(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_attention_heads": 9, "num_key_value_heads": 3}))
+    config = parse_config({"shards": [{"name": "a", "devices": [0, 1], "tensor_parallel_size": 2},
+                                      {"name": "b", "devices": [1, 7]},
+                                      {"name": "c", "devices": [2, 3, 4], "tensor_parallel_size": 2}]})
+    assert check_layout(config, str(model), gpus=[], cores=[0, 1, 2, 3, 4]) == [
+        "shards: core 1 is in two shards, a and b",
+        "shards.b: core 7 does not exist on this machine (cores: 0, 1, 2, 3, 4)",
+        "shards.a: tensor_parallel_size 2 cannot split the model's 9 attention heads and 3 KV heads; "
+        "sizes that can: 1, 3",
+        "shards.c: tensor_parallel_size 2 does not divide its 3 device(s)",
+        "shards.c: tensor_parallel_size 2 cannot split the model's 9 attention heads and 3 KV heads; "
+        "sizes that can: 1, 3",
+    ]
+    gpus = parse_config({"shards": [{"name": "g", "kind": "gpu", "devices": [0, 1, 2, 3]}]})
+    assert check_layout(gpus, None, gpus=[0, 1]) == [
+        "shards.g: GPU 2, 3 does not exist on this machine (GPUs: 0, 1)"]
+    assert check_layout(gpus, None, local=False) == []   # other machines' devices are theirs to check
+    with pytest.raises(ConfigError, match="a device is listed twice"):
+        parse_config({"shards": [{"name": "x", "devices": [0, 0]}]})
+
+
+def test_check_config_prints_the_layout_or_the_refusal(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "pipeline", "check-config"], capture_output=True, text=True,
+                        cwd=ROOT, timeout=120)
+    assert ok.returncode == 0 and "shards:\n  cpu0: cpu, cores 0" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("shards:\n  - {name: a, devices: [0, 1], tensor_parallel_size: 2}\n  - {name: b, devices: [1]}\n")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(bad)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and "the shard layout cannot run:" in proc.stderr
+    assert "shards: core 1 is in two shards, a and b" in proc.stderr and "Traceback" not in proc.stderr
