@@ -89,11 +89,11 @@ class ShardConfig(_Section):
         """The shard's variables: its worker's and its engine's (the benchmark's plain vLLM
         reference gets them too). A CPU shard's cores are split between its ranks ("0-1|2-3")."""
         env = {SHARD_ENV: self.name}
-        if self.kind == "cpu":
+        if self.kind == "cpu" and "VLLM_CPU_OMP_THREADS_BIND" not in self.env:   # (else pinned by hand)
             tp = self.tensor_parallel
             per = max(1, len(self.devices) // tp)
             env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(_cores(self.devices[r * per:(r + 1) * per]) for r in range(tp))
-        else:
+        elif self.kind == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.devices))
         env.update(ENGINE_ENV_DEFAULTS)
         env.update(self.env)

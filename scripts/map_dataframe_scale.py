@@ -33,9 +33,10 @@ def main() -> None:
         answers = pipeline.map_dataframe(ddf)
         seconds = time.perf_counter() - t0
         rows = pipeline.last_report.rows
-        errors = int(answers["error"].notna().sum().compute())
         print(f"map_dataframe: {rows} rows in {seconds:.1f} s: {rows / seconds:,.0f} rows/s; "
-              f"{ddf.npartitions} partitions; rows with an error: {errors}")
+              f"{ddf.npartitions} partitions", flush=True)
+        print(f"rows with an error: {int(answers['error'].count().compute())} of "
+              f"{int(answers['shard'].count().compute())} answered")
 
 
 if __name__ == "__main__":

@@ -115,7 +115,12 @@ def check_layout(config, model_path: str | None = None, *, local: bool = True,
     heads = model_heads(model_path)
     for s in config.shards:
         tp = s.tensor_parallel
-        if len(s.devices) % tp:
+        pinned = s.env.get("VLLM_CPU_OMP_THREADS_BIND") if s.kind == "cpu" else None
+        if pinned is not None:   # the ranks' cores given by hand ("0|1|0"): one part per rank
+            if pinned.count("|") + 1 != tp:
+                problems.append(f"shards.{s.name}: env VLLM_CPU_OMP_THREADS_BIND {pinned!r} pins "
+                                f"{pinned.count('|') + 1} rank(s), tensor_parallel_size is {tp}")
+        elif len(s.devices) % tp:
             problems.append(f"shards.{s.name}: tensor_parallel_size {tp} does not divide its {len(s.devices)} "
                             f"device(s)")
         if heads is not None and tp > 1 and (heads[0] % tp or heads[1] % tp):

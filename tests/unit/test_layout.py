@@ -84,3 +84,12 @@ def test_check_config_prints_the_layout_or_the_refusal(tmp_path):
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and "the shard layout cannot run:" in proc.stderr
     assert "shards: core 1 is in two shards, a and b" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ranks_pinned_by_hand_must_match_the_tensor_parallel_size():
+    config = parse_config({"shards": [
+        {"name": "ok", "devices": [0, 1], "tensor_parallel_size": 3, "env": {"VLLM_CPU_OMP_THREADS_BIND": "0|1|0"}},
+        {"name": "bad", "devices": [2], "tensor_parallel_size": 3, "env": {"VLLM_CPU_OMP_THREADS_BIND": "2|2"}}]})
+    assert config.shards[0].worker_env()["VLLM_CPU_OMP_THREADS_BIND"] == "0|1|0"
+    assert check_layout(config, None, gpus=[], cores=[0, 1, 2]) == [
+        "shards.bad: env VLLM_CPU_OMP_THREADS_BIND '2|2' pins 2 rank(s), tensor_parallel_size is 3"]
