@@ -149,13 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         if args.command == "check-config":
-            from pipeline.cluster.layout import check_layout, describe, model_folder
+            from pipeline.cluster.layout import describe, model_folder, require_layout
 
             print(config.model_dump_json(indent=2))
             print(f"shards:\n{describe(config)}")
-            problems = check_layout(config, model_folder(config), local=not config.scheduler.address)
-            if problems:
-                raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
+            require_layout(config, model_folder(config), local=not config.scheduler.address)
             return 0
         if args.command == "prepare-model":
             from pipeline.model import resolve_model
@@ -188,13 +186,10 @@ def _resident(args, config) -> int:
     if command == "up":
         _quiet_driver_logs(False)
         t0 = time.perf_counter()
-        from pipeline.cluster.layout import check_layout
-        from pipeline.config import ConfigError
+        from pipeline.cluster.layout import require_layout
 
         model = model_for(config, config.engine.kind)
-        problems = check_layout(config, model if config.engine.kind == "vllm" else None)
-        if problems:
-            raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
+        require_layout(config, model if config.engine.kind == "vllm" else None)
         state, started = resident.up(config, model, _notify, _live_line())
         if not started:
             print(f"the local cluster is already up at {state.address} (since {time.ctime(state.started)})")

@@ -406,6 +406,11 @@ class Config(_Section):
     def shard_names(self) -> list[str]:
         return [s.name for s in self.shards]
 
+    def for_job(self, task: str | None = None, prompt: dict | None = None, sampling: dict | None = None) -> "Config":
+        """This config with one job's task, prompt and sampling over it (None: unchanged)."""
+        overrides = {k: v for k, v in (("task", task), ("prompt", prompt), ("sampling", sampling)) if v is not None}
+        return self.replace(**overrides) if overrides else self
+
     def replace(self, **sections: Any) -> "Config":
         """A copy with whole sections or nested keys replaced, validated again.
 

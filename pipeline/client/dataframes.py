@@ -59,8 +59,7 @@ def map_dataframe(pipeline: "Pipeline", df, *, task: str | None = None, prompt: 
         df = dd.from_pandas(df, chunksize=max(1, pipeline.config.intake.read_ahead_rows), sort=False)
     if not isinstance(df, dd.DataFrame):
         raise DataFrameInputError(f"map_dataframe takes a Dask or pandas DataFrame (got {type(df).__name__})")
-    overrides = {k: v for k, v in (("task", task), ("prompt", prompt), ("sampling", sampling)) if v is not None}
-    config = pipeline.config.replace(**overrides) if overrides else pipeline.config
+    config = pipeline.config.for_job(task, prompt, sampling)
     columns = task_columns(config)
     names = list(df.columns)
     missing = columns.missing(names)

@@ -29,8 +29,8 @@ from pipeline.client.start_progress import StartProgress, one_line
 from pipeline.cluster import resident
 from pipeline.cluster.local import apply_dask_settings, connect
 from pipeline.cluster.security import dask_security
-from pipeline.cluster.layout import check_layout
-from pipeline.config import Config, ConfigError, SamplingConfig, load_config
+from pipeline.cluster.layout import require_layout
+from pipeline.config import Config, SamplingConfig, load_config
 from pipeline.model import resolve_model
 from pipeline.names import PLUGIN_NAME, VIEW_METADATA_KEY
 from pipeline.prefix_memory import prefix_digest
@@ -101,9 +101,7 @@ class Pipeline:
         self._driver_env = engine_env.snapshot()
         self.model = model_for(self.config, self.engine_kind)
         if not self.config.scheduler.address and self._client is None:   # the shards run on this machine
-            problems = check_layout(self.config, self.model if self.engine_kind == "vllm" else None)
-            if problems:
-                raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
+            require_layout(self.config, self.model if self.engine_kind == "vllm" else None)
         self.tokenizer = _load_tokenizer(self.model)
         self.task = get_task_kind(self.config, self.tokenizer)
         if self._client is None:
@@ -510,12 +508,9 @@ def _batch(batch_id: str, groups: dict[str, list[tuple[int, str]]],
            overrides: dict[int, Sampling] | None = None) -> codec.Batch:
     """One batch: each prefix once, its requests pointing at it (with their own sampling
     settings, if any)."""
-    if overrides:
-        requests = [codec.Request(index=i, prefix=slot, suffix=suffix, sampling=overrides.get(i))
-                    for slot, items in enumerate(groups.values()) for i, suffix in items]
-    else:
-        requests = [codec.Request(index=i, prefix=slot, suffix=suffix)
-                    for slot, items in enumerate(groups.values()) for i, suffix in items]
+    own = overrides.get if overrides else (lambda i: None)
+    requests = [codec.Request(index=i, prefix=slot, suffix=suffix, sampling=own(i))
+                for slot, items in enumerate(groups.values()) for i, suffix in items]
     return codec.Batch(batch_id=batch_id, prefixes=list(groups), requests=requests)
 
 

@@ -131,6 +131,15 @@ def check_layout(config, model_path: str | None = None, *, local: bool = True,
     return problems
 
 
+def require_layout(config, model_path: str | None = None, *, local: bool = True) -> None:
+    """Raise ``ConfigError`` listing ``check_layout``'s problems, if any."""
+    from pipeline.config import ConfigError
+
+    problems = check_layout(config, model_path, local=local)
+    if problems:
+        raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
+
+
 def describe(config) -> str:
     """The resolved layout, one line per shard (``check-config``)."""
     lines = []

@@ -157,10 +157,7 @@ def run_job(pipeline: Pipeline, input_path, output_path, *, progress: bool | Non
     """The whole job from Python: the same checks and options as ``python -m pipeline run``.
     ``task``, ``prompt``, ``sampling``: this job's, over the pipeline's config (the engines keep
     running; e.g. ``prompt={"template": "Summarize: {text}"}, sampling={"max_tokens": 64}``)."""
-    config = pipeline.config
-    overrides = {k: v for k, v in (("task", task), ("prompt", prompt), ("sampling", sampling)) if v is not None}
-    if overrides:
-        config = config.replace(**overrides)
+    config = pipeline.config.for_job(task, prompt, sampling)
     return prepare_job(input_path, output_path, config=config, **options).run(pipeline, progress=progress)
 
 

@@ -166,7 +166,8 @@ class EnginePlugin(WorkerPlugin):
     async def _one(self, batch_id: str, req: codec.Request, prefix_ids: list[list[int]],
                    truncate: bool, sampling: Sampling) -> RowResult:
         ids, error = fit_prompt(prefix_ids[req.prefix], self.engine.encode(req.suffix),
-                                self.config.engine.max_model_len, sampling.max_tokens or 16, truncate)
+                                self.config.engine.max_model_len,
+                                sampling.max_tokens or self.config.sampling.max_tokens, truncate)
         if error is not None:
             return RowResult.failed(req.index, ErrorKind.INPUT, error, shard=self.shard)
         m = self.metrics
