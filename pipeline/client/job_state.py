@@ -123,6 +123,7 @@ class JobState:
         """Rows read from the input, split into prompt parts; ``prefixes``: the ``Prefix`` of
         each prefix the state does not hold yet."""
         failed: list[RowResult] = []
+        self.report.rows_read += len(rows)
         ids, known, refs, add = self.ids, self._prefixes, self._refs, self.dispatcher.add
         for r in rows:
             ids[r.index] = r.id
@@ -139,6 +140,7 @@ class JobState:
 
     def input_ended(self) -> list:
         self.input_done = True
+        self.report.rows_total = self.report.rows_read
         return self._bind()
 
     def batch_done(self, batch_id: str, results: list, elapsed_s: float | None = None) -> list:
@@ -166,6 +168,7 @@ class JobState:
             r.id = ids.pop(r.index)
             attempts.pop(r.index, None)
         self.report.rows += len(fresh)
+        self.report.rows_with_error += sum(r.error is not None for r in fresh)
         out: list = [Emit(fresh)] if fresh else []
         return out + self._bind()
 
@@ -246,6 +249,7 @@ class JobState:
         return [Emit(failed)] if failed else []
 
     def _failed(self, index: int, kind: ErrorKind, message: str) -> RowResult:
+        self.report.rows_with_error += 1
         return RowResult.failed(index, kind, message, id=self._settle(index))
 
     def _settle(self, index: int) -> Any:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sized
 
 import dask
 from distributed import Client, KilledWorker, as_completed
@@ -252,7 +252,8 @@ class Pipeline:
                              truncate_prompts=truncate_prompts, prefetch=prefetch)
 
     def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None, sampling: SamplingConfig | Mapping | None = None,
-               truncate_prompts: bool = False, watched: bool = False) -> Iterator[RowResult]:
+               truncate_prompts: bool = False, watched: bool = False,
+               rows_total: int | None = None) -> Iterator[RowResult]:
         """Results as their batches complete (not in input order); one per row.
 
         ``watched``: someone watches this job's progress (a terminal); with
@@ -267,7 +268,8 @@ class Pipeline:
         settings instead of the config's (a ``SamplingConfig`` or a mapping of its keys; a row's
         columns of the same names override them for that row, pipeline/sampling.py);
         ``truncate_prompts``: cut prompts longer than the model's context instead of answering
-        them with an error.
+        them with an error. ``rows_total``: how many rows ``rows`` holds, for the dashboard's
+        progress (default: ``len(rows)`` for a sized input; else known once it is all read).
 
         A worker lost mid-job costs no row: Dask runs its batches again once the nanny has
         restarted it, and a shard whose worker does not come back within
@@ -285,6 +287,8 @@ class Pipeline:
                          read_ahead_chars=self.config.intake.read_ahead_chars,
                          fast_batch_s=self.config.intake.fast_batch_s)
         self.last_report = state.report
+        state.report.rows_total = rows_total if rows_total is not None else \
+            len(rows) if isinstance(rows, Sized) else None
         span = {"name": (job_id,), "ids": (str(uuid.uuid4()),)}  # one Dask span per job
         watch = ShardWatch(self._client, {s.name: s.resource for s in self.config.shards},
                            rec.poll_interval_s, rec.rejoin_timeout_s)

@@ -44,6 +44,9 @@ class JobReport:
     rows_rerouted: int = 0            # rows sent again, to another shard or a fresh engine
     rows_failed: int = 0              # rows answered with a worker error after all retries
     duplicates_dropped: int = 0       # results for rows already answered (never yielded twice)
+    rows_read: int = 0                # rows read from the input so far
+    rows_total: int | None = None     # rows in the input: known up front (a sized input) or once it is all read
+    rows_with_error: int = 0          # rows answered with an error (input, engine or worker)
 
     @property
     def workers_lost(self) -> int:
@@ -61,7 +64,8 @@ class JobReport:
         return {"job": self.job, "rows": self.rows, "batches": self.batches, "workers_lost": self.workers_lost,
                 "batches_interrupted": self.batches_interrupted, "batches_failed": self.batches_failed,
                 "rows_rerouted": self.rows_rerouted, "rows_failed": self.rows_failed,
-                "duplicates_dropped": self.duplicates_dropped,
+                "duplicates_dropped": self.duplicates_dropped, "rows_read": self.rows_read,
+                "rows_total": self.rows_total, "rows_with_error": self.rows_with_error,
                 "events": [{"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at} for e in self.events]}
 
 

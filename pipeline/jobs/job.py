@@ -197,7 +197,7 @@ class Job:
             order = _InOrder(self._to_records(pipeline), self.sink, self.part_rows, self.flush_seconds, on_row)
             rows = order.feed(self.source.chunks(self.done, self.read_rows))
             for r in pipeline.stream(rows, task=task, sampling=self.config.sampling, truncate_prompts=self.truncate,
-                                     watched=progress):
+                                     watched=progress, rows_total=self.source.num_rows - self.done):
                 order.place(r)
             order.close()
         summary.seconds = time.perf_counter() - t0

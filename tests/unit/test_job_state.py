@@ -182,3 +182,20 @@ def test_prefix_tokens_are_held_only_while_a_row_needs_them():
     assert set(state._prefixes) == set(DOCS) and all(state.holds(d) for d in DOCS)
     run_to_end(state, subs)
     assert state._prefixes == {} and state._refs == {}
+
+
+def test_the_report_counts_rows_read_the_total_once_known_and_rows_with_an_error():
+    state = new_state()
+    first = state.rows_read(rows(bad={3}), DOCS)
+    assert state.report.rows_read == 8 and state.report.rows_total is None   # more may come
+    assert state.report.rows_with_error == 1                                 # the input error, answered at once
+    pending = submits(first + state.input_ended())
+    assert state.report.rows_total == 8
+    sub = pending.pop(0)
+    ins = state.batch_done(sub.batch_id, [SimpleNamespace(**{**vars(result(i, sub.shard)), "error": "engine: x"})
+                                          for items in sub.groups.values() for i, _ in items])
+    n = sum(len(items) for items in sub.groups.values())
+    assert state.report.rows_with_error == 1 + n
+    run_to_end(state, pending + submits(ins))
+    d = state.report.as_dict()
+    assert (d["rows"], d["rows_read"], d["rows_total"], d["rows_with_error"]) == (8, 8, 8, 1 + n)
