@@ -1,50 +1,54 @@
-"""The pipeline's page on the Dask dashboard: ``/pipeline`` (HTML) and ``/pipeline/status.json``.
+"""The pipeline's pages on the scheduler's HTTP server (the one behind the Dask dashboard):
 
-Served by the scheduler's own HTTP server (the one behind the Dask dashboard), added by
-the scheduler preload (pipeline/worker/preload.py). It reads what the scheduler already holds:
-each worker's figures, which the engine plugin sends every second while it works as Dask events
-(topic ``pipeline-shard``), and the client's view (router, current job), which
+    /pipeline               live plots over the job, a Bokeh page of the Dask dashboard
+                            (pipeline/cluster/dashboard_plots.py; only with the dashboard on)
+    /pipeline/table         the shards' current figures as an HTML table (no JavaScript; reloads every 2 s)
+    /pipeline/status.json   the same figures as JSON
+
+Added by the scheduler preload (pipeline/worker/preload.py). They read what the scheduler
+holds: each worker's figures, which the engine plugin sends every second while it works as
+Dask events (topic ``pipeline-shard``), and the client's view (router, current job), which
 ``Pipeline.stream`` keeps in the scheduler's metadata. Requests/s and output tokens/s are
 the rates over a shard's snapshots of the last 10 seconds; so is the engine busy share
-(the part of that time in which the shard's engine had at least one request).
+(the part of that time in which the shard's engine had at least one request). The plots
+draw on a history of these figures kept on the scheduler (pipeline/cluster/history.py).
 """
 from __future__ import annotations
 
 import html
 import json
 import time
+from collections import deque
 
 from distributed.http.utils import RequestHandler
 
-from pipeline.names import ENGINE_DIED_TOPIC, PUBLISH_INTERVAL_S, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
+from pipeline.cluster.history import RATE_WINDOW_S, STALE_AFTER_S, HistoryPlugin, slide, window_rates
+from pipeline.names import ENGINE_DIED_TOPIC, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
 
-PATH = "/pipeline"
-RATE_WINDOW_S = 10.0       # requests/s and output tokens/s: over this many seconds
+PATH = "/pipeline"                    # the plots (dashboard_plots.PATH)
+TABLE_PATH = PATH + "/table"
+JSON_PATH = PATH + "/status.json"
 
 
 def status(scheduler) -> dict:
     """Per-shard figures (workers' latest snapshots, rates over the last RATE_WINDOW_S) merged
     with the client's view."""
-    recent: dict[str, list[dict]] = {}
-    for _, msg in scheduler.get_events(SNAPSHOT_TOPIC):
-        window = recent.setdefault(msg["shard"], [])
-        window.append(msg)
-        while msg["time"] - window[0]["time"] > RATE_WINDOW_S:
-            window.pop(0)
+    recent: dict[str, deque[dict]] = {}
+    received: dict[str, float] = {}    # shard -> when its latest snapshot was logged (the scheduler's clock)
+    for at, msg in scheduler.get_events(SNAPSHOT_TOPIC):
+        received[msg["shard"]] = at
+        slide(recent.setdefault(msg["shard"], deque()), msg, RATE_WINDOW_S)
     view = scheduler.get_metadata([VIEW_METADATA_KEY], default=None) or {}
     routed = view.get("shards", {})
     shards = {}
     for name in sorted(set(recent) | set(routed)):
-        snaps = recent.get(name, [])
+        snaps = recent.get(name, ())
         s = dict(snaps[-1]) if snaps else {}
-        if snaps and time.time() - snaps[-1]["time"] > 3 * PUBLISH_INTERVAL_S:  # idle: it stopped sending
-            s["requests_per_s"] = s["output_tokens_per_s"] = s["engine_busy_share"] = 0.0
-        elif len(snaps) >= 2 and snaps[-1]["time"] > snaps[0]["time"]:
-            dt = snaps[-1]["time"] - snaps[0]["time"]
-            s["requests_per_s"] = (snaps[-1]["requests"] - snaps[0]["requests"]) / dt
-            s["output_tokens_per_s"] = (snaps[-1]["output_tokens"] - snaps[0]["output_tokens"]) / dt
-            if "engine_busy_s" in snaps[0]:
-                s["engine_busy_share"] = (snaps[-1]["engine_busy_s"] - snaps[0]["engine_busy_s"]) / dt
+        if snaps:
+            idle = time.time() - received[name] > STALE_AFTER_S   # it stopped sending
+            rates = window_rates(() if idle else snaps)
+            del rates["cache_hit_share"]   # the table's is the snapshot's: since the engine started
+            s.update(rates)
         s.update(routed.get(name, {}))
         shards[name] = s
     died = [msg for _, msg in scheduler.get_events(ENGINE_DIED_TOPIC)][-10:]
@@ -99,14 +103,14 @@ def render(st: dict) -> str:
 <style>body{{font-family:sans-serif;margin:1.5em}}table{{border-collapse:collapse}}
 th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}thead th{{background:#eef;font-size:90%}}</style>
 </head><body><h1>Pipeline shards</h1>
-<p><a href="/status">Dask status</a> · <a href="{PATH}/status.json">JSON</a> · refreshes every 2 s</p>
+<p><a href="../status">Dask status</a> · <a href="../pipeline">plots</a> · <a href="status.json">JSON</a> · refreshes every 2 s</p>
 <table><thead><tr><th>shard</th>{head}</tr></thead><tbody>{rows}</tbody></table>
 <h2>Current job</h2>{job_html}
 {'<h2>Engine deaths</h2><ul>' + deaths + '</ul>' if deaths else ''}
 </body></html>"""
 
 
-class PipelinePage(RequestHandler):
+class PipelineTable(RequestHandler):
     def get(self):
         self.write(render(status(self.server)))
         self.set_header("Content-Type", "text/html")
@@ -119,8 +123,28 @@ class PipelineStatus(RequestHandler):
 
 
 def install(scheduler) -> None:
-    """Add the page to this scheduler's HTTP server (the Dask dashboard's)."""
+    """Add the pipeline's pages to this scheduler's HTTP server: the table and the JSON always;
+    with the Dask dashboard on, the plots page too, and the history it draws from."""
     scheduler.http_application.add_handlers(r".*", [
-        (PATH, PipelinePage, {"dask_server": scheduler}),
-        (PATH + "/status.json", PipelineStatus, {"dask_server": scheduler}),
+        (TABLE_PATH, PipelineTable, {"dask_server": scheduler}),
+        (JSON_PATH, PipelineStatus, {"dask_server": scheduler}),
     ])
+    if has_dashboard(scheduler):
+        from pipeline.cluster import dashboard_plots   # Bokeh: imported only where it is served
+
+        scheduler.add_plugin(HistoryPlugin(), idempotent=True)
+        dashboard_plots.register(scheduler)
+
+
+def uninstall(scheduler) -> None:
+    if has_dashboard(scheduler):
+        from pipeline.cluster import dashboard_plots
+
+        dashboard_plots.unregister(scheduler)
+
+
+def has_dashboard(scheduler) -> bool:
+    """Dask's dashboard is on: its Bokeh application is among those of the scheduler's HTTP
+    server (``dask scheduler --no-dashboard`` has none, and never imports Bokeh)."""
+    return any(type(app).__module__.startswith(("bokeh.", "distributed.dashboard."))
+               for app in getattr(scheduler.http_application, "applications", ()))

@@ -1,4 +1,4 @@
-"""Dask preload: gives a ``dask scheduler`` the pipeline's dashboard page, and a
+"""Dask preload: gives a ``dask scheduler`` the pipeline's dashboard pages, and a
 ``dask worker`` its shard identity.
 
     dask scheduler --host 127.0.0.1 --preload pipeline.worker.preload
@@ -89,3 +89,8 @@ def dask_setup(server, shard, config_path):
             write_output_to(log_file)
         if shard:
             join_shard(server, shard, config_path)
+
+
+def dask_teardown(server):
+    if isinstance(server, Scheduler):
+        dashboard.uninstall(server)

@@ -100,11 +100,13 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
     for shard in ("cpu0", "cpu1"):
         assert {c.pid for c in psutil.Process(procs[shard].pid).children()} & set(pids.values())
     assert os.getpid() not in pids.values()
-    # the scheduler started with `--preload pipeline.worker.preload` serves the pipeline's page
+    # the scheduler started with `--preload pipeline.worker.preload` serves the pipeline's pages
     port = info["services"]["dashboard"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline", timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline/table", timeout=10) as r:
         page = r.read().decode()
     assert "cpu0" in page and "cpu1" in page
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline", timeout=10) as r:
+        assert "Bokeh.embed.embed_items" in r.read().decode()   # the plots (its dashboard is on)
 
 
 def test_engines_of_dask_worker_processes_start_without_dasks_worker_variables(processes, pipeline):

@@ -132,7 +132,7 @@ def test_dashboard_page_shows_each_shard_and_the_job(null_pipeline):
     assert sum(s["documents_bound"] for s in shards.values()) == 12
     assert all(s["routing"] == "in" and s["queued"] == 0 and s["in_flight"] == 0 for s in shards.values())
     assert status["job"]["rows"] == len(rows) and status["job"]["job"] == null_pipeline.last_report.job
-    code, page = _get(base + "/pipeline")
+    code, page = _get(base + "/pipeline/table")
     assert code == 200
     for text in ("cpu0", "cpu1", "prefill tokens outstanding", "prefix-cache hit share", "requests/s",
                  "output tokens/s", "GC max pause", "documents owned (router)", null_pipeline.last_report.job):
