@@ -88,8 +88,8 @@ def render(st: dict) -> str:
     job = st.get("job") or {}
     job_html = "<p>No job has run yet.</p>"
     if job:
-        items = ["rows answered", "batches", "workers_lost", "batches_interrupted", "rows_rerouted", "rows_failed",
-                 "duplicates_dropped"]
+        items = ["rows answered", "rows_total", "rows_with_error", "batches", "workers_lost", "batches_interrupted",
+                 "rows_rerouted", "rows_failed", "duplicates_dropped"]
         job_html = (f"<p>Job <code>{html.escape(job['job'])}</code> (a Dask span of that name groups its tasks"
                     f" on the standard pages); rows waiting unbound: {st.get('pending_rows')}</p><ul>"
                     + "".join(f"<li>{html.escape(k.replace('_', ' '))}: {job.get(k.split()[0], job.get(k))}</li>"
