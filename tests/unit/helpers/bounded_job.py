@@ -28,14 +28,18 @@ class ReversingAnswerer:
         self.last_report = None  # as Pipeline: what happened to workers (nothing here)
         self.tokenizer = ChatML()
 
-    def stream(self, rows, task=None, sampling=None, truncate_prompts=False, watched=False):
+    def stream(self, rows, task=None, sampling=None, truncate_prompts=False, watched=False, rows_total=None):
         held = []
+        read = 0
         for i, row in enumerate(rows):
+            read += 1
             held.append((i, row["question"]))
             if len(held) == self.window:
                 yield from self._answer(held)
                 held = []
         yield from self._answer(held)
+        # the job told the pipeline how many rows its input holds (the dashboard's progress)
+        assert rows_total == read, (rows_total, read)
 
     def _answer(self, held):
         from pipeline.results import RowResult
