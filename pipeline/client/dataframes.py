@@ -55,7 +55,9 @@ def map_dataframe(pipeline: "Pipeline", df, *, task: str | None = None, prompt: 
     from tasks import get_task_kind, task_columns
     from pipeline.sampling import ROW_COLUMNS
 
+    rows_total = None   # for the dashboard's progress: known up front for a pandas frame, else once all read
     if isinstance(df, pd.DataFrame):
+        rows_total = len(df)
         df = dd.from_pandas(df, chunksize=max(1, pipeline.config.intake.read_ahead_rows), sort=False)
     if not isinstance(df, dd.DataFrame):
         raise DataFrameInputError(f"map_dataframe takes a Dask or pandas DataFrame (got {type(df).__name__})")
@@ -79,7 +81,7 @@ def map_dataframe(pipeline: "Pipeline", df, *, task: str | None = None, prompt: 
     collector = _Partitions(pipeline, out_columns, meta)
     rows = collector.rows(parts, prefetch)
     for r in pipeline.stream(rows, task=get_task_kind(config, pipeline.tokenizer), sampling=config.sampling,
-                             truncate_prompts=truncate_prompts):
+                             truncate_prompts=truncate_prompts, rows_total=rows_total):
         collector.place(r)
     collector.close()
     return dd.from_delayed(collector.futures, meta=meta, divisions=df.divisions, verify_meta=False)

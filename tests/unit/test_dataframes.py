@@ -38,10 +38,18 @@ def test_output_partitions_and_index_match_the_input(null_pipeline):
     assert (shards == 1).all()
 
 
-def test_pandas_input_bad_rows_and_missing_columns(null_pipeline):
+def test_pandas_input_bad_rows_and_missing_columns(null_pipeline, monkeypatch):
     frame = _frame(3, 2)
     frame.loc[frame.index[1], "question"] = None
+    totals, stream = [], null_pipeline.stream
+
+    def watched_stream(rows, **kwargs):   # the job's row count, as the dashboard's progress gets it
+        totals.append(kwargs.get("rows_total"))
+        return stream(rows, **kwargs)
+
+    monkeypatch.setattr(null_pipeline, "stream", watched_stream)
     out = null_pipeline.map_dataframe(frame).compute()
+    assert totals == [len(frame)]   # known up front for a pandas frame
     assert list(out.index) == list(frame.index)
     assert out["error"].iloc[1] == "input: question is null" and out["error"].drop(frame.index[1]).isna().all()
     with pytest.raises(DataFrameInputError, match="lacks required column"):
