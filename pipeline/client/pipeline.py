@@ -123,10 +123,11 @@ class Pipeline:
             with progress:
                 self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
         except Exception as exc:  # raised in a worker's plugin setup: the engine's build
-            errors = progress.errors or {"?": f"{type(exc).__name__}: {exc}"}
+            # the failed shards in the config's order (their errors come in the order they fail)
+            failed = [s for s in self.config.shard_names if s in progress.errors]
+            error = progress.errors[failed[0]] if failed else f"{type(exc).__name__}: {exc}"
             logs = self.log_dir or (self.resident.log_dir if self.resident else None)
-            raise EngineStartError(f"shard {', '.join(k for k in errors if k != '?') or '?'}: the engine did not "
-                                   f"start: {one_line(next(iter(errors.values())))}"
+            raise EngineStartError(f"shard {', '.join(failed) or '?'}: the engine did not start: {one_line(error)}"
                                    + (f" (the whole error is in the workers' logs, {logs}/)" if logs else "")) from None
         stats = self._check_shards()
         block_size = self.config.routing.block_size or min(s["block_size"] for s in stats)
