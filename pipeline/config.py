@@ -406,6 +406,10 @@ class Config(_Section):
     def shard_names(self) -> list[str]:
         return [s.name for s in self.shards]
 
+    def shard(self, name: str | None) -> ShardConfig | None:
+        """The shard called ``name`` (None when the config has none of that name)."""
+        return next((s for s in self.shards if s.name == name), None)
+
     def for_job(self, task: str | None = None, prompt: dict | None = None, sampling: dict | None = None) -> "Config":
         """This config with one job's task, prompt and sampling over it (None: unchanged)."""
         overrides = {k: v for k, v in (("task", task), ("prompt", prompt), ("sampling", sampling)) if v is not None}

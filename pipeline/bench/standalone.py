@@ -42,7 +42,7 @@ def _serve(conn, model: str, config: Config) -> None:
     from pipeline.worker.gcstats import GcPauses
 
     t0 = time.perf_counter()
-    shard = next((s for s in config.shards if s.name == os.environ.get(SHARD_ENV)), None)
+    shard = config.shard(os.environ.get(SHARD_ENV))
     llm = LLM(**engine_kwargs(model, config, shard))
     sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
     pauses = GcPauses().install()

@@ -505,7 +505,7 @@ class Pipeline:
         t.encoded_bytes += len(payload)
         t.raw_bytes += codec.raw_size(batch)
         t.per_shard_rows[shard] = t.per_shard_rows.get(shard, 0) + len(batch.requests)
-        resource = self.config.shards[self.config.shard_names.index(shard)].resource
+        resource = self.config.shard(shard).resource
         return self._client.submit(run_batch, payload, key=batch.batch_id, resources={resource: 1}, pure=False)
 
 

@@ -98,7 +98,7 @@ class EnginePlugin(WorkerPlugin):
     def _build_engine(self) -> Engine:
         """The engine, its processes spawned without the variables Dask's nanny gave this
         worker (pipeline/engine_env.py); the shard's own variables always reach them."""
-        shard = next((s for s in self.config.shards if s.name == self.shard), None)
+        shard = self.config.shard(self.shard)
         keep = shard.worker_env() if shard is not None else {}
         with engine_env.engine_environment(keep) as held:
             if held:

@@ -32,9 +32,8 @@ logger = logging.getLogger(__name__)
 
 def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None:
     config = load_config(config_path)
-    try:
-        shard = next(s for s in config.shards if s.name == shard_name)
-    except StopIteration:
+    shard = config.shard(shard_name)
+    if shard is None:
         raise click.UsageError(f"--shard {shard_name}: not in the config's shards ({', '.join(config.shard_names)})")
     os.environ.update(shard.worker_env())   # read when the engine starts, after this
     # Before the worker registers: the scheduler sees the resource from the start.
