@@ -50,7 +50,7 @@ def start(width: int = 1600, height: int = 1100):
 
 
 # The pipeline's plots as the page holds them: its Bokeh document's data sources (named by
-# pipeline/cluster/dashboard_plots.py), and the canvases Bokeh drew (in its shadow roots).
+# pipeline/scheduler/dashboard_plots.py), and the canvases Bokeh drew (in its shadow roots).
 PLOTS_STATE_JS = """
 const doc = (window.Bokeh && Bokeh.documents.length) ? Bokeh.documents[0] : null;
 if (!doc) return null;

@@ -85,7 +85,7 @@ def scheduler_command(config: Config, scheduler_file: Path) -> list[str]:
     host = config.scheduler.host
     dash = config.scheduler.dashboard_address
     return [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port",
-            str(config.scheduler.port), "--scheduler-file", str(scheduler_file), "--preload", "pipeline.worker.preload",
+            str(config.scheduler.port), "--scheduler-file", str(scheduler_file), "--preload", "pipeline.scheduler.preload",
             *(["--dashboard-address", dash] if dash else ["--no-dashboard", "--dashboard-address", f"{host}:0"]),
             *tls_args(config)]
 

@@ -1,16 +1,14 @@
-"""Dask preload: gives a ``dask scheduler`` the pipeline's dashboard pages, and a
-``dask worker`` its shard identity.
+"""Dask preload for a worker: its shard identity, and (workers the pipeline starts) its log file.
 
-    dask scheduler --host 127.0.0.1 --preload pipeline.worker.preload
     dask worker tcp://SCHEDULER:8786 --nthreads 4 --memory-limit 0 \\
         --preload pipeline.worker.preload --shard gpu0 --pipeline-config cluster.yaml
 
 A worker started so takes shard ``gpu0`` from cluster.yaml: its environment (device pin,
 ``PIPELINE_SHARD``) and the resource ``shard-gpu0`` that the pipeline's batches for that
-shard require. The engine itself comes from the scheduler: ``Pipeline.start`` registers
-the engine plugin there, and Dask installs it on every worker that joins, including one a
-nanny restarts. The embedded cluster (pipeline/cluster/local.py) uses the same preload for its
-scheduler.
+shard require. The engine itself comes from the scheduler: ``Pipeline.start`` (or ``python -m
+pipeline up``) registers the engine plugin there, and Dask installs it on every worker that
+joins, including one a nanny restarts. The scheduler has its own preload,
+``pipeline.scheduler.preload``.
 """
 from __future__ import annotations
 
@@ -19,13 +17,10 @@ import os
 import sys
 
 import click
-import dask
-from distributed import Scheduler, Worker
-from tornado.ioloop import PeriodicCallback
+from distributed import Worker
 
-from pipeline.cluster import dashboard
 from pipeline.config import load_config
-from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
+from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
 
 logger = logging.getLogger(__name__)
 
@@ -53,43 +48,17 @@ def write_output_to(path: str) -> None:
     os.close(fd)
 
 
-def exit_with_parent(scheduler: Scheduler, interval_s: float = 1.0) -> None:
-    """An embedded cluster's scheduler stops once the process that started it is gone (killed:
-    nothing else would stop it, and it would keep its ports; its workers stop with their nannies,
-    which ran in that process)."""
-    parent = os.getppid()
-
-    def check() -> None:
-        if os.getppid() != parent:
-            logger.warning("pipeline: the client process that started this scheduler is gone; closing")
-            watch.stop()
-            scheduler.loop.add_callback(scheduler.close)
-
-    watch = PeriodicCallback(check, interval_s * 1000)
-    watch.start()
-
-
 @click.command()
-@click.option("--shard", default=None, help="worker: the shard (a name under `shards:` in the config) it serves")
+@click.option("--shard", default=None, help="the shard (a name under `shards:` in the config) this worker serves")
 @click.option("--pipeline-config", "config_path", default=None, help="the pipeline's cluster.yaml (default: the repository's)")
 def dask_setup(server, shard, config_path):
-    if isinstance(server, Scheduler):
-        dashboard.install(server)
-        if os.environ.pop(EXIT_WITH_PARENT_ENV, None):
-            exit_with_parent(server)
-        if dask.config.get("distributed.scheduler.work-stealing"):
-            logger.warning("pipeline: work stealing is on; it moves batches away from the shard holding their "
-                           "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False")
-    elif isinstance(server, Worker):
-        log_file = os.environ.pop(LOG_FILE_ENV, None)   # the engine need not see it
-        for key in os.environ.pop(LOG_ENV_ADDED, "").split(","):
-            os.environ.pop(key, None)
-        if log_file:
-            write_output_to(log_file)
-        if shard:
-            join_shard(server, shard, config_path)
-
-
-def dask_teardown(server):
-    if isinstance(server, Scheduler):
-        dashboard.uninstall(server)
+    if not isinstance(server, Worker):
+        raise click.UsageError("pipeline.worker.preload is the workers' preload; "
+                               "start the scheduler with --preload pipeline.scheduler.preload")
+    log_file = os.environ.pop(LOG_FILE_ENV, None)   # the engine need not see it
+    for key in os.environ.pop(LOG_ENV_ADDED, "").split(","):
+        os.environ.pop(key, None)
+    if log_file:
+        write_output_to(log_file)
+    if shard:
+        join_shard(server, shard, config_path)

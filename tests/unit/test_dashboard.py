@@ -2,7 +2,7 @@
 import json
 import time
 
-from pipeline.cluster.dashboard import render, status
+from pipeline.scheduler.dashboard import render, status
 
 
 class _SchedulerState:
@@ -66,7 +66,7 @@ def _scheduler_pages(dashboard: bool, paths=("/pipeline", "/pipeline/table", "/p
 
     async def main():
         async with Scheduler(host="127.0.0.1", port=0, dashboard=dashboard, dashboard_address="127.0.0.1:0",
-                             preload=["pipeline.worker.preload"]) as s:
+                             preload=["pipeline.scheduler.preload"]) as s:
             bound = [sock.getsockname()[:2] for sock in s.http_server._sockets.values()]
             port = bound[0][1]
             loop = asyncio.get_running_loop()

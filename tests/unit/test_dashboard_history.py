@@ -1,8 +1,8 @@
-"""The dashboard's history (pipeline/cluster/history.py) fed synthetic snapshots, and the plots
+"""The dashboard's history (pipeline/scheduler/history.py) fed synthetic snapshots, and the plots
 page drawn from it: no cluster."""
 import math
 
-from pipeline.cluster.history import History, window_rates
+from pipeline.scheduler.history import History, window_rates
 
 
 def snap(shard, t, requests, output_tokens=0, *, prompt=0, cached=0, busy_s=0.0, queued=0, in_flight=0):
@@ -92,7 +92,7 @@ def test_a_shard_known_only_from_the_clients_view_has_zero_points_and_no_job_mea
 
 
 def test_the_plots_page_starts_with_the_history_and_streams_only_newer_points():
-    from pipeline.cluster.dashboard_plots import PipelinePlots
+    from pipeline.scheduler.dashboard_plots import PipelinePlots
 
     h = History()
     for i in range(3):

@@ -48,7 +48,7 @@ def processes(tmp_path_factory):
     sched_file = tmp / "scheduler.json"
     procs = {"scheduler": subprocess.Popen(
         [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
-         "--scheduler-file", str(sched_file), "--preload", "pipeline.worker.preload"], env=ENV, cwd=tmp)}
+         "--scheduler-file", str(sched_file), "--preload", "pipeline.scheduler.preload"], env=ENV, cwd=tmp)}
     try:
         deadline = time.monotonic() + 60
         while not sched_file.exists():
@@ -100,7 +100,7 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
     for shard in ("cpu0", "cpu1"):
         assert {c.pid for c in psutil.Process(procs[shard].pid).children()} & set(pids.values())
     assert os.getpid() not in pids.values()
-    # the scheduler started with `--preload pipeline.worker.preload` serves the pipeline's pages
+    # the scheduler started with `--preload pipeline.scheduler.preload` serves the pipeline's pages
     port = info["services"]["dashboard"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline/table", timeout=10) as r:
         page = r.read().decode()

@@ -1,17 +1,17 @@
 """The pipeline's pages on the scheduler's HTTP server (the one behind the Dask dashboard):
 
     /pipeline               live plots over the job, a Bokeh page of the Dask dashboard
-                            (pipeline/cluster/dashboard_plots.py; only with the dashboard on)
+                            (pipeline/scheduler/dashboard_plots.py; only with the dashboard on)
     /pipeline/table         the shards' current figures as an HTML table (no JavaScript; reloads every 2 s)
     /pipeline/status.json   the same figures as JSON
 
-Added by the scheduler preload (pipeline/worker/preload.py). They read what the scheduler
+Added by the scheduler preload (pipeline/scheduler/preload.py). They read what the scheduler
 holds: each worker's figures, which the engine plugin sends every second while it works as
 Dask events (topic ``pipeline-shard``), and the client's view (router, current job), which
 ``Pipeline.stream`` keeps in the scheduler's metadata. Requests/s and output tokens/s are
 the rates over a shard's snapshots of the last 10 seconds; so is the engine busy share
 (the part of that time in which the shard's engine had at least one request). The plots
-draw on a history of these figures kept on the scheduler (pipeline/cluster/history.py).
+draw on a history of these figures kept on the scheduler (pipeline/scheduler/history.py).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from collections import deque
 
 from distributed.http.utils import RequestHandler
 
-from pipeline.cluster.history import RATE_WINDOW_S, STALE_AFTER_S, HistoryPlugin, slide, window_rates
 from pipeline.names import ENGINE_DIED_TOPIC, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
+from pipeline.scheduler.history import RATE_WINDOW_S, STALE_AFTER_S, HistoryPlugin, slide, window_rates
 
 PATH = "/pipeline"                    # the plots (dashboard_plots.PATH)
 TABLE_PATH = PATH + "/table"
@@ -130,7 +130,7 @@ def install(scheduler) -> None:
         (JSON_PATH, PipelineStatus, {"dask_server": scheduler}),
     ])
     if has_dashboard(scheduler):
-        from pipeline.cluster import dashboard_plots   # Bokeh: imported only where it is served
+        from pipeline.scheduler import dashboard_plots   # Bokeh: imported only where it is served
 
         scheduler.add_plugin(HistoryPlugin(), idempotent=True)
         dashboard_plots.register(scheduler)
@@ -138,7 +138,7 @@ def install(scheduler) -> None:
 
 def uninstall(scheduler) -> None:
     if has_dashboard(scheduler):
-        from pipeline.cluster import dashboard_plots
+        from pipeline.scheduler import dashboard_plots   # Bokeh: imported only where it is served
 
         dashboard_plots.unregister(scheduler)
 

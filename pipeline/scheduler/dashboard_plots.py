@@ -3,7 +3,7 @@
 Live plots over the job, one line per shard, in the style of Dask's own time-series pages:
 requests/s, output tokens/s, prefix-cache hit share, engine busy share, requests in flight
 and queued; and the job's progress (rows answered, the input's rows, rows with an error).
-They are drawn from the scheduler's ``History`` (pipeline/cluster/history.py), so a page
+They are drawn from the scheduler's ``History`` (pipeline/scheduler/history.py), so a page
 opened or reloaded mid-job starts with the last 30 minutes; every second each open page
 streams the points sampled since its last update.
 
@@ -28,7 +28,7 @@ from bokeh.plotting import figure
 from bokeh.server.server import BokehTornado
 from tornado.ioloop import IOLoop
 
-from pipeline.cluster.history import JOB_COLUMNS, RATE_WINDOW_S, SHARD_COLUMNS, History, HistoryPlugin
+from pipeline.scheduler.history import JOB_COLUMNS, RATE_WINDOW_S, SHARD_COLUMNS, History, HistoryPlugin
 
 PATH = "/pipeline"
 NAV_PAGE = "pipeline"    # its entry in the navigation bar of Dask's pages

@@ -1,0 +1,55 @@
+"""Dask preload for the scheduler: the pipeline's dashboard pages, and (embedded cluster only)
+the scheduler's exit with the process that started it.
+
+    dask scheduler --host 127.0.0.1 --preload pipeline.scheduler.preload
+
+The embedded (pipeline/cluster/local.py) and the resident cluster (pipeline/cluster/resident.py)
+start their scheduler with it. The workers have their own preload, ``pipeline.worker.preload``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+import dask
+from distributed import Scheduler
+from tornado.ioloop import PeriodicCallback
+
+from pipeline.names import EXIT_WITH_PARENT_ENV
+from pipeline.scheduler import dashboard
+
+logger = logging.getLogger(__name__)
+
+
+def exit_with_parent(scheduler: Scheduler, interval_s: float = 1.0) -> None:
+    """An embedded cluster's scheduler stops once the process that started it is gone (killed:
+    nothing else would stop it, and it would keep its ports; its workers stop with their nannies,
+    which ran in that process)."""
+    parent = os.getppid()
+
+    def check() -> None:
+        if os.getppid() != parent:
+            logger.warning("pipeline: the client process that started this scheduler is gone; closing")
+            watch.stop()
+            scheduler.loop.add_callback(scheduler.close)
+
+    watch = PeriodicCallback(check, interval_s * 1000)
+    watch.start()
+
+
+@click.command()
+def dask_setup(server):
+    if not isinstance(server, Scheduler):
+        raise click.UsageError("pipeline.scheduler.preload is the scheduler's preload; "
+                               "start a worker with --preload pipeline.worker.preload")
+    dashboard.install(server)
+    if os.environ.pop(EXIT_WITH_PARENT_ENV, None):
+        exit_with_parent(server)
+    if dask.config.get("distributed.scheduler.work-stealing"):
+        logger.warning("pipeline: work stealing is on; it moves batches away from the shard holding their "
+                       "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False")
+
+
+def dask_teardown(server):
+    dashboard.uninstall(server)
