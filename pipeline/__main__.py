@@ -8,11 +8,11 @@ resume); 130 interrupted (likewise)."""
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 import time
 from pathlib import Path
+
+from pipeline import console
 
 EXIT_USAGE = 2
 EXIT_STOPPED = 1
@@ -100,40 +100,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _quiet_driver_logs(verbose: bool) -> None:
-    """This process's Dask and vLLM loggers: warnings only (the workers write to their log files)."""
-    if not verbose:
-        for name in ("distributed", "vllm"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def _live_line():
-    """A function that shows one line in place on a terminal (None when stderr is not one)."""
-    if not sys.stderr.isatty():
-        return None
-
-    def live(text: str) -> None:
-        sys.stderr.write("\r\033[K" + text)
-        sys.stderr.flush()
-    return live
-
-
-def _notify(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _quiet_logs(verbose: bool) -> None:
-    if verbose:
-        return
-    # Set before the workers are spawned: they inherit the environment, and Dask and vLLM
-    # read these when they are first imported there.
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    for name in ("distributed", "vllm"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["router-bench"]:
@@ -141,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return router_bench(argv[1:])
     args = _parser().parse_args(argv)
-    from pipeline.client.pipeline import EngineStartError
+    from pipeline.cluster.engines import EngineStartError
     from pipeline.config import ConfigError, load_config
     from pipeline.jobs.job import JobError
     from pipeline.model import ModelError
@@ -149,11 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         if args.command == "check-config":
-            from pipeline.cluster.layout import describe, model_folder, require_layout
+            from pipeline.cluster.layout import describe
+            from pipeline.model import model_folder
 
             print(config.model_dump_json(indent=2))
             print(f"shards:\n{describe(config)}")
-            require_layout(config, model_folder(config), local=not config.scheduler.address)
+            config.require_layout(model_folder(config), local=not config.scheduler.address)
             return 0
         if args.command == "prepare-model":
             from pipeline.model import resolve_model
@@ -161,11 +128,16 @@ def main(argv: list[str] | None = None) -> int:
             print(resolve_model(config))
             return 0
         if args.command in ("up", "status", "down"):
-            return _resident(args, config)
+            from pipeline.cluster import commands
+
+            return commands.status(config, args.json) if args.command == "status" else \
+                getattr(commands, args.command)(config)
         if args.command == "bench":
-            _quiet_logs(args.verbose)
+            if not args.verbose:
+                console.quiet_logs(workers=True)
             return _bench(args, config)
-        _quiet_driver_logs(args.verbose)
+        if not args.verbose:
+            console.quiet_logs()
         return _run(args, config)
     except (ConfigError, JobError, ModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -173,67 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     except EngineStartError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STOPPED
-
-
-def _resident(args, config) -> int:
-    import json
-    from dataclasses import asdict
-
-    from pipeline.cluster import resident
-    from pipeline.client.pipeline import model_for
-
-    command = args.command
-    if command == "up":
-        _quiet_driver_logs(False)
-        t0 = time.perf_counter()
-        from pipeline.cluster.layout import require_layout
-
-        model = model_for(config, config.engine.kind)
-        require_layout(config, model if config.engine.kind == "vllm" else None)
-        state, started = resident.up(config, model, _notify, _live_line())
-        if not started:
-            print(f"the local cluster is already up at {state.address} (since {time.ctime(state.started)})")
-            return 0
-        print(f"cluster up in {time.perf_counter() - t0:.1f} s: {len(config.shards)} shards at {state.address}"
-              + (f"; dashboard: {state.dashboard}" if state.dashboard else "")
-              + "\n`python -m pipeline run ...` with this config uses it; `python -m pipeline down` stops it")
-        return 0
-    if command == "down":
-        if resident.down(config, _notify):
-            print("the local cluster is stopped")
-        else:
-            print(f"no local cluster is running (no state in {resident.cluster_dir(config)})")
-        return 0
-    info = resident.status(config)
-    if info is None and args.json:
-        print("null")
-        return 0
-    if info is None:
-        print(f"no local cluster is running (no state in {resident.cluster_dir(config)})")
-        return 0
-    state = info["state"]
-    if args.json:
-        print(json.dumps({**info, "state": asdict(state), "uptime_s": state.uptime_s}, indent=2, default=str))
-        return 1 if info["stale"] else 0
-    if info["stale"]:
-        print(f"the local cluster recorded in {info['folder']} is no longer running (gone: "
-              f"{', '.join(info['dead']) or 'its scheduler does not answer'}); what was left of it is stopped and "
-              f"its state removed")
-        return 1
-    print(f"local cluster at {state.address}, up {state.uptime_s / 60:.1f} min"
-          + (f"; dashboard: {state.dashboard}" if state.dashboard else "") + f"; logs: {state.log_dir}/")
-    print(f"{'shard':<10} {'engine':<9} {'pid':>7} {'start s':>8} {'requests':>9} {'prompt tok':>11} "
-          f"{'cached':>7}  documents")
-    for name in config.shard_names:
-        s = info["shards"].get(name)
-        if s is None:
-            print(f"{name:<10} {'no worker':<9}")
-            continue
-        m = s.get("metrics") or {}
-        start = f"{s['start_s']:.1f}" if s.get("start_s") else "-"
-        print(f"{name:<10} {s['phase']:<9} {s['pid']:>7} {start:>8} {m.get('requests', 0):>9} "
-              f"{m.get('prompt_tokens', 0):>11} {m.get('cache_hit_share', 0):>7.1%}  {s.get('documents', 0)}")
-    return 0
 
 
 def _prompt_options(args, config):
@@ -251,18 +162,20 @@ def _prompt_options(args, config):
 
 
 def _run(args, config) -> int:
+    from pipeline.client.pipeline import Pipeline
     from pipeline.cluster import resident
-    from pipeline.client.pipeline import EngineStartError, Pipeline, model_for
+    from pipeline.cluster.engines import EngineStartError
+    from pipeline.cluster.resident_state import STATE_FILE, cluster_dir
     from pipeline.jobs.job import JobError, prepare_job
-    from pipeline.model import resolve_model
+    from pipeline.model import model_for, resolve_model
 
     if args.part_rows < 1:
         raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
     if args.engine:
         config = config.replace(engine={"kind": args.engine})
     config = _prompt_options(args, config)
-    notify = (lambda line: None) if args.quiet else _notify
-    if not config.scheduler.address and (resident.cluster_dir(config) / resident.STATE_FILE).exists():
+    notify = (lambda line: None) if args.quiet else console.notify
+    if not config.scheduler.address and (cluster_dir(config) / STATE_FILE).exists():
         # A resident cluster for another config is an error before anything is written.
         resident.find(config, model_for(config, config.engine.kind), notify)
     # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
@@ -276,7 +189,7 @@ def _run(args, config) -> int:
     t0 = time.perf_counter()
     try:
         with Pipeline(config, verbose=args.verbose, notify=notify,
-                      live=None if args.quiet else _live_line()) as pipeline:
+                      live=None if args.quiet else console.live_line()) as pipeline:
             if pipeline.resident is None:
                 notify(f"cluster up in {time.perf_counter() - t0:.1f} s; dashboard: {pipeline.dashboard_link}")
             summary = job.run(pipeline, progress=None if not args.quiet else False)

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline.cluster.layout import auto_shards, check_layout
+from pipeline.engine_env import shard_engine_env
 from pipeline.names import SHARD_ENV, shard_resource
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
@@ -32,20 +34,6 @@ class SchedulerConfig(_Section):
     port: int = Field(0, ge=0, le=65535)
     # None disables the dashboard. Bind to loopback unless the user says otherwise.
     dashboard_address: str | None = "127.0.0.1:8787"
-
-
-# Every engine's environment unless the shard's ``env`` says otherwise.
-ENGINE_ENV_DEFAULTS = {
-    # vLLM 0.32 on torch 2.13 cannot load its AOT-compiled artifact ("'function' object has no
-    # attribute 'finalize_loading'") and recompiles at every start; without AOT compilation a
-    # compiled engine loads torch.compile's cache instead (README, "Engine start").
-    "VLLM_USE_AOT_COMPILE": "0",
-    # vLLM names its processes with setproctitle, which by default overwrites the area the
-    # kernel shows as /proc/<pid>/environ (seen: the engine core's read back empty or cut). With
-    # SPT_NOENV the title stays within the command line and the engine's environment can be read
-    # (the environment test and the benchmark's side-by-side report read it).
-    "SPT_NOENV": "1",
-}
 
 
 class ShardConfig(_Section):
@@ -87,28 +75,12 @@ class ShardConfig(_Section):
 
     def worker_env(self) -> dict[str, str]:
         """The shard's variables: its worker's and its engine's (the benchmark's plain vLLM
-        reference gets them too). A CPU shard's cores are split between its ranks ("0-1|2-3")."""
-        env = {SHARD_ENV: self.name}
-        if self.kind == "cpu" and "VLLM_CPU_OMP_THREADS_BIND" not in self.env:   # (else pinned by hand)
-            tp = self.tensor_parallel
-            per = max(1, len(self.devices) // tp)
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(_cores(self.devices[r * per:(r + 1) * per]) for r in range(tp))
-        elif self.kind == "gpu":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.devices))
-        env.update(ENGINE_ENV_DEFAULTS)
-        env.update(self.env)
-        return env
+        reference gets them too): the device pin, the engine's defaults, the shard's ``env``."""
+        return {SHARD_ENV: self.name, **shard_engine_env(self.kind, self.devices, self.tensor_parallel, self.env)}
 
     @property
     def resource(self) -> str:
         return shard_resource(self.name)
-
-
-def _cores(cores: list[int]) -> str:
-    """vLLM's CPU binding syntax: "0-3" for a contiguous range, else "0,2,5"."""
-    if cores == list(range(cores[0], cores[0] + len(cores))) and len(cores) > 1:
-        return f"{cores[0]}-{cores[-1]}"
-    return ",".join(map(str, cores))
 
 
 class AutoShardsConfig(_Section):
@@ -372,19 +344,13 @@ class Config(_Section):
         if isinstance(scheduler, dict) and scheduler.get("address"):
             raise ValueError("shards: auto lays out this machine; with scheduler.address set, list the shards "
                              "(README, \"Several machines\")")
-        from pipeline.cluster.layout import auto_shards
-
         auto = data.get("auto_shards") or {}
         return {**data, "shards": auto_shards(auto if isinstance(auto, dict) else {})}
 
     @model_validator(mode="before")
     @classmethod
     def _template_task(cls, data: Any) -> Any:
-        """A prompt template given without a task means the template task."""
-        if isinstance(data, dict) and "task" not in data and isinstance(data.get("prompt"), dict) \
-                and data["prompt"].get("template") is not None:
-            data = {**data, "task": "template"}
-        return data
+        return template_means_task(data)
 
     @model_validator(mode="after")
     def _task_prompt(self) -> "Config":
@@ -410,6 +376,14 @@ class Config(_Section):
         """The shard called ``name`` (None when the config has none of that name)."""
         return next((s for s in self.shards if s.name == name), None)
 
+    def require_layout(self, model_path: str | None = None, *, local: bool = True) -> None:
+        """Raise ``ConfigError`` listing why the shard layout cannot run (pipeline/cluster/layout.py),
+        if it cannot. ``local``: the shards run on this machine; ``model_path``: a local model
+        folder, whose attention heads a tensor-parallel size must divide."""
+        problems = check_layout(self, model_path, local=local)
+        if problems:
+            raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
+
     def for_job(self, task: str | None = None, prompt: dict | None = None, sampling: dict | None = None) -> "Config":
         """This config with one job's task, prompt and sampling over it (None: unchanged)."""
         overrides = {k: v for k, v in (("task", task), ("prompt", prompt), ("sampling", sampling)) if v is not None}
@@ -421,15 +395,22 @@ class Config(_Section):
         ``cfg.replace(scheduler={"dashboard_address": None})`` merges into the section.
         """
         data = self.model_dump()
-        if isinstance(sections.get("prompt"), dict) and sections["prompt"].get("template") is not None \
-                and "task" not in sections:
-            sections = {**sections, "task": "template"}   # a template means the template task
+        sections = template_means_task(sections)
         for key, value in sections.items():
             if isinstance(value, dict) and isinstance(data.get(key), dict):
                 data[key] = {**data[key], **value}
             else:
                 data[key] = value
         return parse_config(data, source="<override>")
+
+
+def template_means_task(data: Any) -> Any:
+    """A prompt template given without a task means the template task (in a config file and in
+    ``Config.replace`` alike)."""
+    if isinstance(data, dict) and "task" not in data and isinstance(data.get("prompt"), dict) \
+            and data["prompt"].get("template") is not None:
+        data = {**data, "task": "template"}
+    return data
 
 
 def _format_error(err: ValidationError, source: str) -> str:

@@ -1,5 +1,8 @@
 """The environment vLLM's engine processes start with: the user's and the shard's, not Dask's.
 
+A shard's own variables (``shard_engine_env``): its device pin, the engine workarounds every
+engine gets (``ENGINE_ENV_DEFAULTS``), and the shard's ``env`` from the config.
+
 Before it spawns a worker, Dask's nanny writes ``distributed.nanny.pre-spawn-environ``
 (``MALLOC_TRIM_THRESHOLD_=65536``, ``OMP/MKL/OPENBLAS_NUM_THREADS=1``) and
 ``PYTHONHASHSEED`` into ``os.environ`` of the process that owns the nanny (for an embedded
@@ -31,6 +34,41 @@ from contextlib import contextmanager
 import dask
 
 from pipeline.names import ADDED_RECORD_ENV as ADDED_RECORD
+
+# Every engine's environment unless the shard's ``env`` says otherwise.
+ENGINE_ENV_DEFAULTS = {
+    # vLLM 0.32 on torch 2.13 cannot load its AOT-compiled artifact ("'function' object has no
+    # attribute 'finalize_loading'") and recompiles at every start; without AOT compilation a
+    # compiled engine loads torch.compile's cache instead (README, "Engine start").
+    "VLLM_USE_AOT_COMPILE": "0",
+    # vLLM names its processes with setproctitle, which by default overwrites the area the
+    # kernel shows as /proc/<pid>/environ (seen: the engine core's read back empty or cut). With
+    # SPT_NOENV the title stays within the command line and the engine's environment can be read
+    # (the environment test and the benchmark's side-by-side report read it).
+    "SPT_NOENV": "1",
+}
+
+
+def shard_engine_env(kind: str, devices: list[int], tensor_parallel: int, env: dict[str, str]) -> dict[str, str]:
+    """A shard's engine variables: its devices (a CPU shard's cores split between its ranks,
+    "0-1|2-3"; a GPU shard's ``CUDA_VISIBLE_DEVICES``), ``ENGINE_ENV_DEFAULTS``, and the shard's
+    own ``env`` over both."""
+    out = {}
+    if kind == "cpu" and "VLLM_CPU_OMP_THREADS_BIND" not in env:   # (else pinned by hand)
+        per = max(1, len(devices) // tensor_parallel)
+        out["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(_cores(devices[r * per:(r + 1) * per])
+                                                    for r in range(tensor_parallel))
+    elif kind == "gpu":
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+    return {**out, **ENGINE_ENV_DEFAULTS, **env}
+
+
+def _cores(cores: list[int]) -> str:
+    """vLLM's CPU binding syntax: "0-3" for a contiguous range, else "0,2,5"."""
+    if cores == list(range(cores[0], cores[0] + len(cores))) and len(cores) > 1:
+        return f"{cores[0]}-{cores[-1]}"
+    return ",".join(map(str, cores))
+
 
 _HASH_SEED = ("PYTHONHASHSEED", "6640")  # the nanny sets it when unset or "0" (distributed/nanny.py)
 # Also written by a nanny (or `dask worker`) into its own process, never the user's: the

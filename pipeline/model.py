@@ -20,6 +20,22 @@ class ModelError(RuntimeError):
     """The configured model cannot be found or prepared."""
 
 
+def model_folder(config: Config) -> str | None:
+    """The model's local folder, without preparing it (None for a hub name)."""
+    if config.model.path is None:
+        return str(config.model.cache_path / DEFAULT_MODEL_NAME)
+    path = Path(os.path.expandvars(config.model.path)).expanduser()
+    return str(path) if path.exists() else None
+
+
+def model_for(config: Config, engine_kind: str) -> str:
+    """The model the engines load (and the client tokenizes with): the null engine uses the
+    configured path as given, and tokenizes with the default model when there is none."""
+    if engine_kind == "vllm" or config.model.path is None:
+        return resolve_model(config)
+    return config.model.path
+
+
 def resolve_model(config: Config) -> str:
     """The path (or hub name) the engine should load, preparing the default model if needed."""
     path = config.model.path

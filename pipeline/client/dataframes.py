@@ -19,12 +19,14 @@ not by the input's size.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
+
+import pyarrow as pa
 
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, RowResult
+from pipeline.sampling import ROW_COLUMNS
+from tasks import get_task_kind, task_columns
 
-if TYPE_CHECKING:
-    from pipeline.client.pipeline import Pipeline
 
 # The output columns and their pandas dtypes (strings as pyarrow-backed strings).
 _DTYPES = {"answer": "string", "error": "string", "prompt_tokens": "int64", "cached_tokens": "int64",
@@ -44,16 +46,15 @@ def output_columns(wants_json: bool) -> list[str]:
     return [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
 
 
-def map_dataframe(pipeline: "Pipeline", df, *, task: str | None = None, prompt: dict | None = None,
+def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None = None,
                   sampling: dict | None = None, truncate_prompts: bool = False, prefetch: int = 2):
     """Answer every row of ``df`` (a Dask or pandas DataFrame with the task's columns); a Dask
-    DataFrame of the output columns with ``df``'s index and partitions (module docstring)."""
+    DataFrame of the output columns with ``df``'s index and partitions (module docstring).
+    ``pipeline``: a started ``Pipeline``."""
+    # Start time: pandas and dask.dataframe are loaded by DataFrame jobs only.
     import dask.dataframe as dd
     import pandas as pd
     from dask import delayed
-
-    from tasks import get_task_kind, task_columns
-    from pipeline.sampling import ROW_COLUMNS
 
     rows_total = None   # for the dashboard's progress: known up front for a pandas frame, else once all read
     if isinstance(df, pd.DataFrame):
@@ -102,7 +103,7 @@ class _Partitions:
     """Pulls input partitions (computed on the cluster, ``prefetch`` ahead) and turns each one,
     once all its rows are answered, into an output partition kept on the cluster."""
 
-    def __init__(self, pipeline: "Pipeline", out_columns: list[str], meta):
+    def __init__(self, pipeline, out_columns: list[str], meta):
         self.client = pipeline.client
         self.out_columns, self.meta = out_columns, meta
         self.where: dict[int, tuple[_Partition, int]] = {}   # row number -> its partition, position
@@ -112,8 +113,6 @@ class _Partitions:
         self.error: BaseException | None = None
 
     def rows(self, parts: list, prefetch: int) -> Iterator[dict]:
-        import pyarrow as pa
-
         pending: deque = deque()
         todo = iter(parts)
         sent = 0
@@ -149,7 +148,7 @@ class _Partitions:
             self._finish(part)
 
     def _finish(self, part: _Partition) -> None:
-        import pandas as pd
+        import pandas as pd   # start time: loaded by DataFrame jobs only
 
         cols = {n: pd.Series([getattr(r, n) for r in part.results], dtype=_DTYPES[n], index=part.index)
                 for n in self.out_columns}

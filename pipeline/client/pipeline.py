@@ -20,24 +20,25 @@ from typing import Any, Iterable, Iterator, Mapping, Sized
 import dask
 from distributed import Client, KilledWorker, as_completed
 
-from pipeline import codec, engine_env
+from pipeline import codec, console, engine_env
+from pipeline.client import dataframes
 from pipeline.client.dispatch import Dispatcher
 from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
 from pipeline.client.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
 from pipeline.client.router import Prefix, PrefixRouter
-from pipeline.client.start_progress import StartProgress, one_line
 from pipeline.cluster import resident
-from pipeline.cluster.local import apply_dask_settings, connect
+from pipeline.cluster.resident_state import ClusterState
+from pipeline.cluster.engines import EngineStartError, start_engines, wait_for_shard_workers
+from pipeline.cluster.local import apply_dask_settings, connect, worker_log_dir
 from pipeline.cluster.security import dask_security
-from pipeline.cluster.layout import require_layout
 from pipeline.config import Config, SamplingConfig, load_config
-from pipeline.model import resolve_model
-from pipeline.names import PLUGIN_NAME, VIEW_METADATA_KEY
+from pipeline.model import model_for
+from pipeline.names import VIEW_METADATA_KEY
 from pipeline.prefix_memory import prefix_digest
 from pipeline.results import RowResult
 from pipeline.sampling import Sampling, SamplingError, checked
 from pipeline.worker.engine import EngineDead
-from pipeline.worker.plugin import EnginePlugin, held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
+from pipeline.worker.plugin import held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
 
 
 @dataclass
@@ -55,21 +56,15 @@ READ_CHUNK_ROWS = 8192
 CHARS_PER_TOKEN_SAMPLE = 64
 
 
-class EngineStartError(RuntimeError):
-    """An engine did not start (e.g. the engine rejected the config); the message says why."""
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 class Pipeline:
     """A running pipeline: the cluster, one resident engine per shard, the router.
 
     Without a ``client`` and without ``scheduler.address`` in the config it uses the resident
     local cluster when one is up for the same config (``python -m pipeline up``; a different
     config is a ``ClusterMismatch`` error), else it starts an embedded one, whose workers log to
-    one file per shard under the cache folder (``verbose=True``: to this terminal).
+    one file per shard under the cache folder (``verbose=True``: to this terminal). Dask's and
+    vLLM's loggers in this process are kept to warnings while it runs, as on the command line
+    (``verbose=True`` leaves them as they are).
     ``notify`` gets the few lines worth telling the user (which cluster, each engine's start;
     default: stderr); ``live`` a line to show in place while engines start (a terminal)."""
 
@@ -81,10 +76,10 @@ class Pipeline:
         self._cluster = None
         self._owns_client = client is None
         self.verbose = verbose
-        self.notify = notify or _stderr
+        self.notify = notify or console.notify
         self.live = live
         self.start_timeout_s = start_timeout_s
-        self.resident: resident.ClusterState | None = None   # the resident cluster in use, if any
+        self.resident: ClusterState | None = None   # the resident cluster in use, if any
         self.known_prefixes: dict[int, str] = {}              # from earlier jobs: digest -> shard
         self._infos: OrderedDict[int, Prefix] = OrderedDict()  # prefix digest -> its Prefix (LRU)
         self.chars_per_token: float | None = None             # measured on the first prefixes
@@ -93,15 +88,18 @@ class Pipeline:
         self.transfer = TransferStats()
         self.last_report: JobReport | None = None
         self._view_published = 0.0
+        self._log_levels: dict | None = None   # the loggers' levels before start (restored at close)
 
     # -- life cycle -------------------------------------------------------------
     def start(self) -> "Pipeline":
         from tasks import get_task_kind
 
         self._driver_env = engine_env.snapshot()
+        if not self.verbose and self._log_levels is None:
+            self._log_levels = console.quiet_logs()
         self.model = model_for(self.config, self.engine_kind)
         if not self.config.scheduler.address and self._client is None:   # the shards run on this machine
-            require_layout(self.config, self.model if self.engine_kind == "vllm" else None)
+            self.config.require_layout(self.model if self.engine_kind == "vllm" else None)
         self.tokenizer = _load_tokenizer(self.model)
         self.task = get_task_kind(self.config, self.tokenizer)
         if self._client is None:
@@ -112,24 +110,9 @@ class Pipeline:
                 # it, and libraries loaded here may set more (torch's TORCHINDUCTOR_CACHE_DIR was
                 # seen); pipeline/engine_env.py.
                 engine_env.restore(self._driver_env)
-        try:
-            self._client.wait_for_workers(len(self.config.shards), timeout=self.start_timeout_s)
-        except TimeoutError:
-            raise RuntimeError(f"{len(self.config.shards)} shard workers expected, "
-                               f"{len(self._client.scheduler_info()['workers'])} joined within "
-                               f"{self.start_timeout_s:.0f} s") from None
-        progress = StartProgress(self._client, self.config.shard_names, self.notify, self.live)
-        try:
-            with progress:
-                self._client.register_plugin(EnginePlugin(self.config, self.model, self.engine_kind), name=PLUGIN_NAME)
-        except Exception as exc:  # raised in a worker's plugin setup: the engine's build
-            # the failed shards in the config's order (their errors come in the order they fail)
-            failed = [s for s in self.config.shard_names if s in progress.errors]
-            error = progress.errors[failed[0]] if failed else f"{type(exc).__name__}: {exc}"
-            logs = self.log_dir or (self.resident.log_dir if self.resident else None)
-            raise EngineStartError(f"shard {', '.join(failed) or '?'}: the engine did not start: {one_line(error)}"
-                                   + (f" (the whole error is in the workers' logs, {logs}/)" if logs else "")) from None
-        stats = self._check_shards()
+        wait_for_shard_workers(self._client, self.config, self.start_timeout_s)
+        stats = start_engines(self._client, self.config, self.model, self.engine_kind, self.notify, self.live,
+                              logs=self.log_dir or (self.resident.log_dir if self.resident else None))
         block_size = self.config.routing.block_size or min(s["block_size"] for s in stats)
         kv_blocks = sum(s.get("kv_cache_tokens") or 0 for s in stats) // block_size
         self.max_blocks = min(self.config.routing.max_blocks, 2 * kv_blocks) if kv_blocks else \
@@ -155,7 +138,7 @@ class Pipeline:
                 apply_dask_settings()
                 return Client(state.address, security=dask_security(self.config), direct_to_workers=True), None
         if not self.config.scheduler.address and not self.verbose:
-            self.log_dir = resident.worker_log_dir(self.config)
+            self.log_dir = worker_log_dir(self.config)
             self.notify(f"worker logs: {self.log_dir}/<shard>.log")
         return connect(self.config, log_dir=self.log_dir)
 
@@ -176,14 +159,6 @@ class Pipeline:
         return PrefixRouter(self.config.shard_names, block_size, self.max_blocks, r.decode_weight,
                             r.min_match, r.imbalance_abs, r.imbalance_ratio)
 
-    def _check_shards(self) -> list[dict]:
-        stats = self.worker_stats()
-        served = {s.get("shard") for s in stats}
-        missing = [n for n in self.config.shard_names if n not in served]
-        if missing:
-            raise RuntimeError(f"no worker serves shard(s) {', '.join(missing)}; workers report {sorted(map(str, served))}")
-        return stats
-
     def close(self) -> None:
         if self._cluster is not None and self._client is not None:
             self._stop_engines()
@@ -194,6 +169,9 @@ class Pipeline:
             # A nanny that restarted its worker meanwhile wrote Dask's variables again.
             engine_env.restore(self._driver_env, engine_env.nanny_keys())
         self._client = self._cluster = None
+        if self._log_levels is not None:
+            console.restore_logs(self._log_levels)
+            self._log_levels = None
 
     def _stop_engines(self, timeout_s: float = 60.0) -> None:
         """Embedded cluster only: stop every engine before the workers close (Dask's nanny
@@ -247,9 +225,7 @@ class Pipeline:
         input's index, partitions and divisions. Runs the job now; the answers stay in the
         cluster's memory for the returned DataFrame (pipeline/client/dataframes.py says what runs
         when). ``task``, ``prompt``, ``sampling``: this job's, over the config's."""
-        from pipeline.client.dataframes import map_dataframe
-
-        return map_dataframe(self, df, task=task, prompt=prompt, sampling=sampling,
+        return dataframes.map_dataframe(self, df, task=task, prompt=prompt, sampling=sampling,
                              truncate_prompts=truncate_prompts, prefetch=prefetch)
 
     def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None, sampling: SamplingConfig | Mapping | None = None,
@@ -517,14 +493,6 @@ def _batch(batch_id: str, groups: dict[str, list[tuple[int, str]]],
     requests = [codec.Request(index=i, prefix=slot, suffix=suffix, sampling=own(i))
                 for slot, items in enumerate(groups.values()) for i, suffix in items]
     return codec.Batch(batch_id=batch_id, prefixes=list(groups), requests=requests)
-
-
-def model_for(config: Config, engine_kind: str) -> str:
-    """The model the engines load (and the client tokenizes with): the null engine uses the
-    configured path as given, and tokenizes with the default model when there is none."""
-    if engine_kind == "vllm" or config.model.path is None:
-        return resolve_model(config)
-    return config.model.path
 
 
 def _load_tokenizer(model: str):

@@ -1,7 +1,9 @@
 """Code that starts and operates clusters, run by the process that starts them: the user's
 process for the embedded cluster and for connecting to a scheduler (``local``), ``python -m
-pipeline up`` / ``status`` / ``down`` for the resident cluster (``resident``), both for TLS from
-the config (``security``). The pipeline's dashboard pages (``dashboard``: the table and JSON;
-``dashboard_plots``: the Bokeh plots, drawn from ``history``) are served by the scheduler, which
-loads them through the preload. Nothing is imported here: import the module.
+pipeline up`` / ``status`` / ``down`` for the resident cluster (``commands``: what they print;
+``resident``: its processes; ``resident_state``: its state file and config fingerprint). Both
+start each shard's worker from one description (``worker_spec``) and its engine the same way
+(``engines``, showing the start with ``start_progress``); ``layout`` resolves ``shards: auto``
+and checks a layout can run; ``security`` is TLS from the config. What runs inside the
+scheduler is in ``pipeline.scheduler``. Nothing is imported here: import the module.
 """

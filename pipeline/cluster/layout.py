@@ -11,7 +11,10 @@
 
 ``check_layout`` refuses what cannot run, one line each: a device in two shards, a device this
 machine does not have, a tensor-parallel size that does not divide the shard's devices or the
-model's attention heads.
+model's attention heads (``Config.require_layout`` raises them as one ``ConfigError``).
+
+It imports nothing of the pipeline: the config (pipeline/config.py) imports it to resolve
+``shards: auto``, and its functions take the config as an argument.
 """
 from __future__ import annotations
 
@@ -64,16 +67,6 @@ def auto_shards(auto: dict[str, Any], gpus: list[int] | None = None, cores: list
     free = free if len(free) >= per else cores[:per]   # a machine smaller than one shard: one shard
     return [{"name": f"cpu{i}", "kind": "cpu", "devices": free[i * per:(i + 1) * per], "env": env}
             for i in range(count)]
-
-
-def model_folder(config) -> str | None:
-    """The model's local folder, without preparing it (None for a hub name)."""
-    from pipeline.model import DEFAULT_MODEL_NAME
-
-    if config.model.path is None:
-        return str(config.model.cache_path / DEFAULT_MODEL_NAME)
-    path = Path(os.path.expandvars(config.model.path)).expanduser()
-    return str(path) if path.exists() else None
 
 
 def model_heads(model_path: str | None) -> tuple[int, int] | None:
@@ -129,15 +122,6 @@ def check_layout(config, model_path: str | None = None, *, local: bool = True,
                             f"attention heads and {heads[1]} KV heads; sizes that can: "
                             f"{', '.join(map(str, fits))}")
     return problems
-
-
-def require_layout(config, model_path: str | None = None, *, local: bool = True) -> None:
-    """Raise ``ConfigError`` listing ``check_layout``'s problems, if any."""
-    from pipeline.config import ConfigError
-
-    problems = check_layout(config, model_path, local=local)
-    if problems:
-        raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
 
 
 def describe(config) -> str:

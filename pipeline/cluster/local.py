@@ -20,30 +20,13 @@ import time
 from pathlib import Path
 
 import dask
-from distributed import Client, Nanny, SpecCluster
+from distributed import Client, SpecCluster
 from distributed.deploy.spec import ProcessInterface
 
-from pipeline import engine_env
+from pipeline.cluster.security import dask_security, tls_args
+from pipeline.cluster.worker_spec import DASK_SETTINGS, WorkerSpec, dask_env
 from pipeline.config import Config
-from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
-from pipeline.cluster.security import dask_security, protocol
-
-# What vLLM inside Dask workers needs (see README, "Why these Dask settings").
-DASK_SETTINGS = {
-    "distributed.worker.daemon": False,             # vLLM spawns its engine-core process
-    "distributed.scheduler.work-stealing": False,   # stealing would break prefix affinity
-    "distributed.worker.memory.target": False,
-    "distributed.worker.memory.spill": False,
-    "distributed.worker.memory.pause": False,
-    "distributed.worker.memory.terminate": False,
-    # Dask wakes every process 50 times a second to check its event loop, and every worker 100
-    # times a second for its statistical profiler -- which never samples a batch anyway (batches
-    # are coroutines on the event loop; Dask profiles only tasks run in its thread pool). Idle,
-    # that cost 0.14 of a core across client, scheduler and 2 workers, 0.03 with these settings:
-    # CPU the engines need wherever they share cores with Dask (a CPU box).
-    "distributed.admin.tick.interval": "1s",
-    "distributed.worker.profile.enabled": False,
-}
+from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_DIR_ENV, LOG_ENV_ADDED, LOG_FILE_ENV
 
 # In the client's process only: Dask keeps the last 1,000 messages each connection sent, for
 # debugging; from the client those carry every batch's payload (~100-200 KB each on the null
@@ -56,11 +39,6 @@ def apply_dask_settings() -> None:
     dask.config.set({**DASK_SETTINGS, **CLIENT_SETTINGS})
 
 
-def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
-    """Dask's settings as the environment variables ``dask scheduler`` / ``dask worker`` read."""
-    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
-
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -69,13 +47,6 @@ def process_env() -> dict[str, str]:
     this one's, with Dask's settings and this repository importable."""
     python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, **dask_env(), "PYTHONPATH": python_path}
-
-
-def tls_args(config: Config) -> list[str]:
-    s = config.security
-    if not s.enabled:
-        return []
-    return ["--protocol", "tls", "--tls-ca-file", s.tls_ca_file, "--tls-cert", s.tls_cert, "--tls-key", s.tls_key]
 
 
 def scheduler_command(config: Config, scheduler_file: Path) -> list[str]:
@@ -169,39 +140,25 @@ class SchedulerProcess(ProcessInterface):
 QUIET_DASK = ("DASK_LOGGING__DISTRIBUTED", "warning")
 
 
-def worker_specs(config: Config, log_dir: Path | None = None) -> dict:
+def worker_log_dir(config: Config) -> Path:
+    """Where an embedded cluster's workers write ``<shard>.log`` (unless verbose)."""
+    override = os.environ.get(LOG_DIR_ENV)
+    return Path(override).expanduser() if override else config.model.cache_path / "logs"
+
+
+def worker_specs(config: Config, log_dir: Path | None = None, extra_env: dict | None = None) -> dict:
     """Call before any nanny has started in this process: each worker's environment records
     which variables the nannies add, so its engine does not inherit them (engine_env.py).
     ``log_dir``: each worker (and its engine) writes its output to ``<shard>.log`` there
     instead of this process's terminal (the preload moves it; pipeline/worker/preload.py)."""
-    host = config.scheduler.host
-    record = engine_env.worker_record()
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         for shard in config.shards:
             (log_dir / f"{shard.name}.log").write_text("")
-    return {
-        shard.name: {
-            "cls": Nanny,
-            "options": {
-                "name": shard.name,
-                "host": host,
-                "protocol": protocol(config),
-                "security": dask_security(config),
-                "nthreads": config.intake.concurrent_batches,
-                "memory_limit": 0,  # the engine holds its own memory; never kill for it
-                "resources": {shard.resource: SHARD_RESOURCE_AMOUNT},
-                "env": {**shard.worker_env(), **record,
-                        **({LOG_FILE_ENV: str(log_dir / f"{shard.name}.log")} if log_dir is not None else {})},
-                "dashboard": False,
-                # Its HTTP server (/metrics, /health) runs anyway: on the config's host, not every interface.
-                "dashboard_address": f"{host}:0",
-                "config": DASK_SETTINGS,
-                "preload": ["pipeline.worker.preload"],
-            },
-        }
-        for shard in config.shards
-    }
+    return {shard.name: WorkerSpec.for_shard(
+                config, shard, extra_env={**({LOG_FILE_ENV: str(log_dir / f"{shard.name}.log")}
+                                             if log_dir is not None else {}), **(extra_env or {})}).nanny()
+            for shard in config.shards}
 
 
 def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
@@ -217,9 +174,7 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
         quiet = {LOG_ENV_ADDED: QUIET_DASK[0]}
     scheduler = {"cls": SchedulerProcess,
                  "options": {"config": config, "log": log_dir / "scheduler.log" if log_dir is not None else None}}
-    workers = worker_specs(config, log_dir)
-    for spec in workers.values():
-        spec["options"]["env"].update(quiet)
+    workers = worker_specs(config, log_dir, extra_env=quiet)
     return SpecCluster(workers=workers, scheduler=scheduler, name="pipeline",
                        security=dask_security(config))
 

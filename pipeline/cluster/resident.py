@@ -4,8 +4,10 @@
 It is Dask's own processes: one ``dask scheduler`` and one ``dask worker`` (nanny + worker)
 per shard, started in their own session so they outlive the terminal, each writing to its log
 file, with the same Dask settings and engine environment as the embedded cluster
-(pipeline/cluster/local.py). ``up`` registers the engine plugin (every worker builds its engine
-then) and records where the cluster runs in a state file::
+(pipeline/cluster/local.py), each worker started from the same description
+(pipeline/cluster/worker_spec.py). ``up`` starts the engines as ``Pipeline.start`` does
+(pipeline/cluster/engines.py) and records where the cluster runs in a state file
+(pipeline/cluster/resident_state.py)::
 
     <model.cache_dir>/cluster/state.json     (PIPELINE_CLUSTER_DIR overrides the folder)
 
@@ -17,132 +19,24 @@ recovery are the client's and may differ from job to job.
 """
 from __future__ import annotations
 
-import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
-import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
-from urllib.parse import urlparse
 
 import psutil
 import yaml
+from distributed import Client
 
-from pipeline import engine_env
-from pipeline.cluster.local import process_env, read_scheduler_file, scheduler_command, tls_args
-from pipeline.config import Config, ConfigError
-from pipeline.names import CLUSTER_DIR_ENV, LOG_DIR_ENV  # noqa: F401 - used here and by tests
-
-STATE_FILE = "state.json"
-
-
-class ClusterMismatch(ConfigError):
-    """A resident cluster is up, for another config."""
-
-
-
-
-def worker_log_dir(config: Config) -> Path:
-    """Where an embedded cluster's workers write ``<shard>.log`` (unless verbose)."""
-    override = os.environ.get(LOG_DIR_ENV)
-    return Path(override).expanduser() if override else config.model.cache_path / "logs"
-
-
-def cluster_dir(config: Config) -> Path:
-    override = os.environ.get(CLUSTER_DIR_ENV)
-    return Path(override).expanduser() if override else config.model.cache_path / "cluster"
-
-
-@dataclass
-class ClusterState:
-    address: str                      # the scheduler's
-    dashboard: str | None
-    config_file: str                  # the config the cluster runs (a frozen copy)
-    fingerprint: dict
-    processes: dict[str, list]        # "scheduler" / shard name -> [pid, process create time]
-    log_dir: str
-    started: float = field(default_factory=time.time)
-
-    def save(self, folder: Path) -> Path:
-        path = folder / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
-        return path
-
-    @classmethod
-    def load(cls, folder: Path) -> "ClusterState | None":
-        try:
-            return cls(**json.loads((folder / STATE_FILE).read_text()))
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"cannot read the local cluster's state file {folder / STATE_FILE} ({exc}); "
-                              f"remove it if no cluster is running") from None
-
-    def dead_processes(self) -> list[str]:
-        """The recorded processes that are gone (a pid reused since counts as gone)."""
-        return [name for name, (pid, created) in self.processes.items() if not _same_process(pid, created)]
-
-    def scheduler_reachable(self, timeout_s: float = 2.0) -> bool:
-        u = urlparse(self.address)
-        try:
-            with socket.create_connection((u.hostname, u.port), timeout=timeout_s):
-                return True
-        except OSError:
-            return False
-
-    def stale_reason(self) -> str | None:
-        """Why this cluster no longer runs (its scheduler is gone or does not answer); None
-        while it runs."""
-        if "scheduler" in self.dead_processes():
-            return "its scheduler process is gone"
-        if not self.scheduler_reachable():
-            return "its scheduler does not answer"
-        return None
-
-    @property
-    def uptime_s(self) -> float:
-        return time.time() - self.started
-
-
-def _same_process(pid: int, created: float) -> bool:
-    try:
-        p = psutil.Process(pid)
-        return abs(p.create_time() - created) < 1e-3 and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def fingerprint(config: Config, model: str) -> dict:
-    """What the workers of a cluster use: it must be the same for a client to use them. (Prompts
-    and sampling settings travel with each job's batches: any job can use any.)"""
-    return {
-        "model": model,
-        "engine": config.engine.model_dump(mode="json"),
-        "shards": {s.name: s.model_dump(mode="json", exclude={"name"}) for s in config.shards},
-        "intake": {"max_in_flight": config.intake.max_in_flight,
-                   "concurrent_batches": config.intake.concurrent_batches},
-        "security": config.security.model_dump(mode="json"),
-    }
-
-
-def differences(running: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """One line per setting that differs, by its dotted name."""
-    out = []
-    for key in sorted(set(running) | set(wanted), key=str):
-        a, b = running.get(key, "(unset)"), wanted.get(key, "(unset)")
-        name = f"{prefix}{key}"
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += differences(a, b, name + ".")
-        elif a != b:
-            out.append(f"{name}: running {a!r}, this config {b!r}")
-    return out
+from pipeline.cluster.engines import start_engines, wait_for_shard_workers
+from pipeline.cluster.local import apply_dask_settings, process_env, read_scheduler_file, scheduler_command
+from pipeline.cluster.resident_state import (STATE_FILE, ClusterMismatch, ClusterState, cluster_dir, differences,
+                                             fingerprint)
+from pipeline.cluster.security import dask_security
+from pipeline.cluster.worker_spec import WorkerSpec
+from pipeline.config import Config
+from pipeline.worker.plugin import engine_phase, stop_engine, worker_stats
 
 
 def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterState | None:
@@ -195,16 +89,13 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
         procs["scheduler"] = _spawn(scheduler_command(config, scheduler_file), base_env, log_dir / "scheduler.log", folder)
         info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
         address = info["address"]
-        # The record tells each worker which variables its nanny adds, so its engine starts without
-        # them (pipeline/engine_env.py), as in the embedded cluster.
-        worker_env = {**base_env, **engine_env.worker_record(base_env)}
+        # The worker the embedded cluster starts as a Nanny, as a ``dask worker`` process. Its
+        # record tells it which variables its nanny adds, so its engine starts without them
+        # (pipeline/engine_env.py).
         for shard in config.shards:
-            procs[shard.name] = _spawn(
-                [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", shard.name,
-                 "--host", host, "--nthreads", str(config.intake.concurrent_batches), "--memory-limit", "0",
-                 "--no-dashboard", "--dashboard-address", f"{host}:0", "--preload", "pipeline.worker.preload",
-                 "--shard", shard.name, "--pipeline-config", str(config_file), *tls_args(config)],
-                worker_env, log_dir / f"{shard.name}.log", folder)
+            worker = WorkerSpec.for_shard(config, shard, starter_env=base_env)
+            procs[shard.name] = _spawn(worker.command(address), worker.process_env(base_env),
+                                       log_dir / f"{shard.name}.log", folder)
     except BaseException:
         for p in procs.values():
             _kill_tree(p.pid)
@@ -271,8 +162,6 @@ def up(config: Config, model: str, notify: Callable[[str], None], live: Callable
        timeout_s: float = 600.0) -> tuple[ClusterState, bool]:
     """Start the resident cluster and wait until every engine is ready; returns its state and
     whether it was started now (False: it was up already, for this config)."""
-    from pipeline.client.pipeline import Pipeline
-
     folder = cluster_dir(config)
     running = find(config, model, notify)
     if running is not None:
@@ -282,10 +171,10 @@ def up(config: Config, model: str, notify: Callable[[str], None], live: Callable
                          fingerprint=fingerprint(config, model), processes=processes, log_dir=str(folder / "logs"))
     notify(f"scheduler at {address}; logs in {state.log_dir}/")
     try:
-        pipeline = Pipeline(config.replace(scheduler={"address": address}), notify=notify, live=live,
-                            start_timeout_s=timeout_s)
-        pipeline.start()
-        pipeline.close()
+        apply_dask_settings()
+        with Client(address, security=dask_security(config), timeout=30) as client:
+            wait_for_shard_workers(client, config, timeout_s)
+            start_engines(client, config, model, config.engine.kind, notify, live, logs=state.log_dir)
     except BaseException:
         _stop_processes(state, timeout_s=10)
         raise
@@ -296,11 +185,6 @@ def up(config: Config, model: str, notify: Callable[[str], None], live: Callable
 def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0, answer_s: float = 30.0) -> bool:
     """Stop the resident cluster: engines first (each engine core exits cleanly), then Dask's
     processes; whatever is still running after ``timeout_s`` is killed. False: none was up."""
-    from distributed import Client
-
-    from pipeline.cluster.security import dask_security
-    from pipeline.worker.plugin import stop_engine
-
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
     if state is None:
@@ -340,11 +224,6 @@ def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0,
 def status(config: Config) -> dict | None:
     """The resident cluster as its workers report it; None when none is up. A stale state file
     (the cluster died) is reported as such and removed."""
-    from distributed import Client
-
-    from pipeline.cluster.security import dask_security
-    from pipeline.worker.plugin import engine_phase, worker_stats
-
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
     if state is None:

@@ -23,3 +23,11 @@ def dask_security(config: Config) -> Security | None:
 
 def protocol(config: Config) -> str:
     return "tls://" if config.security.enabled else "tcp://"
+
+
+def tls_args(config: Config) -> list[str]:
+    """The same settings as command-line options of ``dask scheduler`` / ``dask worker``."""
+    s = config.security
+    if not s.enabled:
+        return []
+    return ["--protocol", "tls", "--tls-ca-file", s.tls_ca_file, "--tls-cert", s.tls_cert, "--tls-key", s.tls_key]

@@ -55,7 +55,15 @@ def test_bad_value_is_named_with_what_was_given(tmp_path):
 
 
 def test_shards_default_to_auto_and_names_must_be_unique(tmp_path):
-    assert load_config(_write(tmp_path, "engine: {}\n")).shards   # no shards key: auto
+    from pipeline.cluster.layout import check_layout, usable_cores, visible_gpus
+
+    default = load_config(_write(tmp_path, "engine: {}\n"))   # no shards key
+    auto = parse_config({"shards": "auto"})
+    assert default.shards == auto.shards
+    assert default.shards and check_layout(default) == []      # this machine's devices, none twice
+    have = visible_gpus() or usable_cores()
+    assert all(d in have for s in default.shards for d in s.devices)
+    assert default.shard_names == [f"{default.shards[0].kind}{i}" for i in range(len(default.shards))]
     with pytest.raises(ConfigError, match="repeated: a"):
         load_config(_write(tmp_path, "shards: [{name: a, device: 0}, {name: a, device: 1}]\n"))
 

@@ -47,16 +47,16 @@ def test_generator_input_is_read_ahead_in_a_bounded_window(null_pipeline):
     assert high_water <= 50 + 2 * (16 + 8) + 8
 
 
+def _beside(p, **sections):
+    """A second pipeline on the same cluster and engines, with other client-side settings."""
+    return Pipeline(p.config.replace(**sections), engine="null", client=p.client)
+
+
 def test_batches_grow_when_the_engine_is_fast(null_pipeline):
-    p = null_pipeline
     rows = document_questions(400, 4, seed=3, order="shuffled")
-    p.config = p.config.replace(intake={"fast_batch_s": 5.0, "read_ahead_rows": 2000})
-    try:
-        before = p.transfer.batches
+    with _beside(null_pipeline, intake={"fast_batch_s": 5.0, "read_ahead_rows": 2000}) as p:
         results = p.run(rows)
-        batches = p.transfer.batches - before
-    finally:
-        p.config = p.config.replace(intake={"fast_batch_s": 0, "read_ahead_rows": 50})
+        batches = p.transfer.batches
     assert [r.id for r in results] == [row["id"] for row in rows]
     # 1600 rows in batches of 8 would be 200 batches; doubling up to 32 x 8 rows takes far fewer
     assert batches < 100, batches
@@ -81,26 +81,15 @@ def _documents_stay_on_one_shard(p, seed):
 
 
 def test_documents_stay_on_one_shard(null_pipeline):
-    p = null_pipeline
-    assert p.config.routing.prefix_units == "tokens"
-    _documents_stay_on_one_shard(p, seed=3)
-    text = "Alpha beta gamma, delta. " * 30
-    info = p._prefix_infos([text])[text]   # exact: what the tokenizer counts
-    assert info.length == len(p.tokenizer([text], add_special_tokens=False)["input_ids"][0])
-    assert len(info.hashes) == info.length // p.router.block_size
+    assert null_pipeline.config.routing.prefix_units == "tokens"
+    _documents_stay_on_one_shard(null_pipeline, seed=3)
 
 
 def test_documents_stay_on_one_shard_when_routed_by_characters(null_pipeline):
-    p, config = null_pipeline, null_pipeline.config
-    p.config = config.replace(routing={"prefix_units": "characters"})
-    p.router = p.new_router()
-    try:
+    with _beside(null_pipeline, routing={"prefix_units": "characters"}) as p:
         _documents_stay_on_one_shard(p, seed=4)
         # at the ratio the model's tokenizer measured on the first documents
         assert 3.0 < p.chars_per_token < 6.0   # English text, SmolLM2's tokenizer
-    finally:
-        p.config = config
-        p.router = p.new_router()
 
 
 def _get(url):

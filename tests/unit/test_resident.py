@@ -8,7 +8,9 @@ import sys
 import psutil
 import pytest
 
-from pipeline.cluster import local, resident
+from pipeline.cluster import resident, resident_state, worker_spec
+from pipeline.config import ConfigError
+from pipeline.names import CLUSTER_DIR_ENV
 from pipeline.config import load_config
 from pipeline.client.dispatch import Dispatcher
 from pipeline.prefix_memory import PrefixMemory, prefix_digest
@@ -17,7 +19,7 @@ from pipeline.client.router import PrefixRouter
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    monkeypatch.setenv(resident.CLUSTER_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(CLUSTER_DIR_ENV, str(tmp_path))
     return tmp_path
 
 
@@ -33,8 +35,8 @@ def listening():
 
 def _state(config, address, pid=None, model="m"):
     me = psutil.Process(pid) if pid else psutil.Process()
-    return resident.ClusterState(address=address, dashboard=None, config_file="cfg.yaml",
-                                 fingerprint=resident.fingerprint(config, model),
+    return resident_state.ClusterState(address=address, dashboard=None, config_file="cfg.yaml",
+                                 fingerprint=resident_state.fingerprint(config, model),
                                  processes={"scheduler": [me.pid, me.create_time()]}, log_dir="logs")
 
 
@@ -42,7 +44,7 @@ def test_state_file_round_trips_and_knows_its_processes(folder, listening):
     config = load_config()
     state = _state(config, listening)
     state.save(folder)
-    loaded = resident.ClusterState.load(folder)
+    loaded = resident_state.ClusterState.load(folder)
     assert loaded == state
     assert loaded.dead_processes() == [] and loaded.scheduler_reachable()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -64,7 +66,7 @@ def test_a_running_cluster_with_another_config_is_a_clear_error(folder, listenin
     config = load_config()
     _state(config, listening).save(folder)
     other = config.replace(engine={"enforce_eager": True, "max_model_len": 1024}, sampling={"max_tokens": 8})
-    with pytest.raises(resident.ClusterMismatch) as err:
+    with pytest.raises(resident_state.ClusterMismatch) as err:
         resident.find(other, "other-model", notify=pytest.fail)
     text = str(err.value)
     assert f"a local cluster is up at {listening} for another config" in text
@@ -74,7 +76,7 @@ def test_a_running_cluster_with_another_config_is_a_clear_error(folder, listenin
         assert line in text
     assert "python -m pipeline down" in text
     assert "sampling" not in text   # settings that travel with each job's batches are no mismatch
-    assert (folder / resident.STATE_FILE).exists()   # never removed for a mismatch
+    assert (folder / resident_state.STATE_FILE).exists()   # never removed for a mismatch
 
 
 def test_stale_state_is_said_and_removed_and_nothing_is_used(folder):
@@ -82,23 +84,23 @@ def test_stale_state_is_said_and_removed_and_nothing_is_used(folder):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     _state(config, "tcp://127.0.0.1:9", pid=None).save(folder)
-    state = resident.ClusterState.load(folder)
+    state = resident_state.ClusterState.load(folder)
     state.processes["scheduler"] = [gone.pid, 1.0]
     state.save(folder)
     said = []
     assert resident.find(config, "m", notify=said.append) is None
     assert len(said) == 1 and "is no longer running (its scheduler process is gone); starting an embedded one" in said[0]
-    assert not (folder / resident.STATE_FILE).exists()
+    assert not (folder / resident_state.STATE_FILE).exists()
 
 
 def test_an_unreadable_state_file_says_where_it_is(folder):
-    (folder / resident.STATE_FILE).write_text("{not json")
-    with pytest.raises(resident.ConfigError, match="cannot read the local cluster's state file .*remove it"):
+    (folder / resident_state.STATE_FILE).write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read the local cluster's state file .*remove it"):
         resident.find(load_config(), "m", notify=print)
 
 
 def test_dask_settings_become_the_variables_dask_reads():
-    env = local.dask_env({"distributed.worker.daemon": False, "distributed.scheduler.work-stealing": False,
+    env = worker_spec.dask_env({"distributed.worker.daemon": False, "distributed.scheduler.work-stealing": False,
                            "distributed.admin.tick.interval": "1s"})
     assert env == {"DASK_DISTRIBUTED__WORKER__DAEMON": "False", "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
                    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s"}
@@ -175,7 +177,7 @@ def test_without_the_first_answer_ramp_everything_binds_at_once():
 
 
 def test_an_engine_start_error_becomes_one_line():
-    from pipeline.client.start_progress import one_line
+    from pipeline.cluster.start_progress import one_line
 
     error = ("ValidationError: 1 validation error for ModelConfig\n  Value error, User-specified max_model_len "
              "(999999) is too long. Set X. [type=value_error, input_value=ArgsKwargs((), {'a': 1}), input_type=A]\n"

@@ -1,0 +1,118 @@
+"""The resident local cluster's record: the state file that says where it runs and for which
+config, kept in ``cluster_dir`` (``<model.cache_dir>/cluster/state.json``; PIPELINE_CLUSTER_DIR
+overrides the folder), and the *fingerprint* of a config (everything the workers use: model,
+engine, shards, the per-engine intake limits, security) with the differences between two.
+No Dask here; the commands that start, find and stop the cluster are in ``resident``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psutil
+
+from pipeline.config import Config, ConfigError
+from pipeline.names import CLUSTER_DIR_ENV
+
+STATE_FILE = "state.json"
+
+
+class ClusterMismatch(ConfigError):
+    """A resident cluster is up, for another config."""
+
+
+def cluster_dir(config: Config) -> Path:
+    override = os.environ.get(CLUSTER_DIR_ENV)
+    return Path(override).expanduser() if override else config.model.cache_path / "cluster"
+
+
+@dataclass
+class ClusterState:
+    address: str                      # the scheduler's
+    dashboard: str | None
+    config_file: str                  # the config the cluster runs (a frozen copy)
+    fingerprint: dict
+    processes: dict[str, list]        # "scheduler" / shard name -> [pid, process create time]
+    log_dir: str
+    started: float = field(default_factory=time.time)
+
+    def save(self, folder: Path) -> Path:
+        path = folder / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, folder: Path) -> "ClusterState | None":
+        try:
+            return cls(**json.loads((folder / STATE_FILE).read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"cannot read the local cluster's state file {folder / STATE_FILE} ({exc}); "
+                              f"remove it if no cluster is running") from None
+
+    def dead_processes(self) -> list[str]:
+        """The recorded processes that are gone (a pid reused since counts as gone)."""
+        return [name for name, (pid, created) in self.processes.items() if not _same_process(pid, created)]
+
+    def scheduler_reachable(self, timeout_s: float = 2.0) -> bool:
+        u = urlparse(self.address)
+        try:
+            with socket.create_connection((u.hostname, u.port), timeout=timeout_s):
+                return True
+        except OSError:
+            return False
+
+    def stale_reason(self) -> str | None:
+        """Why this cluster no longer runs (its scheduler is gone or does not answer); None
+        while it runs."""
+        if "scheduler" in self.dead_processes():
+            return "its scheduler process is gone"
+        if not self.scheduler_reachable():
+            return "its scheduler does not answer"
+        return None
+
+    @property
+    def uptime_s(self) -> float:
+        return time.time() - self.started
+
+
+def _same_process(pid: int, created: float) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return abs(p.create_time() - created) < 1e-3 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def fingerprint(config: Config, model: str) -> dict:
+    """What the workers of a cluster use: it must be the same for a client to use them. (Prompts
+    and sampling settings travel with each job's batches: any job can use any.)"""
+    return {
+        "model": model,
+        "engine": config.engine.model_dump(mode="json"),
+        "shards": {s.name: s.model_dump(mode="json", exclude={"name"}) for s in config.shards},
+        "intake": {"max_in_flight": config.intake.max_in_flight,
+                   "concurrent_batches": config.intake.concurrent_batches},
+        "security": config.security.model_dump(mode="json"),
+    }
+
+
+def differences(running: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """One line per setting that differs, by its dotted name."""
+    out = []
+    for key in sorted(set(running) | set(wanted), key=str):
+        a, b = running.get(key, "(unset)"), wanted.get(key, "(unset)")
+        name = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, name + ".")
+        elif a != b:
+            out.append(f"{name}: running {a!r}, this config {b!r}")
+    return out
