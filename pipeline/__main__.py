@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from pipeline.client.pipeline import EngineStartError
     from pipeline.config import ConfigError, load_config
-    from pipeline.jobs.job import JobError
+    from pipeline.jobs.errors import JobError
     from pipeline.model import ModelError
 
     try:
@@ -253,7 +253,8 @@ def _prompt_options(args, config):
 def _run(args, config) -> int:
     from pipeline.cluster import resident
     from pipeline.client.pipeline import EngineStartError, Pipeline, model_for
-    from pipeline.jobs.job import JobError, prepare_job
+    from pipeline.jobs.errors import JobError
+    from pipeline.jobs.job import prepare_job
     from pipeline.model import resolve_model
 
     if args.part_rows < 1:

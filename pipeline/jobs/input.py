@@ -19,15 +19,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.results import RESULT_FIELDS
+from pipeline.jobs.errors import JobError
 from pipeline.jobs.row_checks import text_values
+from pipeline.jobs.storage import filesystem, is_url, store_error
+from pipeline.results import RESULT_FIELDS
 from pipeline.sampling import ROW_COLUMNS
 
 CHAT_URL = "/v1/chat/completions"
-
-
-class JobError(RuntimeError):
-    """The job cannot run (or go on); the message says why and what to do."""
 
 
 @dataclass
@@ -51,11 +49,8 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
     fs = None
-    if fmt in ("openai", "parquet"):
-        from pipeline.jobs.storage import filesystem, is_url
-
-        if is_url(text):
-            fs, _ = filesystem(text, storage_options)
+    if fmt in ("openai", "parquet") and is_url(text):
+        fs, _ = filesystem(text, storage_options)
     if fmt == "openai":
         return OpenAIBatchSource(text if fs is not None else Path(text), fs)
     if fmt == "parquet":
@@ -70,8 +65,6 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
 def _store_files(spec: str, fs) -> list[str]:
     """The Parquet files an object-store URL names: a file, a folder (recursively, skipping
     names that start with "." or "_", as pyarrow's discovery does) or a glob."""
-    from pipeline.jobs.storage import store_error
-
     root = fs._strip_protocol(spec)
     try:
         if glob.has_magic(root):
@@ -247,8 +240,6 @@ class OpenAIBatchSource:
         if fs is None and not path.exists():
             raise JobError(f"input not found: {path}")
         if fs is not None:
-            from pipeline.jobs.storage import store_error
-
             try:
                 found = fs.isfile(path)
             except Exception as exc:  # noqa: BLE001 - the store's own errors

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.jobs.input import Chunk, JobError, open_source
+from pipeline.jobs.errors import JobError
+from pipeline.jobs.input import Chunk, open_source
 from pipeline.jobs.output import JsonlLines, ParquetParts
 from pipeline.jobs.storage import is_url
 from pipeline.jobs.store_output import StoreParts
@@ -44,7 +45,7 @@ _RESULT_TYPES = {
 DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
-__all__ = ["JobError", "JobSummary", "Job", "prepare_job", "run_job", "error_kind"]
+__all__ = ["JobSummary", "Job", "prepare_job", "run_job", "error_kind"]
 
 
 def error_kind(error: str) -> str:

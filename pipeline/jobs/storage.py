@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pipeline.jobs.input import JobError
+from pipeline.jobs.errors import JobError
 
 
 def is_url(spec: str | os.PathLike) -> bool:
