@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.row_checks import text_values
-from pipeline.jobs.storage import filesystem, is_url, store_error
+from pipeline.jobs.storage import filesystem, is_url, local_path, store_error
 from pipeline.results import RESULT_FIELDS
 from pipeline.sampling import ROW_COLUMNS
 
@@ -49,8 +49,11 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
     fs = None
-    if fmt in ("openai", "parquet") and is_url(text):
-        fs, _ = filesystem(text, storage_options)
+    if fmt in ("openai", "parquet"):
+        if is_url(text):
+            fs, _ = filesystem(text, storage_options)
+        else:
+            text = local_path(text)
     if fmt == "openai":
         return OpenAIBatchSource(text if fs is not None else Path(text), fs)
     if fmt == "parquet":

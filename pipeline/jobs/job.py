@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
 from pipeline.jobs.output import JsonlLines, ParquetParts
-from pipeline.jobs.storage import is_url
+from pipeline.jobs.storage import is_url, local_path
 from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
@@ -133,7 +133,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     meta = {"input": source.description, "format": source.format, "rows": source.num_rows,
             "key": source.key or "position", "started": int(time.time())}
     remote = is_url(output_path)
-    final = str(output_path) if remote else Path(output_path)
+    final = str(output_path) if remote else Path(local_path(output_path))
     if source.format == "openai":
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
