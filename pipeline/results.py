@@ -47,6 +47,3 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
     def failed(cls, index: int, kind: ErrorKind, message: str, **fields) -> "RowResult":
         """A row answered with an error of ``kind``."""
         return cls(index, error=f"{kind}: {message}", error_kind=kind, **fields)
-
-    def as_row(self) -> dict:
-        return {k: getattr(self, k) for k in RESULT_FIELDS}

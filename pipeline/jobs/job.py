@@ -6,11 +6,16 @@
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
 ids, output writable, resume state); ``Job.run`` streams the rows through a running
-pipeline and commits results in input order as they complete (``pipeline/jobs/output.py``).
+pipeline and commits results in input order as they complete (``pipeline/jobs/output.py``; on
+an object store ``pipeline/jobs/store_output.py``). Input and output are local paths or fsspec
+URLs (``pipeline/jobs/storage.py``).
 
-Parquet output columns: the input's own columns (except ``document`` and ``question``)
-followed by ``id, answer, error, prompt_tokens, cached_tokens, completion_tokens, shard,
-latency_s``. OpenAI batch output: one response line per request (``pipeline/jobs/openai_batch.py``).
+Parquet output columns: the input's own columns (except those the task reads, ``document``
+and ``question`` for the default task, and those named like output columns) followed by ``id,
+answer, error, prompt_tokens, cached_tokens, completion_tokens, shard, latency_s,
+finish_reason`` and, for a job that asks for JSON answers, ``answer_json``
+(``pipeline.results.RESULT_FIELDS``). OpenAI batch output: one response line per request
+(``pipeline/jobs/openai_batch.py``).
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from pipeline.jobs.output import JsonlLines, ParquetParts
 from pipeline.jobs.storage import is_url, local_path
 from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
+from pipeline.model import DEFAULT_MODEL_NAME
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
 
 if TYPE_CHECKING:
@@ -214,7 +220,7 @@ class Job:
 
     def _to_records(self, pipeline: Pipeline) -> Callable[[Chunk], list]:
         if self.source.format == "openai":
-            model = pipeline.config.model.path or "SmolLM2-135M-Instruct"
+            model = pipeline.config.model.path or DEFAULT_MODEL_NAME
             max_tokens, created = pipeline.config.sampling.max_tokens, self.sink.meta["started"]
             return lambda c, lo, hi: [output_line(c.start + k, c.keys[k], c.results[k], model, max_tokens, created)
                                       for k in range(lo, hi)]
