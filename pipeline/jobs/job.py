@@ -51,16 +51,7 @@ _RESULT_TYPES = {
 DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
-__all__ = ["JobSummary", "Job", "prepare_job", "run_job", "error_kind"]
-
-
-def error_kind(error: str) -> str:
-    """The kind of a row error, without its particulars: ``input: question is not text``,
-    ``input: prompt too long``, ``engine: ValueError``."""
-    head = error.split(" (", 1)[0]
-    if head.startswith("engine: "):
-        return ":".join(head.split(":")[:2])
-    return head.split(";", 1)[0]
+__all__ = ["JobSummary", "Job", "prepare_job", "run_job"]
 
 
 @dataclass
@@ -93,8 +84,8 @@ class JobSummary:
         self.rows += 1
         if r.error is not None:
             self.errors += 1
-            kind = error_kind(r.error)
-            self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
+            group = r.error_group
+            self.errors_by_kind[group] = self.errors_by_kind.get(group, 0) + 1
         self.prompt_tokens += r.prompt_tokens
         self.cached_tokens += r.cached_tokens
         self.completion_tokens += r.completion_tokens
@@ -266,8 +257,8 @@ class _InOrder:
             self.pending.append(chunk)
             for k, (row, error) in enumerate(zip(chunk.rows, chunk.errors)):
                 if row is None:
-                    # errors found reading the input: "input: ..."
-                    self._set(chunk, k, RowResult(-1, id=chunk.keys[k], error=error, error_kind=ErrorKind.INPUT))
+                    # found reading the input: the row itself is bad
+                    self._set(chunk, k, RowResult.failed(-1, ErrorKind.INPUT, error, id=chunk.keys[k]))
                 else:
                     self.where[self.sent] = (chunk, k)
                     self.sent += 1
