@@ -23,7 +23,6 @@ import os
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -38,6 +37,7 @@ from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
 from pipeline.model import DEFAULT_MODEL_NAME
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
+from pipeline.summary import JobSummary
 
 if TYPE_CHECKING:
     from pipeline.client.pipeline import Pipeline
@@ -52,57 +52,6 @@ DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
 __all__ = ["JobSummary", "Job", "prepare_job", "run_job"]
-
-
-@dataclass
-class JobSummary:
-    rows: int = 0            # rows answered (or failed) in this run
-    errors: int = 0
-    seconds: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    per_shard: dict = field(default_factory=dict)
-    errors_by_kind: dict = field(default_factory=dict)
-    resumed: int = 0         # rows already in the output when this run started
-    workers: str | None = None   # what happened to workers during the job, if anything did
-    first_answer_s: float | None = None   # from the job's start to its first answer
-
-    @property
-    def requests_per_s(self) -> float:
-        return self.rows / self.seconds if self.seconds else 0.0
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return self.completion_tokens / self.seconds if self.seconds else 0.0
-
-    @property
-    def cached_share(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def add(self, r: RowResult) -> None:
-        self.rows += 1
-        if r.error is not None:
-            self.errors += 1
-            group = r.error_group
-            self.errors_by_kind[group] = self.errors_by_kind.get(group, 0) + 1
-        self.prompt_tokens += r.prompt_tokens
-        self.cached_tokens += r.cached_tokens
-        self.completion_tokens += r.completion_tokens
-        if r.shard is not None:
-            self.per_shard[r.shard] = self.per_shard.get(r.shard, 0) + 1
-
-    def render(self) -> str:
-        shards = ", ".join(f"{k}: {v}" for k, v in sorted(self.per_shard.items())) or "none"
-        kinds = "".join(f"\n  {k}: {v}" for k, v in sorted(self.errors_by_kind.items(), key=lambda kv: -kv[1]))
-        resumed = f" (+{self.resumed} already written before this run)" if self.resumed else ""
-        first = f" (first answer after {self.first_answer_s:.2f} s)" if self.first_answer_s is not None else ""
-        return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{first}{kinds}\n"
-                f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
-                f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
-                f"completion tokens: {self.completion_tokens}\n"
-                f"rows per shard: {shards}"
-                + (f"\nworkers: {self.workers}" if self.workers else ""))
 
 
 def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
@@ -199,14 +148,15 @@ class Job:
                 order.place(r)
             order.close()
         summary.seconds = time.perf_counter() - t0
-        if pipeline.last_report is not None and pipeline.last_report.events:
-            summary.workers = pipeline.last_report.summary()
+        if pipeline.last_report is not None:
+            summary.take_workers(pipeline.last_report)
         if order.read_error is not None:
             raise order.read_error
         if self.sink.committed != self.source.num_rows:  # never expected; refuse to publish a gap
             raise JobError(f"{self.sink.committed} rows written for {self.source.num_rows} input rows; "
                            f"the partial output in {self.sink.dir} is kept")
         self.sink.finish()
+        summary.rows_read = summary.rows_total = summary.rows   # this run's rows, each read and answered
         return summary
 
     def _to_records(self, pipeline: Pipeline) -> Callable[[Chunk], list]:

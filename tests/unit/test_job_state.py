@@ -1,9 +1,8 @@
 """The job state machine driven by synthetic events, in milliseconds: no Dask, no engine."""
-from types import SimpleNamespace
-
 from pipeline.client.dispatch import Dispatcher
 from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
 from pipeline.client.router import Prefix, PrefixRouter
+from pipeline.results import ErrorKind, RowResult
 
 DOCS = {f"doc{d}": Prefix.of([d * 100 + i for i in range(64)], 16) for d in range(4)}
 
@@ -32,8 +31,7 @@ def emitted(instructions):
 
 
 def result(index, shard, answer="ok"):
-    return SimpleNamespace(index=index, answer=answer, error=None, prompt_tokens=10, cached_tokens=0,
-                           completion_tokens=1, shard=shard, latency_s=0.1)
+    return RowResult(index, answer=answer, prompt_tokens=10, completion_tokens=1, shard=shard, latency_s=0.1)
 
 
 def answer(state, sub, answer="ok"):
@@ -188,14 +186,25 @@ def test_the_report_counts_rows_read_the_total_once_known_and_rows_with_an_error
     state = new_state()
     first = state.rows_read(rows(bad={3}), DOCS)
     assert state.report.rows_read == 8 and state.report.rows_total is None   # more may come
-    assert state.report.rows_with_error == 1                                 # the input error, answered at once
+    assert state.report.errors == 1                                          # the input error, answered at once
     pending = submits(first + state.input_ended())
     assert state.report.rows_total == 8
     sub = pending.pop(0)
-    ins = state.batch_done(sub.batch_id, [SimpleNamespace(**{**vars(result(i, sub.shard)), "error": "engine: x"})
+    ins = state.batch_done(sub.batch_id, [RowResult.failed(i, ErrorKind.ENGINE, "ValueError: x", shard=sub.shard)
                                           for items in sub.groups.values() for i, _ in items])
     n = sum(len(items) for items in sub.groups.values())
-    assert state.report.rows_with_error == 1 + n
+    assert state.report.errors == 1 + n
+    assert state.report.errors_by_kind == {"input: question is null": 1, "engine: ValueError": n}
     run_to_end(state, pending + submits(ins))
     d = state.report.as_dict()
     assert (d["rows"], d["rows_read"], d["rows_total"], d["rows_with_error"]) == (8, 8, 8, 1 + n)
+
+
+def test_the_state_machine_imports_no_dask():
+    import subprocess
+    import sys
+
+    code = ("import sys, pipeline.client.job_state; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
