@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from pipeline.cluster.engines import EngineStartError
     from pipeline.config import ConfigError, load_config
-    from pipeline.jobs.job import JobError
+    from pipeline.jobs.errors import JobError
     from pipeline.model import ModelError
 
     try:
@@ -166,7 +166,8 @@ def _run(args, config) -> int:
     from pipeline.cluster import resident
     from pipeline.cluster.engines import EngineStartError
     from pipeline.cluster.resident_state import STATE_FILE, cluster_dir
-    from pipeline.jobs.job import JobError, prepare_job
+    from pipeline.jobs.errors import JobError
+    from pipeline.jobs.job import prepare_job
     from pipeline.model import model_for, resolve_model
 
     if args.part_rows < 1:

@@ -45,8 +45,25 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
 
     @classmethod
     def failed(cls, index: int, kind: ErrorKind, message: str, **fields) -> "RowResult":
-        """A row answered with an error of ``kind``."""
-        return cls(index, error=f"{kind}: {message}", error_kind=kind, **fields)
+        """A row answered with an error of ``kind``; ``message`` says why."""
+        result = cls(index, **fields)
+        result.fail(kind, message)
+        return result
 
-    def as_row(self) -> dict:
-        return {k: getattr(self, k) for k in RESULT_FIELDS}
+    def fail(self, kind: ErrorKind, message: str) -> None:
+        """The row has an error of ``kind`` after all; ``message`` says why (``error`` is the
+        text users read: ``"<kind>: <message>"``)."""
+        self.error, self.error_kind = f"{kind}: {message}", kind
+
+    @property
+    def error_group(self) -> str | None:
+        """The row's error without its particulars, for counting rows by error: its kind
+        (``error_kind``), then why, up to the first `` (`` or ``;`` (an engine error: the
+        exception's type) -- ``input: prompt too long``, ``engine: ValueError``."""
+        if self.error is None:
+            return None
+        kind = self.error_kind
+        why = self.error.removeprefix(f"{kind}: ") if kind is not None else self.error
+        why = why.split(" (", 1)[0]
+        why = why.split(":", 1)[0] if kind is ErrorKind.ENGINE else why.split(";", 1)[0]
+        return f"{kind}: {why}" if kind is not None else why

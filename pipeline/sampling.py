@@ -2,8 +2,10 @@
 
 A job's settings (``sampling:`` in the config) go with every batch; a row may override any of
 them through optional input columns of the same names (``ROW_COLUMNS``), and an OpenAI batch
-request through its body's fields (pipeline/jobs/openai_batch.py). The worker merges job
-settings and row overrides and builds vLLM's ``SamplingParams`` (pipeline/worker/engine.py).
+request through its body's fields (read into those columns by ``pipeline/jobs/input.py``). The
+client checks each row's values (``checked``); the worker lays a row's settings over its job's
+(``Sampling.over``, pipeline/worker/plugin.py) and builds vLLM's ``SamplingParams`` from them
+(pipeline/worker/engine.py).
 
 A bad value is the row's error, with the reason (``input: temperature must be a number >= 0
 (got 'hot')``); a bad job setting is a config error.
@@ -41,10 +43,6 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
         if self.json_schema is not None or self.choice is not None:   # a row's constraint replaces the job's
             fields["json_schema"], fields["choice"] = self.json_schema, self.choice
         return Sampling(**fields)
-
-    @property
-    def constrained(self) -> bool:
-        return self.json_schema is not None or self.choice is not None
 
 
 class SamplingError(ValueError):

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.client.dispatch import Dispatcher
-from pipeline.client.recovery import JobReport
 from pipeline.results import ErrorKind, RowResult
 from pipeline.client.router import Prefix
+from pipeline.summary import JobSummary
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class JobState:
     dispatcher: Dispatcher
     read_ahead_rows: int
     max_row_attempts: int
-    report: JobReport = None
+    report: JobSummary = None   # what happened: rows, errors, tokens, batches, re-routes
     fast_batch_s: float = 0.0
     read_ahead_chars: int = 0   # 0: rows alone bound the read-ahead
     ids: dict[int, Any] = field(default_factory=dict)          # unanswered row -> its id
@@ -81,7 +81,7 @@ class JobState:
 
     def __post_init__(self) -> None:
         if self.report is None:
-            self.report = JobReport(job=self.job_id)
+            self.report = JobSummary(job=self.job_id)
 
     # -- queries --------------------------------------------------------------------
     @property
@@ -167,8 +167,9 @@ class JobState:
         for r in fresh:
             r.id = ids.pop(r.index)
             attempts.pop(r.index, None)
-        self.report.rows += len(fresh)
-        self.report.rows_with_error += sum(r.error is not None for r in fresh)
+        add = self.report.add
+        for r in fresh:
+            add(r)
         out: list = [Emit(fresh)] if fresh else []
         return out + self._bind()
 
@@ -249,14 +250,11 @@ class JobState:
         return [Emit(failed)] if failed else []
 
     def _failed(self, index: int, kind: ErrorKind, message: str) -> RowResult:
-        self.report.rows_with_error += 1
-        return RowResult.failed(index, kind, message, id=self._settle(index))
-
-    def _settle(self, index: int) -> Any:
-        """The row is answered: forget it (a row is unanswered while its id is held)."""
+        """The row is answered with an error: forget it (a row is unanswered while its id is held)."""
         self.attempts.pop(index, None)
-        self.report.rows += 1
-        return self.ids.pop(index)
+        result = RowResult.failed(index, kind, message, id=self.ids.pop(index))
+        self.report.add(result)
+        return result
 
     def _release(self, prefix: str, rows: int = 1) -> None:
         """``rows`` of the prefix's rows are answered; the prefix is forgotten with its last."""

@@ -24,7 +24,7 @@ from pipeline import codec, console, engine_env
 from pipeline.client import dataframes
 from pipeline.client.dispatch import Dispatcher
 from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
-from pipeline.client.recovery import GONE, LOST, REJOINED, JobReport, ShardWatch
+from pipeline.client.recovery import GONE, LOST, REJOINED, ShardWatch
 from pipeline.client.router import Prefix, PrefixRouter
 from pipeline.cluster import resident
 from pipeline.cluster.resident_state import ClusterState
@@ -37,6 +37,7 @@ from pipeline.names import VIEW_METADATA_KEY
 from pipeline.prefix_memory import prefix_digest
 from pipeline.results import RowResult
 from pipeline.sampling import Sampling, SamplingError, checked
+from pipeline.summary import JobSummary
 from pipeline.worker.engine import EngineDead
 from pipeline.worker.plugin import held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
 
@@ -86,7 +87,7 @@ class Pipeline:
         self.max_blocks = self.config.routing.max_blocks      # the router's bound (start: from the KV caches)
         self.log_dir = None                                   # the embedded cluster's worker logs
         self.transfer = TransferStats()
-        self.last_report: JobReport | None = None
+        self.last_report: JobSummary | None = None
         self._view_published = 0.0
         self._log_levels: dict | None = None   # the loggers' levels before start (restored at close)
 

@@ -11,62 +11,18 @@ The client does the rest, with ``ShardWatch``: it polls the scheduler's worker l
 reports, per shard, when its worker left, when a new one took its place (the router then
 forgets what that shard had cached), and when a shard has had no worker for
 ``recovery.rejoin_timeout_s`` (no nanny brought it back: the client takes it out of
-routing and re-routes its unanswered rows to the surviving shards). ``JobReport`` is
-what the job tells its caller.
+routing and re-routes its unanswered rows to the surviving shards). The job's
+``JobSummary`` (pipeline/summary.py) tells its caller what happened.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from distributed import Client
 
-LOST, REJOINED, GONE = "lost", "rejoined", "gone"
+from pipeline.summary import GONE, LOST, REJOINED, ShardEvent
 
-
-@dataclass
-class ShardEvent:
-    kind: str        # LOST: its worker left; REJOINED: a new worker serves it; GONE: given up on
-    shard: str
-    worker: str | None
-    at: float        # time.time()
-
-
-@dataclass
-class JobReport:
-    """What happened during one ``Pipeline.stream`` job."""
-    job: str
-    rows: int = 0                     # rows answered (each exactly once), with or without error
-    batches: int = 0                  # batches submitted, retries included
-    events: list[ShardEvent] = field(default_factory=list)
-    batches_interrupted: int = 0      # in flight on a worker when it was lost (Dask runs them again, or their rows are re-routed)
-    batches_failed: int = 0           # batches whose task failed (KilledWorker, engine died)
-    rows_rerouted: int = 0            # rows sent again, to another shard or a fresh engine
-    rows_failed: int = 0              # rows answered with a worker error after all retries
-    duplicates_dropped: int = 0       # results for rows already answered (never yielded twice)
-    rows_read: int = 0                # rows read from the input so far
-    rows_total: int | None = None     # rows in the input: known up front (a sized input) or once it is all read
-    rows_with_error: int = 0          # rows answered with an error (input, engine or worker)
-
-    @property
-    def workers_lost(self) -> int:
-        return sum(e.kind == LOST for e in self.events)
-
-    def summary(self) -> str:
-        parts = [f"{self.rows} rows", f"{self.batches} batches"]
-        if self.events:
-            parts += [f"{self.workers_lost} worker(s) lost", f"{self.batches_interrupted} batch(es) interrupted",
-                      f"{self.rows_rerouted} row(s) re-routed", f"{self.rows_failed} row(s) failed"]
-            parts += [f"{e.kind}: {e.shard} ({e.worker})" for e in self.events]
-        return "; ".join(parts)
-
-    def as_dict(self) -> dict:
-        return {"job": self.job, "rows": self.rows, "batches": self.batches, "workers_lost": self.workers_lost,
-                "batches_interrupted": self.batches_interrupted, "batches_failed": self.batches_failed,
-                "rows_rerouted": self.rows_rerouted, "rows_failed": self.rows_failed,
-                "duplicates_dropped": self.duplicates_dropped, "rows_read": self.rows_read,
-                "rows_total": self.rows_total, "rows_with_error": self.rows_with_error,
-                "events": [{"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at} for e in self.events]}
+__all__ = ["LOST", "REJOINED", "GONE", "ShardEvent", "ShardWatch", "current_workers"]
 
 
 class ShardWatch:

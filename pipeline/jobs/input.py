@@ -19,25 +19,24 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.results import RESULT_FIELDS
+from pipeline.jobs.errors import JobError
 from pipeline.jobs.row_checks import text_values
+from pipeline.jobs.storage import filesystem, is_url, local_path, store_error
+from pipeline.results import RESULT_FIELDS
 from pipeline.sampling import ROW_COLUMNS
 
 CHAT_URL = "/v1/chat/completions"
 
 
-class JobError(RuntimeError):
-    """The job cannot run (or go on); the message says why and what to do."""
-
-
 @dataclass
 class Chunk:
     """Consecutive input rows: their keys, the rows the task gets (None when the row already
-    failed a check here) and those rows' errors, and what the output carries over."""
+    failed a check here) and why those rows failed (each an ``ErrorKind.INPUT`` error), and
+    what the output carries over."""
     start: int                       # position of the first row in the whole input
     keys: list
     rows: list[dict | None]
-    errors: list[str | None]
+    errors: list[str | None]         # the reason only: "question is not valid UTF-8 text (byte 3)"
     carry: Any = None                # Parquet: the passthrough columns (a RecordBatch)
     results: list = field(default_factory=list)
     emitted: int = 0                 # results already passed on to the output
@@ -52,10 +51,10 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
     fs = None
     if fmt in ("openai", "parquet"):
-        from pipeline.jobs.storage import filesystem, is_url
-
         if is_url(text):
             fs, _ = filesystem(text, storage_options)
+        else:
+            text = local_path(text)
     if fmt == "openai":
         return OpenAIBatchSource(text if fs is not None else Path(text), fs)
     if fmt == "parquet":
@@ -70,8 +69,6 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
 def _store_files(spec: str, fs) -> list[str]:
     """The Parquet files an object-store URL names: a file, a folder (recursively, skipping
     names that start with "." or "_", as pyarrow's discovery does) or a glob."""
-    from pipeline.jobs.storage import store_error
-
     root = fs._strip_protocol(spec)
     try:
         if glob.has_magic(root):
@@ -247,8 +244,6 @@ class OpenAIBatchSource:
         if fs is None and not path.exists():
             raise JobError(f"input not found: {path}")
         if fs is not None:
-            from pipeline.jobs.storage import store_error
-
             try:
                 found = fs.isfile(path)
             except Exception as exc:  # noqa: BLE001 - the store's own errors
@@ -286,9 +281,9 @@ class OpenAIBatchSource:
                 try:
                     yield json.loads(raw.decode("utf-8")), None
                 except UnicodeDecodeError:
-                    yield None, "input: line is not valid UTF-8 text"
+                    yield None, "line is not valid UTF-8 text"
                 except json.JSONDecodeError as exc:
-                    yield None, f"input: line is not valid JSON ({exc.msg} at column {exc.colno})"
+                    yield None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
 
     def key_batches(self) -> Iterator[list]:
         yield self._keys
@@ -315,25 +310,25 @@ class OpenAIBatchSource:
 
 def _chat_request(request: Any) -> tuple[dict | None, str | None]:
     if not isinstance(request, dict):
-        return None, "input: line is not a JSON object"
+        return None, "line is not a JSON object"
     if not isinstance(request.get("custom_id"), str):
-        return None, "input: custom_id is missing or not a string"
+        return None, "custom_id is missing or not a string"
     if request.get("method", "POST") != "POST":
-        return None, f"input: method must be POST (got {request.get('method')!r})"
+        return None, f"method must be POST (got {request.get('method')!r})"
     if request.get("url") != CHAT_URL:
-        return None, f"input: url must be {CHAT_URL} (got {request.get('url')!r}); only chat completions are supported"
+        return None, f"url must be {CHAT_URL} (got {request.get('url')!r}); only chat completions are supported"
     body = request.get("body")
     if not isinstance(body, dict):
-        return None, "input: body is missing or not an object"
+        return None, "body is missing or not an object"
     if body.get("n", 1) != 1 or body.get("stream"):
-        return None, "input: body asks for n > 1 or stream; one non-streamed completion per request is supported"
+        return None, "body asks for n > 1 or stream; one non-streamed completion per request is supported"
     unsupported = [k for k in UNSUPPORTED_BODY_FIELDS if body.get(k)]
     if unsupported:
-        return None, f"input: body.{unsupported[0]} is not supported (one text answer per request)"
+        return None, f"body.{unsupported[0]} is not supported (one text answer per request)"
     try:
         return {"messages": body.get("messages"), **_body_sampling(body)}, None
     except ValueError as exc:
-        return None, f"input: {exc}"
+        return None, str(exc)
 
 
 # Body fields that change what a response holds, which this pipeline does not produce.

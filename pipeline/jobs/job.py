@@ -6,11 +6,16 @@
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
 ids, output writable, resume state); ``Job.run`` streams the rows through a running
-pipeline and commits results in input order as they complete (``pipeline/jobs/output.py``).
+pipeline and commits results in input order as they complete (``pipeline/jobs/output.py``; on
+an object store ``pipeline/jobs/store_output.py``). Input and output are local paths or fsspec
+URLs (``pipeline/jobs/storage.py``).
 
-Parquet output columns: the input's own columns (except ``document`` and ``question``)
-followed by ``id, answer, error, prompt_tokens, cached_tokens, completion_tokens, shard,
-latency_s``. OpenAI batch output: one response line per request (``pipeline/jobs/openai_batch.py``).
+Parquet output columns: the input's own columns (except those the task reads, ``document``
+and ``question`` for the default task, and those named like output columns) followed by ``id,
+answer, error, prompt_tokens, cached_tokens, completion_tokens, shard, latency_s,
+finish_reason`` and, for a job that asks for JSON answers, ``answer_json``
+(``pipeline.results.RESULT_FIELDS``). OpenAI batch output: one response line per request
+(``pipeline/jobs/openai_batch.py``).
 """
 from __future__ import annotations
 
@@ -18,19 +23,21 @@ import os
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.jobs.input import Chunk, JobError, open_source
+from pipeline.jobs.errors import JobError
+from pipeline.jobs.input import Chunk, open_source
 from pipeline.jobs.output import JsonlLines, ParquetParts
-from pipeline.jobs.storage import is_url
+from pipeline.jobs.storage import is_url, local_path
 from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
+from pipeline.model import DEFAULT_MODEL_NAME
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
+from pipeline.summary import JobSummary
 
 if TYPE_CHECKING:
     from pipeline.client.pipeline import Pipeline
@@ -44,67 +51,7 @@ _RESULT_TYPES = {
 DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
-__all__ = ["JobError", "JobSummary", "Job", "prepare_job", "run_job", "error_kind"]
-
-
-def error_kind(error: str) -> str:
-    """The kind of a row error, without its particulars: ``input: question is not text``,
-    ``input: prompt too long``, ``engine: ValueError``."""
-    head = error.split(" (", 1)[0]
-    if head.startswith("engine: "):
-        return ":".join(head.split(":")[:2])
-    return head.split(";", 1)[0]
-
-
-@dataclass
-class JobSummary:
-    rows: int = 0            # rows answered (or failed) in this run
-    errors: int = 0
-    seconds: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    per_shard: dict = field(default_factory=dict)
-    errors_by_kind: dict = field(default_factory=dict)
-    resumed: int = 0         # rows already in the output when this run started
-    workers: str | None = None   # what happened to workers during the job, if anything did
-    first_answer_s: float | None = None   # from the job's start to its first answer
-
-    @property
-    def requests_per_s(self) -> float:
-        return self.rows / self.seconds if self.seconds else 0.0
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return self.completion_tokens / self.seconds if self.seconds else 0.0
-
-    @property
-    def cached_share(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def add(self, r: RowResult) -> None:
-        self.rows += 1
-        if r.error is not None:
-            self.errors += 1
-            kind = error_kind(r.error)
-            self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
-        self.prompt_tokens += r.prompt_tokens
-        self.cached_tokens += r.cached_tokens
-        self.completion_tokens += r.completion_tokens
-        if r.shard is not None:
-            self.per_shard[r.shard] = self.per_shard.get(r.shard, 0) + 1
-
-    def render(self) -> str:
-        shards = ", ".join(f"{k}: {v}" for k, v in sorted(self.per_shard.items())) or "none"
-        kinds = "".join(f"\n  {k}: {v}" for k, v in sorted(self.errors_by_kind.items(), key=lambda kv: -kv[1]))
-        resumed = f" (+{self.resumed} already written before this run)" if self.resumed else ""
-        first = f" (first answer after {self.first_answer_s:.2f} s)" if self.first_answer_s is not None else ""
-        return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{first}{kinds}\n"
-                f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
-                f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
-                f"completion tokens: {self.completion_tokens}\n"
-                f"rows per shard: {shards}"
-                + (f"\nworkers: {self.workers}" if self.workers else ""))
+__all__ = ["JobSummary", "Job", "prepare_job", "run_job"]
 
 
 def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
@@ -132,7 +79,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     meta = {"input": source.description, "format": source.format, "rows": source.num_rows,
             "key": source.key or "position", "started": int(time.time())}
     remote = is_url(output_path)
-    final = str(output_path) if remote else Path(output_path)
+    final = str(output_path) if remote else Path(local_path(output_path))
     if source.format == "openai":
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
@@ -201,19 +148,20 @@ class Job:
                 order.place(r)
             order.close()
         summary.seconds = time.perf_counter() - t0
-        if pipeline.last_report is not None and pipeline.last_report.events:
-            summary.workers = pipeline.last_report.summary()
+        if pipeline.last_report is not None:
+            summary.take_workers(pipeline.last_report)
         if order.read_error is not None:
             raise order.read_error
         if self.sink.committed != self.source.num_rows:  # never expected; refuse to publish a gap
             raise JobError(f"{self.sink.committed} rows written for {self.source.num_rows} input rows; "
                            f"the partial output in {self.sink.dir} is kept")
         self.sink.finish()
+        summary.rows_read = summary.rows_total = summary.rows   # this run's rows, each read and answered
         return summary
 
     def _to_records(self, pipeline: Pipeline) -> Callable[[Chunk], list]:
         if self.source.format == "openai":
-            model = pipeline.config.model.path or "SmolLM2-135M-Instruct"
+            model = pipeline.config.model.path or DEFAULT_MODEL_NAME
             max_tokens, created = pipeline.config.sampling.max_tokens, self.sink.meta["started"]
             return lambda c, lo, hi: [output_line(c.start + k, c.keys[k], c.results[k], model, max_tokens, created)
                                       for k in range(lo, hi)]
@@ -259,8 +207,8 @@ class _InOrder:
             self.pending.append(chunk)
             for k, (row, error) in enumerate(zip(chunk.rows, chunk.errors)):
                 if row is None:
-                    # errors found reading the input: "input: ..."
-                    self._set(chunk, k, RowResult(-1, id=chunk.keys[k], error=error, error_kind=ErrorKind.INPUT))
+                    # found reading the input: the row itself is bad
+                    self._set(chunk, k, RowResult.failed(-1, ErrorKind.INPUT, error, id=chunk.keys[k]))
                 else:
                     self.where[self.sent] = (chunk, k)
                     self.sent += 1

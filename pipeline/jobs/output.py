@@ -22,7 +22,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.input import JobError
+from pipeline.jobs.errors import JobError
 
 META = "_job.json"
 

@@ -10,7 +10,8 @@ import pyarrow as pa
 
 
 def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
-    """(values, errors): a value per row, and per row None or the row's error."""
+    """(values, errors): a value per row, and per row None or why the row fails (an
+    ``ErrorKind.INPUT`` error; the caller gives it its kind)."""
     n = len(column)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         try:
@@ -32,5 +33,5 @@ def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
             errors.append(None)
         except UnicodeDecodeError as exc:
             values.append(None)
-            errors.append(f"input: {name} is not valid UTF-8 text (byte {exc.start})")
+            errors.append(f"{name} is not valid UTF-8 text (byte {exc.start})")
     return values, errors

@@ -1,4 +1,5 @@
 """Where job files live: local paths, or any fsspec URL (``s3://``, ``gs://``, ``memory://``, ...).
+A ``file://`` (or ``local://``) URL names a local path and is written like one.
 
 Credentials and endpoints come from the config's ``storage_options`` (passed to fsspec, e.g.
 ``{endpoint_url: http://127.0.0.1:9000, key: ..., secret: ...}`` for s3fs) or from the
@@ -10,13 +11,26 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pipeline.jobs.input import JobError
+from pipeline.jobs.errors import JobError
+
+
+LOCAL_PREFIXES = ("file://", "local://")   # fsspec's protocols for the local file system
 
 
 def is_url(spec: str | os.PathLike) -> bool:
     """A URL with a protocol other than the local file system's."""
     text = str(spec)
-    return "://" in text and not text.startswith("file://")
+    return "://" in text and not text.startswith(LOCAL_PREFIXES)
+
+
+def local_path(spec: str | os.PathLike) -> str:
+    """The local path a spec that is not :func:`is_url` names: itself, or a ``file://`` URL's
+    path (``file:///data/in.parquet``: ``/data/in.parquet``)."""
+    text = str(spec)
+    for prefix in LOCAL_PREFIXES:
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
 
 
 def filesystem(spec: str, storage_options: dict[str, Any] | None = None):

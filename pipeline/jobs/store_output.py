@@ -21,7 +21,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.input import JobError
+from pipeline.jobs.errors import JobError
 from pipeline.jobs.storage import filesystem, store_error
 
 MANIFEST = "_job.json"

@@ -17,9 +17,10 @@ from pipeline.worker.gcstats import GcPauses
 
 
 class ShardMetrics:
-    def __init__(self, shard: str, gc_pauses: GcPauses):
+    def __init__(self, shard: str, gc_pauses: GcPauses, clock=time.perf_counter):
         self.shard = shard
         self.gc = gc_pauses
+        self.clock = clock              # seconds, for the engine's busy time (tests give their own)
         self.queued = 0                 # requests of running batches waiting for intake
         self.in_flight = 0              # requests admitted to the engine, not finished
         self.prefill_outstanding = 0    # prompt tokens of queued + in-flight requests
@@ -41,13 +42,13 @@ class ShardMetrics:
     def admit(self) -> None:
         self.queued -= 1
         if not self.in_flight:
-            self._busy_since = time.perf_counter()
+            self._busy_since = self.clock()
         self.in_flight += 1
 
     def finish(self, prompt_tokens: int, cached: int, output: int, error: bool) -> None:
         self.in_flight -= 1
         if not self.in_flight:
-            self._busy_s += time.perf_counter() - self._busy_since
+            self._busy_s += self.clock() - self._busy_since
         self.prefill_outstanding -= prompt_tokens
         self.requests += 1
         self.errors += error
@@ -62,7 +63,7 @@ class ShardMetrics:
     @property
     def engine_busy_s(self) -> float:
         """Time the engine has had work, including the current busy stretch."""
-        return self._busy_s + (time.perf_counter() - self._busy_since if self.in_flight else 0.0)
+        return self._busy_s + (self.clock() - self._busy_since if self.in_flight else 0.0)
 
     def snapshot(self) -> dict:
         return {

@@ -200,7 +200,7 @@ class EnginePlugin(WorkerPlugin):
         if sampling.json_schema is not None:
             result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
             if problem is not None:
-                result.error, result.error_kind = f"{ErrorKind.OUTPUT}: {problem}", ErrorKind.OUTPUT
+                result.fail(ErrorKind.OUTPUT, problem)
         return result
 
     def _engine_died(self, exc: Exception) -> None:

@@ -1,16 +1,16 @@
 """The job state machine driven by synthetic events, in milliseconds: no Dask, no engine."""
-from types import SimpleNamespace
 
 from pipeline.client.dispatch import Dispatcher
 from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
 from pipeline.client.router import Prefix, PrefixRouter
+from pipeline.results import ErrorKind, RowResult
 
 DOCS = {f"doc{d}": Prefix.of([d * 100 + i for i in range(64)], 16) for d in range(4)}
 
 
-def new_state(shards=("s0", "s1"), batch_size=4, max_attempts=3, window=1000):
+def new_state(shards=("s0", "s1"), batch_size=4, max_attempts=3, window=1000, queue_per_shard=64):
     router = PrefixRouter(list(shards), block_size=16)
-    return JobState("job", Dispatcher(router, batch_size, queue_per_shard=64), window, max_attempts)
+    return JobState("job", Dispatcher(router, batch_size, queue_per_shard=queue_per_shard), window, max_attempts)
 
 
 def rows(n_docs=4, per_doc=2, bad=()):
@@ -32,8 +32,7 @@ def emitted(instructions):
 
 
 def result(index, shard, answer="ok"):
-    return SimpleNamespace(index=index, answer=answer, error=None, prompt_tokens=10, cached_tokens=0,
-                           completion_tokens=1, shard=shard, latency_s=0.1)
+    return RowResult(index, answer=answer, prompt_tokens=10, completion_tokens=1, shard=shard, latency_s=0.1)
 
 
 def answer(state, sub, answer="ok"):
@@ -150,13 +149,12 @@ def test_an_engine_that_died_sends_its_batch_again_and_the_router_forgets_that_s
 
 
 def test_read_ahead_is_bounded_by_the_window_and_refilled_in_large_chunks():
-    state = new_state(window=8)
-    state.dispatcher.queue_per_shard = 0   # the shards are full: rows stay pending
-    assert state.rows_wanted == 8
-    state.rows_read(rows()[:8], DOCS)
-    assert state.dispatcher.pending_rows == 8 and state.rows_wanted == 0   # over half the window waits
-    state.dispatcher.pending_rows = 4                    # (as if rows had been bound)
-    assert state.rows_wanted == 4
+    # the shards are full (no room in their queues): rows read stay pending
+    assert new_state(window=8, queue_per_shard=0).rows_wanted == 8
+    for waiting, wanted in ((8, 0), (5, 0), (4, 4), (1, 7)):   # more than half the window waits: none
+        state = new_state(window=8, queue_per_shard=0)
+        assert submits(state.rows_read(rows()[:waiting], DOCS)) == []
+        assert state.rows_wanted == wanted, waiting
     state.input_ended()
     assert state.rows_wanted == 0
 
@@ -177,25 +175,43 @@ def test_read_ahead_is_bounded_by_the_characters_it_holds_each_document_once():
 
 
 def test_prefix_tokens_are_held_only_while_a_row_needs_them():
-    state = new_state()
-    subs = submits(state.rows_read(rows(), DOCS) + state.input_ended())
-    assert set(state._prefixes) == set(DOCS) and all(state.holds(d) for d in DOCS)
-    run_to_end(state, subs)
-    assert state._prefixes == {} and state._refs == {}
+    state = new_state(batch_size=2)
+    pending = submits(state.rows_read(rows(), DOCS) + state.input_ended())
+    unanswered = {r.index: f"doc{r.index // 2}" for r in rows()}   # row -> its document (two rows each)
+    assert all(state.holds(d) for d in DOCS)
+    while pending:
+        sub = pending.pop(0)
+        ins = answer(state, sub)
+        for r in emitted(ins):
+            del unanswered[r.index]
+        pending += submits(ins)
+        assert {d for d in DOCS if state.holds(d)} == set(unanswered.values())
+    assert unanswered == {} and not any(state.holds(d) for d in DOCS)
 
 
 def test_the_report_counts_rows_read_the_total_once_known_and_rows_with_an_error():
     state = new_state()
     first = state.rows_read(rows(bad={3}), DOCS)
     assert state.report.rows_read == 8 and state.report.rows_total is None   # more may come
-    assert state.report.rows_with_error == 1                                 # the input error, answered at once
+    assert state.report.errors == 1                                          # the input error, answered at once
     pending = submits(first + state.input_ended())
     assert state.report.rows_total == 8
     sub = pending.pop(0)
-    ins = state.batch_done(sub.batch_id, [SimpleNamespace(**{**vars(result(i, sub.shard)), "error": "engine: x"})
+    ins = state.batch_done(sub.batch_id, [RowResult.failed(i, ErrorKind.ENGINE, "ValueError: x", shard=sub.shard)
                                           for items in sub.groups.values() for i, _ in items])
     n = sum(len(items) for items in sub.groups.values())
-    assert state.report.rows_with_error == 1 + n
+    assert state.report.errors == 1 + n
+    assert state.report.errors_by_kind == {"input: question is null": 1, "engine: ValueError": n}
     run_to_end(state, pending + submits(ins))
     d = state.report.as_dict()
     assert (d["rows"], d["rows_read"], d["rows_total"], d["rows_with_error"]) == (8, 8, 8, 1 + n)
+
+
+def test_the_state_machine_imports_no_dask():
+    import subprocess
+    import sys
+
+    code = ("import sys, pipeline.client.job_state; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -285,3 +285,45 @@ def test_template_job_row_settings_and_json_columns(null_pipeline, tmp_path):
                     prompt={"template": "Summarize: {text}"}, sampling={"json_schema": {"type": "object"}})
     assert all(o["answer_json"] is None for o in out)
     assert out[0]["error"].startswith("output: answer is not valid JSON (Expecting value")
+
+
+def one_document_rows(n):
+    """Rows whose prompts differ only in their question's length (the null engine counts one
+    token per character): row i's prompt is i tokens longer than row 0's."""
+    document = short_rows(1, 1)[0]["document"]
+    return [{"id": f"r{i}", "document": document, "question": "Why" + "?" * (i + 1), "expected": f"e{i}"}
+            for i in range(n)]
+
+
+def assert_answered_in_place(out, rows):
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert [o["expected"] for o in out] == [r["expected"] for r in rows]
+    assert all(o["error"] is None and o["answer"] == "" for o in out)
+    assert [o["prompt_tokens"] - out[0]["prompt_tokens"] for o in out] == list(range(len(rows)))
+
+
+def test_file_urls_name_local_input_and_output(null_pipeline, tmp_path):
+    rows = one_document_rows(12)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
+    summary = run_job(null_pipeline, f"file://{tmp_path}/in.parquet", tmp_path / "a.parquet", progress=False,
+                      notify=lambda m: None)
+    assert summary.rows == len(rows) and summary.errors == 0
+    assert_answered_in_place(pq.read_table(tmp_path / "a.parquet").to_pylist(), rows)
+
+    summary = run_job(null_pipeline, tmp_path / "in.parquet", f"file://{tmp_path}/b.parquet", progress=False,
+                      part_rows=5, notify=lambda m: None)
+    assert summary.rows == len(rows) and summary.errors == 0
+    assert_answered_in_place(pq.read_table(tmp_path / "b.parquet").to_pylist(), rows)
+    assert not (tmp_path / "b.parquet.partial").exists()
+
+
+def test_file_urls_for_openai_batch_jsonl(null_pipeline, tmp_path):
+    src = tmp_path / "batch.jsonl"
+    src.write_text("".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                                       "body": {"messages": [{"role": "user", "content": "Say" + "!" * i}]}}) + "\n"
+                           for i in range(6)))
+    run_job(null_pipeline, f"file://{src}", f"file://{tmp_path}/out.jsonl", progress=False, notify=lambda m: None)
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [o["custom_id"] for o in out] == [f"r{i}" for i in range(6)]
+    tokens = [o["response"]["body"]["usage"]["prompt_tokens"] for o in out]
+    assert [t - tokens[0] for t in tokens] == list(range(6))

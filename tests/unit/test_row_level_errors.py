@@ -8,7 +8,7 @@ from pipeline import codec, load_config
 from pipeline.worker.engine import Generation
 from pipeline.worker.gcstats import GcPauses
 from pipeline.worker.metrics import ShardMetrics
-from pipeline.jobs.job import error_kind
+from pipeline.results import ErrorKind, RowResult
 from pipeline.worker.prompt_fit import fit_prompt
 from pipeline.worker.plugin import EnginePlugin
 from tasks import Chat, RowError
@@ -89,4 +89,16 @@ def test_an_engine_failure_fails_only_its_own_row():
     results = {r.index: r for r in asyncio.run(run()).results}
     assert results[7].answer == "answer" and results[7].error is None
     assert results[8].answer is None and results[8].error == "engine: ValueError: sampling failed"
-    assert error_kind(results[8].error) == "engine: ValueError"
+    assert results[8].error_kind is ErrorKind.ENGINE and results[8].error_group == "engine: ValueError"
+
+
+def test_errors_are_counted_by_kind_and_reason_without_particulars():
+    groups = [RowResult.failed(0, ErrorKind.INPUT, "prompt too long (3000 tokens; the model's context is 2048)"),
+              RowResult.failed(1, ErrorKind.ENGINE, "ValueError: sampling failed (seed 3)"),
+              RowResult.failed(2, ErrorKind.WORKER, "shard cpu1 lost its worker"),
+              RowResult.failed(3, ErrorKind.OUTPUT, "answer is not JSON; expected an object"),
+              RowResult(4, answer="fine")]
+    assert [r.error_group for r in groups] == ["input: prompt too long", "engine: ValueError",
+                                               "worker: shard cpu1 lost its worker", "output: answer is not JSON",
+                                               None]
+    assert groups[0].error == "input: prompt too long (3000 tokens; the model's context is 2048)"

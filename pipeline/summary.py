@@ -1,0 +1,125 @@
+"""What happened during a job: ``JobSummary``, one type for ``Pipeline.stream`` (kept as
+``Pipeline.last_report``, shown on the dashboard) and for file jobs (``run_job``, the CLI's
+summary). No Dask here: the job state machine (pipeline/client/job_state.py) counts into it.
+
+``Pipeline.stream`` counts the rows it answers and what happened to workers (events from
+pipeline/client/recovery.py's ``ShardWatch``). A file job counts every row of its run, the
+rows that failed reading the input too (they never reach the stream), and takes the worker
+side from the stream's summary (``take_workers``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.results import RowResult
+
+LOST, REJOINED, GONE = "lost", "rejoined", "gone"
+_WORKER_COUNTS = ("batches", "batches_interrupted", "batches_failed", "rows_rerouted", "rows_failed",
+                  "duplicates_dropped")
+
+
+@dataclass
+class ShardEvent:
+    kind: str        # LOST: its worker left; REJOINED: a new worker serves it; GONE: given up on
+    shard: str
+    worker: str | None
+    at: float        # time.time()
+
+
+@dataclass
+class JobSummary:
+    job: str = ""                     # the stream's job id (its Dask span's name); "" before a stream ran
+    # rows
+    rows: int = 0                     # rows answered (each exactly once) in this run, with or without error
+    errors: int = 0                   # rows answered with an error (input, engine, worker or output)
+    errors_by_kind: dict = field(default_factory=dict)   # RowResult.error_group -> rows
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    per_shard: dict = field(default_factory=dict)        # shard -> rows it answered
+    rows_read: int = 0                # rows read from the input so far
+    rows_total: int | None = None     # rows in the input: known up front (a sized input) or once it is all read
+    resumed: int = 0                  # file jobs: rows already in the output when this run started
+    seconds: float = 0.0              # file jobs: the run's time
+    first_answer_s: float | None = None   # file jobs: from the run's start to its first answer
+    # workers
+    batches: int = 0                  # batches submitted, retries included
+    events: list[ShardEvent] = field(default_factory=list)
+    batches_interrupted: int = 0      # in flight on a worker when it was lost (Dask runs them again, or their rows are re-routed)
+    batches_failed: int = 0           # batches whose task failed (KilledWorker, engine died)
+    rows_rerouted: int = 0            # rows sent again, to another shard or a fresh engine
+    rows_failed: int = 0              # rows answered with a worker error after all retries
+    duplicates_dropped: int = 0       # results for rows already answered (never yielded twice)
+
+    def add(self, r: RowResult) -> None:
+        """One row answered."""
+        self.rows += 1
+        if r.error is not None:
+            self.errors += 1
+            group = r.error_group
+            self.errors_by_kind[group] = self.errors_by_kind.get(group, 0) + 1
+        self.prompt_tokens += r.prompt_tokens
+        self.cached_tokens += r.cached_tokens
+        self.completion_tokens += r.completion_tokens
+        if r.shard is not None:
+            self.per_shard[r.shard] = self.per_shard.get(r.shard, 0) + 1
+
+    def take_workers(self, stream: "JobSummary") -> None:
+        """What happened to workers during ``stream`` (the summary of the stream that answered
+        this job's rows): its job id, batches and events."""
+        self.job = stream.job
+        for name in _WORKER_COUNTS:
+            setattr(self, name, getattr(stream, name))
+        self.events = list(stream.events)
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.completion_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def workers_lost(self) -> int:
+        return sum(e.kind == LOST for e in self.events)
+
+    @property
+    def workers(self) -> str | None:
+        """What happened to workers during the job, if anything did (``summary()``)."""
+        return self.summary() if self.events else None
+
+    def summary(self) -> str:
+        """One line: rows, batches and, if workers were lost, what happened to them."""
+        parts = [f"{self.rows} rows", f"{self.batches} batches"]
+        if self.events:
+            parts += [f"{self.workers_lost} worker(s) lost", f"{self.batches_interrupted} batch(es) interrupted",
+                      f"{self.rows_rerouted} row(s) re-routed", f"{self.rows_failed} row(s) failed"]
+            parts += [f"{e.kind}: {e.shard} ({e.worker})" for e in self.events]
+        return "; ".join(parts)
+
+    def render(self) -> str:
+        """The file job's summary, as the CLI prints it."""
+        shards = ", ".join(f"{k}: {v}" for k, v in sorted(self.per_shard.items())) or "none"
+        kinds = "".join(f"\n  {k}: {v}" for k, v in sorted(self.errors_by_kind.items(), key=lambda kv: -kv[1]))
+        resumed = f" (+{self.resumed} already written before this run)" if self.resumed else ""
+        first = f" (first answer after {self.first_answer_s:.2f} s)" if self.first_answer_s is not None else ""
+        return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{first}{kinds}\n"
+                f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
+                f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
+                f"completion tokens: {self.completion_tokens}\n"
+                f"rows per shard: {shards}"
+                + (f"\nworkers: {self.workers}" if self.workers else ""))
+
+    def as_dict(self) -> dict:
+        """The stream's counts for the dashboard (pipeline/cluster/dashboard.py, history.py)."""
+        return {"job": self.job, "rows": self.rows, "batches": self.batches, "workers_lost": self.workers_lost,
+                "batches_interrupted": self.batches_interrupted, "batches_failed": self.batches_failed,
+                "rows_rerouted": self.rows_rerouted, "rows_failed": self.rows_failed,
+                "duplicates_dropped": self.duplicates_dropped, "rows_read": self.rows_read,
+                "rows_total": self.rows_total, "rows_with_error": self.errors,
+                "events": [{"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at} for e in self.events]}
