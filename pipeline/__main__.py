@@ -352,7 +352,7 @@ def _bench_config(config, mode: str, env_items: list[str]):
 def _experiments(config, opts, out: Path) -> int:
     import json
 
-    from pipeline.bench.run import run_batch_sweep, run_grouping
+    from pipeline.bench.experiments import run_batch_sweep, run_grouping
     from pipeline.client.pipeline import Pipeline
 
     with Pipeline(config.replace(scheduler={"dashboard_address": None})) as p:
