@@ -1,14 +1,17 @@
 """One run of one contender on one burst, in the benchmark's driver process: ``run_standalone``
 (the plain vLLM processes of ``standalone``, prompts split round-robin or by the pipeline's
-router) and ``run_pipeline`` (a started pipeline), each measured into a ``RunResult``.
-``Prepared``: a burst's rows turned into prompts once, for every contender."""
+router) and ``run_pipeline`` (a started pipeline, with the run's settings given as a config of
+their own), each measured into a ``RunResult``. ``Prepared``: a burst's rows turned into prompts
+once, for every contender."""
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import asdict, dataclass, field
 
 from pipeline.bench.cpu_share import cores_used, minor_faults
 from pipeline.bench.prefill_ideal import block_ideal, token_ideal
+from pipeline.config import Config
 
 
 @dataclass
@@ -111,14 +114,17 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=No
     return res
 
 
-def run_pipeline(pipeline, prep: Prepared, burst, pair, roles=None) -> RunResult:
+def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None) -> RunResult:
+    """``job``: the config whose job settings (``intake``, ``routing``) this run uses: the
+    pipeline's own, or a ``replace`` of it for a variant; the pipeline keeps its own config."""
     pipeline.reset_cache()
+    runner = _running_with(pipeline, job)
     res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
                     prep.ideal_prefill_blocks, {}, {}, {})
     busy0 = _engine_busy(pipeline)
     before = roles.snapshot() if roles else None
     t0 = time.perf_counter()
-    for r in pipeline.stream(prep.rows):
+    for r in runner.stream(prep.rows):
         res.answered += 1
         res.errors += r.error is not None
         res.correct += _correct(prep.rows[r.index]["expected"], r.answer)
@@ -136,9 +142,22 @@ def run_pipeline(pipeline, prep: Prepared, burst, pair, roles=None) -> RunResult
     res.gc = {s["shard"]: s["gc"] for s in stats}
     res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
                          for s in stats}
-    res.encoded_bytes = pipeline.transfer.encoded_bytes
-    res.raw_bytes = pipeline.transfer.raw_bytes
+    res.encoded_bytes = runner.transfer.encoded_bytes
+    res.raw_bytes = runner.transfer.raw_bytes
     return res
+
+
+def _running_with(pipeline, job: Config):
+    """``pipeline`` as it runs a job with ``job``'s settings: itself when that is its own config,
+    else a shallow copy with ``job`` as its config, which shares its cluster, engines, router and
+    transfer counters (call it after ``reset_cache``, which replaces the latter two). The
+    pipeline's own config is left as it is. (``Pipeline.stream`` reads the intake and routing
+    settings from its pipeline's config; it takes none per job.)"""
+    if job is pipeline.config:
+        return pipeline
+    runner = copy.copy(pipeline)
+    runner.config = job
+    return runner
 
 
 def _engine_busy(pipeline) -> dict[str, float]:

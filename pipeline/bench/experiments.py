@@ -9,9 +9,9 @@ from pipeline.bench.workloads import document_questions
 from pipeline.config import Config
 
 
-def _drive(pipeline, prep: Prepared) -> dict:
-    """One pipeline run of ``prep``, summarized for the experiments."""
-    r = run_pipeline(pipeline, prep, "experiment", 0)
+def _drive(pipeline, job: Config, prep: Prepared) -> dict:
+    """One pipeline run of ``prep`` with ``job``'s settings, summarized for the experiments."""
+    r = run_pipeline(pipeline, job, prep, "experiment", 0)
     return {"requests": r.requests, "answered": r.answered - r.errors, "wall_s": r.wall_s,
             "requests_per_s": r.requests_per_s, "cached_share": r.cached_tokens / max(1, r.prompt_tokens),
             "prefill_over_ideal": r.prefill_computed / r.ideal_prefill,
@@ -39,8 +39,8 @@ def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv
                "ideal_cached_share": 1 - prep.ideal_prefill / total_prompt,
                "block_ideal_cached_share": 1 - prep.ideal_prefill_blocks / total_prompt}
         for grouped in (True, False):
-            p.config = cfg.replace(routing={"group_by_prefix": grouped})
-            out["grouped" if grouped else "arrival_order"] = _drive(p, prep)
+            job = cfg.replace(routing={"group_by_prefix": grouped})
+            out["grouped" if grouped else "arrival_order"] = _drive(p, job, prep)
     return out
 
 
@@ -51,10 +51,7 @@ def run_batch_sweep(pipeline, sizes=(8, 16, 32, 64, 128), opts: BenchOptions | N
     prep = Prepared.build(burst_rows("reuse", opts, opts.seed + 7), pipeline.task, pipeline.tokenizer,
                           pipeline.router.block_size, len(base.shards))
     out = []
-    try:
-        for size in sizes:
-            pipeline.config = base.replace(intake={"batch_size": size, "queue_per_shard": max(size, base.intake.queue_per_shard)})
-            out.append({"batch_size": size, **_drive(pipeline, prep)})
-    finally:
-        pipeline.config = base
+    for size in sizes:
+        job = base.replace(intake={"batch_size": size, "queue_per_shard": max(size, base.intake.queue_per_shard)})
+        out.append({"batch_size": size, **_drive(pipeline, job, prep)})
     return out

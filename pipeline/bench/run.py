@@ -62,9 +62,9 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
     started = time.perf_counter()
     if own:
         pipeline = Pipeline(config).start()
-    # Throughput side by side: the pipeline fills its engines at once, as the reference does
+    # Throughput side by side: the pipeline's runs fill its engines at once, as the reference does
     # (the first-answer ramp trades ~1.7 s of a burst for a first answer within ~2 s; README).
-    pipeline.config = pipeline.config.replace(intake={"first_answer_rows": 0})
+    job = pipeline.config.replace(intake={"first_answer_rows": 0})
     try:
         engine_start = {s["shard"]: s["engine_start_s"] for s in pipeline.worker_stats()}
         with StandaloneShards(pipeline.config, pipeline.model, environ=user_env) as shards:
@@ -75,7 +75,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
                                   pipeline.task, pipeline.tokenizer, bs, n_shards)
             run_standalone("warm", shards, warm, None, "warm", -1)
-            run_pipeline(pipeline, warm, "warm", -1)
+            run_pipeline(pipeline, job, warm, "warm", -1)
             contenders = tuple(c for c in CONTENDERS if c in opts.contenders)
             total = len(opts.bursts) * opts.pairs * len(contenders)
             with tqdm(total=total, disable=not progress, unit="run", desc="bench") as bar:
@@ -87,7 +87,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")
                             if c == "pipeline":
-                                results.append(run_pipeline(pipeline, prep, burst, pair, roles))
+                                results.append(run_pipeline(pipeline, job, prep, burst, pair, roles))
                             else:
                                 routed = pipeline if c == "standalone-routed" else None
                                 results.append(run_standalone(c, shards, prep, routed, burst, pair, roles))
