@@ -7,6 +7,10 @@ Contenders (all warm, same model, engine arguments and greedy sampling):
 Protocol: for each burst, ``pairs`` rounds; in each round every contender runs the same
 rows (fresh documents per round) from an empty prefix cache, in an order that reverses
 every round. The clock covers the burst only. A null-engine run measures the plumbing.
+
+Here: ``run_bench`` and the plumbing run. The command's options are in pipeline/bench/cli.py,
+the bench's in ``options``; a contender's run is in ``contenders``, the medians in ``summary``,
+the engines' environments in ``env_report``, the machine in ``machine``.
 """
 from __future__ import annotations
 
