@@ -65,7 +65,7 @@ def bench(args: argparse.Namespace, config) -> int:
     raises ``ConfigError`` for options that do not fit it."""
     import shutil
 
-    # When it runs: the bench's modules import Dask (keeps the other commands' start fast).
+    # Imported here, not at the top, for the other commands' start (see above).
     from pipeline.bench.options import CONTENDERS, BenchOptions
     from pipeline.bench.report import write_report
     from pipeline.bench.run import run_bench
@@ -98,7 +98,7 @@ def bench(args: argparse.Namespace, config) -> int:
 
 def bench_config(config, mode: str, env_items: list[str]):
     """``config`` with ``--engine-mode`` and ``--engine-env`` applied (a new Config)."""
-    from pipeline.config import ConfigError
+    from pipeline.config import ConfigError   # here, not at the top, for the other commands' start
 
     if mode != "config":
         config = config.replace(engine={"enforce_eager": mode == "eager"})
@@ -118,6 +118,7 @@ def experiments(config, opts, out: Path) -> int:
     experiment; prints them and writes ``out/experiments.json``."""
     import json
 
+    # Imported here, not at the top, for the other commands' start (see above).
     from pipeline.bench.experiments import run_batch_sweep, run_grouping
     from pipeline.client.pipeline import Pipeline
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pipeline.bench.contenders import Prepared, run_pipeline
 from pipeline.bench.options import BenchOptions, burst_rows
 from pipeline.bench.workloads import document_questions
+from pipeline.client.pipeline import Pipeline
 from pipeline.config import Config
 
 
@@ -23,8 +24,6 @@ def run_grouping(config: Config, docs: int = 300, questions_per_doc: int = 3, kv
                  filler_sentences: int = 12, seed: int = 0) -> dict:
     """A big job in miniature: each document's rows scattered through the input, documents
     totalling several times the shards' KV cache. Cached share with and without grouping."""
-    from pipeline.client.pipeline import Pipeline
-
     # A small KV cache per shard (kv_blocks blocks), so the documents far exceed it.
     cfg = config.replace(engine={"extra": {**config.engine.extra, "num_gpu_blocks_override": kv_blocks}},
                          scheduler={"dashboard_address": None})

@@ -18,14 +18,18 @@ import sys
 import time
 from dataclasses import asdict
 
+from tqdm import tqdm
+
 from pipeline import engine_env
 from pipeline.bench.contenders import Prepared, RunResult, run_pipeline, run_standalone
 from pipeline.bench.cpu_share import Roles
 from pipeline.bench.env_report import engine_env_report
 from pipeline.bench.machine import machine_description
 from pipeline.bench.options import CONTENDERS, BenchOptions, burst_rows
+from pipeline.bench.standalone import StandaloneShards
 from pipeline.bench.summary import summarize
 from pipeline.bench.workloads import document_questions
+from pipeline.client.pipeline import Pipeline
 from pipeline.config import Config
 
 __all__ = ["CONTENDERS", "BenchOptions", "run_bench", "run_plumbing"]
@@ -34,8 +38,6 @@ __all__ = ["CONTENDERS", "BenchOptions", "run_bench", "run_plumbing"]
 def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
     """Questions/s through routing, batching, compression, Dask and the result path,
     with an engine that answers at once."""
-    from pipeline.client.pipeline import Pipeline
-
     rows = document_questions(max(1, questions // 4), 4, filler_sentences=12, seed=seed, order="interleaved")
     cfg = config.replace(scheduler={"dashboard_address": None})
     with Pipeline(cfg, engine="null") as p:
@@ -51,11 +53,6 @@ def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
 
 def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bool | None = None) -> dict:
     """Run every contender on every burst; return the report (see pipeline/bench/report.py)."""
-    from tqdm import tqdm
-
-    from pipeline.client.pipeline import Pipeline
-    from pipeline.bench.standalone import StandaloneShards
-
     if progress is None:
         progress = sys.stderr.isatty()
     # The reference is plain vLLM as a user runs it: started from this process's environment as
