@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from pipeline import console
+from pipeline.bench import cli as bench_cli
 
 EXIT_USAGE = 2
 EXIT_STOPPED = 1
@@ -69,32 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print it as JSON (for scripts)")
     down = sub.add_parser("down", help="stop the resident local cluster (engines first)")
     down.add_argument("--config", default=None)
-    bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
-    bench.add_argument("--config", default=None)
-    bench.add_argument("--pairs", type=int, default=5, help="rounds per burst (default 5)")
-    bench.add_argument("--bursts", default="no_reuse,reuse,skewed", help="comma-separated: no_reuse, reuse, skewed")
-    bench.add_argument("--documents", type=int, default=64, help="documents per burst (default 64)")
-    bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse burst (default 4)")
-    bench.add_argument("--skewed-requests", type=int, default=256)
-    bench.add_argument("--filler-sentences", type=int, default=50,
-                       help="document size: about 13 tokens each (default 50: prompts of ~750-790 tokens)")
-    bench.add_argument("--contenders", default=None,
-                       help="comma-separated subset of standalone-rr, standalone-routed, pipeline (default: all)")
-    bench.add_argument("--engine-mode", choices=("config", "eager", "compiled"), default="config",
-                       help="eager or compiled engines for both contenders (default: as the config says)")
-    bench.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
-                       help="add a variable to every shard's environment, for both contenders' engines "
-                            "(e.g. MALLOC_TRIM_THRESHOLD_=65536 to see what it costs); repeatable")
-    bench.add_argument("--null-questions", type=int, default=20_000, help="plumbing run size; 0 skips it")
-    bench.add_argument("--out", default="bench-out", help="folder for bench.json, BENCHMARKS.md, bench.png")
-    bench.add_argument("--write-docs", action="store_true", help="also write docs/BENCHMARKS.md and docs/bench.png")
-    bench.add_argument("--experiments", action="store_true",
-                       help="instead of the contenders: the batch-size sweep and the big-job grouping experiment")
-    bench.add_argument("--quiet", action="store_true")
-    bench.add_argument("--verbose", action="store_true")
+    bench_cli.add_bench_parser(sub)
     prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
     prep.add_argument("--config", default=None)
-    sub.add_parser("router-bench", help="micro-benchmark of the prefix router (see --help)", add_help=False)
+    bench_cli.add_router_bench_parser(sub)
     check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
     check.add_argument("config", nargs="?", default=None)
     return p
@@ -102,11 +80,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["router-bench"]:
-        from pipeline.bench.router_bench import main as router_bench
-
-        return router_bench(argv[1:])
     args = _parser().parse_args(argv)
+    if args.command == "router-bench":   # no config, no cluster
+        return bench_cli.router_bench(args)
     from pipeline.cluster.engines import EngineStartError
     from pipeline.config import ConfigError, load_config
     from pipeline.jobs.errors import JobError
@@ -135,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             if not args.verbose:
                 console.quiet_logs(workers=True)
-            return _bench(args, config)
+            return bench_cli.bench(args, config)
         if not args.verbose:
             console.quiet_logs()
         return _run(args, config)
@@ -210,85 +186,6 @@ def _run(args, config) -> int:
         return EXIT_STOPPED
     print(summary.render())
     print(f"wrote {args.output}")
-    return 0
-
-
-def _bench(args, config) -> int:
-    import shutil
-    from pathlib import Path
-
-    from pipeline.bench.run import CONTENDERS, BenchOptions, run_bench
-    from pipeline.bench.report import write_report
-
-    opts = BenchOptions(pairs=args.pairs, bursts=tuple(b for b in args.bursts.split(",") if b),
-                        docs=args.documents, questions_per_doc=args.questions_per_doc,
-                        skewed_requests=args.skewed_requests, filler_sentences=args.filler_sentences,
-                        null_questions=args.null_questions)
-    if args.contenders is not None:
-        opts.contenders = tuple(c for c in args.contenders.split(",") if c)
-    command = "python -m pipeline " + " ".join(sys.argv[1:] if sys.argv[0].endswith("__main__.py") else ["bench"])
-    config = _bench_config(config, args.engine_mode, args.engine_env)
-    if not set(opts.contenders) <= set(CONTENDERS) or "pipeline" not in opts.contenders:
-        from pipeline.config import ConfigError
-
-        raise ConfigError(f"--contenders {args.contenders!r}: a subset of {', '.join(CONTENDERS)} "
-                          "that includes pipeline")
-    if args.experiments:
-        return _experiments(config, opts, Path(args.out))
-    report = run_bench(config, opts, progress=None if not args.quiet else False)
-    paths = write_report(report, Path(args.out), command)
-    print(paths["markdown"].read_text())
-    if args.write_docs:
-        docs = Path(__file__).resolve().parent.parent / "docs"
-        docs.mkdir(exist_ok=True)
-        shutil.copy(paths["markdown"], docs / "BENCHMARKS.md")
-        shutil.copy(paths["chart"], docs / "bench.png")
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
-    return 0
-
-
-def _bench_config(config, mode: str, env_items: list[str]):
-    from pipeline.config import ConfigError
-
-    if mode != "config":
-        config = config.replace(engine={"enforce_eager": mode == "eager"})
-    if env_items:
-        extra = {}
-        for item in env_items:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ConfigError(f"--engine-env {item!r}: expected KEY=VALUE")
-            extra[key] = value
-        config = config.replace(shards=[{**s.model_dump(), "env": {**s.env, **extra}} for s in config.shards])
-    return config
-
-
-def _experiments(config, opts, out: Path) -> int:
-    import json
-
-    from pipeline.bench.run import run_batch_sweep, run_grouping
-    from pipeline.client.pipeline import Pipeline
-
-    with Pipeline(config.replace(scheduler={"dashboard_address": None})) as p:
-        sweep = run_batch_sweep(p, opts=opts)
-    print("batch size sweep (reuse burst):")
-    for row in sweep:
-        print(f"  batch_size {row['batch_size']:>4}: {row['requests_per_s']:.2f} req/s, cached share "
-              f"{row['cached_share']:.3f}, encoded/raw 1/{1 / row['encoded_over_raw']:.0f}, {row['batches']} batches",
-              flush=True)
-    grouping = run_grouping(config)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "experiments.json").write_text(json.dumps({"batch_sweep": sweep, "grouping": grouping}, indent=2))
-    g = grouping
-    print(f"big job: {g['documents']} documents x {g['questions_per_doc']} questions, shuffled; document tokens "
-          f"{g['document_tokens']} = {g['documents_over_kv']:.1f}x the KV cache of all shards "
-          f"({g['kv_cache_tokens_all_shards']} tokens); ideal cached share {g['ideal_cached_share']:.3f} "
-          f"(block ideal {g['block_ideal_cached_share']:.3f})")
-    for k in ("grouped", "arrival_order"):
-        print(f"  {k:>13}: cached share {g[k]['cached_share']:.3f}, prefill/ideal {g[k]['prefill_over_ideal']:.3f} "
-              f"(block {g[k]['prefill_over_block_ideal']:.3f}), "
-              f"{g[k]['requests_per_s']:.2f} req/s")
-    print(f"wrote {out / 'experiments.json'}")
     return 0
 
 

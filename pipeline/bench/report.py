@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.bench.run import CONTENDERS, WATCHED_ENV
 from pipeline.bench.cpu_share import ROLES
+from pipeline.bench.env_report import WATCHED_ENV
+from pipeline.bench.options import CONTENDERS
 
 # (name, key path, target, "ge"/"le", burst or None for every burst)
 TARGETS = [

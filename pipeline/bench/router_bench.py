@@ -41,24 +41,3 @@ def run(shards: int = 64, documents: int = 100_000, questions_per_doc: int = 4, 
             "blocks_remembered": len(router), "max_blocks": max_blocks,
             "router_memory_mib": mem / 2**20, "bytes_per_block": mem / max(1, len(router))}
 
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m pipeline router-bench", description=__doc__)
-    p.add_argument("--shards", type=int, default=64)
-    p.add_argument("--documents", type=int, default=100_000)
-    p.add_argument("--questions-per-doc", type=int, default=4)
-    p.add_argument("--doc-tokens", type=int, default=256)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-blocks", type=int, default=1_000_000)
-    a = p.parse_args(argv)
-    res = run(a.shards, a.documents, a.questions_per_doc, a.doc_tokens, block_size=a.block_size,
-              max_blocks=a.max_blocks)
-    for k, v in res.items():
-        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The benchmarks' commands: ``python -m pipeline bench`` (``--experiments`` too) and
+``router-bench``. ``add_bench_parser`` and ``add_router_bench_parser`` register them with the
+command line's subparsers (pipeline/__main__.py), ``bench`` and ``router_bench`` run them.
+
+Every ``python -m pipeline`` command imports this module: the bench's own modules (they import
+Dask, and the run vLLM) are imported when ``bench`` runs, so ``--help`` and the other commands
+start without them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipeline.bench import router_bench as router_bench_module   # pure Python, like the router it runs
+
+
+def add_bench_parser(sub) -> None:
+    bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
+    bench.add_argument("--config", default=None)
+    bench.add_argument("--pairs", type=int, default=5, help="rounds per burst (default 5)")
+    bench.add_argument("--bursts", default="no_reuse,reuse,skewed", help="comma-separated: no_reuse, reuse, skewed")
+    bench.add_argument("--documents", type=int, default=64, help="documents per burst (default 64)")
+    bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse burst (default 4)")
+    bench.add_argument("--skewed-requests", type=int, default=256)
+    bench.add_argument("--filler-sentences", type=int, default=50,
+                       help="document size: about 13 tokens each (default 50: prompts of ~750-790 tokens)")
+    bench.add_argument("--contenders", default=None,
+                       help="comma-separated subset of standalone-rr, standalone-routed, pipeline (default: all)")
+    bench.add_argument("--engine-mode", choices=("config", "eager", "compiled"), default="config",
+                       help="eager or compiled engines for both contenders (default: as the config says)")
+    bench.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
+                       help="add a variable to every shard's environment, for both contenders' engines "
+                            "(e.g. MALLOC_TRIM_THRESHOLD_=65536 to see what it costs); repeatable")
+    bench.add_argument("--null-questions", type=int, default=20_000, help="plumbing run size; 0 skips it")
+    bench.add_argument("--out", default="bench-out", help="folder for bench.json, BENCHMARKS.md, bench.png")
+    bench.add_argument("--write-docs", action="store_true", help="also write docs/BENCHMARKS.md and docs/bench.png")
+    bench.add_argument("--experiments", action="store_true",
+                       help="instead of the contenders: the batch-size sweep and the big-job grouping experiment")
+    bench.add_argument("--quiet", action="store_true")
+    bench.add_argument("--verbose", action="store_true")
+
+
+def add_router_bench_parser(sub) -> None:
+    rb = sub.add_parser("router-bench", help="micro-benchmark of the prefix router (see --help)",
+                        description=router_bench_module.__doc__)
+    rb.add_argument("--shards", type=int, default=64)
+    rb.add_argument("--documents", type=int, default=100_000)
+    rb.add_argument("--questions-per-doc", type=int, default=4)
+    rb.add_argument("--doc-tokens", type=int, default=256)
+    rb.add_argument("--block-size", type=int, default=16)
+    rb.add_argument("--max-blocks", type=int, default=1_000_000)
+
+
+def router_bench(args: argparse.Namespace) -> int:
+    res = router_bench_module.run(args.shards, args.documents, args.questions_per_doc, args.doc_tokens,
+                                  block_size=args.block_size, max_blocks=args.max_blocks)
+    for k, v in res.items():
+        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
+    return 0
+
+
+def bench(args: argparse.Namespace, config) -> int:
+    """``python -m pipeline bench``: the contenders (or ``--experiments``) with ``config``;
+    raises ``ConfigError`` for options that do not fit it."""
+    import shutil
+
+    # Imported here, not at the top, for the other commands' start (see above).
+    from pipeline.bench.options import CONTENDERS, BenchOptions
+    from pipeline.bench.report import write_report
+    from pipeline.bench.run import run_bench
+    from pipeline.config import ConfigError
+
+    opts = BenchOptions(pairs=args.pairs, bursts=tuple(b for b in args.bursts.split(",") if b),
+                        docs=args.documents, questions_per_doc=args.questions_per_doc,
+                        skewed_requests=args.skewed_requests, filler_sentences=args.filler_sentences,
+                        null_questions=args.null_questions)
+    if args.contenders is not None:
+        opts.contenders = tuple(c for c in args.contenders.split(",") if c)
+    command = "python -m pipeline " + " ".join(sys.argv[1:] if sys.argv[0].endswith("__main__.py") else ["bench"])
+    config = bench_config(config, args.engine_mode, args.engine_env)
+    if not set(opts.contenders) <= set(CONTENDERS) or "pipeline" not in opts.contenders:
+        raise ConfigError(f"--contenders {args.contenders!r}: a subset of {', '.join(CONTENDERS)} "
+                          "that includes pipeline")
+    if args.experiments:
+        return experiments(config, opts, Path(args.out))
+    report = run_bench(config, opts, progress=None if not args.quiet else False)
+    paths = write_report(report, Path(args.out), command)
+    print(paths["markdown"].read_text())
+    if args.write_docs:
+        docs = Path(__file__).resolve().parents[2] / "docs"   # the repository's docs/
+        docs.mkdir(exist_ok=True)
+        shutil.copy(paths["markdown"], docs / "BENCHMARKS.md")
+        shutil.copy(paths["chart"], docs / "bench.png")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def bench_config(config, mode: str, env_items: list[str]):
+    """``config`` with ``--engine-mode`` and ``--engine-env`` applied (a new Config)."""
+    from pipeline.config import ConfigError   # here, not at the top, for the other commands' start
+
+    if mode != "config":
+        config = config.replace(engine={"enforce_eager": mode == "eager"})
+    if env_items:
+        extra = {}
+        for item in env_items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--engine-env {item!r}: expected KEY=VALUE")
+            extra[key] = value
+        config = config.replace(shards=[{**s.model_dump(), "env": {**s.env, **extra}} for s in config.shards])
+    return config
+
+
+def experiments(config, opts, out: Path) -> int:
+    """``python -m pipeline bench --experiments``: the batch-size sweep and the big-job grouping
+    experiment; prints them and writes ``out/experiments.json``."""
+    import json
+
+    # Imported here, not at the top, for the other commands' start (see above).
+    from pipeline.bench.experiments import run_batch_sweep, run_grouping
+    from pipeline.client.pipeline import Pipeline
+
+    with Pipeline(config.replace(scheduler={"dashboard_address": None})) as p:
+        sweep = run_batch_sweep(p, opts=opts)
+    print("batch size sweep (reuse burst):")
+    for row in sweep:
+        print(f"  batch_size {row['batch_size']:>4}: {row['requests_per_s']:.2f} req/s, cached share "
+              f"{row['cached_share']:.3f}, encoded/raw 1/{1 / row['encoded_over_raw']:.0f}, {row['batches']} batches",
+              flush=True)
+    grouping = run_grouping(config)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiments.json").write_text(json.dumps({"batch_sweep": sweep, "grouping": grouping}, indent=2))
+    g = grouping
+    print(f"big job: {g['documents']} documents x {g['questions_per_doc']} questions, shuffled; document tokens "
+          f"{g['document_tokens']} = {g['documents_over_kv']:.1f}x the KV cache of all shards "
+          f"({g['kv_cache_tokens_all_shards']} tokens); ideal cached share {g['ideal_cached_share']:.3f} "
+          f"(block ideal {g['block_ideal_cached_share']:.3f})")
+    for k in ("grouped", "arrival_order"):
+        print(f"  {k:>13}: cached share {g[k]['cached_share']:.3f}, prefill/ideal {g[k]['prefill_over_ideal']:.3f} "
+              f"(block {g[k]['prefill_over_block_ideal']:.3f}), "
+              f"{g[k]['requests_per_s']:.2f} req/s")
+    print(f"wrote {out / 'experiments.json'}")
+    return 0

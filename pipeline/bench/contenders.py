@@ -1,0 +1,164 @@
+"""One run of one contender on one burst, in the benchmark's driver process: ``run_standalone``
+(the plain vLLM processes of ``standalone``, prompts split round-robin or by the pipeline's
+router) and ``run_pipeline`` (a started pipeline, with the run's settings given as a config of
+their own), each measured into a ``RunResult``. ``Prepared``: a burst's rows turned into prompts
+once, for every contender."""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+
+from pipeline.bench.cpu_share import cores_used, minor_faults
+from pipeline.bench.prefill_ideal import block_ideal, token_ideal
+from pipeline.config import Config
+
+
+@dataclass
+class Prepared:
+    """A burst's rows turned into prompts once, for every contender."""
+    rows: list[dict]
+    prefix_ids: list[list[int]]
+    suffix_ids: list[list[int]]
+    ideal_prefill: int         # a perfect prefix cache per shard: every distinct token prefix once
+    ideal_prefill_blocks: int  # the same at the KV cache's block granularity
+                               # (pipeline/bench/prefill_ideal.py)
+
+    @classmethod
+    def build(cls, rows, task, tokenizer, block_size: int = 1, shards: int = 1) -> "Prepared":
+        cache: dict[str, list[int]] = {}
+        prefixes, suffixes = [], []
+        for row in rows:
+            parts = task.split(row)
+            if parts.prefix not in cache:
+                cache[parts.prefix] = tokenizer.encode(parts.prefix, add_special_tokens=False)
+            prefixes.append(cache[parts.prefix])
+            suffixes.append(tokenizer.encode(parts.suffix, add_special_tokens=False))
+        prompts = [a + b for a, b in zip(prefixes, suffixes)]
+        return cls(rows, prefixes, suffixes, token_ideal(prompts, shards),
+                   block_ideal(prompts, block_size, shards))
+
+
+@dataclass
+class RunResult:
+    contender: str
+    burst: str
+    pair: int
+    wall_s: float
+    requests: int
+    answered: int
+    errors: int
+    correct: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ideal_prefill: int
+    ideal_prefill_blocks: int
+    per_shard: dict
+    finish_s: dict
+    gc: dict
+    encoded_bytes: int | None = None
+    raw_bytes: int | None = None
+    cores: dict = field(default_factory=dict)          # role -> cores used during the burst (pipeline/bench/cpu_share.py)
+    faults: dict = field(default_factory=dict)         # role -> minor page faults during the burst
+    engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.wall_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s
+
+    @property
+    def prefill_computed(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(requests_per_s=self.requests_per_s, output_tokens_per_s=self.output_tokens_per_s,
+                 prefill_computed=self.prefill_computed)
+        return d
+
+
+def _correct(expected: str, answer: str | None) -> bool:
+    return answer is not None and expected.lower() in answer.lower()
+
+
+def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=None) -> RunResult:
+    """``pipeline`` given: split the prompts with the pipeline's own routing (a fresh router,
+    same settings, same order of rows per shard); otherwise round-robin."""
+    assign: dict[str, list[int]] = {s: [] for s in shards.shards}
+    if pipeline is None:
+        for i in range(len(prep.rows)):
+            assign[shards.shards[i % len(shards.shards)]].append(i)
+    else:
+        assign.update(pipeline.static_assignment(prep.rows))
+    shards.reset_cache()
+    before = roles.snapshot() if roles else None
+    wall, finish, outputs, gc = shards.run({k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v]
+                                            for k, v in assign.items()})
+    res = RunResult(name, burst, pair, wall, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
+                    prep.ideal_prefill_blocks, {k: len(v) for k, v in assign.items()}, finish, gc)
+    if roles:
+        after = roles.snapshot()
+        res.cores, res.faults = cores_used(before, after, wall), minor_faults(before, after)
+    for shard, idx in assign.items():
+        for i, out in zip(idx, outputs[shard]):
+            res.answered += 1
+            res.correct += _correct(prep.rows[i]["expected"], out.text)
+            res.prompt_tokens += out.prompt_tokens
+            res.cached_tokens += out.cached_tokens
+            res.completion_tokens += out.completion_tokens
+    return res
+
+
+def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None) -> RunResult:
+    """``job``: the config whose job settings (``intake``, ``routing``) this run uses: the
+    pipeline's own, or a ``replace`` of it for a variant; the pipeline keeps its own config."""
+    pipeline.reset_cache()
+    runner = _running_with(pipeline, job)
+    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
+                    prep.ideal_prefill_blocks, {}, {}, {})
+    busy0 = _engine_busy(pipeline)
+    before = roles.snapshot() if roles else None
+    t0 = time.perf_counter()
+    for r in runner.stream(prep.rows):
+        res.answered += 1
+        res.errors += r.error is not None
+        res.correct += _correct(prep.rows[r.index]["expected"], r.answer)
+        res.prompt_tokens += r.prompt_tokens
+        res.cached_tokens += r.cached_tokens
+        res.completion_tokens += r.completion_tokens
+        if r.shard is not None:
+            res.per_shard[r.shard] = res.per_shard.get(r.shard, 0) + 1
+            res.finish_s[r.shard] = time.perf_counter() - t0
+    res.wall_s = time.perf_counter() - t0
+    if roles:
+        after = roles.snapshot()
+        res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
+    stats = pipeline.worker_stats()
+    res.gc = {s["shard"]: s["gc"] for s in stats}
+    res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
+                         for s in stats}
+    res.encoded_bytes = runner.transfer.encoded_bytes
+    res.raw_bytes = runner.transfer.raw_bytes
+    return res
+
+
+def _running_with(pipeline, job: Config):
+    """``pipeline`` as it runs a job with ``job``'s settings: itself when that is its own config,
+    else a shallow copy with ``job`` as its config, which shares its cluster, engines, router and
+    transfer counters (call it after ``reset_cache``, which replaces the latter two). The
+    pipeline's own config is left as it is. (``Pipeline.stream`` reads the intake and routing
+    settings from its pipeline's config; it takes none per job.)"""
+    if job is pipeline.config:
+        return pipeline
+    runner = copy.copy(pipeline)
+    runner.config = job
+    return runner
+
+
+def _engine_busy(pipeline) -> dict[str, float]:
+    return {s["shard"]: s["metrics"]["engine_busy_s"] for s in pipeline.worker_stats()}

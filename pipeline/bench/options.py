@@ -1,0 +1,41 @@
+"""The benchmark's options (``BenchOptions``) and the rows of each burst they describe, built
+in the benchmark's driver process. The contenders are named here: the report lists them in
+this order."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.bench.workloads import document_questions, skewed_counts
+
+CONTENDERS = ("standalone-rr", "standalone-routed", "pipeline")
+BURSTS = ("no_reuse", "reuse", "skewed")
+
+
+@dataclass
+class BenchOptions:
+    pairs: int = 5
+    bursts: tuple[str, ...] = BURSTS
+    contenders: tuple[str, ...] = CONTENDERS   # "pipeline" and at least one standalone
+    docs: int = 64                 # documents per burst
+    questions_per_doc: int = 4     # reuse burst: 4 x 64 = 256 requests
+    skewed_requests: int = 256
+    filler_sentences: int = 50     # ~750-790 prompt tokens per request with the default model:
+                                   # a retrieval-sized chunk (12 gave ~260, which hides costs
+                                   # that grow with the prompt)
+    null_questions: int = 20_000   # plumbing run (null engine); 0 skips it
+    seed: int = 0
+
+
+def burst_rows(burst: str, opts: BenchOptions, seed: int) -> list[dict]:
+    kw = dict(filler_sentences=opts.filler_sentences, seed=seed, id_prefix=f"{burst}-")
+    if burst == "no_reuse":
+        return document_questions(opts.docs, 1, **kw)
+    if burst == "reuse":
+        # Shuffled, not strictly interleaved: with a strict interleave and an even number of
+        # documents, round-robin over 2 shards sends every question of a document to the same
+        # shard by parity alone, and "standalone-rr" would silently be prefix-affine.
+        return document_questions(opts.docs, opts.questions_per_doc, order="shuffled", **kw)
+    if burst == "skewed":
+        counts = skewed_counts(opts.docs, opts.skewed_requests, seed=seed)
+        return document_questions(opts.docs, counts, order="shuffled", **kw)
+    raise ValueError(f"unknown burst {burst!r}; known: {', '.join(BURSTS)}")
