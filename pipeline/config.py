@@ -5,6 +5,7 @@ with one readable line per problem (never a traceback wall).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.cluster.layout import auto_shards, check_layout
 from pipeline.engine_env import shard_engine_env
 from pipeline.names import SHARD_ENV, shard_resource
+from pipeline.sampling import Sampling, SamplingError, checked, schema_text
+from tasks.template import TemplateError, template_columns
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
 
@@ -144,8 +147,6 @@ class SamplingConfig(_Section):
     @field_validator("json_schema")
     @classmethod
     def _schema(cls, value):
-        from pipeline.sampling import SamplingError
-
         try:
             return None if value is None else json_schema_value(value)
         except SamplingError as exc:
@@ -153,8 +154,6 @@ class SamplingConfig(_Section):
 
     @model_validator(mode="after")
     def _constraint(self) -> "SamplingConfig":
-        from pipeline.sampling import SamplingError, checked
-
         if self.json_schema is not None and self.choice is not None:
             raise ValueError("sampling: give json_schema or choice, not both")
         try:
@@ -165,8 +164,6 @@ class SamplingConfig(_Section):
 
     def as_sampling(self, engine_seed: int):
         """These settings as they travel with a batch."""
-        from pipeline.sampling import Sampling, schema_text
-
         return Sampling(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                         top_k=self.top_k, stop=self.stop, seed=engine_seed if self.seed is None else self.seed,
                         json_schema=None if self.json_schema is None else schema_text(self.json_schema),
@@ -175,10 +172,6 @@ class SamplingConfig(_Section):
 
 def json_schema_value(value: dict | str) -> dict:
     """A JSON schema given as a mapping, JSON text, or a .json file's path, as a mapping."""
-    import json
-
-    from pipeline.sampling import SamplingError, schema_text
-
     if isinstance(value, str) and not value.lstrip().startswith("{"):
         path = Path(value).expanduser()
         try:
@@ -200,8 +193,6 @@ class PromptConfig(_Section):
 
     @model_validator(mode="after")
     def _template(self) -> "PromptConfig":
-        from tasks.template import TemplateError, template_columns
-
         if self.template is not None:
             try:
                 columns = template_columns(self.template)

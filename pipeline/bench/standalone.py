@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from pipeline.config import Config
 from pipeline.names import SHARD_ENV
+from pipeline.worker.engine import engine_kwargs, sampling_params
+from pipeline.worker.gcstats import GcPauses
 
 
 @dataclass
@@ -37,9 +39,6 @@ class Output:
 def _serve(conn, model: str, config: Config) -> None:
     from vllm import LLM
     from vllm.inputs import TokensPrompt
-
-    from pipeline.worker.engine import engine_kwargs, sampling_params
-    from pipeline.worker.gcstats import GcPauses
 
     t0 = time.perf_counter()
     shard = config.shard(os.environ.get(SHARD_ENV))

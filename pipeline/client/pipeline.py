@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 import time
 import uuid
@@ -24,11 +23,12 @@ from pipeline import codec, console, engine_env
 from pipeline.client import dataframes
 from pipeline.client.dispatch import Dispatcher
 from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
-from pipeline.client.recovery import GONE, LOST, REJOINED, ShardWatch
+from pipeline.client.recovery import ShardWatch
 from pipeline.client.router import Prefix, PrefixRouter
+from pipeline.client.tokenizer import load_tokenizer
 from pipeline.cluster import resident
 from pipeline.cluster.resident_state import ClusterState
-from pipeline.cluster.engines import EngineStartError, start_engines, wait_for_shard_workers
+from pipeline.cluster.engines import start_engines, wait_for_shard_workers
 from pipeline.cluster.local import apply_dask_settings, connect, worker_log_dir
 from pipeline.cluster.security import dask_security
 from pipeline.config import Config, SamplingConfig, load_config
@@ -37,9 +37,10 @@ from pipeline.names import VIEW_METADATA_KEY
 from pipeline.prefix_memory import prefix_digest
 from pipeline.results import RowResult
 from pipeline.sampling import Sampling, SamplingError, checked
-from pipeline.summary import JobSummary
+from pipeline.summary import GONE, LOST, REJOINED, JobSummary
 from pipeline.worker.engine import EngineDead
 from pipeline.worker.plugin import held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
+from tasks import RowError, get_task_kind
 
 
 @dataclass
@@ -93,15 +94,13 @@ class Pipeline:
 
     # -- life cycle -------------------------------------------------------------
     def start(self) -> "Pipeline":
-        from tasks import get_task_kind
-
         self._driver_env = engine_env.snapshot()
         if not self.verbose and self._log_levels is None:
             self._log_levels = console.quiet_logs()
         self.model = model_for(self.config, self.engine_kind)
         if not self.config.scheduler.address and self._client is None:   # the shards run on this machine
             self.config.require_layout(self.model if self.engine_kind == "vllm" else None)
-        self.tokenizer = _load_tokenizer(self.model)
+        self.tokenizer = load_tokenizer(self.model)
         self.task = get_task_kind(self.config, self.tokenizer)
         if self._client is None:
             try:
@@ -405,8 +404,6 @@ class Pipeline:
         """(index, row) pairs split into prompt parts (or why not), and the ``Prefix`` of each
         prefix that ``known(prefix)`` does not already hold. A row's own sampling settings (its
         columns named in ``sampling.ROW_COLUMNS``) go to ``overrides``."""
-        from tasks import RowError
-
         out = []
         split = (task or self.task).split
         for i, row in rows:
@@ -495,8 +492,3 @@ def _batch(batch_id: str, groups: dict[str, list[tuple[int, str]]],
                 for slot, items in enumerate(groups.values()) for i, suffix in items]
     return codec.Batch(batch_id=batch_id, prefixes=list(groups), requests=requests)
 
-
-def _load_tokenizer(model: str):
-    from pipeline.client.tokenizer import load_tokenizer
-
-    return load_tokenizer(model)

@@ -22,9 +22,6 @@ from distributed import Client
 
 from pipeline.summary import GONE, LOST, REJOINED, ShardEvent
 
-__all__ = ["LOST", "REJOINED", "GONE", "ShardEvent", "ShardWatch", "current_workers"]
-
-
 class ShardWatch:
     """Which worker serves each shard, polled from the scheduler at most every ``interval_s``."""
 

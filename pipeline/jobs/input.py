@@ -24,6 +24,7 @@ from pipeline.jobs.row_checks import text_values
 from pipeline.jobs.storage import filesystem, is_url, local_path, store_error
 from pipeline.results import RESULT_FIELDS
 from pipeline.sampling import ROW_COLUMNS
+from tasks import Columns
 
 CHAT_URL = "/v1/chat/completions"
 
@@ -59,8 +60,6 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
         return OpenAIBatchSource(text if fs is not None else Path(text), fs)
     if fmt == "parquet":
         if columns is None:
-            from tasks import Columns
-
             columns = Columns(required=("document", "question"))
         return ParquetSource(text, columns, fs)
     raise JobError(f"unknown input format {fmt!r}; use parquet or openai")

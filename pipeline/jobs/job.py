@@ -35,13 +35,14 @@ from pipeline.jobs.output import JsonlLines, ParquetParts
 from pipeline.jobs.storage import is_url, local_path
 from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
+from pipeline.config import Config, load_config
 from pipeline.model import DEFAULT_MODEL_NAME
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
 from pipeline.summary import JobSummary
+from tasks import Chat, get_task_kind, task_columns
 
 if TYPE_CHECKING:
     from pipeline.client.pipeline import Pipeline
-    from pipeline.config import Config
 
 _RESULT_TYPES = {
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
@@ -61,9 +62,6 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     """Check everything that needs no engine; raise :class:`JobError` with the reason.
     ``config``: the one the pipeline runs with (its task says which columns the input needs;
     default: the repository's cluster.yaml)."""
-    from pipeline.config import load_config
-    from tasks import task_columns
-
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
     source = open_source(input_path, format, task_columns(config), config.storage_options)
@@ -121,9 +119,7 @@ class Job:
         return self.sink.committed
 
     def run(self, pipeline: Pipeline, progress: bool | None = None) -> JobSummary:
-        from tqdm import tqdm
-
-        from tasks import Chat, get_task_kind
+        from tqdm import tqdm   # start time: loaded when a job runs
 
         if progress is None:
             progress = sys.stderr.isatty()

@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from pipeline import Pipeline, engine_env, load_config
-from pipeline.client.recovery import LOST, REJOINED, current_workers
+from pipeline.client.recovery import current_workers
+from pipeline.summary import LOST, REJOINED
 from pipeline.bench.workloads import document_questions
 
 pytestmark = pytest.mark.own_cluster

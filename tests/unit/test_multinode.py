@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from pipeline import Pipeline
-from pipeline.client.recovery import GONE, LOST, REJOINED, current_workers
+from pipeline.client.recovery import current_workers
+from pipeline.summary import GONE, LOST, REJOINED
 from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]

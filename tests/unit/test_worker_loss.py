@@ -18,7 +18,8 @@ import cloudpickle
 
 from pipeline import Pipeline, load_config
 from pipeline.worker.engine import EngineDead, NullEngine
-from pipeline.client.recovery import GONE, LOST, REJOINED, current_workers
+from pipeline.client.recovery import current_workers
+from pipeline.summary import GONE, LOST, REJOINED
 from pipeline.worker.plugin import PLUGIN_NAME
 from pipeline.bench.workloads import document_questions
 
