@@ -1,12 +1,19 @@
 """What the pipeline shows on the user's terminal: a line to stderr (``notify``), a line shown
-in place (``live_line``), and Dask's and vLLM's logs kept to warnings (``quiet_logs``), for the
-command line and the Python API alike."""
+in place (``live_line``), Dask's and vLLM's logs kept to warnings (``quiet_logs``), for the
+command line and the Python API alike; and the command line's exit codes."""
 from __future__ import annotations
 
 import logging
 import os
 import sys
 from typing import Callable
+
+# The command line's exit codes: 0 done; 2 the job cannot start (bad input, output, config or
+# model: nothing ran); 1 the job stopped midway (what was committed is kept: run the same
+# command again to resume); 130 interrupted (likewise).
+EXIT_USAGE = 2
+EXIT_STOPPED = 1
+EXIT_INTERRUPTED = 130
 
 # Loggers of libraries that log at INFO in the user's process (an embedded cluster's nannies
 # run there: "distributed.nanny - INFO - Start Nanny at ...").

@@ -1,0 +1,76 @@
+"""``python -m pipeline run INPUT OUTPUT``: a file job from the command line's arguments, as the
+user sees it (what it prints, its exit codes). The job itself is pipeline/jobs/job.py."""
+from __future__ import annotations
+
+import sys
+import time
+
+from pipeline import console
+from pipeline.client.pipeline import Pipeline
+from pipeline.cluster import resident
+from pipeline.cluster.engines import EngineStartError
+from pipeline.cluster.resident_state import STATE_FILE, cluster_dir
+from pipeline.config import Config
+from pipeline.console import EXIT_INTERRUPTED, EXIT_STOPPED
+from pipeline.jobs.errors import JobError
+from pipeline.jobs.job import prepare_job
+from pipeline.model import model_for, resolve_model
+
+
+def prompt_options(args, config: Config) -> Config:
+    """The config with the command line's prompt and sampling options applied."""
+    prompt = {k: v for k, v in (("system", args.system), ("template", args.template),
+                                ("prefix_column", args.prefix_column)) if v is not None}
+    sampling = {k: v for k, v in (("json_schema", args.json_schema), ("choice", args.choice),
+                                  ("max_tokens", args.max_tokens), ("temperature", args.temperature)) if v is not None}
+    if "json_schema" in sampling or "choice" in sampling:   # one constraint: the command line's
+        sampling = {"json_schema": None, "choice": None, **sampling}
+    task = args.task or ("template" if args.template is not None else None)
+    if not (prompt or sampling or task):
+        return config
+    return config.replace(**({"task": task} if task else {}), prompt=prompt, sampling=sampling)
+
+
+def run(args, config: Config) -> int:
+    """``python -m pipeline run``: the job from the command line's arguments; its exit code."""
+    if args.part_rows < 1:
+        raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
+    if args.engine:
+        config = config.replace(engine={"kind": args.engine})
+    config = prompt_options(args, config)
+    notify = (lambda line: None) if args.quiet else console.notify
+    if not config.scheduler.address and (cluster_dir(config) / STATE_FILE).exists():
+        # A resident cluster for another config is an error before anything is written.
+        resident.find(config, model_for(config, config.engine.kind), notify)
+    # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
+    notes: list[str] = []
+    job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
+                      truncate=args.truncate, part_rows=args.part_rows, notify=notes.append, config=config)
+    if config.engine.kind == "vllm" or config.model.path is not None:
+        resolve_model(config)
+    for note in notes:
+        print(note, file=sys.stderr)
+    t0 = time.perf_counter()
+    try:
+        with Pipeline(config, verbose=args.verbose, notify=notify,
+                      live=None if args.quiet else console.live_line()) as pipeline:
+            if pipeline.resident is None:
+                notify(f"cluster up in {time.perf_counter() - t0:.1f} s; dashboard: {pipeline.dashboard_link}")
+            summary = job.run(pipeline, progress=None if not args.quiet else False)
+    except (JobError, EngineStartError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
+    except KeyboardInterrupt:
+        print(f"interrupted: {job.done} rows are committed in {job.sink.dir}; "
+              f"run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # e.g. the cluster lost a worker: say so in one paragraph, keep what is committed
+        print(f"error: the job stopped: {type(exc).__name__}: {exc}. {job.done} rows are committed in "
+              f"{job.sink.dir}; run the same command again to resume (--verbose shows the traceback)",
+              file=sys.stderr)
+        if args.verbose:
+            raise
+        return EXIT_STOPPED
+    print(summary.render())
+    print(f"wrote {args.output}")
+    return 0
