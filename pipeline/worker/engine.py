@@ -67,6 +67,17 @@ def engine_dtype(config: Config) -> str:
     return "bfloat16" if cpu_has_bf16() else "float32"
 
 
+def engine_eager(config: Config, shard: ShardConfig | None = None) -> bool:
+    """``engine.enforce_eager``, with ``auto`` resolved for the shard's kind: eager on CPU
+    (compiling costs a machine's first start ~65 s more per engine and buys ~5 % throughput),
+    compiled with CUDA graphs on GPUs. Without a shard: compiled if the config has a GPU shard."""
+    eager = config.engine.enforce_eager
+    if eager != "auto":
+        return eager
+    kind = shard.kind if shard is not None else ("gpu" if any(s.kind == "gpu" for s in config.shards) else "cpu")
+    return kind == "cpu"
+
+
 def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) -> dict:
     """Keyword arguments for vLLM's engine (``AsyncEngineArgs`` or ``LLM``) from the config, for
     ``shard`` (its tensor-parallel size)."""
@@ -81,7 +92,7 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
         enable_prefix_caching=e.enable_prefix_caching,
         seed=e.seed,
         disable_log_stats=True,
-        enforce_eager=e.enforce_eager,
+        enforce_eager=engine_eager(config, shard),
     )
     if shard is not None and shard.tensor_parallel > 1:
         kwargs["tensor_parallel_size"] = shard.tensor_parallel

@@ -50,6 +50,19 @@ def test_multi_device_shard_environment_and_engine_arguments():
         engine_kwargs("m", config, odd)
 
 
+def test_engines_are_eager_on_cpu_shards_and_compiled_on_gpus_unless_the_config_says():
+    config = parse_config({"shards": [{"name": "g", "kind": "gpu", "device": 0}, {"name": "c", "device": 0}]})
+    gpu, cpu = config.shards
+    assert config.engine.enforce_eager == "auto"
+    assert engine_kwargs("m", config, gpu)["enforce_eager"] is False    # CUDA graphs
+    assert engine_kwargs("m", config, cpu)["enforce_eager"] is True     # no compile wait on CPU
+    for setting in (True, False):
+        fixed = config.replace(engine={"enforce_eager": setting})
+        assert {engine_kwargs("m", fixed, s)["enforce_eager"] for s in fixed.shards} == {setting}
+    with pytest.raises(ConfigError, match="engine.enforce_eager"):
+        config.replace(engine={"enforce_eager": "sometimes"})
+
+
 def test_impossible_layouts_are_refused_one_line_each(tmp_path):
     model = tmp_path / "model"
     model.mkdir()

@@ -70,7 +70,7 @@ def test_a_running_cluster_with_another_config_is_a_clear_error(folder, listenin
         resident.find(other, "other-model", notify=pytest.fail)
     text = str(err.value)
     assert f"a local cluster is up at {listening} for another config" in text
-    for line in ("engine.enforce_eager: running False, this config True",
+    for line in ("engine.enforce_eager: running 'auto', this config True",
                  "engine.max_model_len: running 2048, this config 1024",
                  "model: running 'm', this config 'other-model'"):
         assert line in text
