@@ -94,6 +94,6 @@ class WorkerSpec:
                 "--preload", WORKER_PRELOAD, *tls_args(self.config)]
 
     def process_env(self, base_env: dict[str, str]) -> dict[str, str]:
-        """The environment of the ``dask worker`` process: ``base_env`` (with Dask's settings),
-        and this worker's variables."""
+        """The environment of the ``dask worker`` process: ``base_env``, Dask's settings (what the
+        Nanny gets as ``config``) and this worker's variables."""
         return {**base_env, **dask_env(), **self.env}

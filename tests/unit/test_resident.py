@@ -184,3 +184,24 @@ def test_an_engine_start_error_becomes_one_line():
              "    For further information visit https://errors.pydantic.dev/2.14/v/value_error")
     assert one_line(error) == "ValidationError: User-specified max_model_len (999999) is too long. Set X."
     assert one_line("x" * 500).endswith("…") and len(one_line("x" * 500)) == 300
+
+
+def test_an_embedded_and_a_resident_worker_start_from_one_description():
+    config = load_config().replace(intake={"concurrent_batches": 3})
+    shard = config.shards[0]
+    spec = worker_spec.WorkerSpec.for_shard(config, shard, starter_env={})
+    nanny = spec.nanny()["options"]
+    args = spec.command("tcp://127.0.0.1:8786")
+    flag = {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
+    assert args[3] == "tcp://127.0.0.1:8786"
+    assert flag["--name"] == nanny["name"] == shard.name
+    assert flag["--host"] == nanny["host"] == "127.0.0.1"
+    assert int(flag["--nthreads"]) == nanny["nthreads"] == 3
+    assert flag["--memory-limit"] == str(nanny["memory_limit"]) == "0"
+    assert flag["--resources"] == " ".join(f"{k}={v}" for k, v in nanny["resources"].items())
+    assert f"{shard.resource}=" in flag["--resources"]
+    assert [flag["--preload"]] == nanny["preload"] == ["pipeline.worker.preload"]
+    env = spec.process_env({"HOME": "/home/u"})
+    assert {k: env[k] for k in nanny["env"]} == nanny["env"]          # the shard's variables, the record
+    assert env["PIPELINE_SHARD"] == shard.name and env["HOME"] == "/home/u"
+    assert all(env[k] == v for k, v in worker_spec.dask_env().items())   # the Nanny's `config`, as variables
