@@ -111,6 +111,10 @@ class EngineConfig(_Section):
     kind: Literal["vllm", "null"] = "vllm"
     # The null engine's answer time per request, in seconds (lets tests catch a job mid-way).
     null_latency_s: float = Field(0.0, ge=0)
+    # The null engine's prefix cache, in tokens per shard: each answer reports the prompt tokens
+    # an LRU prefix cache of this size would have served (0: none). 23296 is what 1 GiB of KV
+    # cache holds for the default model on a CPU shard.
+    null_kv_cache_tokens: int = Field(0, ge=0)
     # No torch.compile / CUDA graphs. "auto": eager on CPU shards (an engine starts in ~25 s
     # instead of ~90 s on a machine's first start, and runs ~5 % slower), compiled with CUDA
     # graphs on GPU shards (README, "Engine start").

@@ -14,6 +14,7 @@ import msgspec
 
 from pipeline.config import Config, ShardConfig
 from pipeline.sampling import Sampling
+from pipeline.worker.prefix_cache_model import PrefixCacheModel
 
 
 class EngineDead(RuntimeError):
@@ -195,13 +196,15 @@ class VllmEngine:
 
 class NullEngine:
     """Answers every request with an empty answer, after ``latency_s`` (default: at once);
-    tokenizes by characters."""
+    tokenizes by characters. With ``kv_cache_tokens``, each answer reports the prompt tokens a
+    prefix cache of that size would have served (pipeline/worker/prefix_cache_model.py)."""
 
     block_size = 16
-    kv_cache_tokens = 0
 
-    def __init__(self, latency_s: float = 0.0):
+    def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0):
         self.latency_s = latency_s
+        self.kv_cache_tokens = kv_cache_tokens
+        self.cache = PrefixCacheModel(kv_cache_tokens // self.block_size, self.block_size)
 
     def encode(self, text: str) -> list[int]:
         ids = array("I")   # the code points, converted in C (a Python loop over 1,500 characters: 0.1 ms)
@@ -211,11 +214,11 @@ class NullEngine:
     async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=0,
-                          finish_reason="stop")
+        return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=self.cache.serve(prompt_ids),
+                          completion_tokens=0, finish_reason="stop")
 
     async def reset_prefix_cache(self) -> None:
-        pass
+        self.cache.reset()
 
     def shutdown(self) -> None:
         pass
@@ -225,5 +228,5 @@ def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | Non
     if kind == "vllm":
         return VllmEngine(model, config, shard)
     if kind == "null":
-        return NullEngine(config.engine.null_latency_s)
+        return NullEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens)
     raise ValueError(f"unknown engine kind {kind!r}")

@@ -189,3 +189,29 @@ def test_shard_watch_sees_no_worker_come_and_go_when_none_did(null_pipeline):
         assert events == []
     finally:
         client.close()
+
+
+def test_the_null_engine_reports_what_a_prefix_cache_of_its_size_serves():
+    """Every question of a document after its first is served the document from the cache
+    (the rows of a document share a shard); a cache smaller than one document serves ~nothing."""
+    rows = document_questions(16, 3, seed=6, order="shuffled")
+    shares = {}
+    for kv_tokens in (200_000, 32):
+        config = load_config().replace(scheduler={"dashboard_address": None},
+                                       engine={"null_kv_cache_tokens": kv_tokens})
+        with Pipeline(config, engine="null") as p:
+            results = p.run(rows)
+        assert [r.id for r in results] == [row["id"] for row in rows]
+        assert all(0 <= r.cached_tokens < r.prompt_tokens for r in results)
+        shares[kv_tokens] = sum(r.cached_tokens for r in results) / sum(r.prompt_tokens for r in results)
+        if kv_tokens == 200_000:
+            by_doc = {}
+            for row, r in zip(rows, results):
+                by_doc.setdefault(row["doc_id"], []).append((r.cached_tokens, r.prompt_tokens))
+            for served in by_doc.values():   # one document's three rows, the least served first
+                first, *later = sorted(served)
+                # the first finds only what every prompt shares (the chat template's start, ~1/4
+                # of these prompts); the two later ones find the whole document too
+                assert first[0] < 0.4 * first[1] and all(c > 0.8 * n for c, n in later), served
+    assert shares[200_000] > 0.6
+    assert shares[32] < 0.05    # two blocks: the chat template's first 32 tokens

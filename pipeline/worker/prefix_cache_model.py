@@ -1,0 +1,54 @@
+"""What a prefix cache of a given size would have served: the null engine's model of vLLM's
+prefix caching, so that grouping and routing can be measured on million-row jobs without a
+real engine.
+
+As vLLM does, a prompt's token ids are cut into full blocks of ``block_size`` tokens, each
+block named by a hash chained over the blocks before it; a request is served from the cache
+for its leading blocks found there (never its last token: the engine computes at least one),
+then all its full blocks are in the cache. The cache holds ``capacity_blocks`` blocks and
+evicts the least recently used one first; a request's own blocks are used from its last to its
+first, so a document's head stays longest, as in vLLM, which frees a request's blocks tail
+first. Unlike vLLM, nothing is pinned by requests in flight (the null engine has none waiting).
+"""
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+
+
+class PrefixCacheModel:
+    def __init__(self, capacity_blocks: int, block_size: int):
+        if capacity_blocks < 0 or block_size < 1:
+            raise ValueError("capacity_blocks >= 0 and block_size >= 1")
+        self.capacity_blocks = capacity_blocks
+        self.block_size = block_size
+        self._blocks: OrderedDict[int, None] = OrderedDict()   # block hash, least recently used first
+
+    def serve(self, prompt_ids) -> int:
+        """The prompt tokens the cache serves for this request; the request's blocks are then
+        the most recently used."""
+        if not self.capacity_blocks:
+            return 0
+        data = array("I", prompt_ids).tobytes()
+        step = 4 * self.block_size
+        hashes, h = [], 0
+        for start in range(0, len(prompt_ids) // self.block_size * step, step):
+            h = hash((h, data[start:start + step]))
+            hashes.append(h)
+        hit = 0
+        limit = (len(prompt_ids) - 1) // self.block_size   # blocks that leave a token to compute
+        while hit < limit and hashes[hit] in self._blocks:
+            hit += 1
+        blocks = self._blocks
+        for h in reversed(hashes):
+            blocks[h] = None
+            blocks.move_to_end(h)
+        while len(blocks) > self.capacity_blocks:
+            blocks.popitem(last=False)
+        return hit * self.block_size
+
+    def reset(self) -> None:
+        self._blocks.clear()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
