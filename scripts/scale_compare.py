@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""Side by side, in one run on the same input: the plumbing floor (scripts/scale_floor.py) and a
+null-engine job through ``python -m pipeline run`` (2 shards by default), with the client's CPU
+seconds and peak RSS and the scheduler's CPU, sampled from their processes; and, with
+``--kv-tokens``, the cached share the null engine's prefix-cache model reports.
+
+    .venv/bin/python scripts/scale_input.py /tmp/in.parquet --rows 1000000
+    .venv/bin/python scripts/scale_compare.py /tmp/in.parquet [--kv-tokens 23296]
+
+Issue 25's targets read off this: rows/s >= 0.3 x the floor's; client CPU <= 5 s for the
+whole job; client peak RSS <= 300 MB.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale_floor import floor  # noqa: E402  (the script beside this one)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_pipeline(src: str, dst: str, config: Path) -> dict:
+    """The job as a user runs it, its client and scheduler processes sampled every 0.1 s."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, dst, "--engine", "null",
+                             "--config", str(config)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    client = psutil.Process(proc.pid)
+    peak_rss, cpu, sched_cpu = 0, 0.0, 0.0
+    while proc.poll() is None:
+        try:
+            with client.oneshot():
+                peak_rss = max(peak_rss, client.memory_info().rss)
+                t = client.cpu_times()
+                cpu = t.user + t.system
+            for child in client.children():
+                if "dask_scheduler" in " ".join(child.cmdline()):
+                    t = child.cpu_times()
+                    sched_cpu = t.user + t.system
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    out = proc.stdout.read()
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise SystemExit(f"the pipeline failed ({proc.returncode}):\n{out}")
+    rows = next(int(line.split()[1]) for line in out.splitlines() if line.startswith("rows:"))
+    cached = next((line for line in out.splitlines() if line.startswith("prompt tokens:")), "")
+    return {"rows": rows, "wall_s": wall, "rows_per_s": rows / wall, "client_cpu_s": cpu,
+            "client_peak_rss_mb": peak_rss / 2**20, "scheduler_cpu_s": sched_cpu, "tokens": cached}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input")
+    p.add_argument("--kv-tokens", type=int, default=0, help="engine.null_kv_cache_tokens (0: no cache model)")
+    p.add_argument("--config", default=str(ROOT / "cluster.yaml"))
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="scale-compare-") as tmp:
+        cfg = yaml.safe_load(Path(a.config).read_text())
+        if a.kv_tokens:
+            cfg.setdefault("engine", {})["null_kv_cache_tokens"] = a.kv_tokens
+        cfg.setdefault("scheduler", {})["dashboard_address"] = None
+        config = Path(tmp) / "cluster.yaml"
+        config.write_text(yaml.safe_dump(cfg))
+        shards = len(cfg["shards"]) if isinstance(cfg.get("shards"), list) else None
+        f = floor(a.input, str(Path(tmp) / "floor.parquet"), shards or 2)
+        r = run_pipeline(a.input, str(Path(tmp) / "out.parquet"), config)
+    print(f"floor:    {f['rows']} rows in {f['wall_s']:.1f} s, {f['rows_per_s']:,.0f} rows/s, {f['cpu_s']:.1f} s CPU, "
+          f"peak RSS {f['peak_rss_mb']:.0f} MB")
+    print(f"pipeline: {r['rows']} rows in {r['wall_s']:.1f} s (command to exit), {r['rows_per_s']:,.0f} rows/s; "
+          f"client {r['client_cpu_s']:.1f} s CPU, peak RSS {r['client_peak_rss_mb']:.0f} MB; "
+          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU")
+    print(f"pipeline / floor: {r['rows_per_s'] / f['rows_per_s']:.3f}")
+    if r["tokens"]:
+        print(r["tokens"])
+
+
+if __name__ == "__main__":
+    main()
