@@ -2,7 +2,8 @@
 """Side by side, in one run on the same input: the plumbing floor (scripts/scale_floor.py) and a
 null-engine job through ``python -m pipeline run`` (2 shards by default), with the client's CPU
 seconds and peak RSS and the scheduler's CPU, sampled from their processes; and, with
-``--kv-tokens``, the cached share the null engine's prefix-cache model reports.
+``--kv-tokens``, the cached share the null engine's prefix-cache model reports, against the
+block ideal for the same placement of rows on shards.
 
     .venv/bin/python scripts/scale_input.py /tmp/in.parquet --rows 1000000
     .venv/bin/python scripts/scale_compare.py /tmp/in.parquet [--kv-tokens 23296]
@@ -13,6 +14,7 @@ whole job; client peak RSS <= 300 MB.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -20,10 +22,16 @@ import time
 from pathlib import Path
 
 import psutil
+import pyarrow.parquet as pq
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_floor import floor  # noqa: E402  (the script beside this one)
+
+from pipeline.client.tokenizer import load_tokenizer  # noqa: E402
+from pipeline.config import load_config  # noqa: E402
+from pipeline.model import model_for  # noqa: E402
+from tasks import get_task_kind  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +67,48 @@ def run_pipeline(src: str, dst: str, config: Path) -> dict:
             "client_peak_rss_mb": peak_rss / 2**20, "scheduler_cpu_s": sched_cpu, "tokens": cached}
 
 
+def block_ideal_cached(src: str, out: str, config_path: Path, block_size: int = 16) -> int:
+    """The prompt tokens a perfect block cache per shard would serve for this job, the null
+    engine counting characters as tokens (pipeline/bench/prefill_ideal.py's block ideal, worked
+    out from the prompts' structure so that a million rows need no token lists): per shard, the
+    full blocks of the head that every prompt shares once; per shard that serves a document,
+    the further full blocks its prompts share (its prefix, and the start of the suffix its
+    questions have in common) once; every row computes the rest of its prompt."""
+    config = load_config(config_path)
+    task = get_task_kind(config, load_tokenizer(model_for(config, "null")))
+    shared: dict[int, list] = {}           # document (its hash) -> [its prefix, a suffix, shared length]
+    rows = []
+    inputs = pq.ParquetFile(src).iter_batches(batch_size=65536, columns=["document", "question"])
+    outputs = pq.ParquetFile(out).iter_batches(batch_size=65536, columns=["shard", "prompt_tokens"])
+    for a, b in zip(inputs, outputs):
+        for doc, question, shard, tokens in zip(a.column("document").to_pylist(), a.column("question").to_pylist(),
+                                                b.column("shard").to_pylist(), b.column("prompt_tokens").to_pylist()):
+            parts = task.split({"document": doc, "question": question})
+            key = hash(doc)
+            seen = shared.get(key)
+            if seen is None:
+                shared[key] = [parts.prefix, parts.suffix, len(parts.prefix) + len(parts.suffix)]
+            else:
+                seen[2] = min(seen[2], len(parts.prefix) + len(os.path.commonprefix([seen[1], parts.suffix])))
+            rows.append((shard, key, tokens))
+    heads = [v[0] for v in list(shared.values())[:64]]
+    head = len(os.path.commonprefix(heads)) // block_size * block_size if len(heads) > 1 else 0
+    served: set[tuple[str, int]] = set()   # (shard, document)
+    shards: set[str] = set()
+    total = computed = 0
+    for shard, key, tokens in rows:
+        full = shared[key][2] // block_size * block_size
+        total += tokens
+        computed += tokens - full                          # past the document's shared full blocks
+        if (shard, key) not in served:
+            served.add((shard, key))
+            computed += full - head                        # the document's shared blocks, once
+            if shard not in shards:
+                shards.add(shard)
+                computed += head                           # the head every prompt shares, once per shard
+    return total - computed
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input")
@@ -75,6 +125,7 @@ def main() -> None:
         shards = len(cfg["shards"]) if isinstance(cfg.get("shards"), list) else None
         f = floor(a.input, str(Path(tmp) / "floor.parquet"), shards or 2)
         r = run_pipeline(a.input, str(Path(tmp) / "out.parquet"), config)
+        ideal = block_ideal_cached(a.input, str(Path(tmp) / "out.parquet"), config) if a.kv_tokens else None
     print(f"floor:    {f['rows']} rows in {f['wall_s']:.1f} s, {f['rows_per_s']:,.0f} rows/s, {f['cpu_s']:.1f} s CPU, "
           f"peak RSS {f['peak_rss_mb']:.0f} MB")
     print(f"pipeline: {r['rows']} rows in {r['wall_s']:.1f} s (command to exit), {r['rows_per_s']:,.0f} rows/s; "
@@ -83,6 +134,9 @@ def main() -> None:
     print(f"pipeline / floor: {r['rows_per_s'] / f['rows_per_s']:.3f}")
     if r["tokens"]:
         print(r["tokens"])
+    if ideal is not None:
+        cached = int(r["tokens"].split("cached:")[1].split()[0])
+        print(f"block ideal for this placement: {ideal} tokens cached; cache model / ideal: {cached / ideal:.3f}")
 
 
 if __name__ == "__main__":
