@@ -52,7 +52,7 @@ _RESULT_TYPES = {
 DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
-__all__ = ["JobSummary", "Job", "prepare_job", "run_job"]
+__all__ = ["Job", "prepare_job", "run_job"]
 
 
 def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
