@@ -309,6 +309,20 @@ class SecurityConfig(_Section):
         return self.tls_ca_file is not None
 
 
+class JobsConfig(_Section):
+    """File jobs (``python -m pipeline run``, ``run_job``)."""
+    # "cluster": the workers read the input, group its rows by document, answer and write; the
+    # client carries no rows (Parquet in and out, local or shared paths, template tasks;
+    # pipeline/jobs/cluster_job.py). "client": every row through this process's job loop (any
+    # job). "auto": cluster where the job allows it.
+    path: Literal["auto", "cluster", "client"] = "client"
+    # Input rows per read task (whole row groups where the files allow).
+    partition_rows: int = Field(65_536, gt=0)
+    # Rows per answer task: a shard's documents are answered in buckets of at most this many
+    # rows (a document is never split).
+    bucket_rows: int = Field(50_000, gt=0)
+
+
 class Config(_Section):
     scheduler: SchedulerConfig = SchedulerConfig()
     # "auto" (the default): one shard per GPU, or CPU shards of auto_shards.cpu_cores_per_shard
@@ -321,6 +335,7 @@ class Config(_Section):
     routing: RoutingConfig = RoutingConfig()
     intake: IntakeConfig = IntakeConfig()
     recovery: RecoveryConfig = RecoveryConfig()
+    jobs: JobsConfig = JobsConfig()
     security: SecurityConfig = SecurityConfig()
     prompt: PromptConfig = PromptConfig()
     # Options for fsspec when a job's input or output is a URL (s3://, gs://, ...): e.g. for S3

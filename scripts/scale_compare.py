@@ -114,12 +114,15 @@ def main() -> None:
     p.add_argument("input")
     p.add_argument("--kv-tokens", type=int, default=0, help="engine.null_kv_cache_tokens (0: no cache model)")
     p.add_argument("--config", default=str(ROOT / "cluster.yaml"))
+    p.add_argument("--path", choices=("client", "cluster"), default="cluster",
+                   help="jobs.path: the job on the cluster (the default) or through the client's job loop")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="scale-compare-") as tmp:
         cfg = yaml.safe_load(Path(a.config).read_text())
         if a.kv_tokens:
             cfg.setdefault("engine", {})["null_kv_cache_tokens"] = a.kv_tokens
         cfg.setdefault("scheduler", {})["dashboard_address"] = None
+        cfg.setdefault("jobs", {})["path"] = a.path
         config = Path(tmp) / "cluster.yaml"
         config.write_text(yaml.safe_dump(cfg))
         shards = len(cfg["shards"]) if isinstance(cfg.get("shards"), list) else None

@@ -177,19 +177,30 @@ class ParquetSource:
         for batch in self._batches(start, batch_rows):
             n = batch.num_rows
             keys = batch.column("id").to_pylist() if self.key else list(range(position, position + n))
-            names, values, errors = [], [], [None] * n
-            for name in self.text_columns:
-                texts, bad = text_values(batch.column(name), name)
-                names.append(name)
-                values.append(texts)
-                errors = [e or b for e, b in zip(errors, bad)]
-            for name in self.list_columns + self.sampling_columns:
-                names.append(name)
-                values.append(batch.column(name).to_pylist())
-            rows = [None if error else dict(zip(names, row)) for row, error in zip(zip(*values), errors)]
+            rows, errors = self.task_rows(batch)
             carry = batch.select(self.passthrough + (["id"] if self.key else []))
             yield Chunk(start=position, keys=keys, rows=rows, errors=errors, carry=carry)
             position += n
+
+    def task_rows(self, batch: pa.RecordBatch) -> tuple[list[dict | None], list[str | None]]:
+        """The rows the task gets from ``batch`` (None for a row that fails a check here) and
+        why those failed."""
+        names, values, errors = [], [], [None] * batch.num_rows
+        for name in self.text_columns:
+            texts, bad = text_values(batch.column(name), name)
+            names.append(name)
+            values.append(texts)
+            errors = [e or b for e, b in zip(errors, bad)]
+        for name in self.list_columns + self.sampling_columns:
+            names.append(name)
+            values.append(batch.column(name).to_pylist())
+        rows = [None if error else dict(zip(names, row)) for row, error in zip(zip(*values), errors)]
+        return rows, errors
+
+    @property
+    def row_groups(self) -> list[list[int]]:
+        """Per file, the rows of each of its row groups."""
+        return self._row_groups
 
     def _batches(self, start: int, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
         """Record batches from row ``start`` on, skipping whole files and row groups before it."""

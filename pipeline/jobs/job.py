@@ -19,6 +19,7 @@ finish_reason`` and, for a job that asks for JSON answers, ``answer_json``
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -31,7 +32,10 @@ import pyarrow.compute as pc
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
-from pipeline.jobs.output import JsonlLines, ParquetParts
+from pipeline.jobs.answer_files import ClusterParts
+from pipeline.jobs.cluster_job import ClusterJob
+from pipeline.jobs.output import META, JsonlLines, ParquetParts
+from pipeline.jobs.partitions import plan_partitions
 from pipeline.jobs.storage import is_url, local_path
 from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
@@ -78,6 +82,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
             "key": source.key or "position", "started": int(time.time())}
     remote = is_url(output_path)
     final = str(output_path) if remote else Path(local_path(output_path))
+    on_cluster = _on_cluster(config, source, remote)
     if source.format == "openai":
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
@@ -86,13 +91,22 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
         fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
                             *(pa.field(n, _RESULT_TYPES[n]) for n in fields)])
-        sink = StoreParts(final, meta, schema, config.storage_options) if remote else ParquetParts(final, meta, schema)
+        if on_cluster:
+            partition_rows = _resumed_partition_rows(final) or config.jobs.partition_rows
+            meta.update(path="cluster", partition_rows=partition_rows)
+            sink = ClusterParts(final, meta, schema, plan_partitions(source.row_groups, partition_rows))
+        else:
+            sink = StoreParts(final, meta, schema, config.storage_options) if remote else \
+                ParquetParts(final, meta, schema)
     done = sink.open()
     if done:
-        _check_resumed_keys(sink, source, done)
+        if not on_cluster:   # (a cluster job's committed rows are checked when merged)
+            _check_resumed_keys(sink, source, done)
         notes.append(f"resuming: {done} of {source.num_rows} rows are already in {sink.dir}; answering the rest")
     for note in notes:  # only once every check has passed
         notify(note)
+    if on_cluster:
+        return ClusterJob(source, sink, config, truncate)
     return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
                read_rows=read_rows, config=config)
 
@@ -247,6 +261,33 @@ class _InOrder:
         if self.pending or self.where:
             raise JobError(f"{len(self.where)} rows got no result from the pipeline; "
                            f"the rows committed so far are kept, run the same command again to resume")
+
+
+def _on_cluster(config: Config, source, remote_output: bool) -> bool:
+    """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): a
+    Parquet job with local (or shared) paths and a prompt-template task. ``cluster`` for a job
+    that cannot is an error saying why."""
+    why = None
+    if source.format != "parquet":
+        why = "its input is OpenAI batch JSONL"
+    elif remote_output or source.fs is not None:
+        why = "its input or output is a URL (an object store)"
+    elif config.task not in ("document_question", "template"):
+        why = f"its task is {config.task}"
+    if config.jobs.path == "cluster" and why is not None:
+        raise JobError(f"jobs.path is cluster, which runs Parquet jobs on local or shared paths with the "
+                       f"document_question or template task; this job cannot run there: {why}. "
+                       f"Set jobs.path to auto or client")
+    return config.jobs.path == "cluster" or (config.jobs.path == "auto" and why is None)
+
+
+def _resumed_partition_rows(final) -> int | None:
+    """The partition size of a cluster job's partial output that a rerun resumes."""
+    try:
+        meta = json.loads((Path(str(final) + ".partial") / META).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta.get("partition_rows") if isinstance(meta, dict) and meta.get("path") == "cluster" else None
 
 
 def _check_duplicates(source, allowed: bool) -> None:

@@ -25,6 +25,7 @@ from pipeline.worker import metrics, reaper
 from pipeline.config import Config
 from pipeline.worker.engine import BadSampling, Engine, EngineDead, build_engine
 from pipeline.worker.gcstats import GcPauses
+from pipeline.worker.grouped_answers import TokenGate, answer_grouped
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt
@@ -75,6 +76,8 @@ class EnginePlugin(WorkerPlugin):
         self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
                      "kv_cache_tokens": self.engine.kv_cache_tokens}
         self._intake = asyncio.Semaphore(self.config.intake.max_in_flight)
+        budget = self.config.intake.kv_budget_share * (self.engine.kv_cache_tokens or 0)
+        self.token_gate = TokenGate(budget) if budget else None   # cluster jobs' grouped answering
         self.prefixes = self._prefix_memory()
         gc.collect()
         gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
@@ -158,6 +161,20 @@ class EnginePlugin(WorkerPlugin):
         out = codec.BatchResult(batch_id=batch.batch_id, shard=self.shard, results=list(results))
         return codec.encode(out, self.config.intake.compression_level)
 
+    async def answer_grouped(self, rows, bucket_id: str, sampling: Sampling, truncate: bool,
+                             progress=None) -> list[RowResult]:
+        """A cluster job's bucket: its rows answered grouped by document
+        (pipeline/worker/grouped_answers.py)."""
+        if self.engine is None:
+            raise RuntimeError(f"shard {self.shard}: engine is not running")
+        try:
+            results = await answer_grouped(self, rows, bucket_id, sampling, truncate, progress)
+        except EngineDead as exc:
+            self._engine_died(exc)
+            raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
+        self.metrics.batches += 1
+        return results
+
     @property
     def default_sampling(self) -> Sampling:
         """For a batch that brings no settings: this worker's config's."""
@@ -221,7 +238,7 @@ def _bad_request(exc: Exception) -> bool:
     return isinstance(exc, BadSampling) or any(c.__name__ == "VLLMClientError" for c in type(exc).__mro__)
 
 
-def _plugin() -> EnginePlugin:
+def shard_plugin() -> EnginePlugin:
     worker = get_worker()
     try:
         return worker.plugins[PLUGIN_NAME]
@@ -231,7 +248,7 @@ def _plugin() -> EnginePlugin:
 
 async def run_batch(payload: bytes) -> bytes:
     """The Dask task: one compressed batch in, one compressed batch result out."""
-    return await _plugin().run_batch(payload)
+    return await shard_plugin().run_batch(payload)
 
 
 def worker_stats(dask_worker) -> dict:

@@ -1,0 +1,172 @@
+"""A cluster job's partial output, written by the workers: what is committed, and how it becomes
+OUTPUT. Every worker must see OUTPUT's folder (one machine, or a shared file system).
+
+    OUTPUT.partial/
+      _job.json                          which input, which partitions (resume checks it)
+      answers/p000003/<run>-b000012.parquet   one answer task's rows of input partition 3
+      answers/p000003/<run>-input.parquet     partition 3's rows that failed reading
+      parts/part-000003.parquet          partition 3 merged: its rows in input order, whole
+
+An answer file holds each row's position and its result columns; it is written under a
+temporary name and renamed, so a file that exists is committed whole. A partition is merged
+(by position, with its input's own columns) once all its rows are answered; then OUTPUT is the
+parts copied in order into one file, renamed into place, and the folder goes. A run that is
+interrupted resumes from the files: partitions merged are skipped, rows answered are not read
+again (pipeline/jobs/prompt_table.py), so no row is answered twice and none is lost.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.jobs.errors import JobError
+from pipeline.jobs.output import PartialOutput
+from pipeline.jobs.partitions import Partition
+from pipeline.results import RESULT_FIELDS
+
+RESULT_TYPES = {
+    "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
+    "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
+    "answer_json": pa.string(),
+}
+ANSWER_SCHEMA = pa.schema([pa.field("position", pa.int64())] +
+                          [pa.field(n, RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]])
+
+
+def results_table(results) -> pa.Table:
+    """``RowResult`` s (their ``index`` is the row's position) as an answer file's rows."""
+    columns = [pa.array([r.index for r in results], pa.int64())]
+    columns += [pa.array([getattr(r, n) for r in results], RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]]
+    return pa.Table.from_arrays(columns, schema=ANSWER_SCHEMA)
+
+
+def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
+    """Rows answered with an error before reaching an engine (their input failed a check):
+    counts 0, the other texts null, as ``RowResult.failed`` has them."""
+    n = len(positions)
+
+    def column(f: pa.Field) -> pa.Array:
+        if f.name == "position":
+            return positions
+        if f.name == "error":
+            return errors
+        return pa.array([0] * n, f.type) if pa.types.is_integer(f.type) or pa.types.is_floating(f.type) \
+            else pa.nulls(n, f.type)
+    return pa.Table.from_arrays([column(f) for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
+
+
+class AnswerFiles:
+    """The folder's answer files and merged parts (used on the workers and by the client)."""
+
+    def __init__(self, folder: Path):
+        self.dir = Path(folder)
+
+    def answers_dir(self, partition: int) -> Path:
+        return self.dir / "answers" / f"p{partition:06d}"
+
+    def part_path(self, partition: int) -> Path:
+        return self.dir / "parts" / f"part-{partition:06d}.parquet"
+
+    def merged(self, partition: int) -> bool:
+        return self.part_path(partition).exists()
+
+    def write(self, partition: int, name: str, table: pa.Table) -> None:
+        folder = self.answers_dir(partition)
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_atomic(folder / f"{name}.parquet", table)
+
+    def answer_files(self, partition: int) -> list[Path]:
+        folder = self.answers_dir(partition)
+        return sorted(folder.glob("*.parquet")) if folder.exists() else []
+
+    def answered_positions(self, partition: int) -> pa.Array:
+        files = self.answer_files(partition)
+        if not files:
+            return pa.array([], pa.int64())
+        return pa.concat_arrays([pq.read_table(f, columns=["position"]).column(0).combine_chunks() for f in files])
+
+    def committed_rows(self, partitions: list[Partition]) -> int:
+        """Rows committed: those of merged parts, and those in answer files of the others."""
+        rows = 0
+        for part in partitions:
+            if self.merged(part.index):
+                rows += part.rows
+            else:
+                rows += sum(pq.ParquetFile(f).metadata.num_rows for f in self.answer_files(part.index))
+        return rows
+
+    def drop_torn(self) -> None:
+        """Files a killed writer left half written."""
+        for leftover in self.dir.glob("**/.*.tmp"):
+            leftover.unlink()
+
+    def merge(self, part: Partition, carry: pa.Table, schema: pa.Schema, key: str | None) -> int:
+        """Partition ``part`` in input order, with ``carry`` (its input's own columns) beside the
+        answers; written as its part. Every row must be answered exactly once."""
+        files = self.answer_files(part.index)
+        answers = pa.concat_tables([pq.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
+            ANSWER_SCHEMA.empty_table()
+        answers = answers.take(pc.sort_indices(answers, [("position", "ascending")]))
+        positions = answers.column("position").to_numpy()
+        if len(positions) > 1:   # a row answered twice (two runs): keep its first answer
+            keep = pa.array(list(positions[1:] != positions[:-1]))
+            if not pc.all(keep).as_py():
+                answers = answers.filter(pa.concat_arrays([pa.array([True]), keep]))
+                positions = answers.column("position").to_numpy()
+        if len(positions) != part.rows or (part.rows and (positions[0] != part.start or
+                                                          positions[-1] != part.stop - 1)):
+            raise JobError(f"partition {part.index} has {len(positions)} answered rows of {part.rows}; "
+                           f"run the same command again to answer the rest")
+        ids = carry.column("id") if key else pa.array(range(part.start, part.stop), pa.int64())
+        names = schema.names
+        at = names.index("id")   # the input's own columns, id, then the result columns
+        columns = [carry.column(n) for n in names[:at]] + [ids] + [answers.column(n) for n in names[at + 1:]]
+        table = pa.Table.from_arrays(columns, schema=schema)
+        self.part_path(part.index).parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.part_path(part.index), table)
+        return table.num_rows
+
+    def finish(self, partitions: list[Partition], schema: pa.Schema, final: Path) -> None:
+        """The parts, in order, copied into OUTPUT (one part in memory at a time); the folder goes."""
+        tmp = self.dir / ".final.tmp"
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for part in partitions:
+                writer.write_table(pq.read_table(self.part_path(part.index), schema=schema))
+        os.replace(tmp, final)
+        shutil.rmtree(self.dir)
+
+
+class ClusterParts(PartialOutput):
+    """The client's side of the folder: opens or resumes it (pipeline/jobs/output.py's checks)."""
+
+    def __init__(self, final: Path, meta: dict, schema: pa.Schema, partitions: list[Partition]):
+        self.partitions = partitions
+        self.schema = schema
+        super().__init__(final, meta)
+        self.files = AnswerFiles(self.dir)
+
+    def _recover(self) -> int:
+        files = AnswerFiles(self.dir)
+        files.drop_torn()
+        return files.committed_rows(self.partitions)
+
+    def committed_keys(self):   # (resume is checked by the input's description and row count)
+        return iter(())
+
+    def refresh(self) -> int:
+        self.committed = self.files.committed_rows(self.partitions)
+        return self.committed
+
+
+def _write_atomic(path: Path, table: pa.Table) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        pq.write_table(table, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,192 @@
+"""A file job run on the cluster: the workers read the input, group its rows by document,
+answer and write; this process (the client) only plans and coordinates. It reads the input's
+footers, submits the tasks (pipeline/jobs/cluster_tasks.py), shows progress from the counts the
+answer tasks publish, and has the partitions merged and OUTPUT written when all are answered.
+What it holds grows with the number of partitions and buckets, not rows.
+
+The steps, each a set of Dask tasks:
+1. read: each input partition becomes prompt rows on a worker, with per-document counts;
+2. place: one task counts every document of the job and places it on a shard, in buckets
+   (pipeline/jobs/placement.py: bounded load, engines' held documents kept where they are);
+3. split: each partition's rows cut by bucket; the pieces move worker to worker;
+4. answer: one task per bucket on its shard, rows grouped by document
+   (pipeline/worker/grouped_answers.py); it commits answer files (pipeline/jobs/answer_files.py);
+5. merge each partition in input order with its input's columns; then OUTPUT.
+
+A worker lost mid-job costs no row: Dask reruns its tasks (an answer task rewrites the same
+files). A partition that cannot be read is left for a rerun, after the others are committed.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from distributed import as_completed
+
+from pipeline.jobs.answer_files import ClusterParts
+from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, finish_task, \
+    merge_task, piece_of, place_task, read_task, split_task
+from pipeline.jobs.errors import JobError
+from pipeline.names import VIEW_METADATA_KEY
+from pipeline.summary import JobSummary
+from pipeline.worker.plugin import held_prefixes
+from tasks import get_task_kind
+
+CHARS_PER_TOKEN = 4   # for a document's cost: its expected answer in characters
+
+
+class ClusterJob:
+    def __init__(self, source, sink: ClusterParts, config, truncate: bool):
+        self.source, self.sink, self.config, self.truncate = source, sink, config, truncate
+
+    @property
+    def done(self) -> int:
+        """Rows committed (answer files and merged parts)."""
+        return self.sink.refresh()
+
+    def run(self, pipeline, progress: bool | None = None) -> JobSummary:
+        from tqdm import tqdm   # start time: loaded when a job runs
+
+        if progress is None:
+            progress = sys.stderr.isatty()
+        client = pipeline.client
+        summary = JobSummary(resumed=self.sink.resumed)
+        parts = self.sink.partitions
+        todo = [p for p in parts if not self.sink.files.merged(p.index)]
+        job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
+        summary.job = job_id
+        spec = JobSpec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress", source=self.source,
+                       task=get_task_kind(self.config, pipeline.tokenizer), folder=self.sink.dir, schema=self.sink.schema,
+                       sampling=self.config.sampling.as_sampling(self.config.engine.seed), truncate=self.truncate,
+                       starts=tuple(p.start for p in parts))
+        answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
+        t0 = time.perf_counter()
+
+        def on_progress(event) -> None:
+            _, msg = event
+            answered[msg["bucket"]] = msg["rows"]
+            if summary.first_answer_s is None and msg["rows"]:
+                summary.first_answer_s = time.perf_counter() - t0
+
+        client.subscribe_topic(spec.topic, on_progress)
+        futures: list = []
+        try:
+            with tqdm(total=self.source.num_rows, initial=self.sink.committed, unit="row", desc="rows",
+                      disable=not progress, dynamic_ncols=True) as bar:
+                unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar, t0)
+                if unreadable is None:
+                    finish = client.submit(finish_task, spec, parts, Path(self.sink.final), key=f"{job_id}-finish")
+                    futures.append(finish)
+                    finish.result()
+        finally:
+            client.unsubscribe_topic(spec.topic)
+            for f in futures:
+                if not f.done():
+                    f.cancel()
+        summary.seconds = time.perf_counter() - t0
+        summary.rows_read = summary.rows_total = summary.rows
+        self._publish(pipeline, summary, force=True)
+        if unreadable is not None:
+            raise JobError(unreadable)
+        return summary
+
+    def _run(self, pipeline, spec: JobSpec, todo, summary: JobSummary, answered: dict, futures: list, bar,
+             t0: float) -> str | None:
+        """Read, place, split, answer, merge; the first partition that could not be read, if any."""
+        client, jobs = pipeline.client, self.config.jobs
+        job = spec.job_id
+        if not todo:
+            return None
+        reads = [client.submit(read_task, spec, p, key=f"{job}-read-{p.index}") for p in todo]
+        figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}") for r, p in zip(reads, todo)]
+        documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}") for r, p in zip(reads, todo)]
+        futures += reads + figures + documents
+        shards = self._live_shards(client)
+        decode_chars = CHARS_PER_TOKEN * self.config.sampling.max_tokens
+        place = client.submit(place_task, shards, self._held(client, shards), jobs.bucket_rows, decode_chars,
+                              *documents, key=f"{job}-place")
+        futures.append(place)
+        buckets = client.submit(buckets_of, place, key=f"{job}-buckets").result()
+        splits = [client.submit(split_task, r, place, key=f"{job}-split-{p.index}") for r, p in zip(reads, todo)]
+        futures += splits
+        del reads, documents   # held by the scheduler until their dependents ran
+        answers = {}
+        for b in buckets:
+            pieces = [client.submit(piece_of, s, b.index, key=f"{job}-piece-{p.index}-{b.index}")
+                      for s, p in zip(splits, todo)]
+            resource = self.config.shard(b.shard).resource
+            answers[b.index] = client.submit(answer_task, spec, b, *pieces, key=f"{job}-answer-{b.index}",
+                                             resources={resource: 1}, retries=self.config.recovery.max_row_attempts - 1)
+            futures += pieces
+        futures += answers.values()
+        del splits
+        unreadable: dict[int, str] = {}   # partition -> why it could not be read
+        read_errors = 0
+        partition_of = {f.key: p for f, p in zip(figures, todo)}
+        pending = as_completed(list(answers.values()) + figures)
+        while not pending.is_empty():
+            for f in pending.next_batch(block=False) if pending.has_ready() else []:
+                result = f.result()
+                self._take(result, summary)
+                if f.key in partition_of:
+                    read_errors += result.errors
+                    if result.unreadable is not None:
+                        unreadable[partition_of[f.key].index] = result.unreadable
+                f.release()
+            bar.update(max(0, summary.resumed + read_errors + sum(answered.values()) - bar.n))
+            self._publish(pipeline, summary)
+            with pending.thread_condition:
+                if not pending.has_ready():
+                    pending.thread_condition.wait(timeout=0.2)
+        bar.update(max(0, summary.resumed + summary.rows - bar.n))
+        merges = [client.submit(merge_task, spec, p, key=f"{job}-merge-{p.index}") for p in todo
+                  if p.index not in unreadable]
+        futures += merges
+        client.gather(merges)
+        return unreadable[min(unreadable)] if unreadable else None
+
+    @staticmethod
+    def _take(figures, summary: JobSummary) -> None:
+        """A task's figures into the job's summary."""
+        if isinstance(figures, dict):   # an answer task's
+            summary.rows += figures["rows"]
+            summary.errors += figures["errors"]
+            for k in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                setattr(summary, k, getattr(summary, k) + figures[k])
+            summary.per_shard[figures["shard"]] = summary.per_shard.get(figures["shard"], 0) + figures["rows"]
+            groups = figures["errors_by_kind"]
+        else:   # a read task's: its rows that failed reading
+            summary.rows += figures.errors
+            summary.errors += figures.errors
+            groups = figures.errors_by_kind
+        for group, n in groups.items():
+            summary.errors_by_kind[group] = summary.errors_by_kind.get(group, 0) + n
+
+    def _live_shards(self, client) -> list[str]:
+        """The shards that have a worker now."""
+        present = {r for w in client.scheduler_info()["workers"].values() for r in (w.get("resources") or {})}
+        shards = [s.name for s in self.config.shards if s.resource in present]
+        if not shards:
+            raise JobError("no shard has a worker; nothing can answer the job")
+        return shards
+
+    @staticmethod
+    def _held(client, shards: list[str]) -> dict[int, str]:
+        """Documents the engines hold from earlier jobs: digest -> shard (bounded by the KV caches)."""
+        held: dict[int, str] = {}
+        for reply in client.run(held_prefixes, on_error="return").values():
+            if isinstance(reply, dict) and reply.get("shard") in shards:
+                held.update(dict.fromkeys(reply["prefixes"], reply["shard"]))
+        return held
+
+    def _publish(self, pipeline, summary: JobSummary, force: bool = False) -> None:
+        """The job's figures for the dashboard page, at most once a second."""
+        now = time.monotonic()
+        if not force and now - getattr(self, "_published", 0.0) < 1.0:
+            return
+        self._published = now
+        summary.rows_total = self.source.num_rows - summary.resumed
+        pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": summary.as_dict(), "time": time.time(),
+                                                         "pending_rows": None, "shards": {}})

@@ -1,0 +1,158 @@
+"""Runs on a worker: one input partition read as Arrow and turned into prompt rows, with Arrow
+compute, not row by row in Python.
+
+For a prompt template (the default document-question task, or ``task: template``) whose
+columns are valid text, the shareable prefix and the row's suffix are joined column-wise from
+the template's pieces, and the checks (null, empty) are column-wise too. Anything else (numbers
+a template writes as text, undecodable bytes, a row's own sampling settings) takes the task's
+own per-row path, on the worker, so every row gets exactly the prompt or the error the
+client-side path gives it. Each distinct prefix (document) is digested once
+(``prefix_digest``, the digest the workers remember what their engines hold by).
+
+A ``PromptRows`` holds:
+- ``rows``: position, digest, prefix, suffix (and the row's sampling columns, if the input has
+  them) for every row that became a prompt;
+- ``documents``: per distinct prefix, its digest, rows and characters (what placement counts);
+- ``errors``: position and error text of every row that failed here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.jobs.errors import JobError
+from pipeline.jobs.partitions import Partition
+from pipeline.prefix_memory import prefix_digest
+from pipeline.results import ErrorKind
+from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
+from tasks import PromptTemplate, RowError
+
+ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(),
+                         "suffix": pa.large_string()})
+DOCUMENTS_SCHEMA = pa.schema({"digest": pa.uint64(), "rows": pa.int64(), "prefix_chars": pa.int64(),
+                              "suffix_chars": pa.int64()})
+ERRORS_SCHEMA = pa.schema({"position": pa.int64(), "error": pa.string()})
+
+
+@dataclass
+class PromptRows:
+    rows: pa.Table
+    documents: pa.Table
+    errors: pa.Table
+
+
+def read_partition(source, part: Partition, columns: list[str] | None = None) -> pa.Table:
+    """The partition's rows of ``columns`` (default: every column the task reads)."""
+    if columns is None:
+        columns = source.text_columns + source.list_columns + source.sampling_columns
+    path = source.files[part.file]
+    try:
+        table = pq.ParquetFile(path, filesystem=source.fs).read_row_groups(list(part.row_groups), columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise JobError(f"cannot read {path}: {' '.join(str(exc).split())}. The rows of its other partitions are "
+                       f"answered and kept; fix or replace the file and run the same command again to resume") from None
+    return table.slice(part.skip, part.rows)
+
+
+def prompt_rows(source, task, part: Partition, done: pa.Array | None = None) -> PromptRows:
+    """The partition as prompt rows; rows whose position is in ``done`` (answered by an
+    earlier run) are left out."""
+    table = read_partition(source, part)
+    positions = pa.array(np.arange(part.start, part.stop, dtype=np.int64))
+    if done is not None and len(done):
+        keep = pc.invert(pc.is_in(positions, value_set=done))
+        table, positions = table.filter(keep), positions.filter(keep)
+    if isinstance(task, PromptTemplate) and not source.sampling_columns and _plain_text(table, task):
+        prefix, suffix, error = _template_columns(task, table)
+    else:
+        prefix, suffix, error = _row_by_row(source, task, table)
+    failed = pc.is_valid(error)
+    ok = pc.invert(failed)
+    errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
+    prefix, suffix, kept = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
+    encoded = pc.dictionary_encode(prefix)
+    distinct = encoded.dictionary
+    digests = pa.array([prefix_digest(p) for p in distinct.to_pylist()], pa.uint64())
+    digest = digests.take(encoded.indices)
+    columns = {"position": kept, "digest": digest, "prefix": prefix, "suffix": suffix}
+    schema = ROWS_SCHEMA
+    for name in source.sampling_columns:
+        column = table.column(name).filter(ok).combine_chunks()
+        columns[name] = column
+        schema = schema.append(pa.field(name, column.type))
+    rows = pa.table(columns, schema=schema)
+    counts = pa.table({"digest": digest, "suffix_chars": pc.utf8_length(suffix)}).group_by("digest").aggregate(
+        [("digest", "count"), ("suffix_chars", "sum")])
+    lengths = pa.table({"digest": digests, "prefix_chars": pc.utf8_length(distinct)})
+    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_chars", "suffix_chars_sum"])
+    documents = pa.table([documents.column(i) for i in range(4)], schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
+        DOCUMENTS_SCHEMA.empty_table()
+    return PromptRows(rows, documents, errors)
+
+
+def _plain_text(table: pa.Table, task: PromptTemplate) -> bool:
+    """Every column the template reads is a string column of valid UTF-8."""
+    for name in set(task._fields):
+        column = table.column(name)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            return False
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid:
+            return False
+    return True
+
+
+def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Prefix, suffix and error (null where the row is fine) joined column-wise, with the same
+    checks and texts as ``PromptTemplate.split``: the first field that fails names the error."""
+    n = table.num_rows
+    values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
+    error = pa.nulls(n, pa.string())
+    for field, value in zip(task._fields, values):
+        reason = pc.if_else(pc.is_null(value), pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
+        if task.strict_text:
+            blank = pc.or_(pc.equal(pc.utf8_length(value), 0), pc.utf8_is_space(value))
+            reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
+                                                    pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
+        error = pc.coalesce(error, reason)
+    cut = len(task._prefix_pieces) - 1
+    prefix = _join(task._prefix_pieces, values[:cut], n)
+    suffix = _join(task._suffix_pieces, values[cut:], n)
+    return prefix, suffix, error.cast(pa.string())
+
+
+def _join(pieces: list[str], values: list[pa.Array], n: int) -> pa.Array:
+    parts: list = [pa.scalar(pieces[0], pa.large_string())]
+    for value, piece in zip(values, pieces[1:]):
+        parts += [value, pa.scalar(piece, pa.large_string())]
+    if not values:
+        return pa.array([pieces[0]] * n, pa.large_string())
+    return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+
+
+def _row_by_row(source, task, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The task's own split, row by row (as the client-side path does it)."""
+    prefixes, suffixes, errors = [], [], []
+    for batch in table.to_batches():
+        rows, bad = source.task_rows(batch)
+        for row, reason in zip(rows, bad):
+            prefix = suffix = error = None
+            if row is None:
+                error = f"{ErrorKind.INPUT}: {reason}"
+            else:
+                try:
+                    parts = task.split(row)
+                    if source.sampling_columns:
+                        checked({k: row.get(k) for k in ROW_COLUMNS if k in row})
+                    prefix, suffix = parts.prefix, parts.suffix
+                except (RowError, SamplingError) as exc:
+                    error = f"{ErrorKind.INPUT}: {exc}"
+            prefixes.append(prefix)
+            suffixes.append(suffix)
+            errors.append(error)
+    return pa.array(prefixes, pa.large_string()), pa.array(suffixes, pa.large_string()), pa.array(errors, pa.string())

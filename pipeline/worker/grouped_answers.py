@@ -1,0 +1,129 @@
+"""Runs on a shard's worker: one bucket of a cluster job's rows answered by the resident
+engine, grouped by document.
+
+The rows come sorted by document. Each document's prefix is tokenized once and its questions
+are admitted one after the other, so they reach the engine together and the document is
+prefilled once; documents follow one another, so none is evicted between its own questions.
+Admission is bounded as for batches: the worker's ``intake.max_in_flight`` requests at a time,
+and (``TokenGate``) no new document while the requests in flight hold ``intake.kv_budget_share``
+of the engine's KV cache. Progress goes to the job's event topic as rows complete.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline import codec
+from pipeline.results import RowResult
+from pipeline.sampling import ROW_COLUMNS, checked
+
+PROGRESS_EVERY_S = 0.5
+
+
+class TokenGate:
+    """At most ``budget`` tokens in flight, except that one document always may go (a document
+    larger than the budget still runs, alone)."""
+
+    def __init__(self, budget: float):
+        self.budget = budget
+        self.held = 0.0
+        self._changed = asyncio.Condition()
+
+    async def acquire(self, tokens: float) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.held == 0 or self.held + tokens <= self.budget)
+            self.held += tokens
+
+    async def release(self, tokens: float) -> None:
+        async with self._changed:
+            self.held -= tokens
+            self._changed.notify_all()
+
+
+async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
+                         progress=None) -> list[RowResult]:
+    """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
+    sampling columns), in ``rows``' order. ``progress(done_rows, error_rows)`` is called now and
+    then, and at the end."""
+    engine, config = plugin.engine, plugin.config
+    n = rows.num_rows
+    positions = rows.column("position").to_numpy()
+    digests = rows.column("digest").to_numpy()
+    suffixes = rows.column("suffix").to_pylist()
+    prefix_column = rows.column("prefix")
+    own = _row_sampling(rows)
+    starts = np.flatnonzero(np.concatenate(([True], digests[1:] != digests[:-1]))) if n else np.array([], int)
+    ends = np.append(starts[1:], n)
+    decode = sampling.max_tokens or config.sampling.max_tokens
+    gate = plugin.token_gate
+    window = asyncio.Semaphore(2 * config.intake.max_in_flight)
+    results: list[RowResult | None] = [None] * n
+    done = errors = 0
+    last = time.monotonic()
+    failure: list[BaseException] = []
+
+    async def one(k: int, prefix_ids: list[int]) -> None:
+        nonlocal done, errors, last
+        try:
+            s = own[k] if own is not None else None
+            request = codec.Request(index=int(positions[k]), prefix=0, suffix=suffixes[k])
+            r = await plugin._one(bucket_id, request, [prefix_ids], truncate,
+                                  s.over(sampling) if s is not None else sampling)
+            results[k] = r
+            done += 1
+            errors += r.error is not None
+            if progress is not None and (time.monotonic() - last >= PROGRESS_EVERY_S or done == 1):
+                last = time.monotonic()
+                progress(done, errors)
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
+            failure.append(exc)
+        finally:
+            window.release()
+
+    tasks: set[asyncio.Task] = set()
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        if failure:
+            break
+        prefix = prefix_column[lo].as_py()
+        prefix_ids = engine.encode(prefix)
+        if plugin.prefixes is not None:
+            plugin.prefixes.served(prefix, len(prefix_ids))
+        tokens = len(prefix_ids) + sum(len(suffixes[k]) // 4 + 1 + decode for k in range(lo, hi))
+        if gate is not None:
+            await gate.acquire(tokens)
+        document: list[asyncio.Task] = []
+        for k in range(lo, hi):
+            await window.acquire()
+            task = asyncio.ensure_future(one(k, prefix_ids))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            document.append(task)
+        if gate is not None:
+            _release_when_done(gate, tokens, document)
+    if tasks:
+        await asyncio.gather(*tasks)
+    if failure:
+        raise failure[0]
+    if progress is not None:
+        progress(done, errors)
+    return results
+
+
+def _release_when_done(gate: TokenGate, tokens: float, tasks: list[asyncio.Task]) -> None:
+    async def wait() -> None:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await gate.release(tokens)
+    asyncio.ensure_future(wait())
+
+
+def _row_sampling(rows: pa.Table) -> list | None:
+    """Per row: its own sampling settings (a ``Sampling``) or None. (Checked when the row was
+    read: a row whose settings are not valid never gets here.)"""
+    names = [c for c in ROW_COLUMNS if c in rows.column_names]
+    if not names:
+        return None
+    return [checked(dict(zip(names, values))) for values in zip(*(rows.column(c).to_pylist() for c in names))]
+

@@ -1,0 +1,128 @@
+"""File jobs on the cluster path (``jobs.path: cluster``) with the null engine: the workers read,
+group by document, answer and write. The output is the client path's, row for row; every
+document is answered on one shard; an interrupted or partly unreadable job resumes to the same
+output, answering only what is missing."""
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import JobError, Pipeline, load_config, prepare_job
+from pipeline.bench.workloads import document_questions
+from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
+from pipeline.jobs.cluster_job import ClusterJob
+
+VARYING = ("latency_s", "shard", "cached_tokens")   # where the two paths may differ
+
+
+@pytest.fixture(scope="module")
+def null_pipeline():
+    config = load_config().replace(scheduler={"dashboard_address": None},
+                                   engine={"max_model_len": 1000, "null_kv_cache_tokens": 3000},
+                                   sampling={"max_tokens": 32}, intake={"read_ahead_rows": 50},
+                                   jobs={"partition_rows": 16, "bucket_rows": 20})
+    with Pipeline(config, engine="null") as p:
+        yield p
+
+
+def rows_with_bad_ones(n_docs=12, per_doc=4):
+    rows = [{**r, "document": r["document"][:300]} for r in document_questions(n_docs, per_doc, seed=5,
+                                                                                  order="shuffled")]
+    rows[3] = {**rows[3], "document": None}
+    rows[10] = {**rows[10], "question": " "}
+    return rows
+
+
+def job(p, src, out, path, **options):
+    return prepare_job(src, out, config=p.config.replace(jobs={"path": path}), notify=lambda m: None, **options)
+
+
+def without(rows, keys=VARYING):
+    return [{k: v for k, v in r.items() if k not in keys} for r in rows]
+
+
+def test_cluster_output_is_the_client_paths_row_for_row(null_pipeline, tmp_path):
+    rows = rows_with_bad_ones()
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=10)
+    on_cluster = job(null_pipeline, src, tmp_path / "cluster.parquet", "cluster")
+    assert isinstance(on_cluster, ClusterJob) and len(on_cluster.sink.partitions) == 5
+    summary = on_cluster.run(null_pipeline, progress=False)
+    job(null_pipeline, src, tmp_path / "client.parquet", "client").run(null_pipeline, progress=False)
+    cluster = pq.read_table(tmp_path / "cluster.parquet")
+    client = pq.read_table(tmp_path / "client.parquet")
+    assert cluster.schema == client.schema
+    assert without(cluster.to_pylist()) == without(client.to_pylist())
+    out = cluster.to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert out[3]["error"] == "input: document is null" and out[10]["error"] == "input: question is empty"
+    assert summary.rows == len(rows) and summary.errors == 2
+    assert summary.errors_by_kind == {"input: document is null": 1, "input: question is empty": 1}
+    assert sum(summary.per_shard.values()) == len(rows) - 2 and len(summary.per_shard) == 2
+    # grouped by document: each document on one shard, its prefix computed once there
+    shards: dict = {}
+    for r, o in zip(rows, out):
+        if o["error"] is None:
+            shards.setdefault(r["document"], set()).add(o["shard"])
+    assert all(len(s) == 1 for s in shards.values())
+    assert summary.cached_tokens > 0
+    assert not (tmp_path / "cluster.parquet.partial").exists()
+
+
+def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path):
+    rows = rows_with_bad_ones(8, 3)
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=8)
+    job(null_pipeline, src, tmp_path / "whole.parquet", "cluster").run(null_pipeline, progress=False)
+    whole = pq.read_table(tmp_path / "whole.parquet")
+
+    # a run that committed partition 0's answers and half of partition 1's, and was killed
+    # while writing another file
+    first = job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    files = AnswerFiles(first.sink.dir)
+    answers = whole.select(list(ANSWER_SCHEMA.names[1:-1])).add_column(0, "position", pa.array(range(len(rows))))
+    answers = answers.append_column("answer_json", pa.nulls(len(rows), pa.string()))   # (no JSON asked for)
+    p0, p1 = first.sink.partitions
+    assert (p0.rows, p1.rows) == (16, 8)
+    files.write(0, "old-b000000", answers.slice(0, 16).cast(ANSWER_SCHEMA))
+    files.write(1, "old-b000001", answers.slice(16, 4).cast(ANSWER_SCHEMA))
+    (files.answers_dir(1) / ".old-b000002.parquet.tmp").write_bytes(b"PAR1 torn")
+
+    notes = []
+    again = prepare_job(src, tmp_path / "out.parquet", config=null_pipeline.config.replace(jobs={"path": "cluster"}),
+                        notify=notes.append)
+    assert again.done == 20 and notes == [f"resuming: 20 of {len(rows)} rows are already in {again.sink.dir}; "
+                                          f"answering the rest"]
+    assert not list(files.answers_dir(1).glob(".*.tmp"))
+    summary = again.run(null_pipeline, progress=False)
+    assert summary.rows == len(rows) - 20 and summary.resumed == 20
+    assert without(pq.read_table(tmp_path / "out.parquet").to_pylist()) == without(whole.to_pylist())
+
+
+def test_unreadable_file_stops_the_job_after_committing_the_rest(null_pipeline, tmp_path):
+    rows = rows_with_bad_ones(10, 4)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows[:24]), folder / "a.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[24:]), folder / "b.parquet")
+    good = (folder / "b.parquet").read_bytes()
+    data = bytearray(good)
+    meta = pq.ParquetFile(folder / "b.parquet").metadata
+    offset = meta.row_group(0).column(meta.schema.names.index("document")).data_page_offset
+    data[offset:offset + 24] = b"\xff" * 24   # a broken page header; the footer is intact
+    (folder / "b.parquet").write_bytes(bytes(data))
+
+    first = job(null_pipeline, folder, tmp_path / "out.parquet", "cluster")
+    with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*run the same command again to resume"):
+        first.run(null_pipeline, progress=False)
+    assert not (tmp_path / "out.parquet").exists() and first.done == 24
+    (folder / "b.parquet").write_bytes(good)   # fixed
+    summary = job(null_pipeline, folder, tmp_path / "out.parquet", "cluster").run(null_pipeline, progress=False)
+    assert summary.rows == len(rows) - 24
+    assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
+
+
+def test_a_job_the_cluster_path_cannot_run_says_why(null_pipeline, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}}\n')
+    with pytest.raises(JobError, match="jobs.path is cluster.*OpenAI batch JSONL.*auto or client"):
+        job(null_pipeline, src, tmp_path / "out.jsonl", "cluster")

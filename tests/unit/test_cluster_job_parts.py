@@ -1,0 +1,96 @@
+"""The cluster job's pure parts, without a cluster: partitions planned from row groups, prompt
+rows built column-wise exactly as the task builds them row by row, and documents placed on
+shards (one shard per document, balanced, held documents kept, buckets bounded)."""
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.client.tokenizer import load_tokenizer
+from pipeline.jobs.input import open_source
+from pipeline.jobs.partitions import plan_partitions
+from pipeline.jobs.placement import place_documents
+from pipeline.jobs.prompt_table import prompt_rows
+from pipeline.model import model_for
+from pipeline.config import load_config
+from pipeline.prefix_memory import prefix_digest
+from tasks import Columns, DocumentQuestion, PromptTemplate
+
+
+def test_partitions_cover_every_row_once_in_order():
+    groups = [[10, 10, 10], [50], [3], [0, 7]]
+    parts = plan_partitions(groups, 20)
+    assert [p.start for p in parts] == [0] + [sum(p.rows for p in parts[:i]) for i in range(1, len(parts))]
+    assert sum(p.rows for p in parts) == 90
+    assert all(p.rows <= 20 or len(p.row_groups) == 1 for p in parts)
+    big = [p for p in parts if p.file == 1]   # 50 rows > 2 x 20: read in slices of one row group
+    assert [(p.skip, p.rows) for p in big] == [(0, 17), (17, 17), (34, 16)]
+    assert [p.index for p in parts] == list(range(len(parts)))
+    with pytest.raises(ValueError):
+        plan_partitions(groups, 0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(model_for(load_config(), "null"))
+
+
+def _source(tmp_path, table, columns):
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=7)
+    return open_source(tmp_path / "in.parquet", "parquet", columns)
+
+
+def test_prompt_rows_match_the_tasks_own_split_and_errors(tmp_path, tokenizer):
+    docs = ["alpha doc", "beta doc", None, "gamma", "  ", "alpha doc", "ünïcode ✓ doc"]
+    questions = ["q1", "q2", "q3", None, "q5", "", "q7 ✓"]
+    table = pa.table({"id": [f"r{i}" for i in range(7)], "document": docs, "question": questions})
+    source = _source(tmp_path, table, Columns(required=("document", "question")))
+    task = DocumentQuestion(tokenizer, system="Be brief.")
+    part, = plan_partitions(source.row_groups, 100)
+    got = prompt_rows(source, task, part)
+    rows = {r["position"]: r for r in got.rows.to_pylist()}
+    errors = dict(zip(got.errors.column("position").to_pylist(), got.errors.column("error").to_pylist()))
+    assert sorted(rows) + sorted(errors) == [0, 1, 6, 2, 3, 4, 5] and len(rows) + len(errors) == 7
+    assert errors == {2: "input: document is null", 3: "input: question is null", 4: "input: document is empty",
+                      5: "input: question is empty"}
+    for i in rows:
+        want = task.split({"document": docs[i], "question": questions[i]})
+        assert (rows[i]["prefix"], rows[i]["suffix"]) == (want.prefix, want.suffix)
+        assert rows[i]["digest"] == prefix_digest(want.prefix)
+    documents = {d["digest"]: d for d in got.documents.to_pylist()}
+    assert len(documents) == 3 and sum(d["rows"] for d in documents.values()) == 3
+
+
+def test_prompt_rows_row_by_row_when_columns_are_not_plain_text(tmp_path, tokenizer):
+    table = pa.table({"text": pa.array([b"fine", b"\xff\xfe bad", b"also fine"], pa.binary()), "n": [1, 2, None]})
+    source = _source(tmp_path, table, Columns(required=("text", "n")))
+    task = PromptTemplate(tokenizer, "{text}\n\nNumber {n}")
+    part, = plan_partitions(source.row_groups, 100)
+    got = prompt_rows(source, task, part, done=pa.array([0], pa.int64()))   # row 0: answered before
+    assert got.rows.column("position").to_pylist() == []
+    assert dict(zip(got.errors.column("position").to_pylist(), got.errors.column("error").to_pylist())) == {
+        1: "input: text is not valid UTF-8 text (byte 0)", 2: "input: n is null"}
+
+
+def test_placement_keeps_documents_whole_balanced_and_held_ones_in_place():
+    rng = np.random.default_rng(0)
+    n = 2000
+    digests = rng.permutation(np.arange(n, dtype=np.uint64) * np.uint64(2**40 + 7) + np.uint64(12345))
+    rows = rng.integers(1, 5, n)
+    rows[:5] = 400                                      # a skewed job: a few documents with many rows
+    cost = rows * 100.0 + 1500
+    held = {int(digests[7]): "b", int(digests[8]): "c", int(digests[9]): "gone"}
+    p = place_documents(digests, rows, cost, ["a", "b", "c"], held, bucket_rows=300)
+    shard = {b.index: b.shard for b in p.buckets}
+    of = {int(d): shard[int(b)] for d, b in zip(p.digests, p.bucket)}
+    assert of[int(digests[7])] == "b" and of[int(digests[8])] == "c" and of[int(digests[9])] in "abc"
+    load = {s: 0.0 for s in "abc"}
+    for d, c in zip(digests, cost):
+        load[of[int(d)]] += c
+    assert max(load.values()) / min(load.values()) < 1.05
+    assert sum(b.rows for b in p.buckets) == rows.sum()
+    # a bucket holds at most bucket_rows rows, unless one document alone is larger
+    assert all(b.rows <= 300 or b.documents == 1 for b in p.buckets)
+    assert list(p.bucket_of(digests[:3])) == [of_b for of_b in p.bucket[np.searchsorted(p.digests, digests[:3])]]
+    with pytest.raises(ValueError, match="no live shard"):
+        place_documents(digests, rows, cost, [])
