@@ -33,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
                           "answering them with an error")
     run.add_argument("--part-rows", type=int, default=10_000,
                      help="rows per committed output part (default 10000); a part is also committed every 30 s")
+    run.add_argument("--job-path", choices=("auto", "cluster", "client"), default=None,
+                     help="overrides the config's jobs.path: cluster (the workers read, group by document, answer "
+                          "and write; Parquet jobs on local or shared paths with the document_question or template "
+                          "task), client (every row through this process), auto (cluster where the job allows)")
     run.add_argument("--engine", choices=("vllm", "null"), default=None,
                      help="overrides the config's engine.kind; for testing: 'null' answers every row with an "
                           "empty string (after engine.null_latency_s), no vLLM")

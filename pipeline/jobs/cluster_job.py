@@ -102,7 +102,7 @@ class ClusterJob:
         reads = [client.submit(read_task, spec, p, key=f"{job}-read-{p.index}") for p in todo]
         figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}") for r, p in zip(reads, todo)]
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}") for r, p in zip(reads, todo)]
-        futures += reads + figures + documents
+        futures += figures   # (the rest are held by the tasks that need them; Dask reruns them if a worker is lost)
         shards = self._live_shards(client)
         decode_chars = CHARS_PER_TOKEN * self.config.sampling.max_tokens
         place = client.submit(place_task, shards, self._held(client, shards), jobs.bucket_rows, decode_chars,
@@ -110,8 +110,7 @@ class ClusterJob:
         futures.append(place)
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets").result()
         splits = [client.submit(split_task, r, place, key=f"{job}-split-{p.index}") for r, p in zip(reads, todo)]
-        futures += splits
-        del reads, documents   # held by the scheduler until their dependents ran
+        del reads, documents
         answers = {}
         for b in buckets:
             pieces = [client.submit(piece_of, s, b.index, key=f"{job}-piece-{p.index}-{b.index}")
@@ -119,7 +118,6 @@ class ClusterJob:
             resource = self.config.shard(b.shard).resource
             answers[b.index] = client.submit(answer_task, spec, b, *pieces, key=f"{job}-answer-{b.index}",
                                              resources={resource: 1}, retries=self.config.recovery.max_row_attempts - 1)
-            futures += pieces
         futures += answers.values()
         del splits
         unreadable: dict[int, str] = {}   # partition -> why it could not be read

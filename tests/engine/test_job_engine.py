@@ -52,3 +52,33 @@ def test_openai_batch_file_answered_through_the_chat_template(pipeline, tmp_path
     parts = Chat(pipeline.tokenizer).split({"messages": request["body"]["messages"]})
     tokens = sum(len(pipeline.tokenizer.encode(t, add_special_tokens=False)) for t in (parts.prefix, parts.suffix))
     assert body["usage"]["prompt_tokens"] == tokens
+
+
+def test_cluster_path_answers_every_row_from_the_same_prompts(pipeline, tmp_path):
+    """jobs.path: cluster on the real engine: the workers build the prompts (column-wise), group
+    each document's questions on one shard, and the engine gets exactly the client path's
+    prompts (the same prompt tokens, row for row)."""
+    from collections import defaultdict
+
+    from pipeline.jobs.job import prepare_job
+
+    rows = document_questions(6, 3, seed=41, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    outputs = {}
+    for path in ("cluster", "client"):
+        config = pipeline.config.replace(jobs={"path": path})
+        summary = prepare_job(src, tmp_path / f"{path}.parquet", config=config, notify=lambda m: None).run(
+            pipeline, progress=False)
+        assert summary.rows == len(rows) and summary.errors == 0
+        outputs[path] = pq.read_table(tmp_path / f"{path}.parquet").to_pylist()
+    cluster, client = outputs["cluster"], outputs["client"]
+    assert [o["id"] for o in cluster] == [r["id"] for r in rows]
+    assert all(o["answer"] for o in cluster)
+    assert [o["prompt_tokens"] for o in cluster] == [o["prompt_tokens"] for o in client]
+    shards = defaultdict(set)
+    for r, o in zip(rows, cluster):
+        shards[r["document"]].add(o["shard"])
+    assert all(len(s) == 1 for s in shards.values())
+    # each document prefilled once on its shard: its later questions hit the prefix cache
+    assert sum(o["cached_tokens"] for o in cluster) > 0

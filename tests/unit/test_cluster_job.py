@@ -126,3 +126,37 @@ def test_a_job_the_cluster_path_cannot_run_says_why(null_pipeline, tmp_path):
     src.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}}\n')
     with pytest.raises(JobError, match="jobs.path is cluster.*OpenAI batch JSONL.*auto or client"):
         job(null_pipeline, src, tmp_path / "out.jsonl", "cluster")
+
+
+def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
+    """SIGKILL one shard's worker while it answers its bucket: Dask reruns the lost tasks on the
+    worker its nanny restarts, which rewrites the same answer files; every row once, in order."""
+    import os
+    import signal
+    import threading
+
+    from pipeline.client.recovery import current_workers
+
+    rows = document_questions(60, 4, seed=9, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
+    config = load_config().replace(scheduler={"dashboard_address": None},
+                                   engine={"kind": "null", "null_latency_s": 0.05},
+                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
+    with Pipeline(config) as p:
+        workers = current_workers(p.client)
+        addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
+        pid = p.client.run(os.getpid, workers=[addr])[addr]
+        job = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None)
+        # each shard answers ~120 rows, 2 at a time, 0.05 s each: ~3 s; kill after 1 s
+        killer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        summary = job.run(p, progress=False)
+        killer.join()
+        workers = current_workers(p.client)
+        addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
+        assert p.client.run(os.getpid, workers=[addr])[addr] != pid   # a new worker process
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert all(o["error"] is None and o["answer"] == "" for o in out)
+    assert summary.rows == len(rows)
