@@ -315,7 +315,7 @@ class JobsConfig(_Section):
     # client carries no rows (Parquet in and out, local or shared paths, template tasks;
     # pipeline/jobs/cluster_job.py). "client": every row through this process's job loop (any
     # job). "auto": cluster where the job allows it.
-    path: Literal["auto", "cluster", "client"] = "client"
+    path: Literal["auto", "cluster", "client"] = "auto"
     # Input rows per read task (whole row groups where the files allow).
     partition_rows: int = Field(65_536, gt=0)
     # Rows per answer task: a shard's documents are answered in buckets of at most this many

@@ -16,6 +16,7 @@ again (pipeline/jobs/prompt_table.py), so no row is answered twice and none is l
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.output import PartialOutput
+from pipeline.jobs.output import META, PartialOutput, write_atomic
 from pipeline.jobs.partitions import Partition
 from pipeline.results import RESULT_FIELDS
 
@@ -78,7 +79,7 @@ class AnswerFiles:
     def write(self, partition: int, name: str, table: pa.Table) -> None:
         folder = self.answers_dir(partition)
         folder.mkdir(parents=True, exist_ok=True)
-        _write_atomic(folder / f"{name}.parquet", table)
+        _write_table_atomic(folder / f"{name}.parquet", table)
 
     def answer_files(self, partition: int) -> list[Path]:
         folder = self.answers_dir(partition)
@@ -89,6 +90,21 @@ class AnswerFiles:
         if not files:
             return pa.array([], pa.int64())
         return pa.concat_arrays([pq.read_table(f, columns=["position"]).column(0).combine_chunks() for f in files])
+
+    def named(self, name: str) -> list[Path]:
+        """The answer files an answer task named ``name`` committed (all partitions)."""
+        folder = self.dir / "answers"
+        return sorted(folder.glob(f"p*/{name}-*.parquet")) if folder.exists() else []
+
+    def read_named(self, name: str) -> pa.Table:
+        files = self.named(name)
+        return pa.concat_tables([pq.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
+            ANSWER_SCHEMA.empty_table()
+
+    def next_seq(self, name: str) -> int:
+        """The number of the next file an answer task named ``name`` writes."""
+        seqs = [int(f.stem.rsplit("-", 1)[1]) for f in self.named(name)]
+        return max(seqs) + 1 if seqs else 0
 
     def committed_rows(self, partitions: list[Partition]) -> int:
         """Rows committed: those of merged parts, and those in answer files of the others."""
@@ -128,7 +144,7 @@ class AnswerFiles:
         columns = [carry.column(n) for n in names[:at]] + [ids] + [answers.column(n) for n in names[at + 1:]]
         table = pa.Table.from_arrays(columns, schema=schema)
         self.part_path(part.index).parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.part_path(part.index), table)
+        _write_table_atomic(self.part_path(part.index), table)
         return table.num_rows
 
     def finish(self, partitions: list[Partition], schema: pa.Schema, final: Path) -> None:
@@ -150,6 +166,24 @@ class ClusterParts(PartialOutput):
         super().__init__(final, meta)
         self.files = AnswerFiles(self.dir)
 
+    unchecked = ("started", "files")   # checked file by file (open)
+
+    def open(self) -> int:
+        """As ``PartialOutput.open``; then an input file that changed since the run that is
+        resumed is refused if any of its rows are committed (answers are matched to rows by
+        position); one without committed rows (a fixed unreadable file) is fine."""
+        current = self.meta["files"]
+        done = super().open()
+        before = self.meta.get("files") or []
+        for i, (was, now) in enumerate(zip(before, current)):
+            if was != now and self.files.committed_rows([p for p in self.partitions if p.file == i]):
+                raise JobError(f"input file {self.meta['input'][i]} changed since this job started, and {self.dir} "
+                               f"holds answers for its rows; run it with the original file, or delete the folder to "
+                               f"start over")
+        self.meta["files"] = current
+        write_atomic(self.dir / META, json.dumps(self.meta, indent=2).encode())
+        return done
+
     def _recover(self) -> int:
         files = AnswerFiles(self.dir)
         files.drop_torn()
@@ -163,7 +197,7 @@ class ClusterParts(PartialOutput):
         return self.committed
 
 
-def _write_atomic(path: Path, table: pa.Table) -> None:
+def _write_table_atomic(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         pq.write_table(table, f)

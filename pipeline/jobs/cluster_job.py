@@ -25,6 +25,7 @@ from pathlib import Path
 
 from distributed import as_completed
 
+from pipeline.client.recovery import current_workers
 from pipeline.jobs.answer_files import ClusterParts
 from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, finish_task, \
     merge_task, piece_of, place_task, read_task, split_task
@@ -38,8 +39,10 @@ CHARS_PER_TOKEN = 4   # for a document's cost: its expected answer in characters
 
 
 class ClusterJob:
-    def __init__(self, source, sink: ClusterParts, config, truncate: bool):
+    def __init__(self, source, sink: ClusterParts, config, truncate: bool, part_rows: int = 10_000,
+                 flush_seconds: float = 30.0):
         self.source, self.sink, self.config, self.truncate = source, sink, config, truncate
+        self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
 
     @property
     def done(self) -> int:
@@ -60,7 +63,8 @@ class ClusterJob:
         spec = JobSpec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress", source=self.source,
                        task=get_task_kind(self.config, pipeline.tokenizer), folder=self.sink.dir, schema=self.sink.schema,
                        sampling=self.config.sampling.as_sampling(self.config.engine.seed), truncate=self.truncate,
-                       starts=tuple(p.start for p in parts))
+                       starts=tuple(p.start for p in parts), commit_rows=self.part_rows,
+                       commit_s=self.flush_seconds)
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 
@@ -99,13 +103,14 @@ class ClusterJob:
         job = spec.job_id
         if not todo:
             return None
+        shards = self._live_shards(client)
+        held = self._held(client, shards)
         reads = [client.submit(read_task, spec, p, key=f"{job}-read-{p.index}") for p in todo]
         figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}") for r, p in zip(reads, todo)]
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}") for r, p in zip(reads, todo)]
         futures += figures   # (the rest are held by the tasks that need them; Dask reruns them if a worker is lost)
-        shards = self._live_shards(client)
         decode_chars = CHARS_PER_TOKEN * self.config.sampling.max_tokens
-        place = client.submit(place_task, shards, self._held(client, shards), jobs.bucket_rows, decode_chars,
+        place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_chars,
                               *documents, key=f"{job}-place")
         futures.append(place)
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets").result()
@@ -164,7 +169,7 @@ class ClusterJob:
 
     def _live_shards(self, client) -> list[str]:
         """The shards that have a worker now."""
-        present = {r for w in client.scheduler_info()["workers"].values() for r in (w.get("resources") or {})}
+        present = {r for w in current_workers(client).values() for r in (w.get("resources") or {})}
         shards = [s.name for s in self.config.shards if s.resource in present]
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")

@@ -14,6 +14,7 @@ through the client or inline through the scheduler.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class JobSpec:
     sampling: Sampling
     truncate: bool
     starts: tuple[int, ...] = field(default=())   # each partition's first position, in order
+    commit_rows: int = 10_000   # an answer task commits its answers at least this many at a time
+    commit_s: float = 30.0      # or this often
 
 
 @dataclass
@@ -117,8 +120,10 @@ def piece_of(pieces: dict[int, pa.Table], bucket: int) -> pa.Table | None:
 
 
 async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> dict:
-    """One bucket answered on its shard's engine, grouped by document; its rows written as
-    answer files (one per input partition it has rows of). Returns the bucket's figures."""
+    """One bucket answered on its shard's engine, grouped by document. Its answers are committed
+    as they come (``spec.commit_rows`` at a time or every ``spec.commit_s``), one file per input
+    partition each time; a rerun of the task (its worker was lost) answers only the rows its
+    earlier attempts did not commit. Returns the bucket's figures."""
     plugin = shard_plugin()
     if plugin.shard != bucket.shard:
         raise RuntimeError(f"bucket {bucket.index} is for shard {bucket.shard}, not {plugin.shard}")
@@ -126,39 +131,59 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -
     rows = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
     if len(tables) > 1:
         rows = rows.sort_by([("digest", "ascending"), ("position", "ascending")])
+    files = AnswerFiles(spec.folder)
+    name = f"{spec.run}-b{bucket.index:06d}"
+    loop = asyncio.get_running_loop()
+    earlier = await loop.run_in_executor(None, files.read_named, name)
+    figures = _figures(earlier, bucket.shard)
+    if earlier.num_rows:
+        rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
     worker = get_worker()
+    seq = itertools.count(files.next_seq(name))
+    offset = earlier.num_rows
 
     def progress(done: int, errors: int) -> None:
-        worker.log_event(spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": done, "errors": errors})
+        worker.log_event(spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": offset + done})
 
-    results = await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
-                                          progress)
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, _commit, spec, bucket, results)
+    def commit(results: list[RowResult]) -> None:
+        table = results_table(results)
+        _write_by_partition(files, spec.starts, f"{name}-{next(seq):05d}", table)
+        _add(figures, _figures(table, bucket.shard))
+
+    await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate, progress,
+                                commit=commit, commit_rows=spec.commit_rows, commit_s=spec.commit_s)
+    return figures
 
 
-def _commit(spec: JobSpec, bucket: Bucket, results: list[RowResult]) -> dict:
-    figures = {"rows": len(results), "errors": 0, "errors_by_kind": {}, "prompt_tokens": 0, "cached_tokens": 0,
-               "completion_tokens": 0, "shard": bucket.shard}
-    for r in results:
-        if r.error is not None:
-            figures["errors"] += 1
-            group = r.error_group
-            figures["errors_by_kind"][group] = figures["errors_by_kind"].get(group, 0) + 1
-        figures["prompt_tokens"] += r.prompt_tokens
-        figures["cached_tokens"] += r.cached_tokens
-        figures["completion_tokens"] += r.completion_tokens
-    if not results:
-        return figures
-    table = results_table(results)
+def _write_by_partition(files: AnswerFiles, starts: tuple[int, ...], name: str, table: pa.Table) -> None:
     table = table.take(pc.sort_indices(table, [("position", "ascending")]))
     positions = table.column("position").to_numpy()
-    partition = np.searchsorted(np.asarray(spec.starts), positions, side="right") - 1
+    partition = np.searchsorted(np.asarray(starts), positions, side="right") - 1
     cuts = np.flatnonzero(np.diff(partition)) + 1
-    files = AnswerFiles(spec.folder)
     for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(partition)])).tolist()):
-        files.write(int(partition[lo]), f"{spec.run}-b{bucket.index:06d}", table.slice(lo, hi - lo))
-    return figures
+        files.write(int(partition[lo]), name, table.slice(lo, hi - lo))
+
+
+def _figures(table: pa.Table, shard: str) -> dict:
+    """What the summary counts of these answered rows."""
+    errors = table.column("error")
+    by_kind: dict = {}
+    for text in errors.drop_null().to_pylist():
+        kind = text.split(":", 1)[0]
+        group = RowResult(0, error=text, error_kind=ErrorKind(kind) if kind in ErrorKind._value2member_map_
+                          else None).error_group
+        by_kind[group] = by_kind.get(group, 0) + 1
+    return {"rows": table.num_rows, "errors": len(errors) - errors.null_count, "errors_by_kind": by_kind,
+            "prompt_tokens": pc.sum(table.column("prompt_tokens")).as_py() or 0,
+            "cached_tokens": pc.sum(table.column("cached_tokens")).as_py() or 0,
+            "completion_tokens": pc.sum(table.column("completion_tokens")).as_py() or 0, "shard": shard}
+
+
+def _add(total: dict, more: dict) -> None:
+    for k in ("rows", "errors", "prompt_tokens", "cached_tokens", "completion_tokens"):
+        total[k] += more[k]
+    for group, n in more["errors_by_kind"].items():
+        total["errors_by_kind"][group] = total["errors_by_kind"].get(group, 0) + n
 
 
 def merge_task(spec: JobSpec, part: Partition) -> int:

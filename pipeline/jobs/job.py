@@ -82,7 +82,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
             "key": source.key or "position", "started": int(time.time())}
     remote = is_url(output_path)
     final = str(output_path) if remote else Path(local_path(output_path))
-    on_cluster = _on_cluster(config, source, remote)
+    on_cluster = _on_cluster(config, source, remote, final)
     if source.format == "openai":
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
@@ -93,7 +93,9 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
                             *(pa.field(n, _RESULT_TYPES[n]) for n in fields)])
         if on_cluster:
             partition_rows = _resumed_partition_rows(final) or config.jobs.partition_rows
-            meta.update(path="cluster", partition_rows=partition_rows)
+            # the files as they are: answers are matched to rows by position, so a changed file
+            # must not resume
+            meta.update(path="cluster", partition_rows=partition_rows, files=_fingerprint(source.files))
             sink = ClusterParts(final, meta, schema, plan_partitions(source.row_groups, partition_rows))
         else:
             sink = StoreParts(final, meta, schema, config.storage_options) if remote else \
@@ -106,7 +108,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     for note in notes:  # only once every check has passed
         notify(note)
     if on_cluster:
-        return ClusterJob(source, sink, config, truncate)
+        return ClusterJob(source, sink, config, truncate, part_rows, flush_seconds)
     return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
                read_rows=read_rows, config=config)
 
@@ -263,11 +265,14 @@ class _InOrder:
                            f"the rows committed so far are kept, run the same command again to resume")
 
 
-def _on_cluster(config: Config, source, remote_output: bool) -> bool:
+def _on_cluster(config: Config, source, remote_output: bool, final) -> bool:
     """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): a
     Parquet job with local (or shared) paths and a prompt-template task. ``cluster`` for a job
-    that cannot is an error saying why."""
+    that cannot is an error saying why. ``auto`` resumes a partial output on the path that
+    wrote it."""
     why = None
+    if config.jobs.path == "auto" and not remote_output and _partial_path(final) == "client":
+        return False
     if source.format != "parquet":
         why = "its input is OpenAI batch JSONL"
     elif remote_output or source.fs is not None:
@@ -281,13 +286,34 @@ def _on_cluster(config: Config, source, remote_output: bool) -> bool:
     return config.jobs.path == "cluster" or (config.jobs.path == "auto" and why is None)
 
 
-def _resumed_partition_rows(final) -> int | None:
-    """The partition size of a cluster job's partial output that a rerun resumes."""
+def _fingerprint(files: list[str]) -> list[list[int]]:
+    """Each input file's size and modification time (ns)."""
+    out = []
+    for f in files:
+        st = os.stat(f)
+        out.append([st.st_size, st.st_mtime_ns])
+    return out
+
+
+def _partial_meta(final) -> dict | None:
+    """The ``_job.json`` of OUTPUT.partial, if there is one."""
     try:
         meta = json.loads((Path(str(final) + ".partial") / META).read_text())
     except (OSError, ValueError):
         return None
-    return meta.get("partition_rows") if isinstance(meta, dict) and meta.get("path") == "cluster" else None
+    return meta if isinstance(meta, dict) else None
+
+
+def _partial_path(final) -> str | None:
+    """Which path wrote OUTPUT.partial: cluster, client, or None (there is none)."""
+    meta = _partial_meta(final)
+    return None if meta is None else meta.get("path", "client")
+
+
+def _resumed_partition_rows(final) -> int | None:
+    """The partition size of a cluster job's partial output that a rerun resumes."""
+    meta = _partial_meta(final)
+    return meta.get("partition_rows") if meta is not None and meta.get("path") == "cluster" else None
 
 
 def _check_duplicates(source, allowed: bool) -> None:

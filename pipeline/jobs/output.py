@@ -48,6 +48,8 @@ def check_writable(final: Path) -> Path:
 class PartialOutput(ABC):
     """Results committed so far, and where the next ones go."""
 
+    unchecked: tuple[str, ...] = ("started",)   # what may differ between a run and the one it resumes
+
     def __init__(self, final: Path, meta: dict):
         self.final = final
         self.dir = check_writable(final)
@@ -67,9 +69,9 @@ class PartialOutput(ABC):
                 raise JobError(f"{self.dir} exists but is not a partial output of this program "
                                f"(no readable {META}); move or delete it") from None
             diff = ", ".join(k for k in sorted(set(old) | set(self.meta))
-                             if k != "started" and old.get(k) != self.meta.get(k))
+                             if k not in self.unchecked and old.get(k) != self.meta.get(k))
             if diff and self._recover() == 0:  # nothing committed: nothing to lose
-                _write_atomic(meta_path, json.dumps(self.meta, indent=2).encode())
+                write_atomic(meta_path, json.dumps(self.meta, indent=2).encode())
                 return 0
             if diff:
                 raise JobError(f"{self.dir} holds partial results of another job (different {diff}); "
@@ -78,7 +80,7 @@ class PartialOutput(ABC):
             self.committed = self.resumed = self._recover()
         else:
             self.dir.mkdir()
-            _write_atomic(meta_path, json.dumps(self.meta, indent=2).encode())
+            write_atomic(meta_path, json.dumps(self.meta, indent=2).encode())
         return self.committed
 
     @abstractmethod
@@ -183,7 +185,7 @@ class JsonlLines(PartialOutput):
         shutil.rmtree(self.dir)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -44,10 +45,13 @@ class TokenGate:
 
 
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
-                         progress=None) -> list[RowResult]:
+                         progress=None, commit=None, commit_rows: int = 10_000,
+                         commit_s: float = 30.0) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``progress(done_rows, error_rows)`` is called now and
-    then, and at the end."""
+    then, and at the end. ``commit(results)`` gets the results as they complete, at least
+    ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
+    loop's thread pool, so the engine's event loop goes on meanwhile)."""
     engine, config = plugin.engine, plugin.config
     n = rows.num_rows
     positions = rows.column("position").to_numpy()
@@ -64,6 +68,16 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     done = errors = 0
     last = time.monotonic()
     failure: list[BaseException] = []
+    loop = asyncio.get_running_loop()
+    ready: list[RowResult] = []          # answered, not yet handed to commit
+    commits: list[asyncio.Future] = []
+    committed_at = time.monotonic()
+
+    def hand_over() -> None:
+        nonlocal ready, committed_at
+        if commit is not None and ready:
+            commits.append(loop.run_in_executor(None, commit, ready))
+        ready, committed_at = [], time.monotonic()
 
     async def one(k: int, prefix_ids: list[int]) -> None:
         nonlocal done, errors, last
@@ -73,6 +87,9 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
             r = await plugin._one(bucket_id, request, [prefix_ids], truncate,
                                   s.over(sampling) if s is not None else sampling)
             results[k] = r
+            ready.append(r)
+            if len(ready) >= commit_rows or time.monotonic() - committed_at >= commit_s:
+                hand_over()
             done += 1
             errors += r.error is not None
             if progress is not None and (time.monotonic() - last >= PROGRESS_EVERY_S or done == 1):
@@ -97,19 +114,51 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         document: list[asyncio.Task] = []
         for k in range(lo, hi):
             await window.acquire()
-            task = asyncio.ensure_future(one(k, prefix_ids))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            document.append(task)
+            task = start_eagerly(one(k, prefix_ids))
+            if task is not None:
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                document.append(task)
         if gate is not None:
             _release_when_done(gate, tokens, document)
     if tasks:
         await asyncio.gather(*tasks)
     if failure:
+        await asyncio.gather(*commits, return_exceptions=True)
         raise failure[0]
+    hand_over()
+    await asyncio.gather(*commits)
     if progress is not None:
         progress(done, errors)
     return results
+
+
+def start_eagerly(coro) -> asyncio.Task | None:
+    """Run ``coro`` at once, up to its first real wait; then a Task runs the rest (None: it
+    finished without waiting). What Python 3.12's eager tasks do: a request the engine answers
+    at once (the null engine) costs no Task and no trip round the event loop."""
+    try:
+        waiting_for = coro.send(None)
+    except StopIteration:
+        return None
+    return asyncio.ensure_future(_resume(coro, waiting_for))
+
+
+@types.coroutine
+def _resume(coro, waiting_for):
+    """Continue a started coroutine inside a Task: what it waits for goes to the Task, the
+    outcome back to it."""
+    while True:
+        try:
+            value = yield waiting_for
+        except BaseException as exc:   # noqa: BLE001 - a cancellation, passed on
+            send, arg = coro.throw, exc
+        else:
+            send, arg = coro.send, value
+        try:
+            waiting_for = send(arg)
+        except StopIteration as done:
+            return done.value
 
 
 def _release_when_done(gate: TokenGate, tokens: float, tasks: list[asyncio.Task]) -> None:

@@ -162,13 +162,13 @@ class EnginePlugin(WorkerPlugin):
         return codec.encode(out, self.config.intake.compression_level)
 
     async def answer_grouped(self, rows, bucket_id: str, sampling: Sampling, truncate: bool,
-                             progress=None) -> list[RowResult]:
+                             progress=None, **commit) -> list[RowResult]:
         """A cluster job's bucket: its rows answered grouped by document
         (pipeline/worker/grouped_answers.py)."""
         if self.engine is None:
             raise RuntimeError(f"shard {self.shard}: engine is not running")
         try:
-            results = await answer_grouped(self, rows, bucket_id, sampling, truncate, progress)
+            results = await answer_grouped(self, rows, bucket_id, sampling, truncate, progress, **commit)
         except EngineDead as exc:
             self._engine_died(exc)
             raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None

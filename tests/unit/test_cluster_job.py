@@ -160,3 +160,17 @@ def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
     assert [o["id"] for o in out] == [r["id"] for r in rows]
     assert all(o["error"] is None and o["answer"] == "" for o in out)
     assert summary.rows == len(rows)
+
+
+def test_resume_refuses_an_input_file_changed_under_its_committed_answers(null_pipeline, tmp_path):
+    rows = rows_with_bad_ones(4, 3)
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    first = job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    answers = pa.table({"position": [0], "answer": ["kept"]})
+    full = pa.Table.from_arrays([answers.column(f.name) if f.name in answers.column_names else pa.nulls(1, f.type)
+                                 for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
+    AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", full)
+    pq.write_table(pa.Table.from_pylist(list(reversed(rows))), src)   # same rows, another order
+    with pytest.raises(JobError, match=r"in\.parquet changed since this job started.*holds answers for its rows"):
+        job(null_pipeline, src, tmp_path / "out.parquet", "cluster")

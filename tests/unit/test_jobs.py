@@ -133,7 +133,8 @@ def test_resume_refuses_partial_results_of_another_input(null_pipeline, tmp_path
     rows = short_rows(3, 2)
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
+    client_path = load_config().replace(jobs={"path": "client"})   # (a cluster job: test_cluster_job.py)
+    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None, config=client_path)
     assert job.done == 0
     # A part committed for a row this input does not have at that position.
     job.sink.commit([pa.RecordBatch.from_pylist(
@@ -235,7 +236,10 @@ def test_file_corrupt_midway_stops_the_job_keeping_every_row_before_it(null_pipe
     data[offset:offset + 24] = b"\xff" * 24  # a broken page header in the texts; footer and ids intact
     (folder / "b.parquet").write_bytes(bytes(data))
 
-    job = prepare_job(folder, tmp_path / "out.parquet", part_rows=4, notify=lambda m: None)  # footers pass
+    # the client path: rows in input order up to the bad page (the cluster path commits every other
+    # partition: test_cluster_job.py)
+    job = prepare_job(folder, tmp_path / "out.parquet", part_rows=4, notify=lambda m: None,
+                      config=load_config().replace(jobs={"path": "client"}))  # footers pass
     with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*rows before it are answered and kept"):
         job.run(null_pipeline, progress=False)
     assert not (tmp_path / "out.parquet").exists()

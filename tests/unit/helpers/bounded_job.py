@@ -57,13 +57,15 @@ def _status(field: str) -> int:
 
 if __name__ == "__main__":
     warm_src, warm_dst, src, dst = sys.argv[1:5]
+    from pipeline.config import load_config
     from pipeline.jobs.job import prepare_job
 
-    prepare_job(warm_src, warm_dst, part_rows=50_000, notify=lambda m: None).run(ReversingAnswerer(5000),
-                                                                                progress=False)
+    client_path = load_config().replace(jobs={"path": "client"})   # the client's own job loop
+    prepare_job(warm_src, warm_dst, part_rows=50_000, notify=lambda m: None, config=client_path).run(
+        ReversingAnswerer(5000), progress=False)
     baseline = _status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
-    job = prepare_job(src, dst, part_rows=50_000, notify=lambda m: None)
+    job = prepare_job(src, dst, part_rows=50_000, notify=lambda m: None, config=client_path)
     summary = job.run(ReversingAnswerer(window=5000), progress=False)
     print(json.dumps({"rows": summary.rows, "errors": summary.errors, "baseline_rss": baseline,
                       "peak_rss": _status("VmHWM")}))
