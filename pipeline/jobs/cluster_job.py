@@ -142,7 +142,7 @@ class ClusterJob:
             self._publish(pipeline, summary)
             with pending.thread_condition:
                 if not pending.has_ready():
-                    pending.thread_condition.wait(timeout=0.2)
+                    pending.thread_condition.wait(timeout=0.5)
         bar.update(max(0, summary.resumed + summary.rows - bar.n))
         merges = [client.submit(merge_task, spec, p, key=f"{job}-merge-{p.index}") for p in todo
                   if p.index not in unreadable]

@@ -163,14 +163,16 @@ class ParquetSource:
         for batch in self._batches(0, 65536, columns=["id"]):
             yield batch.column(0).to_pylist()
 
-    def key_table(self) -> pa.Array | None:
-        """The whole key column (the only column ever held whole), for the duplicate check."""
+    def key_arrays(self) -> Iterator[pa.Array]:
+        """The key column a batch at a time, for the duplicate check (nothing without an id column)."""
         if self.key is None:
-            return None
-        try:
-            return ds.dataset(self.files, format="parquet", filesystem=self.fs).to_table(columns=["id"]).column("id")
-        except (pa.ArrowException, OSError) as exc:
-            raise JobError(f"cannot read the id column of {self.spec}: {_one_line(exc)}") from None
+            return
+        for f in self.files:
+            try:
+                for batch in pq.ParquetFile(f, filesystem=self.fs).iter_batches(batch_size=65536, columns=["id"]):
+                    yield batch.column(0)
+            except (pa.ArrowException, OSError) as exc:
+                raise JobError(f"cannot read the id column of {self.spec}: {_one_line(exc)}") from None
 
     def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
         position = start
@@ -298,8 +300,8 @@ class OpenAIBatchSource:
     def key_batches(self) -> Iterator[list]:
         yield self._keys
 
-    def key_table(self) -> pa.Array:
-        return pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())
+    def key_arrays(self) -> Iterator[pa.Array]:
+        yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())
 
     def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
         chunk = Chunk(start=start, keys=[], rows=[], errors=[])

@@ -27,8 +27,9 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
@@ -317,19 +318,36 @@ def _resumed_partition_rows(final) -> int | None:
 
 
 def _check_duplicates(source, allowed: bool) -> None:
-    keys = source.key_table()
-    if keys is None:
+    """No key used twice. Keys are hashed a batch at a time (8 bytes a row held, not the keys);
+    only keys whose hash repeats are compared exactly."""
+    hashes = []
+    key_type = None
+    for keys in source.key_arrays():
+        key_type = keys.type
+        if pa.types.is_nested(keys.type) or pa.types.is_dictionary(keys.type):
+            raise JobError(f"the {source.key} column has type {keys.type}, which cannot key rows; "
+                           f"use strings or integers")
+        keys = keys.drop_null()
+        if len(keys):
+            hashes.append(pd.util.hash_array(keys.to_numpy(zero_copy_only=False), categorize=False))
+    if key_type is None or not hashes:
         return
-    try:
-        counts = pc.value_counts(keys.drop_null())
-    except pa.ArrowException:
-        raise JobError(f"the {source.key} column has type {keys.type}, which cannot key rows; "
-                       f"use strings or integers") from None
-    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
-    if not len(repeated) or allowed:
+    ordered = np.sort(np.concatenate(hashes))
+    again = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    if not len(again) or allowed:
         return
-    shown = ", ".join(f"{v!r} ({c} times)" for v, c in zip(repeated.field("values").to_pylist()[:DUPLICATES_SHOWN],
-                                                            repeated.field("counts").to_pylist()))
+    counts: dict = {}
+    for keys in source.key_arrays():   # the keys of the repeated hashes, counted exactly, in input order
+        keys = keys.drop_null()
+        if not len(keys):
+            continue
+        suspects = np.isin(pd.util.hash_array(keys.to_numpy(zero_copy_only=False), categorize=False), again)
+        for key in keys.filter(pa.array(suspects)).to_pylist():
+            counts[key] = counts.get(key, 0) + 1
+    repeated = [(k, c) for k, c in counts.items() if c > 1]
+    if not repeated:
+        return
+    shown = ", ".join(f"{k!r} ({c} times)" for k, c in repeated[:DUPLICATES_SHOWN])
     more = f" and {len(repeated) - DUPLICATES_SHOWN} more" if len(repeated) > DUPLICATES_SHOWN else ""
     raise JobError(f"input has {len(repeated)} {source.key} value(s) used by more than one row: {shown}{more}. "
                    f"Output rows are matched to input rows by {source.key}, so the job does not run; "

@@ -21,7 +21,7 @@ from pipeline import codec
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
 
-PROGRESS_EVERY_S = 0.5
+PROGRESS_EVERY_S = 1.0
 
 
 class TokenGate:
