@@ -98,8 +98,10 @@ class Pipeline:
         if not self.verbose and self._log_levels is None:
             self._log_levels = console.quiet_logs()
         self.model = model_for(self.config, self.engine_kind)
-        if not self.config.scheduler.address and self._client is None:   # the shards run on this machine
-            self.config.require_layout(self.model if self.engine_kind == "vllm" else None)
+        # The shards run on this machine: each vLLM engine pinned to its own devices. (Null engines
+        # pin nothing: any number of them may share the cores, to measure the plumbing at scale.)
+        if self.engine_kind == "vllm" and not self.config.scheduler.address and self._client is None:
+            self.config.require_layout(self.model)
         self.tokenizer = load_tokenizer(self.model)
         self.task = get_task_kind(self.config, self.tokenizer)
         if self._client is None:
