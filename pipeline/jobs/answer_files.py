@@ -85,8 +85,10 @@ class AnswerFiles:
         folder = self.answers_dir(partition)
         return sorted(folder.glob("*.parquet")) if folder.exists() else []
 
-    def answered_positions(self, partition: int) -> pa.Array:
-        files = self.answer_files(partition)
+    def answered_positions(self, partition: int, before_run: str | None = None) -> pa.Array:
+        """The positions answered in ``partition``; with ``before_run``, by earlier runs only (what
+        this run's own tasks write must not change what a task of it computes again)."""
+        files = [f for f in self.answer_files(partition) if before_run is None or not f.name.startswith(f"{before_run}-")]
         if not files:
             return pa.array([], pa.int64())
         return pa.concat_arrays([pq.read_table(f, columns=["position"]).column(0).combine_chunks() for f in files])

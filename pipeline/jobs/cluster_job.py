@@ -18,20 +18,23 @@ files). A partition that cannot be read is left for a rerun, after the others ar
 """
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from distributed import as_completed
 
-from pipeline.client.recovery import current_workers
+from pipeline.client.recovery import ShardWatch, current_workers
 from pipeline.jobs.answer_files import ClusterParts
 from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, finish_task, \
     merge_task, piece_of, place_task, read_task, split_task
 from pipeline.jobs.errors import JobError
+from pipeline.jobs.placement import Bucket
 from pipeline.names import VIEW_METADATA_KEY
-from pipeline.summary import JobSummary
+from pipeline.summary import GONE, JobSummary
 from pipeline.worker.plugin import held_prefixes
 from tasks import get_task_kind
 
@@ -43,6 +46,7 @@ class ClusterJob:
                  flush_seconds: float = 30.0):
         self.source, self.sink, self.config, self.truncate = source, sink, config, truncate
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
+        self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
 
     @property
     def done(self) -> int:
@@ -108,47 +112,93 @@ class ClusterJob:
         reads = [client.submit(read_task, spec, p, key=f"{job}-read-{p.index}") for p in todo]
         figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}") for r, p in zip(reads, todo)]
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}") for r, p in zip(reads, todo)]
-        futures += figures   # (the rest are held by the tasks that need them; Dask reruns them if a worker is lost)
+        futures += figures
         decode_chars = CHARS_PER_TOKEN * self.config.sampling.max_tokens
         place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_chars,
                               *documents, key=f"{job}-place")
         futures.append(place)
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets").result()
         splits = [client.submit(split_task, r, place, key=f"{job}-split-{p.index}") for r, p in zip(reads, todo)]
-        del reads, documents
-        answers = {}
-        for b in buckets:
-            pieces = [client.submit(piece_of, s, b.index, key=f"{job}-piece-{p.index}-{b.index}")
-                      for s, p in zip(splits, todo)]
-            resource = self.config.shard(b.shard).resource
-            answers[b.index] = client.submit(answer_task, spec, b, *pieces, key=f"{job}-answer-{b.index}",
-                                             resources={resource: 1}, retries=self.config.recovery.max_row_attempts - 1)
+        # Held until every bucket is answered: a worker lost meanwhile takes pieces with it, which
+        # Dask computes again from these (it cannot once the client has let them go).
+        held_for_recovery = reads + splits
+        pieces = {b.index: [client.submit(piece_of, s, b.index, key=f"{job}-piece-{p.index}-{b.index}")
+                            for s, p in zip(splits, todo)] for b in buckets}
+        bucket = {b.index: b for b in buckets}
+        answers = {b.index: self._answer(client, spec, b, pieces[b.index]) for b in buckets}
+        of_answer = {f.key: i for i, f in answers.items()}
         futures += answers.values()
-        del splits
         unreadable: dict[int, str] = {}   # partition -> why it could not be read
         read_errors = 0
         partition_of = {f.key: p for f, p in zip(figures, todo)}
         pending = as_completed(list(answers.values()) + figures)
+        rec = self.config.recovery
+        watch = ShardWatch(client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s,
+                           rec.rejoin_timeout_s)
+        moved_away: set[str] = set()   # answer tasks cancelled here: their buckets moved
         while not pending.is_empty():
             for f in pending.next_batch(block=False) if pending.has_ready() else []:
+                if f.cancelled():
+                    if f.key in moved_away:   # its bucket went to another shard
+                        continue
+                    raise JobError(f"task {f.key} was cancelled by the cluster; the answers committed so far are "
+                                   f"kept; run the same command again to resume")
                 result = f.result()
                 self._take(result, summary)
                 if f.key in partition_of:
                     read_errors += result.errors
                     if result.unreadable is not None:
                         unreadable[partition_of[f.key].index] = result.unreadable
+                else:
+                    pieces.pop(of_answer[f.key], None)   # (answered: its rows are no longer needed)
                 f.release()
+            for event in watch.poll():
+                summary.events.append(event)
+                if event.kind == GONE:
+                    moved_away.update(f.key for i, f in answers.items() if not f.done() and bucket[i].shard == event.shard)
+                    for i, moved in self._move(client, spec, event.shard, bucket, answers, pieces, watch).items():
+                        of_answer[moved.key] = i
+                        pending.add(moved)
+                        futures.append(moved)
             bar.update(max(0, summary.resumed + read_errors + sum(answered.values()) - bar.n))
             self._publish(pipeline, summary)
             with pending.thread_condition:
                 if not pending.has_ready():
                     pending.thread_condition.wait(timeout=0.5)
+        del held_for_recovery
         bar.update(max(0, summary.resumed + summary.rows - bar.n))
         merges = [client.submit(merge_task, spec, p, key=f"{job}-merge-{p.index}") for p in todo
                   if p.index not in unreadable]
         futures += merges
         client.gather(merges)
         return unreadable[min(unreadable)] if unreadable else None
+
+    def _answer(self, client, spec: JobSpec, b: Bucket, pieces: list, attempt: int = 0):
+        """Bucket ``b``'s answer task, on its shard's worker."""
+        key = f"{spec.job_id}-answer-{b.index}" + (f"-moved{attempt}" if attempt else "")
+        return client.submit(answer_task, spec, b, *pieces, key=key, resources={self.config.shard(b.shard).resource: 1},
+                             retries=self.config.recovery.max_row_attempts - 1)
+
+    def _move(self, client, spec: JobSpec, gone: str, bucket: dict, answers: dict, pieces: dict, watch) -> dict:
+        """Shard ``gone`` has had no worker for ``recovery.rejoin_timeout_s``: its unfinished
+        buckets go to the live shards, least loaded first. A moved task skips the rows its
+        earlier attempts committed (the same answer-file name), so none is answered twice."""
+        live = [s for s in self.config.shard_names if s in watch.workers and s not in watch.gone]
+        if not live:
+            raise JobError(f"no shard has a worker any more (shard {gone} is gone); the answers committed so far "
+                           f"are kept; run the same command again once the cluster is back to resume")
+        load = {s: sum(bucket[i].rows for i, f in answers.items() if not f.done() and bucket[i].shard == s)
+                for s in live}
+        moved = {}
+        for i, f in list(answers.items()):
+            if f.done() or bucket[i].shard != gone:
+                continue
+            target = min(live, key=load.__getitem__)
+            load[target] += bucket[i].rows
+            f.cancel()
+            bucket[i] = replace(bucket[i], shard=target)
+            answers[i] = moved[i] = self._answer(client, spec, bucket[i], pieces[i], attempt=next(self._moves))
+        return moved
 
     @staticmethod
     def _take(figures, summary: JobSummary) -> None:

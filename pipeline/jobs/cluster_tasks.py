@@ -62,7 +62,9 @@ class ReadFigures:
 def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
     files = AnswerFiles(spec.folder)
     try:
-        rows = prompt_rows(spec.source, spec.task, part, files.answered_positions(part.index))
+        # (rows answered by earlier runs only: Dask may run this again mid-run, to recompute what a
+        # lost worker held, and must then get the same rows)
+        rows = prompt_rows(spec.source, spec.task, part, files.answered_positions(part.index, before_run=spec.run))
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, ReadFigures(unreadable=str(exc))

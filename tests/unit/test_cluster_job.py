@@ -174,3 +174,39 @@ def test_resume_refuses_an_input_file_changed_under_its_committed_answers(null_p
     pq.write_table(pa.Table.from_pylist(list(reversed(rows))), src)   # same rows, another order
     with pytest.raises(JobError, match=r"in\.parquet changed since this job started.*holds answers for its rows"):
         job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+
+
+def test_a_shard_gone_for_good_has_its_buckets_answered_by_the_others(tmp_path):
+    """A shard whose worker dies and is not restarted (its nanny told not to): after
+    ``recovery.rejoin_timeout_s`` its unfinished buckets move to the live shard; the rows it had
+    committed are not answered again; every row once, in order."""
+    import os
+    import signal
+    import threading
+
+    from pipeline.summary import GONE
+
+    rows = document_questions(60, 4, seed=11, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    config = load_config().replace(scheduler={"dashboard_address": None},
+                                   engine={"kind": "null", "null_latency_s": 0.05}, intake={"max_in_flight": 2},
+                                   recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": 1.0},
+                                   jobs={"path": "cluster", "bucket_rows": 40})
+    with Pipeline(config) as p:
+        nanny = p._cluster.workers["cpu1"]
+
+        def lose_cpu1():
+            nanny.close_gracefully()   # so it does not start a new worker
+            os.kill(nanny.pid, signal.SIGKILL)
+
+        job = prepare_job(src, tmp_path / "out.parquet", config=config, part_rows=10, notify=lambda m: None)
+        killer = threading.Timer(1.5, lose_cpu1)
+        killer.start()
+        summary = job.run(p, progress=False)
+        killer.join()
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert all(o["error"] is None for o in out)
+    assert (GONE, "cpu1") in [(e.kind, e.shard) for e in summary.events]
+    assert summary.per_shard["cpu0"] > len(rows) / 2   # cpu0 answered what cpu1 left
