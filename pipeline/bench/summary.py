@@ -48,7 +48,7 @@ def summarize(results: list[RunResult]) -> dict:
                                      if cr[0].raw_bytes else None),
             }
         ratios = {}
-        for ref in ("standalone-routed", "standalone-rr"):
+        for ref in ("standalone-routed", "standalone-rr", "standalone-arrival", "standalone-sorted"):
             if "pipeline" in per and ref in per:
                 pairs = {r.pair: r for r in rs if r.contender == ref}
                 worst = min(r.requests_per_s / pairs[r.pair].requests_per_s
