@@ -78,7 +78,7 @@ def render_markdown(report: dict, command: str) -> str:
                 f"{v.get('prompt_tokens_per_request', 0):.0f} | "
                 f"{v['prefill_over_ideal']:.3f} ({v['prefill_over_block_ideal']:.3f}) | {v['cached_share']:.3f} | {v['accuracy']:.1%} | "
                 f"{_num(v.get('engine_faults_per_request'))} | "
-                f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {v['finish_spread_s']:.2f} | "
+                f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {_spread(v['finish_spread_s'])} | "
                 f"{_fmt_map(v['per_shard'])} | {enc} |")
     roles = ROLES
     if any(v.get("cores") for s in report["summary"].values() for v in s["contenders"].values()):
@@ -157,6 +157,10 @@ def engine_env_lines(report: dict) -> list[str]:
             cells = [_pair(*p["watched"][k]) for k in watched]
             lines.append(f"| {shard} | {name} | {'; '.join(diffs) or 'none'} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _spread(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _num(x) -> str:

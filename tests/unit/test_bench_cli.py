@@ -179,3 +179,32 @@ def test_standalone_assignment_by_contender():
             placed_assignment(prefixes, suffixes, shards, 4 * 32, by_document=by_doc)
     with pytest.raises(ValueError, match="unknown standalone contender"):
         standalone_assignment("standalone-x", shards, rows, pipeline)
+
+
+def test_bigjob_report_ratios_side_by_side():
+    from pipeline.bench.contenders import RunResult
+    from pipeline.bench.report import render_markdown, target_rows
+    from pipeline.bench.summary import summarize
+
+    def run(c, pair, wall, cached, finish):
+        return RunResult(c, "bigjob", pair, wall, 12, 12, 0, 12, 1000, cached, 60, 500, 520, {"cpu0": 6, "cpu1": 6},
+                         finish, {})
+    results = [run(c, p, wall, cached, {} if c == "pipeline" else {"cpu0": wall - 1, "cpu1": wall})
+               for p in (0, 1)
+               for c, wall, cached in (("standalone-arrival", 10.0, 100), ("standalone-sorted", 4.0, 480),
+                                       ("pipeline", 4.0 if p == 0 else 5.0, 500))]
+    summary = summarize(results)
+    r = summary["bigjob"]["ratios"]
+    assert set(r) == {"pipeline/standalone-arrival", "pipeline/standalone-sorted"}
+    assert r["pipeline/standalone-arrival"]["median"] == pytest.approx(2.25)   # median req/s 2.7 over 1.2
+    assert r["pipeline/standalone-sorted"]["worst_pair"] == pytest.approx(0.8)
+    assert summary["bigjob"]["contenders"]["pipeline"]["finish_spread_s"] is None
+    report = {"machine": {}, "options": {"bigjob_docs": 6, "bigjob_questions": 2}, "total_s": 1.0,
+              "engine_start_s": {"pipeline": {}, "standalone": {}}, "summary": summary, "plumbing": None}
+    md = render_markdown(report, "python -m pipeline bench --bursts bigjob")
+    assert "| pipeline / standalone-arrival | pipeline / standalone-sorted | cached share standalone-arrival | " \
+           "cached share standalone-sorted | cached share pipeline |" in md
+    assert "| 2.250 | 0.900 | 0.100 | 0.480 | 0.500 |" in md
+    assert "Big job (`bigjob`: 6 documents × 2 questions" in md
+    met = {t["target"]: t["met"] for t in target_rows(report) if t["burst"] == "bigjob"}
+    assert met["pipeline / standalone-arrival, median"] is False and met["pipeline / standalone-sorted, median"] is False
