@@ -19,14 +19,18 @@ def add_bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
     bench.add_argument("--config", default=None)
     bench.add_argument("--pairs", type=int, default=5, help="rounds per burst (default 5)")
-    bench.add_argument("--bursts", default="no_reuse,reuse,skewed", help="comma-separated: no_reuse, reuse, skewed")
+    bench.add_argument("--bursts", default="no_reuse,reuse,skewed",
+                       help="comma-separated: no_reuse, reuse, skewed, bigjob (default: the first three)")
     bench.add_argument("--documents", type=int, default=64, help="documents per burst (default 64)")
     bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse burst (default 4)")
     bench.add_argument("--skewed-requests", type=int, default=256)
+    bench.add_argument("--bigjob-docs", type=int, default=480, help="bigjob burst: documents (default 480)")
+    bench.add_argument("--bigjob-questions", type=int, default=3, help="bigjob burst: questions per document (default 3)")
     bench.add_argument("--filler-sentences", type=int, default=50,
                        help="document size: about 13 tokens each (default 50: prompts of ~750-790 tokens)")
     bench.add_argument("--contenders", default=None,
-                       help="comma-separated subset of standalone-rr, standalone-routed, pipeline (default: all)")
+                       help="comma-separated subset of standalone-rr, standalone-routed, standalone-arrival, "
+                            "standalone-sorted, pipeline (default: standalone-rr,standalone-routed,pipeline)")
     bench.add_argument("--engine-mode", choices=("config", "eager", "compiled"), default="config",
                        help="eager or compiled engines for both contenders (default: as the config says)")
     bench.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
@@ -66,22 +70,25 @@ def bench(args: argparse.Namespace, config) -> int:
     import shutil
 
     # Imported here, not at the top, for the other commands' start (see above).
-    from pipeline.bench.options import CONTENDERS, BenchOptions
+    from pipeline.bench.options import ALL_CONTENDERS, KNOWN_BURSTS, BenchOptions
     from pipeline.bench.report import write_report
     from pipeline.bench.run import run_bench
     from pipeline.config import ConfigError
 
     opts = BenchOptions(pairs=args.pairs, bursts=tuple(b for b in args.bursts.split(",") if b),
                         docs=args.documents, questions_per_doc=args.questions_per_doc,
-                        skewed_requests=args.skewed_requests, filler_sentences=args.filler_sentences,
+                        skewed_requests=args.skewed_requests, bigjob_docs=args.bigjob_docs,
+                        bigjob_questions=args.bigjob_questions, filler_sentences=args.filler_sentences,
                         null_questions=args.null_questions)
     if args.contenders is not None:
         opts.contenders = tuple(c for c in args.contenders.split(",") if c)
     command = "python -m pipeline " + " ".join(sys.argv[1:] if sys.argv[0].endswith("__main__.py") else ["bench"])
     config = bench_config(config, args.engine_mode, args.engine_env)
-    if not set(opts.contenders) <= set(CONTENDERS) or "pipeline" not in opts.contenders:
-        raise ConfigError(f"--contenders {args.contenders!r}: a subset of {', '.join(CONTENDERS)} "
+    if not set(opts.contenders) <= set(ALL_CONTENDERS) or "pipeline" not in opts.contenders:
+        raise ConfigError(f"--contenders {args.contenders!r}: a subset of {', '.join(ALL_CONTENDERS)} "
                           "that includes pipeline")
+    if not opts.bursts or not set(opts.bursts) <= set(KNOWN_BURSTS):
+        raise ConfigError(f"--bursts {args.bursts!r}: a subset of {', '.join(KNOWN_BURSTS)}")
     if args.experiments:
         return experiments(config, opts, Path(args.out))
     report = run_bench(config, opts, progress=None if not args.quiet else False)

@@ -1,7 +1,8 @@
 """One run of one contender on one burst, in the benchmark's driver process: ``run_standalone``
-(the plain vLLM processes of ``standalone``, prompts split round-robin or by the pipeline's
-router) and ``run_pipeline`` (a started pipeline, with the run's settings given as a config of
-their own), each measured into a ``RunResult``. ``Prepared``: a burst's rows turned into prompts
+(the plain vLLM processes of ``standalone``, prompts split round-robin, by the pipeline's router
+or by its cluster-job placement: ``standalone_assignment``), ``run_pipeline`` (a started
+pipeline, with the run's settings given as a config of their own) and ``run_pipeline_job`` (the
+same, the burst run as a file job on the cluster path), each measured into a ``RunResult``. ``Prepared``: a burst's rows turned into prompts
 once, for every contender."""
 from __future__ import annotations
 
@@ -86,15 +87,80 @@ def _correct(expected: str, answer: str | None) -> bool:
     return answer is not None and expected.lower() in answer.lower()
 
 
-def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=None) -> RunResult:
-    """``pipeline`` given: split the prompts with the pipeline's own routing (a fresh router,
-    same settings, same order of rows per shard); otherwise round-robin."""
-    assign: dict[str, list[int]] = {s: [] for s in shards.shards}
-    if pipeline is None:
-        for i in range(len(prep.rows)):
-            assign[shards.shards[i % len(shards.shards)]].append(i)
+def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeline) -> dict[str, list[int]]:
+    """Row indices per shard for the standalone contender ``name``, in the order each shard gets
+    them: ``standalone-rr`` round-robin; ``standalone-routed`` the pipeline's router, as
+    ``Pipeline.static_assignment`` binds it; ``standalone-arrival`` / ``standalone-sorted`` the
+    pipeline's cluster-job placement (``placed_assignment``), each shard's rows in input order or
+    by document."""
+    assign: dict[str, list[int]] = {s: [] for s in shards}
+    if name == "standalone-rr":
+        for i in range(len(rows)):
+            assign[shards[i % len(shards)]].append(i)
+    elif name == "standalone-routed":
+        assign.update(pipeline.static_assignment(rows))
+    elif name in ("standalone-arrival", "standalone-sorted"):
+        from pipeline.jobs.cluster_job import CHARS_PER_TOKEN   # (imports Dask: here, not at the top)
+
+        parts = [pipeline.task.split(row) for row in rows]
+        assign.update(placed_assignment([p.prefix for p in parts], [p.suffix for p in parts], shards,
+                                        CHARS_PER_TOKEN * pipeline.config.sampling.max_tokens,
+                                        by_document=name == "standalone-sorted"))
     else:
-        assign.update(pipeline.static_assignment(prep.rows))
+        raise ValueError(f"unknown standalone contender {name!r}")
+    return assign
+
+
+def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str], decode_chars: int,
+                      by_document: bool = False) -> dict[str, list[int]]:
+    """Row indices per shard as a cluster job places the rows' documents (each document's rows
+    on one shard; ``place_task`` of pipeline/jobs/cluster_tasks.py on the same per-document
+    counts, no document held by an engine: what it sees after ``reset_cache``). Each shard's rows
+    in input (arrival) order, or ``by_document``: a document's rows together, in input order,
+    documents in the order of their first row."""
+    import numpy as np
+    import pyarrow as pa
+
+    from pipeline.jobs.cluster_tasks import place_task   # (imports Dask: here, not at the top)
+    from pipeline.prefix_memory import prefix_digest
+
+    digest_of: dict[str, int] = {}
+    docs: dict[int, list[int]] = {}   # digest -> [rows, prefix chars, suffix chars], first-seen order
+    row_digest = []
+    for prefix, suffix in zip(prefixes, suffixes):
+        d = digest_of.get(prefix)
+        if d is None:
+            d = digest_of[prefix] = prefix_digest(prefix)
+        doc = docs.setdefault(d, [0, len(prefix), 0])
+        doc[0] += 1
+        doc[2] += len(suffix)
+        row_digest.append(d)
+    assign: dict[str, list[int]] = {s: [] for s in shards}
+    if not row_digest:
+        return assign
+    table = pa.table({"digest": pa.array(list(docs), pa.uint64()),
+                      "rows": pa.array([v[0] for v in docs.values()], pa.int64()),
+                      "prefix_chars": pa.array([v[1] for v in docs.values()], pa.int64()),
+                      "suffix_chars": pa.array([v[2] for v in docs.values()], pa.int64())})
+    placement = place_task(list(shards), {}, 1 << 62, decode_chars, table)
+    buckets = placement.bucket_of(np.array(list(docs), np.uint64)).tolist()
+    shard_of = {d: placement.buckets[b].shard for d, b in zip(docs, buckets)}
+    if by_document:
+        rows_of: dict[int, list[int]] = {d: [] for d in docs}
+        for i, d in enumerate(row_digest):
+            rows_of[d].append(i)
+        for d, idx in rows_of.items():
+            assign[shard_of[d]] += idx
+    else:
+        for i, d in enumerate(row_digest):
+            assign[shard_of[d]].append(i)
+    return assign
+
+
+def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=None) -> RunResult:
+    """Prompts split as ``standalone_assignment`` says for ``name`` (``pipeline``: the started
+    pipeline whose router, task and placement it uses; not needed for round-robin)."""
+    assign = standalone_assignment(name, list(shards.shards), prep.rows, pipeline)
     shards.reset_cache()
     before = roles.snapshot() if roles else None
     wall, finish, outputs, gc = shards.run({k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v]
@@ -144,6 +210,53 @@ def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None)
                          for s in stats}
     res.encoded_bytes = runner.transfer.encoded_bytes
     res.raw_bytes = runner.transfer.raw_bytes
+    return res
+
+
+def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=None) -> RunResult:
+    """The burst as a file job on the cluster path (``jobs.path: cluster``): the rows written to a
+    Parquet file, ``prepare_job`` then ``ClusterJob.run`` after ``reset_cache``; the clock covers
+    ``run`` (reading, placing, answering, merging), not writing the input or ``prepare_job``'s
+    checks. The figures are read back from the output file. ``job`` as in ``run_pipeline``."""
+    import tempfile
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.jobs.job import prepare_job   # (imports Dask: here, not at the top)
+
+    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
+                    prep.ideal_prefill_blocks, {}, {}, {})
+    expected = {row["id"]: row["expected"] for row in prep.rows}
+    with tempfile.TemporaryDirectory(prefix="bench-bigjob-") as tmp:
+        src, out = Path(tmp) / "input.parquet", Path(tmp) / "output.parquet"
+        pq.write_table(pa.Table.from_pylist(prep.rows), src)
+        pipeline.reset_cache()
+        cluster_job = prepare_job(src, out, config=job.replace(jobs={"path": "cluster"}), notify=lambda m: None)
+        busy0 = _engine_busy(pipeline)
+        before = roles.snapshot() if roles else None
+        t0 = time.perf_counter()
+        cluster_job.run(pipeline, progress=False)
+        res.wall_s = time.perf_counter() - t0
+        if roles:
+            after = roles.snapshot()
+            res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
+        table = pq.read_table(out, columns=["id", "answer", "error", "prompt_tokens", "cached_tokens",
+                                            "completion_tokens", "shard"])
+    for r in table.to_pylist():
+        res.answered += 1
+        res.errors += r["error"] is not None
+        res.correct += _correct(expected[r["id"]], r["answer"])
+        res.prompt_tokens += r["prompt_tokens"] or 0
+        res.cached_tokens += r["cached_tokens"] or 0
+        res.completion_tokens += r["completion_tokens"] or 0
+        if r["shard"] is not None:
+            res.per_shard[r["shard"]] = res.per_shard.get(r["shard"], 0) + 1
+    stats = pipeline.worker_stats()
+    res.gc = {s["shard"]: s["gc"] for s in stats}
+    res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
+                         for s in stats}
     return res
 
 

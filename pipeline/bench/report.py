@@ -6,13 +6,15 @@ from pathlib import Path
 
 from pipeline.bench.cpu_share import ROLES
 from pipeline.bench.env_report import WATCHED_ENV
-from pipeline.bench.options import CONTENDERS
+from pipeline.bench.options import ALL_CONTENDERS
 
 # (name, key path, target, "ge"/"le", burst or None for every burst)
 TARGETS = [
     ("pipeline / standalone-routed, median", ("ratios", "pipeline/standalone-routed", "median"), 1.00, "ge", None),
     ("pipeline / standalone-routed, worst pair", ("ratios", "pipeline/standalone-routed", "worst_pair"), 0.97, "ge", None),
     ("pipeline / standalone-rr, median", ("ratios", "pipeline/standalone-rr", "median"), 1.5, "ge", "reuse"),
+    ("pipeline / standalone-arrival, median", ("ratios", "pipeline/standalone-arrival", "median"), 2.4, "ge", "bigjob"),
+    ("pipeline / standalone-sorted, median", ("ratios", "pipeline/standalone-sorted", "median"), 1.0, "ge", "bigjob"),
     ("pipeline prefill computed / token ideal", ("contenders", "pipeline", "prefill_over_ideal"), 1.05, "le", "reuse"),
     ("pipeline prefill computed / block ideal", ("contenders", "pipeline", "prefill_over_block_ideal"), 1.05, "le", "reuse"),
     ("pipeline encoded / raw bytes", ("contenders", "pipeline", "encoded_over_raw"), 1 / 40, "le", "reuse"),
@@ -66,7 +68,7 @@ def render_markdown(report: dict, command: str) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for burst, s in report["summary"].items():
-        for c in CONTENDERS:
+        for c in ALL_CONTENDERS:
             v = s["contenders"].get(c)
             if v is None:
                 continue
@@ -76,7 +78,7 @@ def render_markdown(report: dict, command: str) -> str:
                 f"{v.get('prompt_tokens_per_request', 0):.0f} | "
                 f"{v['prefill_over_ideal']:.3f} ({v['prefill_over_block_ideal']:.3f}) | {v['cached_share']:.3f} | {v['accuracy']:.1%} | "
                 f"{_num(v.get('engine_faults_per_request'))} | "
-                f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {v['finish_spread_s']:.2f} | "
+                f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {_spread(v['finish_spread_s'])} | "
                 f"{_fmt_map(v['per_shard'])} | {enc} |")
     roles = ROLES
     if any(v.get("cores") for s in report["summary"].values() for v in s["contenders"].values()):
@@ -89,7 +91,7 @@ def render_markdown(report: dict, command: str) -> str:
                   "| burst | contender | " + " | ".join(roles) + " | pipeline engine idle s (last shard) |",
                   "|---|---|" + "---|" * (len(roles) + 1)]
         for burst, s in report["summary"].items():
-            for c in CONTENDERS:
+            for c in ALL_CONTENDERS:
                 v = s["contenders"].get(c)
                 if v is None or not v.get("cores"):
                     continue
@@ -101,6 +103,7 @@ def render_markdown(report: dict, command: str) -> str:
     for burst, s in report["summary"].items():
         for name, r in s["ratios"].items():
             lines.append(f"| {burst} | {name} | {r['median']:.3f} | {r['worst_pair']:.3f} |")
+    lines += bigjob_lines(report)
     p = report.get("plumbing")
     if p:
         lines += ["", f"Null-engine plumbing: {p['questions']} questions in {p['wall_s']:.2f} s = "
@@ -112,6 +115,25 @@ def render_markdown(report: dict, command: str) -> str:
         lines.append(f"| {t['target']} | {t['burst']} | {t['value']:.4g} | {t['goal']} | "
                      f"{'yes' if t['met'] else 'no'} | {missed} |")
     return "\n".join(lines) + "\n"
+
+
+def bigjob_lines(report: dict) -> list[str]:
+    """The bigjob burst side by side: the pipeline (a file job on the cluster path) over plain vLLM
+    with the same placement, in arrival order and sorted by document, and each one's cached share."""
+    s = report["summary"].get("bigjob")
+    if not s:
+        return []
+    per, ratios = s["contenders"], s["ratios"]
+    refs = [r for r in ("standalone-arrival", "standalone-sorted") if f"pipeline/{r}" in ratios]
+    shown = [c for c in ALL_CONTENDERS if c in per]
+    o = report.get("options", {})
+    lines = ["", f"Big job (`bigjob`: {o.get('bigjob_docs')} documents × {o.get('bigjob_questions')} questions, "
+                 "shuffled; the pipeline runs it as a file job on the cluster path; medians over pairs):", "",
+             "| " + " | ".join([f"pipeline / {r}" for r in refs] + [f"cached share {c}" for c in shown]) + " |",
+             "|" + "---|" * (len(refs) + len(shown))]
+    lines.append("| " + " | ".join([f"{ratios[f'pipeline/{r}']['median']:.3f}" for r in refs]
+                                   + [f"{per[c]['cached_share']:.3f}" for c in shown]) + " |")
+    return lines
 
 
 def engine_env_lines(report: dict) -> list[str]:
@@ -137,6 +159,10 @@ def engine_env_lines(report: dict) -> list[str]:
     return lines
 
 
+def _spread(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _num(x) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
@@ -158,10 +184,11 @@ def render_chart(report: dict, path: Path) -> None:
 
     bursts = list(report["summary"])
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / len(CONTENDERS)
-    for i, c in enumerate(CONTENDERS):
+    shown = [c for c in ALL_CONTENDERS if any(c in s["contenders"] for s in report["summary"].values())]
+    width = 0.8 / max(1, len(shown))
+    for i, c in enumerate(shown):
         vals = [report["summary"][b]["contenders"].get(c, {}).get("requests_per_s", 0.0) for b in bursts]
-        xs = [x + (i - (len(CONTENDERS) - 1) / 2) * width for x in range(len(bursts))]
+        xs = [x + (i - (len(shown) - 1) / 2) * width for x in range(len(bursts))]
         bars = ax.bar(xs, vals, width, label=c)
         ax.bar_label(bars, fmt="%.1f", fontsize=8)
     ax.set_xticks(range(len(bursts)), bursts)

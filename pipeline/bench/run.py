@@ -3,7 +3,11 @@
 Contenders (all warm, same model, engine arguments and greedy sampling):
   standalone-rr      one plain vLLM process per shard, prompts split round-robin
   standalone-routed  the same processes, prompts split by the pipeline's prefix router
-  pipeline           this pipeline with its configuration
+  standalone-arrival the same processes, each document's rows on the shard the pipeline's
+                     cluster-job placement gives it, each shard's rows in arrival order
+  standalone-sorted  the same placement, each shard's rows sorted by document
+  pipeline           this pipeline with its configuration (the bigjob burst: as a file job
+                     on the cluster path, jobs.path: cluster)
 Protocol: for each burst, ``pairs`` rounds; in each round every contender runs the same
 rows (fresh documents per round) from an empty prefix cache, in an order that reverses
 every round. The clock covers the burst only. A null-engine run measures the plumbing.
@@ -21,11 +25,11 @@ from dataclasses import asdict
 from tqdm import tqdm
 
 from pipeline import engine_env
-from pipeline.bench.contenders import Prepared, RunResult, run_pipeline, run_standalone
+from pipeline.bench.contenders import Prepared, RunResult, run_pipeline, run_pipeline_job, run_standalone
 from pipeline.bench.cpu_share import Roles
 from pipeline.bench.env_report import engine_env_report
 from pipeline.bench.machine import machine_description
-from pipeline.bench.options import CONTENDERS, BenchOptions, burst_rows
+from pipeline.bench.options import ALL_CONTENDERS, CONTENDERS, BenchOptions, burst_rows
 from pipeline.bench.standalone import StandaloneShards
 from pipeline.bench.summary import summarize
 from pipeline.bench.workloads import document_questions
@@ -75,9 +79,11 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
             bs, n_shards = pipeline.router.block_size, len(pipeline.config.shards)
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
                                   pipeline.task, pipeline.tokenizer, bs, n_shards)
-            run_standalone("warm", shards, warm, None, "warm", -1)
+            run_standalone("standalone-rr", shards, warm, None, "warm", -1)
             run_pipeline(pipeline, job, warm, "warm", -1)
-            contenders = tuple(c for c in CONTENDERS if c in opts.contenders)
+            if "bigjob" in opts.bursts:   # the cluster job path's first run loads its tasks' modules
+                run_pipeline_job(pipeline, job, warm, "warm", -1)
+            contenders = tuple(c for c in ALL_CONTENDERS if c in opts.contenders)
             total = len(opts.bursts) * opts.pairs * len(contenders)
             with tqdm(total=total, disable=not progress, unit="run", desc="bench") as bar:
                 for b, burst in enumerate(opts.bursts):
@@ -88,10 +94,10 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")
                             if c == "pipeline":
-                                results.append(run_pipeline(pipeline, job, prep, burst, pair, roles))
+                                run = run_pipeline_job if burst == "bigjob" else run_pipeline
+                                results.append(run(pipeline, job, prep, burst, pair, roles))
                             else:
-                                routed = pipeline if c == "standalone-routed" else None
-                                results.append(run_standalone(c, shards, prep, routed, burst, pair, roles))
+                                results.append(run_standalone(c, shards, prep, pipeline, burst, pair, roles))
                             bar.update(1)
             standalone_start = dict(shards.start_s)
         plumbing = run_plumbing(config, opts.null_questions, opts.seed) if opts.null_questions else None

@@ -28,8 +28,10 @@ def summarize(results: list[RunResult]) -> dict:
                 "accuracy": sum(r.correct for r in cr) / sum(r.requests for r in cr),
                 "answered_all": all(r.answered == r.requests and r.errors == 0 for r in cr),
                 "gc_max_ms": gc_max, "gc_p99_ms": gc_p99, "gc_max_cpu_ms": gc_cpu,
-                "finish_spread_s": statistics.median(
-                    (max(r.finish_s.values()) - min(r.finish_s.values())) if r.finish_s else 0.0 for r in cr),
+                # (none for a file job: its rows come back in the output file, not as they finish)
+                "finish_spread_s": (statistics.median(
+                    max(r.finish_s.values()) - min(r.finish_s.values()) for r in cr)
+                    if all(r.finish_s for r in cr) else None),
                 "per_shard": cr[-1].per_shard,
                 "cores": {role: statistics.median(r.cores.get(role, 0.0) for r in cr)
                           for role in sorted({k for r in cr for k in r.cores})},
@@ -48,7 +50,7 @@ def summarize(results: list[RunResult]) -> dict:
                                      if cr[0].raw_bytes else None),
             }
         ratios = {}
-        for ref in ("standalone-routed", "standalone-rr"):
+        for ref in ("standalone-routed", "standalone-rr", "standalone-arrival", "standalone-sorted"):
             if "pipeline" in per and ref in per:
                 pairs = {r.pair: r for r in rs if r.contender == ref}
                 worst = min(r.requests_per_s / pairs[r.pair].requests_per_s

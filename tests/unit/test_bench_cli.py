@@ -85,3 +85,126 @@ def test_run_pipeline_runs_with_the_config_passed_and_leaves_the_pipelines():
     assert (r.encoded_bytes, r.raw_bytes) == (1, 40) and r.per_shard == {"s0": 2}
     run_pipeline(pipeline, config, prep, "reuse", 1)
     assert pipeline.ran_with == [job, config]
+
+
+def test_bigjob_options_burst_and_contenders():
+    from pipeline.bench.options import ALL_CONTENDERS, CONTENDERS, KNOWN_BURSTS, BenchOptions, burst_rows
+
+    a = _parser().parse_args(["bench"])
+    assert (a.bigjob_docs, a.bigjob_questions) == (480, 3)
+    assert (BenchOptions().bigjob_docs, BenchOptions().bigjob_questions) == (480, 3)
+    assert "bigjob" not in BenchOptions().bursts and "bigjob" in KNOWN_BURSTS   # long: only when asked for
+    assert BenchOptions().contenders == CONTENDERS == ("standalone-rr", "standalone-routed", "pipeline")
+    assert set(ALL_CONTENDERS) - set(CONTENDERS) == {"standalone-arrival", "standalone-sorted"}
+    a = _parser().parse_args(["bench", "--bursts", "bigjob", "--bigjob-docs", "6", "--bigjob-questions", "2",
+                              "--contenders", "standalone-arrival,standalone-sorted,pipeline"])
+    assert (a.bursts, a.bigjob_docs, a.bigjob_questions, a.contenders) == \
+        ("bigjob", 6, 2, "standalone-arrival,standalone-sorted,pipeline")
+    rows = burst_rows("bigjob", BenchOptions(bigjob_docs=6, bigjob_questions=2, filler_sentences=2), seed=3)
+    assert len(rows) == 12 and all(r["id"].startswith("bigjob-") for r in rows)
+    docs = [r["doc_id"] for r in rows]
+    assert sorted(set(docs)) == [f"d{d:05d}" for d in range(6)] and all(docs.count(d) == 2 for d in set(docs))
+    assert docs != sorted(docs)   # shuffled: siblings scattered
+
+
+def test_bench_refuses_unknown_bursts():
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "bench", "--bursts", "reuse,huge"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and "error: --bursts 'reuse,huge'" in proc.stderr and "bigjob" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _doc_rows(n_docs=40, questions=3, seed=0):
+    from pipeline.bench.workloads import document_questions
+
+    return document_questions(n_docs, questions, filler_sentences=2, seed=seed, order="shuffled")
+
+
+def test_placed_assignment_places_documents_as_a_cluster_job():
+    import numpy as np
+
+    from pipeline.bench.contenders import placed_assignment
+    from pipeline.jobs.placement import place_documents
+    from pipeline.prefix_memory import prefix_digest
+
+    rows = _doc_rows()
+    prefixes, suffixes = [r["document"] for r in rows], [r["question"] for r in rows]
+    shards, decode = ["cpu0", "cpu1"], 4 * 64
+    arrival = placed_assignment(prefixes, suffixes, shards, decode)
+    by_doc = placed_assignment(prefixes, suffixes, shards, decode, by_document=True)
+    for assign in (arrival, by_doc):
+        assert sorted(i for v in assign.values() for i in v) == list(range(len(rows)))   # every row once
+        assert all(assign[s] for s in shards)
+        shard_of_doc = {}
+        for s, idx in assign.items():
+            for i in idx:
+                assert shard_of_doc.setdefault(rows[i]["doc_id"], s) == s   # a document on one shard
+    # the same shard per row both ways, as place_documents gives it on the job's counts
+    row_shard = lambda assign: {i: s for s, idx in assign.items() for i in idx}
+    assert row_shard(arrival) == row_shard(by_doc)
+    docs = list(dict.fromkeys(prefixes))
+    n = [prefixes.count(d) for d in docs]
+    cost = [len(d) + sum(len(q) for p, q in zip(prefixes, suffixes) if p == d) + k * decode for d, k in zip(docs, n)]
+    digests = np.array([prefix_digest(d) for d in docs], np.uint64)
+    placement = place_documents(digests, np.array(n), np.array(cost), shards, {}, 50_000)
+    want = {d: placement.buckets[b].shard for d, b in zip(docs, placement.bucket_of(digests).tolist())}
+    assert all(want[prefixes[i]] == s for i, s in row_shard(arrival).items())
+    # arrival: input order per shard; sorted: a document's rows adjacent, in input order,
+    # documents by their first row
+    for s in shards:
+        assert arrival[s] == sorted(arrival[s])
+        firsts = {}
+        for i in sorted(by_doc[s]):
+            firsts.setdefault(prefixes[i], i)
+        expect = [i for d in sorted(firsts, key=firsts.get) for i in sorted(by_doc[s]) if prefixes[i] == d]
+        assert by_doc[s] == expect
+    assert arrival != by_doc   # shuffled input: arrival order interleaves documents
+    assert placed_assignment([], [], shards, decode) == {"cpu0": [], "cpu1": []}
+
+
+def test_standalone_assignment_by_contender():
+    from pipeline.bench.contenders import placed_assignment, standalone_assignment
+
+    rows = _doc_rows(10, 2, seed=1)
+    split = lambda row: SimpleNamespace(prefix=row["document"], suffix=row["question"])
+    pipeline = SimpleNamespace(task=SimpleNamespace(split=split), config=SimpleNamespace(sampling=SimpleNamespace(max_tokens=32)),
+                               static_assignment=lambda rs: {"a": [0], "b": list(range(1, len(rs)))})
+    shards = ["a", "b"]
+    assert standalone_assignment("standalone-rr", shards, rows, None) == \
+        {"a": list(range(0, 20, 2)), "b": list(range(1, 20, 2))}
+    assert standalone_assignment("standalone-routed", shards, rows, pipeline) == {"a": [0], "b": list(range(1, 20))}
+    prefixes, suffixes = [r["document"] for r in rows], [r["question"] for r in rows]
+    for name, by_doc in (("standalone-arrival", False), ("standalone-sorted", True)):
+        assert standalone_assignment(name, shards, rows, pipeline) == \
+            placed_assignment(prefixes, suffixes, shards, 4 * 32, by_document=by_doc)
+    with pytest.raises(ValueError, match="unknown standalone contender"):
+        standalone_assignment("standalone-x", shards, rows, pipeline)
+
+
+def test_bigjob_report_ratios_side_by_side():
+    from pipeline.bench.contenders import RunResult
+    from pipeline.bench.report import render_markdown, target_rows
+    from pipeline.bench.summary import summarize
+
+    def run(c, pair, wall, cached, finish):
+        return RunResult(c, "bigjob", pair, wall, 12, 12, 0, 12, 1000, cached, 60, 500, 520, {"cpu0": 6, "cpu1": 6},
+                         finish, {})
+    results = [run(c, p, wall, cached, {} if c == "pipeline" else {"cpu0": wall - 1, "cpu1": wall})
+               for p in (0, 1)
+               for c, wall, cached in (("standalone-arrival", 10.0, 100), ("standalone-sorted", 4.0, 480),
+                                       ("pipeline", 4.0 if p == 0 else 5.0, 500))]
+    summary = summarize(results)
+    r = summary["bigjob"]["ratios"]
+    assert set(r) == {"pipeline/standalone-arrival", "pipeline/standalone-sorted"}
+    assert r["pipeline/standalone-arrival"]["median"] == pytest.approx(2.25)   # median req/s 2.7 over 1.2
+    assert r["pipeline/standalone-sorted"]["worst_pair"] == pytest.approx(0.8)
+    assert summary["bigjob"]["contenders"]["pipeline"]["finish_spread_s"] is None
+    report = {"machine": {}, "options": {"bigjob_docs": 6, "bigjob_questions": 2}, "total_s": 1.0,
+              "engine_start_s": {"pipeline": {}, "standalone": {}}, "summary": summary, "plumbing": None}
+    md = render_markdown(report, "python -m pipeline bench --bursts bigjob")
+    assert "| pipeline / standalone-arrival | pipeline / standalone-sorted | cached share standalone-arrival | " \
+           "cached share standalone-sorted | cached share pipeline |" in md
+    assert "| 2.250 | 0.900 | 0.100 | 0.480 | 0.500 |" in md
+    assert "Big job (`bigjob`: 6 documents × 2 questions" in md
+    met = {t["target"]: t["met"] for t in target_rows(report) if t["burst"] == "bigjob"}
+    assert met["pipeline / standalone-arrival, median"] is False and met["pipeline / standalone-sorted, median"] is False
