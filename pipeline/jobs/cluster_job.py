@@ -160,8 +160,9 @@ class ClusterJob:
                         of_answer[moved.key] = i
                         pending.add(moved)
                         futures.append(moved)
-            bar.update(max(0, summary.resumed + read_errors + sum(answered.values()) - bar.n))
-            self._publish(pipeline, summary)
+            live = read_errors + sum(answered.values())   # rows answered so far, as the tasks report them
+            bar.update(max(0, summary.resumed + live - bar.n))
+            self._publish(pipeline, summary, live)
             with pending.thread_condition:
                 if not pending.has_ready():
                     pending.thread_condition.wait(timeout=0.5)
@@ -234,12 +235,16 @@ class ClusterJob:
                 held.update(dict.fromkeys(reply["prefixes"], reply["shard"]))
         return held
 
-    def _publish(self, pipeline, summary: JobSummary, force: bool = False) -> None:
-        """The job's figures for the dashboard page, at most once a second."""
+    def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
+        """The job's figures for the dashboard page (its job plot), at most once a second;
+        ``live_rows``: rows answered so far as the answer tasks report them (the summary counts
+        a bucket's rows when it ends)."""
         now = time.monotonic()
         if not force and now - getattr(self, "_published", 0.0) < 1.0:
             return
         self._published = now
         summary.rows_total = self.source.num_rows - summary.resumed
-        pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": summary.as_dict(), "time": time.time(),
-                                                         "pending_rows": None, "shards": {}})
+        job = summary.as_dict()
+        job["rows"] = max(summary.rows, live_rows)
+        pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time(), "pending_rows": None,
+                                                         "shards": {}})
