@@ -5,10 +5,13 @@
         summary = run_job(p, "in/*.parquet", "answers.parquet", truncate=True)
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
-ids, output writable, resume state); ``Job.run`` streams the rows through a running
-pipeline and commits results in input order as they complete (``pipeline/jobs/output.py``; on
-an object store ``pipeline/jobs/store_output.py``). Input and output are local paths or fsspec
-URLs (``pipeline/jobs/storage.py``).
+ids, output writable, resume state) and says where the job runs (``jobs.path``): a Parquet job
+on local or shared paths with a template task runs on the cluster (``ClusterJob``,
+``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer and write); any
+other job's ``Job.run`` streams the rows through this process and commits results in input order
+as they complete (``pipeline/jobs/output.py``; on an object store
+``pipeline/jobs/store_output.py``). Input and output are local paths or fsspec URLs
+(``pipeline/jobs/storage.py``).
 
 Parquet output columns: the input's own columns (except those the task reads, ``document``
 and ``question`` for the default task, and those named like output columns) followed by ``id,
