@@ -98,18 +98,10 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     assert without(pq.read_table(tmp_path / "out.parquet").to_pylist()) == without(whole.to_pylist())
 
 
-def test_unreadable_file_stops_the_job_after_committing_the_rest(null_pipeline, tmp_path):
+def test_unreadable_file_stops_the_job_after_committing_the_rest(null_pipeline, tmp_path, corrupt_second_file):
     rows = rows_with_bad_ones(10, 4)
     folder = tmp_path / "in"
-    folder.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows[:24]), folder / "a.parquet")
-    pq.write_table(pa.Table.from_pylist(rows[24:]), folder / "b.parquet")
-    good = (folder / "b.parquet").read_bytes()
-    data = bytearray(good)
-    meta = pq.ParquetFile(folder / "b.parquet").metadata
-    offset = meta.row_group(0).column(meta.schema.names.index("document")).data_page_offset
-    data[offset:offset + 24] = b"\xff" * 24   # a broken page header; the footer is intact
-    (folder / "b.parquet").write_bytes(bytes(data))
+    good = corrupt_second_file(folder, rows, 24)
 
     first = job(null_pipeline, folder, tmp_path / "out.parquet", "cluster")
     with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*run the same command again to resume"):

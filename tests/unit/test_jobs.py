@@ -223,18 +223,10 @@ def test_parquet_resume_discards_a_half_written_part(null_pipeline, tmp_path):
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
 
 
-def test_file_corrupt_midway_stops_the_job_keeping_every_row_before_it(null_pipeline, tmp_path):
+def test_file_corrupt_midway_stops_the_job_keeping_every_row_before_it(null_pipeline, tmp_path, corrupt_second_file):
     rows = short_rows(10, 4)
     folder = tmp_path / "in"
-    folder.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows[:30]), folder / "a.parquet")
-    pq.write_table(pa.Table.from_pylist(rows[30:]), folder / "b.parquet")
-    data = bytearray((folder / "b.parquet").read_bytes())
-    meta = pq.ParquetFile(folder / "b.parquet").metadata
-    document = meta.schema.names.index("document")
-    offset = meta.row_group(0).column(document).data_page_offset
-    data[offset:offset + 24] = b"\xff" * 24  # a broken page header in the texts; footer and ids intact
-    (folder / "b.parquet").write_bytes(bytes(data))
+    corrupt_second_file(folder, rows, 30)
 
     # the client path: rows in input order up to the bad page (the cluster path commits every other
     # partition: test_cluster_job.py)
