@@ -48,6 +48,11 @@ class ClusterJob:
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
 
+    def _first_rows(self, watched: bool) -> int:
+        """``intake.first_answer_rows``; unset: 1 when someone watches (a terminal), else 0."""
+        first = self.config.intake.first_answer_rows
+        return first if first is not None else int(watched)
+
     @property
     def done(self) -> int:
         """Rows committed (answer files and merged parts)."""
@@ -68,7 +73,7 @@ class ClusterJob:
                        task=get_task_kind(self.config, pipeline.tokenizer), folder=self.sink.dir, schema=self.sink.schema,
                        sampling=self.config.sampling.as_sampling(self.config.engine.seed), truncate=self.truncate,
                        starts=tuple(p.start for p in parts), commit_rows=self.part_rows,
-                       commit_s=self.flush_seconds)
+                       commit_s=self.flush_seconds, first_rows=self._first_rows(progress))
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 

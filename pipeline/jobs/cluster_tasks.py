@@ -49,6 +49,7 @@ class JobSpec:
     starts: tuple[int, ...] = field(default=())   # each partition's first position, in order
     commit_rows: int = 10_000   # an answer task commits its answers at least this many at a time
     commit_s: float = 30.0      # or this often
+    first_rows: int = 0         # requests each answer task admits before its first answer (0: no limit)
 
 
 @dataclass
@@ -153,7 +154,8 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -
         _add(figures, _figures(table, bucket.shard))
 
     await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate, progress,
-                                commit=commit, commit_rows=spec.commit_rows, commit_s=spec.commit_s)
+                                commit=commit, commit_rows=spec.commit_rows, commit_s=spec.commit_s,
+                                first_rows=spec.first_rows)
     return figures
 
 

@@ -46,12 +46,14 @@ class TokenGate:
 
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
                          progress=None, commit=None, commit_rows: int = 10_000,
-                         commit_s: float = 30.0) -> list[RowResult]:
+                         commit_s: float = 30.0, first_rows: int = 0) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``progress(done_rows, error_rows)`` is called now and
     then, and at the end. ``commit(results)`` gets the results as they complete, at least
     ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
-    loop's thread pool, so the engine's event loop goes on meanwhile)."""
+    loop's thread pool, so the engine's event loop goes on meanwhile). ``first_rows``: until the
+    first answer, only this many requests are admitted (0: no limit), so that answer is not
+    decoded in lockstep with a full engine's worth of others (README, "Start-up and first answer")."""
     engine, config = plugin.engine, plugin.config
     n = rows.num_rows
     positions = rows.column("position").to_numpy()
@@ -68,6 +70,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     done = errors = 0
     last = time.monotonic()
     failure: list[BaseException] = []
+    answered_one = asyncio.Event()
     loop = asyncio.get_running_loop()
     ready: list[RowResult] = []          # answered, not yet handed to commit
     commits: list[asyncio.Future] = []
@@ -87,6 +90,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
             r = await plugin._one(bucket_id, request, [prefix_ids], truncate,
                                   s.over(sampling) if s is not None else sampling)
             results[k] = r
+            answered_one.set()
             ready.append(r)
             if len(ready) >= commit_rows or time.monotonic() - committed_at >= commit_s:
                 hand_over()
@@ -113,6 +117,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
             await gate.acquire(tokens)
         document: list[asyncio.Task] = []
         for k in range(lo, hi):
+            if first_rows and k >= first_rows and not answered_one.is_set():
+                await answered_one.wait()
             await window.acquire()
             task = start_eagerly(one(k, prefix_ids))
             if task is not None:

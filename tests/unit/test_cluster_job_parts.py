@@ -94,3 +94,48 @@ def test_placement_keeps_documents_whole_balanced_and_held_ones_in_place():
     assert list(p.bucket_of(digests[:3])) == [of_b for of_b in p.bucket[np.searchsorted(p.digests, digests[:3])]]
     with pytest.raises(ValueError, match="no live shard"):
         place_documents(digests, rows, cost, [])
+
+
+def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
+    """A watched job's first answer is not decoded in lockstep with a full engine's worth of
+    others: before it, at most ``first_rows`` requests are in flight; after it, up to
+    ``intake.max_in_flight``. Every row gets its own result, in the table's order."""
+    import asyncio
+
+    from pipeline.worker import metrics
+    from pipeline.worker.engine import NullEngine
+    from pipeline.worker.gcstats import GcPauses
+    from pipeline.worker.plugin import EnginePlugin
+
+    class Counting(NullEngine):
+        def __init__(self):
+            super().__init__(latency_s=0.01)
+            self.in_flight = self.most_before_first = self.most = self.answered = 0
+
+        async def generate(self, prompt_ids, request_id, sampling):
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            if not self.answered:
+                self.most_before_first = max(self.most_before_first, self.in_flight)
+            try:
+                return await super().generate(prompt_ids, request_id, sampling)
+            finally:
+                self.in_flight -= 1
+                self.answered += 1
+
+    config = load_config().replace(intake={"max_in_flight": 8})
+    rows = pa.table({"position": pa.array(range(40), pa.int64()), "digest": pa.array([7] * 20 + [9] * 20, pa.uint64()),
+                     "prefix": pa.array(["doc a "] * 20 + ["doc b "] * 20, pa.large_string()),
+                     "suffix": pa.array([f"q{i}" for i in range(40)], pa.large_string())})
+    for first_rows, before in ((1, 1), (0, 8)):
+        plugin = EnginePlugin(config, "x", "null")
+        plugin.engine, plugin.shard, plugin.prefixes, plugin.token_gate = Counting(), "cpu0", None, None
+        plugin.metrics = metrics.ShardMetrics("cpu0", GcPauses())
+
+        async def run():
+            plugin._intake = asyncio.Semaphore(config.intake.max_in_flight)
+            return await plugin.answer_grouped(rows, "b", config.sampling.as_sampling(0), False, first_rows=first_rows)
+
+        results = asyncio.run(run())
+        assert [r.index for r in results] == list(range(40)) and all(r.error is None for r in results)
+        assert plugin.engine.most_before_first == before and plugin.engine.most == 8
