@@ -278,6 +278,10 @@ class IntakeConfig(_Section):
     # zlib-ng level for task inputs and results.
     compression_level: int = Field(1, ge=0, le=9)
 
+    def first_rows(self, watched: bool) -> int:
+        """``first_answer_rows``; unset: 1 when someone watches the job (a terminal), else 0."""
+        return self.first_answer_rows if self.first_answer_rows is not None else int(watched)
+
 
 class RecoveryConfig(_Section):
     # How often the client checks that every shard still has a worker (seconds).

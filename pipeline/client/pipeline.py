@@ -28,7 +28,7 @@ from pipeline.client.router import Prefix, PrefixRouter
 from pipeline.client.tokenizer import load_tokenizer
 from pipeline.cluster import resident
 from pipeline.cluster.resident_state import ClusterState
-from pipeline.cluster.engines import start_engines, wait_for_shard_workers
+from pipeline.cluster.engines import held_documents, start_engines, wait_for_shard_workers
 from pipeline.cluster.local import apply_dask_settings, connect, worker_log_dir
 from pipeline.cluster.security import dask_security
 from pipeline.config import Config, SamplingConfig, load_config
@@ -39,7 +39,7 @@ from pipeline.results import RowResult
 from pipeline.sampling import Sampling, SamplingError, checked
 from pipeline.summary import GONE, LOST, REJOINED, JobSummary
 from pipeline.worker.engine import EngineDead
-from pipeline.worker.plugin import held_prefixes, reset_worker, run_batch, stop_engine, worker_stats
+from pipeline.worker.plugin import reset_worker, run_batch, stop_engine, worker_stats
 from tasks import RowError, get_task_kind
 
 
@@ -148,10 +148,7 @@ class Pipeline:
         """What the engines hold from earlier jobs, as their workers remember it: prefix digest
         -> shard, told to the router when a row brings that prefix (pipeline/prefix_memory.py).
         Returns the number of prefixes."""
-        self.known_prefixes = {}
-        for held in self._client.run(held_prefixes, on_error="return").values():
-            if isinstance(held, dict) and held.get("shard") in self.router.shards:
-                self.known_prefixes.update(dict.fromkeys(held["prefixes"], held["shard"]))
+        self.known_prefixes = held_documents(self._client, self.router.shards)
         return len(self.known_prefixes)
 
     def new_router(self, block_size: int | None = None) -> PrefixRouter:
@@ -395,7 +392,7 @@ class Pipeline:
     def _dispatcher(self, late_binding: bool, router: PrefixRouter | None = None,
                     watched: bool = False, decode_tokens: int | None = None) -> Dispatcher:
         intake = self.config.intake
-        first = intake.first_answer_rows if intake.first_answer_rows is not None else int(watched)
+        first = intake.first_rows(watched)
         return Dispatcher(router or self.router, intake.batch_size, intake.queue_per_shard,
                           decode_tokens=decode_tokens or self.config.sampling.max_tokens, late_binding=late_binding,
                           group=self.config.routing.group_by_prefix, token_budget=self.token_budget,

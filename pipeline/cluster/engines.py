@@ -12,7 +12,7 @@ from distributed import Client
 from pipeline.cluster.start_progress import StartProgress, one_line
 from pipeline.config import Config
 from pipeline.names import PLUGIN_NAME
-from pipeline.worker.plugin import EnginePlugin, worker_stats
+from pipeline.worker.plugin import EnginePlugin, held_prefixes, worker_stats
 
 
 class EngineStartError(RuntimeError):
@@ -54,3 +54,13 @@ def shard_stats(client: Client, config: Config) -> list[dict]:
     if missing:
         raise RuntimeError(f"no worker serves shard(s) {', '.join(missing)}; workers report {sorted(map(str, served))}")
     return stats
+
+
+def held_documents(client: Client, shards) -> dict[int, str]:
+    """What the engines of ``shards`` hold from earlier jobs, as their workers remember it:
+    prefix digest -> shard (pipeline/prefix_memory.py; bounded by the KV caches)."""
+    held: dict[int, str] = {}
+    for reply in client.run(held_prefixes, on_error="return").values():
+        if isinstance(reply, dict) and reply.get("shard") in shards:
+            held.update(dict.fromkeys(reply["prefixes"], reply["shard"]))
+    return held

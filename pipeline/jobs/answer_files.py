@@ -26,11 +26,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.output import META, PartialOutput, write_atomic
+from pipeline.jobs.output import META, PartialOutput, write_atomic, write_table_atomic
 from pipeline.jobs.partitions import Partition
 from pipeline.results import RESULT_FIELDS
 
-RESULT_TYPES = {
+RESULT_TYPES = {   # the output's result columns (the client path's too: pipeline/jobs/job.py)
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
     "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
     "answer_json": pa.string(),
@@ -79,7 +79,7 @@ class AnswerFiles:
     def write(self, partition: int, name: str, table: pa.Table) -> None:
         folder = self.answers_dir(partition)
         folder.mkdir(parents=True, exist_ok=True)
-        _write_table_atomic(folder / f"{name}.parquet", table)
+        write_table_atomic(folder / f"{name}.parquet", table)
 
     def answer_files(self, partition: int) -> list[Path]:
         folder = self.answers_dir(partition)
@@ -132,7 +132,7 @@ class AnswerFiles:
         answers = answers.take(pc.sort_indices(answers, [("position", "ascending")]))
         positions = answers.column("position").to_numpy()
         if len(positions) > 1:   # a row answered twice (two runs): keep its first answer
-            keep = pa.array(list(positions[1:] != positions[:-1]))
+            keep = pa.array(positions[1:] != positions[:-1])
             if not pc.all(keep).as_py():
                 answers = answers.filter(pa.concat_arrays([pa.array([True]), keep]))
                 positions = answers.column("position").to_numpy()
@@ -146,7 +146,7 @@ class AnswerFiles:
         columns = [carry.column(n) for n in names[:at]] + [ids] + [answers.column(n) for n in names[at + 1:]]
         table = pa.Table.from_arrays(columns, schema=schema)
         self.part_path(part.index).parent.mkdir(parents=True, exist_ok=True)
-        _write_table_atomic(self.part_path(part.index), table)
+        write_table_atomic(self.part_path(part.index), table)
         return table.num_rows
 
     def finish(self, partitions: list[Partition], schema: pa.Schema, final: Path) -> None:
@@ -198,11 +198,3 @@ class ClusterParts(PartialOutput):
         self.committed = self.files.committed_rows(self.partitions)
         return self.committed
 
-
-def _write_table_atomic(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        pq.write_table(table, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from distributed import as_completed
 
-from pipeline.client.recovery import ShardWatch, current_workers
+from pipeline.client.recovery import ShardWatch
+from pipeline.cluster.engines import held_documents
 from pipeline.jobs.answer_files import ClusterParts
 from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, finish_task, \
     merge_task, piece_of, place_task, read_task, split_task
@@ -35,7 +36,6 @@ from pipeline.jobs.errors import JobError
 from pipeline.jobs.placement import Bucket
 from pipeline.names import VIEW_METADATA_KEY
 from pipeline.summary import GONE, JobSummary
-from pipeline.worker.plugin import held_prefixes
 from tasks import get_task_kind
 
 CHARS_PER_TOKEN = 4   # for a document's cost: its expected answer in characters
@@ -47,11 +47,6 @@ class ClusterJob:
         self.source, self.sink, self.config, self.truncate = source, sink, config, truncate
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
-
-    def _first_rows(self, watched: bool) -> int:
-        """``intake.first_answer_rows``; unset: 1 when someone watches (a terminal), else 0."""
-        first = self.config.intake.first_answer_rows
-        return first if first is not None else int(watched)
 
     @property
     def done(self) -> int:
@@ -73,7 +68,7 @@ class ClusterJob:
                        task=get_task_kind(self.config, pipeline.tokenizer), folder=self.sink.dir, schema=self.sink.schema,
                        sampling=self.config.sampling.as_sampling(self.config.engine.seed), truncate=self.truncate,
                        starts=tuple(p.start for p in parts), commit_rows=self.part_rows,
-                       commit_s=self.flush_seconds, first_rows=self._first_rows(progress))
+                       commit_s=self.flush_seconds, first_rows=self.config.intake.first_rows(progress))
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 
@@ -112,8 +107,13 @@ class ClusterJob:
         job = spec.job_id
         if not todo:
             return None
-        shards = self._live_shards(client)
-        held = self._held(client, shards)
+        rec = self.config.recovery
+        watch = ShardWatch(client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s,
+                           rec.rejoin_timeout_s)
+        shards = [s for s in self.config.shard_names if s in watch.workers]   # those with a worker now
+        if not shards:
+            raise JobError("no shard has a worker; nothing can answer the job")
+        held = held_documents(client, shards)
         reads = [client.submit(read_task, spec, p, key=f"{job}-read-{p.index}") for p in todo]
         figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}") for r, p in zip(reads, todo)]
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}") for r, p in zip(reads, todo)]
@@ -137,9 +137,6 @@ class ClusterJob:
         read_errors = 0
         partition_of = {f.key: p for f, p in zip(figures, todo)}
         pending = as_completed(list(answers.values()) + figures)
-        rec = self.config.recovery
-        watch = ShardWatch(client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s,
-                           rec.rejoin_timeout_s)
         moved_away: set[str] = set()   # answer tasks cancelled here: their buckets moved
         while not pending.is_empty():
             for f in pending.next_batch(block=False) if pending.has_ready() else []:
@@ -160,8 +157,8 @@ class ClusterJob:
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:
-                    moved_away.update(f.key for i, f in answers.items() if not f.done() and bucket[i].shard == event.shard)
-                    for i, moved in self._move(client, spec, event.shard, bucket, answers, pieces, watch).items():
+                    for i, moved in self._move(client, spec, event.shard, bucket, answers, pieces, watch,
+                                               moved_away).items():
                         of_answer[moved.key] = i
                         pending.add(moved)
                         futures.append(moved)
@@ -185,10 +182,12 @@ class ClusterJob:
         return client.submit(answer_task, spec, b, *pieces, key=key, resources={self.config.shard(b.shard).resource: 1},
                              retries=self.config.recovery.max_row_attempts - 1)
 
-    def _move(self, client, spec: JobSpec, gone: str, bucket: dict, answers: dict, pieces: dict, watch) -> dict:
+    def _move(self, client, spec: JobSpec, gone: str, bucket: dict, answers: dict, pieces: dict, watch,
+              moved_away: set) -> dict:
         """Shard ``gone`` has had no worker for ``recovery.rejoin_timeout_s``: its unfinished
-        buckets go to the live shards, least loaded first. A moved task skips the rows its
-        earlier attempts committed (the same answer-file name), so none is answered twice."""
+        buckets go to the live shards, least loaded first (the tasks cancelled here are added to
+        ``moved_away``). A moved task skips the rows its earlier attempts committed (the same
+        answer-file name), so none is answered twice."""
         live = [s for s in self.config.shard_names if s in watch.workers and s not in watch.gone]
         if not live:
             raise JobError(f"no shard has a worker any more (shard {gone} is gone); the answers committed so far "
@@ -202,6 +201,7 @@ class ClusterJob:
             target = min(live, key=load.__getitem__)
             load[target] += bucket[i].rows
             f.cancel()
+            moved_away.add(f.key)
             bucket[i] = replace(bucket[i], shard=target)
             answers[i] = moved[i] = self._answer(client, spec, bucket[i], pieces[i], attempt=next(self._moves))
         return moved
@@ -222,23 +222,6 @@ class ClusterJob:
             groups = figures.errors_by_kind
         for group, n in groups.items():
             summary.errors_by_kind[group] = summary.errors_by_kind.get(group, 0) + n
-
-    def _live_shards(self, client) -> list[str]:
-        """The shards that have a worker now."""
-        present = {r for w in current_workers(client).values() for r in (w.get("resources") or {})}
-        shards = [s.name for s in self.config.shards if s.resource in present]
-        if not shards:
-            raise JobError("no shard has a worker; nothing can answer the job")
-        return shards
-
-    @staticmethod
-    def _held(client, shards: list[str]) -> dict[int, str]:
-        """Documents the engines hold from earlier jobs: digest -> shard (bounded by the KV caches)."""
-        held: dict[int, str] = {}
-        for reply in client.run(held_prefixes, on_error="return").values():
-            if isinstance(reply, dict) and reply.get("shard") in shards:
-                held.update(dict.fromkeys(reply["prefixes"], reply["shard"]))
-        return held
 
     def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
         """The job's figures for the dashboard page (its job plot), at most once a second;

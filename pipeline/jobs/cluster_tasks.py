@@ -54,8 +54,7 @@ class JobSpec:
 
 @dataclass
 class ReadFigures:
-    rows: int = 0                  # rows of the partition read this run (answered rows left out)
-    errors: int = 0                # of them, failed reading (answered here with their error)
+    errors: int = 0                # rows of the partition that failed reading (answered here with their error)
     errors_by_kind: dict = field(default_factory=dict)
     unreadable: str | None = None  # why the partition could not be read (its rows wait for a rerun)
 
@@ -69,14 +68,10 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, ReadFigures(unreadable=str(exc))
-    figures = ReadFigures(rows=rows.rows.num_rows + rows.errors.num_rows, errors=rows.errors.num_rows)
-    if rows.errors.num_rows:
-        errors = rows.errors.column("error")
+    errors = rows.errors.column("error")
+    if len(errors):
         files.write(part.index, f"{spec.run}-input", error_table(rows.errors.column("position"), errors))
-        for text in errors.to_pylist():
-            group = RowResult(0, error=text, error_kind=ErrorKind.INPUT).error_group
-            figures.errors_by_kind[group] = figures.errors_by_kind.get(group, 0) + 1
-    return rows, figures
+    return rows, ReadFigures(errors=len(errors), errors_by_kind=_error_groups(errors))
 
 
 def figures_of(read: tuple[PromptRows, ReadFigures]) -> ReadFigures:
@@ -168,16 +163,21 @@ def _write_by_partition(files: AnswerFiles, starts: tuple[int, ...], name: str, 
         files.write(int(partition[lo]), name, table.slice(lo, hi - lo))
 
 
-def _figures(table: pa.Table, shard: str) -> dict:
-    """What the summary counts of these answered rows."""
-    errors = table.column("error")
+def _error_groups(errors) -> dict:
+    """Rows per ``RowResult.error_group`` of these error texts (nulls: rows without an error)."""
     by_kind: dict = {}
     for text in errors.drop_null().to_pylist():
         kind = text.split(":", 1)[0]
         group = RowResult(0, error=text, error_kind=ErrorKind(kind) if kind in ErrorKind._value2member_map_
                           else None).error_group
         by_kind[group] = by_kind.get(group, 0) + 1
-    return {"rows": table.num_rows, "errors": len(errors) - errors.null_count, "errors_by_kind": by_kind,
+    return by_kind
+
+
+def _figures(table: pa.Table, shard: str) -> dict:
+    """What the summary counts of these answered rows."""
+    errors = table.column("error")
+    return {"rows": table.num_rows, "errors": len(errors) - errors.null_count, "errors_by_kind": _error_groups(errors),
             "prompt_tokens": pc.sum(table.column("prompt_tokens")).as_py() or 0,
             "cached_tokens": pc.sum(table.column("cached_tokens")).as_py() or 0,
             "completion_tokens": pc.sum(table.column("completion_tokens")).as_py() or 0, "shard": shard}

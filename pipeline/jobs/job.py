@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
-from pipeline.jobs.answer_files import ClusterParts
+from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.jobs.cluster_job import ClusterJob
 from pipeline.jobs.output import META, JsonlLines, ParquetParts
 from pipeline.jobs.partitions import plan_partitions
@@ -52,11 +52,6 @@ from tasks import Chat, get_task_kind, task_columns
 if TYPE_CHECKING:
     from pipeline.client.pipeline import Pipeline
 
-_RESULT_TYPES = {
-    "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
-    "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
-    "answer_json": pa.string(),
-}
 DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
@@ -94,7 +89,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
         wants_json = config.sampling.json_schema is not None or "json_schema" in source.sampling_columns
         fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
-                            *(pa.field(n, _RESULT_TYPES[n]) for n in fields)])
+                            *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
         if on_cluster:
             partition_rows = _resumed_partition_rows(final) or config.jobs.partition_rows
             # the files as they are: answers are matched to rows by position, so a changed file
@@ -188,7 +183,7 @@ class Job:
             carry = c.carry.slice(lo, hi - lo)
             ids = carry.column("id") if self.source.key else pa.array(c.keys[lo:hi], pa.int64())
             columns = [carry.column(n) for n in self.source.passthrough] + [ids]
-            columns += [pa.array([getattr(r, n) for r in c.results[lo:hi]], _RESULT_TYPES[n]) for n in fields]
+            columns += [pa.array([getattr(r, n) for r in c.results[lo:hi]], RESULT_TYPES[n]) for n in fields]
             return [pa.RecordBatch.from_arrays(columns, schema=schema)]
         return to_batch
 

@@ -127,12 +127,7 @@ class ParquetParts(PartialOutput):
             return
         table = pa.Table.from_batches(batches, schema=self.schema)
         path = self.dir / f"part-{len(self._parts):06d}.parquet"
-        tmp = self.dir / f".{path.name}.tmp"
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_table_atomic(path, table)
         self._parts.append(path)
         self._committed_now(table.num_rows)
 
@@ -183,6 +178,17 @@ class JsonlLines(PartialOutput):
             self.path.write_bytes(b"")
         os.replace(self.path, self.final)
         shutil.rmtree(self.dir)
+
+
+def write_table_atomic(path: Path, table: pa.Table) -> None:
+    """``table`` as Parquet at ``path``: written and synced under a temporary name, then renamed,
+    so a file that exists is whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        pq.write_table(table, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
