@@ -6,15 +6,18 @@
         answers = p.map_dataframe(ddf)        # runs the job now
         answers.to_parquet("s3://bucket/answers/")   # or .compute(), .join(ddf), ...
 
-What runs when: ``map_dataframe`` runs the job when it is called. The cluster computes the input
-partitions, ``prefetch`` ahead, and only the columns the task reads. The client pulls one
-partition at a time and feeds its rows to the same router as every other job, so a document's
-questions land on one shard whichever partitions they are in. As each partition's rows are all
-answered, its answers become one pandas DataFrame, with the input partition's index, kept in the
-cluster's memory. The returned Dask DataFrame is built from those: same partitions, same index,
-same divisions. Computing it, or writing it, reads the kept answers and does not run the model
-again. Client memory is bounded by about ``1 + prefetch`` partitions and the read-ahead window,
-not by the input's size.
+What runs when: ``map_dataframe`` runs the job when it is called. The returned Dask DataFrame
+holds the answers, one pandas DataFrame per input partition, kept in the cluster's memory: same
+partitions, same index, same divisions. Computing it, or writing it, reads the kept answers and
+does not run the model again.
+
+Where the rows go (``jobs.path``, as for file jobs): with the document_question or template task
+the job runs on the cluster (``FrameSteps`` below, pipeline/jobs/cluster_job.py): the workers
+compute the input partitions, build the prompts, group every row of the job by document, answer
+and merge each partition's answers; no row passes through this process. Any other task (or
+``jobs.path: client``) takes the client-side feed: the cluster computes the input partitions,
+``prefetch`` ahead; the client pulls one partition at a time and feeds its rows to the router;
+client memory is then bounded by about ``1 + prefetch`` partitions and the read-ahead window.
 """
 from __future__ import annotations
 
@@ -23,19 +26,15 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from pipeline.jobs.answer_files import PANDAS_TYPES as _DTYPES
+from pipeline.jobs.row_checks import RowColumns
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, RowResult
 from pipeline.sampling import ROW_COLUMNS
 from tasks import get_task_kind, task_columns
 
-
-# The output columns and their pandas dtypes (strings as pyarrow-backed strings).
-_DTYPES = {"answer": "string", "error": "string", "prompt_tokens": "int64", "cached_tokens": "int64",
-           "completion_tokens": "int64", "shard": "string", "latency_s": "float64", "finish_reason": "string",
-           JSON_FIELD: "string"}
-
-
 # Rows of a pulled partition turned into Python values at a time (the rest stays in Arrow buffers).
 ROWS_AT_ONCE = 4096
+CLUSTER_TASKS = ("document_question", "template")   # the tasks a DataFrame job runs on the cluster with
 
 
 class DataFrameInputError(ValueError):
@@ -54,7 +53,6 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     # Start time: pandas and dask.dataframe are loaded by DataFrame jobs only.
     import dask.dataframe as dd
     import pandas as pd
-    from dask import delayed
 
     rows_total = None   # for the dashboard's progress: known up front for a pandas frame, else once all read
     if isinstance(df, pd.DataFrame):
@@ -68,24 +66,113 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     missing = columns.missing(names)
     if missing:
         raise DataFrameInputError(f"the DataFrame {missing}; it has: {', '.join(map(str, names)) or '(none)'}")
-    read = [c for c in columns.all if c in names] + [c for c in ROW_COLUMNS if c in names and c not in columns.all]
     wants_json = config.sampling.json_schema is not None or "json_schema" in names
     out_columns = output_columns(wants_json)
     meta = pd.DataFrame({n: pd.Series(dtype=_DTYPES[n]) for n in out_columns},
                         index=df._meta.index[:0])
     # The user's partitions as they are (selecting columns first would let Dask's optimizer merge
-    # small partitions: seen, 3 Parquet files read as 2), then only the task's columns, selected
-    # on the cluster, come to the client.
-    parts = [delayed(_columns)(part, read) for part in df.to_delayed()]
+    # small partitions: seen, 3 Parquet files read as 2); only the task's columns are used.
+    parts = df.to_delayed()
     if len(parts) != df.npartitions:
         raise DataFrameInputError(f"the DataFrame has {df.npartitions} partitions but Dask gave {len(parts)}")
+    if _on_cluster(config):
+        from pipeline.jobs.cluster_job import ClusterJob   # start time: loaded by DataFrame jobs only
+
+        steps = FrameSteps(pipeline.client, parts, RowColumns.of(columns, names), out_columns, rows_total)
+        ClusterJob(steps, config, truncate_prompts).run(pipeline, progress=False)
+        futures = steps.frames
+    else:
+        futures = _on_client(pipeline, config, parts, names, columns, out_columns, meta, truncate_prompts,
+                             prefetch, rows_total)
+    return dd.from_delayed(futures, meta=meta, divisions=df.divisions, verify_meta=False)
+
+
+def _on_cluster(config) -> bool:
+    """Whether the job runs on the cluster (``jobs.path``; module docstring)."""
+    if config.jobs.path == "client":
+        return False
+    if config.task in CLUSTER_TASKS:
+        return True
+    if config.jobs.path == "cluster":
+        raise DataFrameInputError(f"jobs.path is cluster, which runs DataFrame jobs with the "
+                                  f"{' or '.join(CLUSTER_TASKS)} task; this job's task is {config.task}. "
+                                  f"Set jobs.path to auto or client")
+    return False
+
+
+class _FramePart:
+    def __init__(self, index: int):
+        self.index = index
+
+
+class FrameSteps:
+    """A Dask DataFrame job's steps on the cluster (pipeline/jobs/cluster_job.py): each input
+    partition computed and read on a worker (pipeline/jobs/frame_tasks.py), answers kept in
+    memory, each partition's answers merged into a pandas DataFrame with the input's index
+    (``frames``: one future per partition, in order, once the job has run)."""
+    resumed = 0
+
+    def __init__(self, client, parts: list, columns: RowColumns, out_columns: list[str], rows_total: int | None):
+        from pipeline.jobs.cluster_tasks import kept_answer_task
+
+        self.answer = kept_answer_task
+        self.client, self.parts, self.columns, self.out_columns = client, parts, columns, out_columns
+        self.rows_total = rows_total
+        self.frames: list = []
+
+    def committed(self) -> int:
+        return 0
+
+    def partitions(self) -> list:
+        return [_FramePart(i) for i in range(len(self.parts))]
+
+    def spec(self, **fields):
+        from pipeline.jobs.cluster_tasks import JobSpec
+
+        return JobSpec(source=self.columns, folder=None, schema=None, **fields)
+
+    def read(self, client, spec, part, key: str):
+        from pipeline.jobs.frame_tasks import frame_read_task
+
+        frame = client.compute(self.parts[part.index])   # computed on the cluster, read beside it
+        return client.submit(frame_read_task, spec, frame, part.index, key=key)
+
+    def complete(self, client, spec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
+        """Each partition's answers merged on the cluster (waited for, not fetched)."""
+        from distributed import wait
+
+        from pipeline.jobs.cluster_tasks import kept_piece
+        from pipeline.jobs.frame_tasks import frame_merge_task
+
+        job = spec.job_id
+        merges = []
+        for p, read in zip(todo, reads):
+            pieces = [client.submit(kept_piece, a, p.index, key=f"{job}-kept-{p.index}-{b}")
+                      for b, a in answers.items()]
+            merges.append(client.submit(frame_merge_task, read, p.index, self.out_columns, *pieces,
+                                        key=f"{job}-merge-{p.index}"))
+        wait(merges)
+        for f in merges:
+            if f.status != "finished":
+                f.result()   # raises the task's error
+        self.frames = merges
+        return []
+
+
+def _on_client(pipeline, config, parts: list, names: list, columns, out_columns: list[str], meta,
+               truncate_prompts: bool, prefetch: int, rows_total: int | None) -> list:
+    """The client-side feed (module docstring): the output partitions' futures, in order."""
+    from dask import delayed
+
+    read = [c for c in columns.all if c in names] + [c for c in ROW_COLUMNS if c in names and c not in columns.all]
+    parts = [delayed(_columns)(part, read) for part in parts]
     collector = _Partitions(pipeline, out_columns, meta)
     rows = collector.rows(parts, prefetch)
     for r in pipeline.stream(rows, task=get_task_kind(config, pipeline.tokenizer), sampling=config.sampling,
                              truncate_prompts=truncate_prompts, rows_total=rows_total):
         collector.place(r)
     collector.close()
-    return dd.from_delayed(collector.futures, meta=meta, divisions=df.divisions, verify_meta=False)
+    return collector.futures
 
 
 def _columns(frame, names: list[str]):

@@ -35,6 +35,11 @@ RESULT_TYPES = {   # the output's result columns (the client path's too: pipelin
     "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
     "answer_json": pa.string(),
 }
+PANDAS_TYPES = {   # the same, as a DataFrame job's output has them (strings as pandas strings)
+    "answer": "string", "error": "string", "prompt_tokens": "int64", "cached_tokens": "int64",
+    "completion_tokens": "int64", "shard": "string", "latency_s": "float64", "finish_reason": "string",
+    "answer_json": "string",
+}
 ANSWER_SCHEMA = pa.schema([pa.field("position", pa.int64())] +
                           [pa.field(n, RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]])
 

@@ -1,8 +1,8 @@
-"""A file job run on the cluster: the workers read the input, group its rows by document,
-answer and write; this process (the client) only plans and coordinates. It reads the input's
-footers, submits the tasks (pipeline/jobs/cluster_tasks.py), shows progress from the counts the
-answer tasks publish, and has the partitions merged and OUTPUT written when all are answered.
-What it holds grows with the number of partitions and buckets, not rows.
+"""A job run on the cluster: the workers read the input, group its rows by document, answer
+and write; this process (the client) only plans and coordinates. It plans the partitions,
+submits the tasks (pipeline/jobs/cluster_tasks.py), shows progress from the counts the answer
+tasks publish, and has the partitions merged in input order when all are answered. What it
+holds grows with the number of partitions and buckets, not rows.
 
 The steps, each a set of Dask tasks:
 1. read: each input partition becomes prompt rows on a worker, with per-document counts;
@@ -10,11 +10,17 @@ The steps, each a set of Dask tasks:
    (pipeline/jobs/placement.py: bounded load, engines' held documents kept where they are);
 3. split: each partition's rows cut by bucket; the pieces move worker to worker;
 4. answer: one task per bucket on its shard, rows grouped by document
-   (pipeline/worker/grouped_answers.py); it commits answer files (pipeline/jobs/answer_files.py);
-5. merge each partition in input order with its input's columns; then OUTPUT.
+   (pipeline/worker/grouped_answers.py);
+5. complete: each partition's answers merged in input order.
 
-A worker lost mid-job costs no row: Dask reruns its tasks (an answer task rewrites the same
-files). A partition that cannot be read is left for a rerun, after the others are committed.
+What the input and output are is the job's ``steps``: ``FileSteps`` here (Parquet files in;
+answer files committed as they come, pipeline/jobs/answer_files.py; parts merged with the
+input's own columns, then OUTPUT), ``FrameSteps`` for a Dask DataFrame
+(pipeline/client/dataframes.py: answers kept in the cluster's memory).
+
+A worker lost mid-job costs no row: Dask reruns its tasks (a file job's answer task skips the
+rows it committed before). A partition that cannot be read is left for a rerun, after the
+others are committed.
 """
 from __future__ import annotations
 
@@ -30,8 +36,8 @@ from distributed import as_completed
 from pipeline.client.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
 from pipeline.jobs.answer_files import ClusterParts
-from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, finish_task, \
-    merge_task, piece_of, place_task, read_task, split_task
+from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, \
+    figures_of_answer, finish_task, merge_task, piece_of, place_task, read_task, split_task
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.placement import Bucket
 from pipeline.names import VIEW_METADATA_KEY
@@ -41,17 +47,61 @@ from tasks import get_task_kind
 CHARS_PER_TOKEN = 4   # for a document's cost: its expected answer in characters
 
 
+class FileSteps:
+    """A Parquet file job's steps: partitions of the input files read on the workers, answers
+    committed to answer files, each partition merged into a part, then OUTPUT."""
+    answer = staticmethod(answer_task)
+
+    def __init__(self, source, sink: ClusterParts):
+        self.source, self.sink = source, sink
+        self.rows_total = source.num_rows
+        self.resumed = sink.resumed
+
+    def committed(self) -> int:
+        return self.sink.refresh()
+
+    def partitions(self) -> list:
+        return [p for p in self.sink.partitions if not self.sink.files.merged(p.index)]
+
+    def spec(self, **fields) -> JobSpec:
+        return JobSpec(source=self.source, folder=self.sink.dir, schema=self.sink.schema,
+                       starts=tuple(p.start for p in self.sink.partitions), **fields)
+
+    def read(self, client, spec: JobSpec, part, key: str):
+        return client.submit(read_task, spec, part, key=key)
+
+    def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
+        """Each readable partition merged; then, if every one was, OUTPUT. The futures submitted."""
+        merges = [client.submit(merge_task, spec, p, key=f"{spec.job_id}-merge-{p.index}") for p in todo
+                  if p.index not in unreadable]
+        client.gather(merges)
+        if unreadable:
+            return merges
+        finish = client.submit(finish_task, spec, self.sink.partitions, Path(self.sink.final),
+                               key=f"{spec.job_id}-finish")
+        finish.result()
+        return merges + [finish]
+
+
 class ClusterJob:
-    def __init__(self, source, sink: ClusterParts, config, truncate: bool, part_rows: int = 10_000,
-                 flush_seconds: float = 30.0):
-        self.source, self.sink, self.config, self.truncate = source, sink, config, truncate
+    """The coordinator of a job on the cluster; ``steps`` says what its input and output are
+    (``FileSteps``; a DataFrame job's: pipeline/client/dataframes.py)."""
+
+    def __init__(self, steps, config, truncate: bool, part_rows: int = 10_000, flush_seconds: float = 30.0):
+        self.steps, self.config, self.truncate = steps, config, truncate
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
+        self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
+
+    @property
+    def sink(self):
+        """A file job's partial output (``ClusterParts``)."""
+        return self.steps.sink
 
     @property
     def done(self) -> int:
         """Rows committed (answer files and merged parts)."""
-        return self.sink.refresh()
+        return self.steps.committed()
 
     def run(self, pipeline, progress: bool | None = None) -> JobSummary:
         from tqdm import tqdm   # start time: loaded when a job runs
@@ -59,16 +109,15 @@ class ClusterJob:
         if progress is None:
             progress = sys.stderr.isatty()
         client = pipeline.client
-        summary = JobSummary(resumed=self.sink.resumed)
-        parts = self.sink.partitions
-        todo = [p for p in parts if not self.sink.files.merged(p.index)]
+        summary = JobSummary(resumed=self.steps.resumed)
+        todo = self.steps.partitions()
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id
-        spec = JobSpec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress", source=self.source,
-                       task=get_task_kind(self.config, pipeline.tokenizer), folder=self.sink.dir, schema=self.sink.schema,
-                       sampling=self.config.sampling.as_sampling(self.config.engine.seed), truncate=self.truncate,
-                       starts=tuple(p.start for p in parts), commit_rows=self.part_rows,
-                       commit_s=self.flush_seconds, first_rows=self.config.intake.first_rows(progress))
+        spec = self.steps.spec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress",
+                               task=get_task_kind(self.config, pipeline.tokenizer),
+                               sampling=self.config.sampling.as_sampling(self.config.engine.seed),
+                               truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
+                               first_rows=self.config.intake.first_rows(progress))
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 
@@ -81,13 +130,9 @@ class ClusterJob:
         client.subscribe_topic(spec.topic, on_progress)
         futures: list = []
         try:
-            with tqdm(total=self.source.num_rows, initial=self.sink.committed, unit="row", desc="rows",
+            with tqdm(total=self.rows_total, initial=self.steps.resumed, unit="row", desc="rows",
                       disable=not progress, dynamic_ncols=True) as bar:
-                unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar, t0)
-                if unreadable is None:
-                    finish = client.submit(finish_task, spec, parts, Path(self.sink.final), key=f"{job_id}-finish")
-                    futures.append(finish)
-                    finish.result()
+                unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar)
         finally:
             client.unsubscribe_topic(spec.topic)
             for f in futures:
@@ -96,17 +141,17 @@ class ClusterJob:
         summary.seconds = time.perf_counter() - t0
         summary.rows_read = summary.rows_total = summary.rows
         self._publish(pipeline, summary, force=True)
-        if unreadable is not None:
-            raise JobError(unreadable)
+        if unreadable:
+            raise JobError(unreadable[min(unreadable)])
         return summary
 
-    def _run(self, pipeline, spec: JobSpec, todo, summary: JobSummary, answered: dict, futures: list, bar,
-             t0: float) -> str | None:
-        """Read, place, split, answer, merge; the first partition that could not be read, if any."""
+    def _run(self, pipeline, spec: JobSpec, todo, summary: JobSummary, answered: dict, futures: list,
+             bar) -> dict[int, str]:
+        """Read, place, split, answer, complete; the partitions that could not be read, and why."""
         client, jobs = pipeline.client, self.config.jobs
         job = spec.job_id
         if not todo:
-            return None
+            return {}
         rec = self.config.recovery
         watch = ShardWatch(client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s,
                            rec.rejoin_timeout_s)
@@ -114,7 +159,7 @@ class ClusterJob:
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")
         held = held_documents(client, shards)
-        reads = [client.submit(read_task, spec, p, key=f"{job}-read-{p.index}") for p in todo]
+        reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}") for p in todo]
         figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}") for r, p in zip(reads, todo)]
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}") for r, p in zip(reads, todo)]
         futures += figures
@@ -131,12 +176,15 @@ class ClusterJob:
                             for s, p in zip(splits, todo)] for b in buckets}
         bucket = {b.index: b for b in buckets}
         answers = {b.index: self._answer(client, spec, b, pieces[b.index]) for b in buckets}
-        of_answer = {f.key: i for i, f in answers.items()}
+        watched = {i: self._figures(client, a) for i, a in answers.items()}   # each answer's figures
+        of_answer = {f.key: i for i, f in watched.items()}
         futures += answers.values()
+        futures += watched.values()
         unreadable: dict[int, str] = {}   # partition -> why it could not be read
         read_errors = 0
+        rows_read = reads_done = 0
         partition_of = {f.key: p for f, p in zip(figures, todo)}
-        pending = as_completed(list(answers.values()) + figures)
+        pending = as_completed(list(watched.values()) + figures)
         moved_away: set[str] = set()   # answer tasks cancelled here: their buckets moved
         while not pending.is_empty():
             for f in pending.next_batch(block=False) if pending.has_ready() else []:
@@ -149,38 +197,48 @@ class ClusterJob:
                 self._take(result, summary)
                 if f.key in partition_of:
                     read_errors += result.errors
+                    rows_read += result.rows
+                    reads_done += 1
                     if result.unreadable is not None:
                         unreadable[partition_of[f.key].index] = result.unreadable
                 else:
-                    pieces.pop(of_answer[f.key], None)   # (answered: its rows are no longer needed)
+                    pieces[of_answer[f.key]] = []   # (answered: its rows are no longer needed)
                 f.release()
+            if self.rows_total is None and reads_done == len(figures):
+                self.rows_total = bar.total = rows_read
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:
                     for i, moved in self._move(client, spec, event.shard, bucket, answers, pieces, watch,
                                                moved_away).items():
-                        of_answer[moved.key] = i
-                        pending.add(moved)
-                        futures.append(moved)
+                        old = watched[i]
+                        old.cancel()
+                        moved_away.add(old.key)
+                        watched[i] = self._figures(client, moved)
+                        of_answer[watched[i].key] = i
+                        pending.add(watched[i])
+                        futures += [moved, watched[i]]
             live = read_errors + sum(answered.values())   # rows answered so far, as the tasks report them
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
             with pending.thread_condition:
                 if not pending.has_ready():
                     pending.thread_condition.wait(timeout=0.5)
-        del held_for_recovery
         bar.update(max(0, summary.resumed + summary.rows - bar.n))
-        merges = [client.submit(merge_task, spec, p, key=f"{job}-merge-{p.index}") for p in todo
-                  if p.index not in unreadable]
-        futures += merges
-        client.gather(merges)
-        return unreadable[min(unreadable)] if unreadable else None
+        futures += self.steps.complete(client, spec, todo, unreadable, reads, answers)
+        del held_for_recovery
+        return unreadable
 
     def _answer(self, client, spec: JobSpec, b: Bucket, pieces: list, attempt: int = 0):
         """Bucket ``b``'s answer task, on its shard's worker."""
         key = f"{spec.job_id}-answer-{b.index}" + (f"-moved{attempt}" if attempt else "")
-        return client.submit(answer_task, spec, b, *pieces, key=key, resources={self.config.shard(b.shard).resource: 1},
+        return client.submit(self.steps.answer, spec, b, *pieces, key=key,
+                             resources={self.config.shard(b.shard).resource: 1},
                              retries=self.config.recovery.max_row_attempts - 1)
+
+    @staticmethod
+    def _figures(client, answer):
+        return client.submit(figures_of_answer, answer, key=f"{answer.key}-figures")
 
     def _move(self, client, spec: JobSpec, gone: str, bucket: dict, answers: dict, pieces: dict, watch,
               moved_away: set) -> dict:
@@ -231,7 +289,7 @@ class ClusterJob:
         if not force and now - getattr(self, "_published", 0.0) < 1.0:
             return
         self._published = now
-        summary.rows_total = self.source.num_rows - summary.resumed
+        summary.rows_total = self.rows_total - summary.resumed if self.rows_total is not None else None
         job = summary.as_dict()
         job["rows"] = max(summary.rows, live_rows)
         pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time(), "pending_rows": None,

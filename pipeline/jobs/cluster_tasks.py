@@ -54,6 +54,7 @@ class JobSpec:
 
 @dataclass
 class ReadFigures:
+    rows: int = 0                  # rows of the partition read (a DataFrame job's total is their sum)
     errors: int = 0                # rows of the partition that failed reading (answered here with their error)
     errors_by_kind: dict = field(default_factory=dict)
     unreadable: str | None = None  # why the partition could not be read (its rows wait for a rerun)
@@ -71,7 +72,7 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
     errors = rows.errors.column("error")
     if len(errors):
         files.write(part.index, f"{spec.run}-input", error_table(rows.errors.column("position"), errors))
-    return rows, ReadFigures(errors=len(errors), errors_by_kind=_error_groups(errors))
+    return rows, ReadFigures(rows=part.rows, errors=len(errors), errors_by_kind=error_groups(errors))
 
 
 def figures_of(read: tuple[PromptRows, ReadFigures]) -> ReadFigures:
@@ -117,18 +118,12 @@ def piece_of(pieces: dict[int, pa.Table], bucket: int) -> pa.Table | None:
     return pieces.get(bucket)
 
 
-async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> dict:
+async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> tuple[dict, None]:
     """One bucket answered on its shard's engine, grouped by document. Its answers are committed
     as they come (``spec.commit_rows`` at a time or every ``spec.commit_s``), one file per input
     partition each time; a rerun of the task (its worker was lost) answers only the rows its
-    earlier attempts did not commit. Returns the bucket's figures."""
-    plugin = shard_plugin()
-    if plugin.shard != bucket.shard:
-        raise RuntimeError(f"bucket {bucket.index} is for shard {bucket.shard}, not {plugin.shard}")
-    tables = [p for p in pieces if p is not None and p.num_rows]
-    rows = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
-    if len(tables) > 1:
-        rows = rows.sort_by([("digest", "ascending"), ("position", "ascending")])
+    earlier attempts did not commit. Returns the bucket's figures (and no rows: they are in the files)."""
+    plugin, rows = _bucket_rows(bucket, pieces)
     files = AnswerFiles(spec.folder)
     name = f"{spec.run}-b{bucket.index:06d}"
     loop = asyncio.get_running_loop()
@@ -136,34 +131,92 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -
     figures = _figures(earlier, bucket.shard)
     if earlier.num_rows:
         rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
-    worker = get_worker()
     seq = itertools.count(files.next_seq(name))
-    offset = earlier.num_rows
-
-    def progress(done: int, errors: int) -> None:
-        worker.log_event(spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": offset + done})
 
     def commit(results: list[RowResult]) -> None:
         table = results_table(results)
         _write_by_partition(files, spec.starts, f"{name}-{next(seq):05d}", table)
         _add(figures, _figures(table, bucket.shard))
 
-    await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate, progress,
-                                commit=commit, commit_rows=spec.commit_rows, commit_s=spec.commit_s,
-                                first_rows=spec.first_rows)
-    return figures
+    await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
+                                _progress(spec, bucket, earlier.num_rows), commit=commit,
+                                commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows)
+    return figures, None
+
+
+async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> tuple[dict, dict]:
+    """One bucket answered as ``answer_task`` does, its answers kept in memory, not written: the
+    bucket's figures and its answer rows by input partition (``partition_of`` their positions).
+    A rerun answers the whole bucket again (a DataFrame job: pipeline/client/dataframes.py)."""
+    plugin, rows = _bucket_rows(bucket, pieces)
+    results = await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
+                                          _progress(spec, bucket, 0), first_rows=spec.first_rows)
+    table = results_table(results)
+    return _figures(table, bucket.shard), _by_partition(table, partition_of(table.column("position").to_numpy()))
+
+
+def figures_of_answer(answer: tuple[dict, object]) -> dict:
+    return answer[0]
+
+
+def kept_piece(answer: tuple[dict, dict], partition: int) -> pa.Table | None:
+    """Partition ``partition``'s rows of a kept answer."""
+    return answer[1].get(partition)
+
+
+def _bucket_rows(bucket: Bucket, pieces) -> tuple:
+    """This worker's engine plugin (it must serve the bucket's shard) and the bucket's rows,
+    sorted by document then position."""
+    plugin = shard_plugin()
+    if plugin.shard != bucket.shard:
+        raise RuntimeError(f"bucket {bucket.index} is for shard {bucket.shard}, not {plugin.shard}")
+    tables = [p for p in pieces if p is not None and p.num_rows]
+    rows = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
+    if len(tables) > 1:
+        rows = rows.sort_by([("digest", "ascending"), ("position", "ascending")])
+    return plugin, rows
+
+
+def _progress(spec: JobSpec, bucket: Bucket, offset: int):
+    """An answer task's progress: its rows answered so far (``offset`` by earlier attempts), to
+    the job's event topic."""
+    worker = get_worker()
+
+    def progress(done: int, errors: int) -> None:
+        worker.log_event(spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": offset + done})
+    return progress
+
+
+PARTITION_BITS = 32   # a DataFrame job's row position: its partition's number, then its place there
+
+
+def frame_positions(number: int, rows: int) -> pa.Array:
+    return pa.array((number << PARTITION_BITS) + np.arange(rows, dtype=np.int64))
+
+
+def partition_of(positions: np.ndarray) -> np.ndarray:
+    """A DataFrame job's partition numbers of these positions."""
+    return positions >> PARTITION_BITS
+
+
+def _by_partition(table: pa.Table, partition: np.ndarray) -> dict[int, pa.Table]:
+    """``table`` cut by ``partition`` (one number per row), each piece sorted by position."""
+    if not table.num_rows:
+        return {}
+    order = np.lexsort((table.column("position").to_numpy(), partition))
+    table, partition = table.take(pa.array(order)), partition[order]
+    cuts = np.flatnonzero(np.diff(partition)) + 1
+    return {int(partition[lo]): table.slice(lo, hi - lo) for lo, hi in
+            zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(partition)])).tolist())}
 
 
 def _write_by_partition(files: AnswerFiles, starts: tuple[int, ...], name: str, table: pa.Table) -> None:
-    table = table.take(pc.sort_indices(table, [("position", "ascending")]))
-    positions = table.column("position").to_numpy()
-    partition = np.searchsorted(np.asarray(starts), positions, side="right") - 1
-    cuts = np.flatnonzero(np.diff(partition)) + 1
-    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(partition)])).tolist()):
-        files.write(int(partition[lo]), name, table.slice(lo, hi - lo))
+    partition = np.searchsorted(np.asarray(starts), table.column("position").to_numpy(), side="right") - 1
+    for number, piece in _by_partition(table, partition).items():
+        files.write(number, name, piece)
 
 
-def _error_groups(errors) -> dict:
+def error_groups(errors) -> dict:
     """Rows per ``RowResult.error_group`` of these error texts (nulls: rows without an error)."""
     by_kind: dict = {}
     for text in errors.drop_null().to_pylist():
@@ -177,7 +230,7 @@ def _error_groups(errors) -> dict:
 def _figures(table: pa.Table, shard: str) -> dict:
     """What the summary counts of these answered rows."""
     errors = table.column("error")
-    return {"rows": table.num_rows, "errors": len(errors) - errors.null_count, "errors_by_kind": _error_groups(errors),
+    return {"rows": table.num_rows, "errors": len(errors) - errors.null_count, "errors_by_kind": error_groups(errors),
             "prompt_tokens": pc.sum(table.column("prompt_tokens")).as_py() or 0,
             "cached_tokens": pc.sum(table.column("cached_tokens")).as_py() or 0,
             "completion_tokens": pc.sum(table.column("completion_tokens")).as_py() or 0, "shard": shard}

@@ -20,10 +20,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.row_checks import text_values
+from pipeline.jobs.row_checks import RowColumns
 from pipeline.jobs.storage import filesystem, is_url, local_path, store_error
 from pipeline.results import RESULT_FIELDS
-from pipeline.sampling import ROW_COLUMNS
 from tasks import Columns
 
 CHAT_URL = "/v1/chat/completions"
@@ -135,11 +134,10 @@ class ParquetSource:
         if missing:
             raise JobError(f"input {spec} {missing}; it has: {', '.join(schema.names) or '(none)'}")
         self.key = "id" if "id" in schema.names else None
-        # what the task reads: text (checked UTF-8), lists (chat messages); then the rows' own
-        # sampling settings, read as they are
-        self.text_columns = [c for c in columns.all if c in schema.names and c not in columns.lists]
-        self.list_columns = [c for c in columns.lists if c in schema.names]
-        self.sampling_columns = [c for c in ROW_COLUMNS if c in schema.names and c not in columns.all]
+        self.row_columns = RowColumns.of(columns, schema.names)
+        self.text_columns = list(self.row_columns.text_columns)
+        self.list_columns = list(self.row_columns.list_columns)
+        self.sampling_columns = list(self.row_columns.sampling_columns)
         # the prompt's columns are not copied to the output (join on id to see them again)
         self.passthrough = [n for n in schema.names if n not in (*columns.all, *RESULT_FIELDS)]
         self.dropped = [n for n in schema.names if n in RESULT_FIELDS[1:]]
@@ -185,19 +183,8 @@ class ParquetSource:
             position += n
 
     def task_rows(self, batch: pa.RecordBatch) -> tuple[list[dict | None], list[str | None]]:
-        """The rows the task gets from ``batch`` (None for a row that fails a check here) and
-        why those failed."""
-        names, values, errors = [], [], [None] * batch.num_rows
-        for name in self.text_columns:
-            texts, bad = text_values(batch.column(name), name)
-            names.append(name)
-            values.append(texts)
-            errors = [e or b for e, b in zip(errors, bad)]
-        for name in self.list_columns + self.sampling_columns:
-            names.append(name)
-            values.append(batch.column(name).to_pylist())
-        rows = [None if error else dict(zip(names, row)) for row, error in zip(zip(*values), errors)]
-        return rows, errors
+        """The rows the task gets from ``batch`` and why the others failed (``RowColumns.task_rows``)."""
+        return self.row_columns.task_rows(batch)
 
     @property
     def row_groups(self) -> list[list[int]]:

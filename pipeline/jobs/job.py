@@ -37,7 +37,7 @@ import pyarrow as pa
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
 from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
-from pipeline.jobs.cluster_job import ClusterJob
+from pipeline.jobs.cluster_job import ClusterJob, FileSteps
 from pipeline.jobs.output import META, JsonlLines, ParquetParts
 from pipeline.jobs.partitions import plan_partitions
 from pipeline.jobs.storage import is_url, local_path
@@ -107,7 +107,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     for note in notes:  # only once every check has passed
         notify(note)
     if on_cluster:
-        return ClusterJob(source, sink, config, truncate, part_rows, flush_seconds)
+        return ClusterJob(FileSteps(source, sink), config, truncate, part_rows, flush_seconds)
     return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
                read_rows=read_rows, config=config)
 

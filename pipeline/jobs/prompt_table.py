@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
+from pipeline.jobs.row_checks import RowColumns
 from pipeline.prefix_memory import prefix_digest
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
@@ -66,10 +67,15 @@ def prompt_rows(source, task, part: Partition, done: pa.Array | None = None) -> 
     if done is not None and len(done):
         keep = pc.invert(pc.is_in(positions, value_set=done))
         table, positions = table.filter(keep), positions.filter(keep)
-    if isinstance(task, PromptTemplate) and not source.sampling_columns and _plain_text(table, task):
+    return prompt_rows_of(table, positions, task, source.row_columns)
+
+
+def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColumns) -> PromptRows:
+    """``table``'s rows (the task's ``columns``; each row's position in ``positions``) as prompt rows."""
+    if isinstance(task, PromptTemplate) and not columns.sampling_columns and _plain_text(table, task):
         prefix, suffix, error = _template_columns(task, table)
     else:
-        prefix, suffix, error = _row_by_row(source, task, table)
+        prefix, suffix, error = _row_by_row(columns, task, table)
     failed = pc.is_valid(error)
     ok = pc.invert(failed)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
@@ -78,13 +84,13 @@ def prompt_rows(source, task, part: Partition, done: pa.Array | None = None) -> 
     distinct = encoded.dictionary
     digests = pa.array([prefix_digest(p) for p in distinct.to_pylist()], pa.uint64())
     digest = digests.take(encoded.indices)
-    columns = {"position": kept, "digest": digest, "prefix": prefix, "suffix": suffix}
+    out = {"position": kept, "digest": digest, "prefix": prefix, "suffix": suffix}
     schema = ROWS_SCHEMA
-    for name in source.sampling_columns:
+    for name in columns.sampling_columns:
         column = table.column(name).filter(ok).combine_chunks()
-        columns[name] = column
+        out[name] = column
         schema = schema.append(pa.field(name, column.type))
-    rows = pa.table(columns, schema=schema)
+    rows = pa.table(out, schema=schema)
     counts = pa.table({"digest": digest, "suffix_chars": pc.utf8_length(suffix)}).group_by("digest").aggregate(
         [("digest", "count"), ("suffix_chars", "sum")])
     lengths = pa.table({"digest": digests, "prefix_chars": pc.utf8_length(distinct)})
@@ -135,11 +141,11 @@ def _join(pieces: list[str], values: list[pa.Array], n: int) -> pa.Array:
     return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
 
 
-def _row_by_row(source, task, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _row_by_row(columns: RowColumns, task, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The task's own split, row by row (as the client-side path does it)."""
     prefixes, suffixes, errors = [], [], []
     for batch in table.to_batches():
-        rows, bad = source.task_rows(batch)
+        rows, bad = columns.task_rows(batch)
         for row, reason in zip(rows, bad):
             prefix = suffix = error = None
             if row is None:
@@ -147,7 +153,7 @@ def _row_by_row(source, task, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.A
             else:
                 try:
                     parts = task.split(row)
-                    if source.sampling_columns:
+                    if columns.sampling_columns:
                         checked({k: row.get(k) for k in ROW_COLUMNS if k in row})
                     prefix, suffix = parts.prefix, parts.suffix
                 except (RowError, SamplingError) as exc:

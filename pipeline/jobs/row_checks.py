@@ -6,7 +6,11 @@ Null, empty and non-text values pass through: the task kind reports those.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
+
+from pipeline.sampling import ROW_COLUMNS
 
 
 def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
@@ -35,3 +39,39 @@ def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
             values.append(None)
             errors.append(f"{name} is not valid UTF-8 text (byte {exc.start})")
     return values, errors
+
+
+@dataclass(frozen=True)
+class RowColumns:
+    """The columns of an input that a task reads: text (checked UTF-8), lists (chat messages),
+    then the rows' own sampling settings (read as they are)."""
+    text_columns: tuple[str, ...]
+    list_columns: tuple[str, ...]
+    sampling_columns: tuple[str, ...]
+
+    @classmethod
+    def of(cls, columns, names) -> "RowColumns":
+        """``columns``: the task's (``tasks.Columns``); ``names``: the input's columns."""
+        names = list(names)
+        return cls(tuple(c for c in columns.all if c in names and c not in columns.lists),
+                   tuple(c for c in columns.lists if c in names),
+                   tuple(c for c in ROW_COLUMNS if c in names and c not in columns.all))
+
+    @property
+    def all(self) -> list[str]:
+        return [*self.text_columns, *self.list_columns, *self.sampling_columns]
+
+    def task_rows(self, batch: pa.RecordBatch) -> tuple[list[dict | None], list[str | None]]:
+        """The rows the task gets from ``batch`` (None for a row that fails a check here) and
+        why those failed."""
+        names, values, errors = [], [], [None] * batch.num_rows
+        for name in self.text_columns:
+            texts, bad = text_values(batch.column(name), name)
+            names.append(name)
+            values.append(texts)
+            errors = [e or b for e, b in zip(errors, bad)]
+        for name in self.list_columns + self.sampling_columns:
+            names.append(name)
+            values.append(batch.column(name).to_pylist())
+        rows = [None if error else dict(zip(names, row)) for row, error in zip(zip(*values), errors)]
+        return rows, errors

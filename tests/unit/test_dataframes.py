@@ -38,18 +38,17 @@ def test_output_partitions_and_index_match_the_input(null_pipeline):
     assert (shards == 1).all()
 
 
-def test_pandas_input_bad_rows_and_missing_columns(null_pipeline, monkeypatch):
+def _job_view(pipeline) -> dict:
+    """The last job's figures as the dashboard's job plot gets them."""
+    from pipeline.names import VIEW_METADATA_KEY
+    return pipeline.client.get_metadata(VIEW_METADATA_KEY)["job"]
+
+
+def test_pandas_input_bad_rows_and_missing_columns(null_pipeline):
     frame = _frame(3, 2)
     frame.loc[frame.index[1], "question"] = None
-    totals, stream = [], null_pipeline.stream
-
-    def watched_stream(rows, **kwargs):   # the job's row count, as the dashboard's progress gets it
-        totals.append(kwargs.get("rows_total"))
-        return stream(rows, **kwargs)
-
-    monkeypatch.setattr(null_pipeline, "stream", watched_stream)
     out = null_pipeline.map_dataframe(frame).compute()
-    assert totals == [len(frame)]   # known up front for a pandas frame
+    assert _job_view(null_pipeline)["rows_total"] == len(frame)
     assert list(out.index) == list(frame.index)
     assert out["error"].iloc[1] == "input: question is null" and out["error"].drop(frame.index[1]).isna().all()
     with pytest.raises(DataFrameInputError, match="lacks required column"):
@@ -57,3 +56,37 @@ def test_pandas_input_bad_rows_and_missing_columns(null_pipeline, monkeypatch):
     tpl = null_pipeline.map_dataframe(frame.rename(columns={"question": "q"}),
                                       prompt={"template": "{document}\n\nQ: {q}"}, sampling={"max_tokens": 4})
     assert tpl.compute()["error"].iloc[1] == "input: q is null"
+
+
+def test_cluster_path_gives_the_client_paths_rows_and_no_row_passes_the_client(null_pipeline, monkeypatch):
+    frame = _frame(10, 3)
+    frame.loc[frame.index[4], "document"] = "   "                 # an input error, kept on its row
+    frame["max_tokens"] = [3 + i % 4 for i in range(len(frame))]  # a row's own sampling: the per-row path
+    ddf = dd.from_pandas(frame, npartitions=4, sort=False)
+    config = null_pipeline.config
+
+    def no_rows_through_the_client(*args, **kwargs):
+        raise AssertionError("the cluster path sent rows through Pipeline.stream")
+
+    monkeypatch.setattr(null_pipeline, "stream", no_rows_through_the_client)
+    on_cluster = null_pipeline.map_dataframe(ddf).compute()
+    assert _job_view(null_pipeline)["rows_total"] == len(frame)   # counted by the workers as they read
+    monkeypatch.undo()
+    monkeypatch.setattr(null_pipeline, "config", config.replace(jobs={"path": "client"}))
+    on_client = null_pipeline.map_dataframe(ddf).compute()
+    assert list(on_cluster.index) == list(on_client.index) == list(frame.index)
+    assert list(on_cluster.columns) == list(on_client.columns)
+    for column in ("answer", "error", "prompt_tokens", "completion_tokens", "finish_reason"):
+        assert on_cluster[column].equals(on_client[column]), column
+    assert on_cluster["error"].iloc[4] == "input: document is empty"
+    assert (on_cluster.dtypes == on_client.dtypes).all()
+
+
+def test_jobs_path_cluster_refuses_a_task_it_cannot_run(null_pipeline, monkeypatch):
+    frame = pd.DataFrame({"prompt": ["Say hi", "Say bye"]})
+    monkeypatch.setattr(null_pipeline, "config", null_pipeline.config.replace(jobs={"path": "cluster"}))
+    with pytest.raises(DataFrameInputError, match="jobs.path is cluster.*task is generate"):
+        null_pipeline.map_dataframe(frame, task="generate")
+    monkeypatch.undo()
+    out = null_pipeline.map_dataframe(frame, task="generate").compute()   # auto: the client-side feed
+    assert out["error"].isna().all() and list(out.index) == [0, 1]

@@ -1,0 +1,46 @@
+"""Runs on the workers: a Dask DataFrame job's first and last step (``Pipeline.map_dataframe``,
+pipeline/client/dataframes.py). The steps between are every cluster job's
+(pipeline/jobs/cluster_tasks.py).
+
+    frame_read_task (per input partition)  -> PromptRows, figures, the partition's index
+    frame_merge_task (per input partition) -> a pandas DataFrame of the output columns, in
+                                              the partition's row order, with its index
+
+A row's position is its partition's number and its place there (``frame_positions``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.jobs.answer_files import PANDAS_TYPES, error_table
+from pipeline.jobs.cluster_tasks import JobSpec, ReadFigures, error_groups, frame_positions
+from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of
+
+def frame_read_task(spec: JobSpec, frame, number: int) -> tuple[PromptRows, ReadFigures, object]:
+    """Partition ``number`` of the input (a pandas DataFrame) as prompt rows. ``spec.source``:
+    the columns the task reads (``RowColumns``)."""
+    columns = spec.source
+    table = pa.Table.from_pandas(frame[columns.all], preserve_index=False)   # missing values -> null
+    rows = prompt_rows_of(table, frame_positions(number, len(frame)), spec.task, columns)
+    errors = rows.errors.column("error")
+    return rows, ReadFigures(rows=len(frame), errors=len(errors), errors_by_kind=error_groups(errors)), frame.index
+
+
+def frame_merge_task(read: tuple[PromptRows, ReadFigures, object], number: int, out_columns: list[str],
+                     *answers: pa.Table | None):
+    """Partition ``number``'s output: its rows that failed reading and its answers from every
+    bucket (``kept_piece``), in the input's row order, with the input's index."""
+    rows, _, index = read
+    tables = [error_table(rows.errors.column("position"), rows.errors.column("error"))]
+    tables += [a for a in answers if a is not None]
+    table = pa.concat_tables(tables)
+    table = table.take(pc.sort_indices(table, [("position", "ascending")]))
+    expected = frame_positions(number, len(index)).to_numpy()
+    if not np.array_equal(table.column("position").to_numpy(), expected):
+        raise RuntimeError(f"partition {number}: {len(index)} rows but {table.num_rows} results, or results for "
+                           f"other rows; no answer is returned for it")
+    out = table.select(out_columns).to_pandas().astype({n: PANDAS_TYPES[n] for n in out_columns})
+    out.index = index
+    return out
