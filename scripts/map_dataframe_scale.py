@@ -6,13 +6,15 @@ the answers' check. Compare with the same rows through ``python -m pipeline run`
     /usr/bin/time -v .venv/bin/python scripts/map_dataframe_scale.py /tmp/in.parquet
     /usr/bin/time -v .venv/bin/python -m pipeline run /tmp/in.parquet /tmp/out.parquet --engine null --quiet
 
-(peak RSS: "Maximum resident set size" of each). The DataFrame is read with one partition per
+(``time -v``'s figures cover the workers too; this script prints the client's own CPU seconds
+during the call and its peak RSS). The DataFrame is read with one partition per
 Parquet row group; the answers stay in the cluster's memory and only their error count comes
 back.
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 
@@ -23,18 +25,22 @@ def main() -> None:
     a = p.parse_args()
 
     import dask.dataframe as dd
+    import psutil
 
     from pipeline import Pipeline, load_config
 
     config = load_config(a.config)
     ddf = dd.read_parquet(a.input, split_row_groups=True)
     with Pipeline(config, engine="null") as pipeline:
-        t0 = time.perf_counter()
+        me = psutil.Process()
+        cpu0, t0 = sum(me.cpu_times()[:2]), time.perf_counter()
         answers = pipeline.map_dataframe(ddf)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, sum(me.cpu_times()[:2]) - cpu0
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         rows = int(answers["shard"].count().compute())   # (the answers' own count, not the input's)
         print(f"map_dataframe: {rows} rows in {seconds:.1f} s: {rows / seconds:,.0f} rows/s; "
-              f"{ddf.npartitions} partitions", flush=True)
+              f"{ddf.npartitions} partitions; client {cpu:.1f} s CPU in the call, peak RSS {peak_mb:.0f} MB",
+              flush=True)
         print(f"rows with an error: {int(answers['error'].count().compute())} of {rows} answered")
 
 
