@@ -18,11 +18,21 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import Iterable
+
+import numpy as np
 
 
 def prefix_digest(text: str) -> int:
     """A stable 64-bit digest of a prefix (the same in every process)."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def prefix_digests(texts: Iterable[str]) -> np.ndarray:
+    """``prefix_digest`` of each of ``texts``, as uint64 (one C call per text, not five)."""
+    blake2b = hashlib.blake2b
+    raw = b"".join([blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest() for t in texts])
+    return np.frombuffer(raw, dtype="<u8").astype(np.uint64)
 
 
 class PrefixMemory:

@@ -27,8 +27,8 @@ from pipeline.jobs.answer_files import AnswerFiles, error_table, results_table
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.placement import Bucket, Placement, place_documents
-from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PromptRows, prompt_rows, \
-    read_partition
+from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PromptRows, prefixes_of, \
+    prompt_rows, read_partition
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling
 from pipeline.worker.plugin import shard_plugin
@@ -87,11 +87,13 @@ def place_task(shards: list[str], held: dict[int, str], bucket_rows: int, decode
                *documents: pa.Table) -> Placement:
     """Every document of the job counted once (its rows over all partitions), then placed."""
     docs = pa.concat_tables(documents).group_by("digest").aggregate(
-        [("rows", "sum"), ("prefix_chars", "max"), ("suffix_chars", "sum")])
+        [("rows", "sum"), ("prefix_chars", "max"), ("suffix_chars", "sum"), ("first", "min")]).sort_by("digest")
     rows = docs.column("rows_sum").to_numpy()
     cost = docs.column("prefix_chars_max").to_numpy() + docs.column("suffix_chars_sum").to_numpy() + \
         rows * decode_chars
-    return place_documents(docs.column("digest").to_numpy(), rows, cost, shards, held, bucket_rows)
+    placement = place_documents(docs.column("digest").to_numpy(), rows, cost, shards, held, bucket_rows)
+    placement.first = docs.column("first_min").to_numpy()   # (in digest order, as the placement's)
+    return placement
 
 
 def buckets_of(placement: Placement) -> list[Bucket]:
@@ -99,18 +101,27 @@ def buckets_of(placement: Placement) -> list[Bucket]:
 
 
 def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> dict[int, pa.Table]:
-    """The partition's rows by bucket, each sorted by document then position."""
+    """The partition's rows by bucket, each sorted by document then position. A document's text
+    goes on its first row in the whole job only, so it travels to its shard once."""
     rows = read[0].rows
     if not rows.num_rows:
         return {}
-    bucket = placement.bucket_of(rows.column("digest").to_numpy())
-    keyed = rows.append_column("bucket", pa.array(bucket))
+    digests = rows.column("digest").to_numpy()
+    bucket = placement.bucket_of(digests)
+    carries = rows.column("position").to_numpy() == placement.first_of(digests)
+    keyed = pa.table({"bucket": bucket, "digest": rows.column("digest"), "position": rows.column("position")})
     order = pc.sort_indices(keyed, [("bucket", "ascending"), ("digest", "ascending"), ("position", "ascending")])
-    sorted_buckets = bucket[order.to_numpy()]
+    order = order.to_numpy()
+    sorted_buckets = bucket[order]
     cuts = np.flatnonzero(np.diff(sorted_buckets)) + 1
+    at = rows.column_names.index("prefix")
+    rest, prefix = rows.remove_column(at), rows.column("prefix")
     out = {}
     for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(order)])).tolist()):
-        out[int(sorted_buckets[lo])] = rows.take(order[lo:hi])   # (a compact copy: it travels)
+        take = order[lo:hi]
+        # (compact copies: they travel; the text of rows that do not carry it is not copied)
+        out[int(sorted_buckets[lo])] = rest.take(take).add_column(
+            at, rows.schema.field(at), prefix.take(pa.array(take, mask=~carries[take])))
     return out
 
 
@@ -129,6 +140,7 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -
     loop = asyncio.get_running_loop()
     earlier = await loop.run_in_executor(None, files.read_named, name)
     figures = _figures(earlier, bucket.shard)
+    prefixes = prefixes_of(rows)   # (before the rows answered earlier go: one may carry its document's)
     if earlier.num_rows:
         rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
     seq = itertools.count(files.next_seq(name))
@@ -140,7 +152,8 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -
 
     await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                 _progress(spec, bucket, earlier.num_rows), commit=commit,
-                                commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows)
+                                commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
+                                prefixes=prefixes)
     return figures, None
 
 

@@ -36,11 +36,16 @@ class Placement:
     digests: np.ndarray      # uint64, sorted: every document of the job
     bucket: np.ndarray       # int32: each document's bucket
     buckets: list[Bucket]
+    first: np.ndarray | None = None   # int64: each document's first row in the job (its text travels with it)
 
     def bucket_of(self, digests: np.ndarray) -> np.ndarray:
         """The bucket of each of ``digests`` (each must be one of the job's documents)."""
         where = np.searchsorted(self.digests, digests)
         return self.bucket[where]
+
+    def first_of(self, digests: np.ndarray) -> np.ndarray:
+        """The first row's position of the document of each of ``digests``."""
+        return self.first[np.searchsorted(self.digests, digests)]
 
     def shard_rows(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -11,8 +11,11 @@ client-side path gives it. Each distinct prefix (document) is digested once
 
 A ``PromptRows`` holds:
 - ``rows``: position, digest, prefix, suffix (and the row's sampling columns, if the input has
-  them) for every row that became a prompt;
-- ``documents``: per distinct prefix, its digest, rows and characters (what placement counts);
+  them) for every row that became a prompt. A document's prefix text is on the first of its
+  rows only (null on the others; ``prefixes_of``), so a row costs its suffix, not its document,
+  on its way to its shard;
+- ``documents``: per distinct prefix, its digest, rows and characters (what placement counts)
+  and the position of its first row here;
 - ``errors``: position and error text of every row that failed here.
 """
 from __future__ import annotations
@@ -27,7 +30,7 @@ import pyarrow.parquet as pq
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.prefix_memory import prefix_digest
+from pipeline.prefix_memory import prefix_digests
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
 from tasks import PromptTemplate, RowError
@@ -35,7 +38,7 @@ from tasks import PromptTemplate, RowError
 ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(),
                          "suffix": pa.large_string()})
 DOCUMENTS_SCHEMA = pa.schema({"digest": pa.uint64(), "rows": pa.int64(), "prefix_chars": pa.int64(),
-                              "suffix_chars": pa.int64()})
+                              "suffix_chars": pa.int64(), "first": pa.int64()})
 ERRORS_SCHEMA = pa.schema({"position": pa.int64(), "error": pa.string()})
 
 
@@ -79,12 +82,19 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     failed = pc.is_valid(error)
     ok = pc.invert(failed)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
+    if not pa.types.is_dictionary(prefix.type):
+        prefix = pc.dictionary_encode(prefix)
     prefix, suffix, kept = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
-    encoded = pc.dictionary_encode(prefix)
-    distinct = encoded.dictionary
-    digests = pa.array([prefix_digest(p) for p in distinct.to_pylist()], pa.uint64())
-    digest = digests.take(encoded.indices)
-    out = {"position": kept, "digest": digest, "prefix": prefix, "suffix": suffix}
+    # each distinct prefix (document) once: its text, its digest, the first of its rows here
+    index = prefix.indices.to_numpy(zero_copy_only=False)
+    used, first = np.unique(index, return_index=True)
+    distinct = prefix.dictionary.take(pa.array(used))
+    digests = prefix_digests(distinct.to_pylist())
+    digest_of = np.zeros(len(prefix.dictionary), np.uint64)
+    digest_of[used] = digests
+    digest = pa.array(digest_of[index])
+    out = {"position": kept, "digest": digest, "prefix": _on_first_rows(distinct, first, len(index)),
+           "suffix": suffix}
     schema = ROWS_SCHEMA
     for name in columns.sampling_columns:
         column = table.column(name).filter(ok).combine_chunks()
@@ -93,11 +103,28 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     rows = pa.table(out, schema=schema)
     counts = pa.table({"digest": digest, "suffix_chars": pc.utf8_length(suffix)}).group_by("digest").aggregate(
         [("digest", "count"), ("suffix_chars", "sum")])
-    lengths = pa.table({"digest": digests, "prefix_chars": pc.utf8_length(distinct)})
-    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_chars", "suffix_chars_sum"])
-    documents = pa.table([documents.column(i) for i in range(4)], schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
+    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_chars": pc.utf8_length(distinct),
+                        "first": kept.take(pa.array(first))})
+    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_chars", "suffix_chars_sum",
+                                                       "first"])
+    documents = pa.table(documents.columns, schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
         DOCUMENTS_SCHEMA.empty_table()
     return PromptRows(rows, documents, errors)
+
+
+def _on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
+    """A column of ``n`` rows holding ``texts[i]`` on row ``first[i]``, null on every other."""
+    pick = np.zeros(n, np.int64)
+    pick[first] = np.arange(len(first))
+    empty = np.ones(n, bool)
+    empty[first] = False
+    return texts.cast(pa.large_string()).take(pa.array(pick, mask=empty))
+
+
+def prefixes_of(rows: pa.Table) -> dict[int, str]:
+    """Each document's prefix text by its digest, from the rows that carry it."""
+    carriers = rows.filter(pc.is_valid(rows.column("prefix")))
+    return dict(zip(carriers.column("digest").to_pylist(), carriers.column("prefix").to_pylist()))
 
 
 def _plain_text(table: pa.Table, task: PromptTemplate) -> bool:
@@ -115,21 +142,33 @@ def _plain_text(table: pa.Table, task: PromptTemplate) -> bool:
 
 def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
     """Prefix, suffix and error (null where the row is fine) joined column-wise, with the same
-    checks and texts as ``PromptTemplate.split``: the first field that fails names the error."""
+    checks and texts as ``PromptTemplate.split``: the first field that fails names the error.
+    A prefix of one field (a document) is dictionary-encoded: each distinct value is checked and
+    joined once, and the prefix comes back as a dictionary array."""
     n = table.num_rows
     values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
+    cut = len(task._prefix_pieces) - 1
+    document = pc.dictionary_encode(values[0]) if cut == 1 else None
     error = pa.nulls(n, pa.string())
-    for field, value in zip(task._fields, values):
+    for i, (field, value) in enumerate(zip(task._fields, values)):
         reason = pc.if_else(pc.is_null(value), pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
         if task.strict_text:
-            blank = pc.or_(pc.equal(pc.utf8_length(value), 0), pc.utf8_is_space(value))
+            blank = _blank(document.dictionary).take(document.indices) if i == 0 and document is not None \
+                else _blank(value)
             reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
                                                     pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
         error = pc.coalesce(error, reason)
-    cut = len(task._prefix_pieces) - 1
-    prefix = _join(task._prefix_pieces, values[:cut], n)
+    if document is not None:
+        texts = _join(task._prefix_pieces, [document.dictionary], len(document.dictionary))
+        prefix = pa.DictionaryArray.from_arrays(document.indices, texts)
+    else:
+        prefix = _join(task._prefix_pieces, values[:cut], n)
     suffix = _join(task._suffix_pieces, values[cut:], n)
     return prefix, suffix, error.cast(pa.string())
+
+
+def _blank(value: pa.Array) -> pa.Array:
+    return pc.or_(pc.equal(pc.utf8_length(value), 0), pc.utf8_is_space(value))
 
 
 def _join(pieces: list[str], values: list[pa.Array], n: int) -> pa.Array:

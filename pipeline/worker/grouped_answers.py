@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import codec
+from pipeline.jobs.prompt_table import prefixes_of
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
 
@@ -46,10 +47,12 @@ class TokenGate:
 
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
                          progress=None, commit=None, commit_rows: int = 10_000,
-                         commit_s: float = 30.0, first_rows: int = 0) -> list[RowResult]:
+                         commit_s: float = 30.0, first_rows: int = 0,
+                         prefixes: dict[int, str] | None = None) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
-    sampling columns), in ``rows``' order. ``progress(done_rows, error_rows)`` is called now and
-    then, and at the end. ``commit(results)`` gets the results as they complete, at least
+    sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
+    digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
+    ``progress(done_rows, error_rows)`` is called now and then, and at the end. ``commit(results)`` gets the results as they complete, at least
     ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
     loop's thread pool, so the engine's event loop goes on meanwhile). ``first_rows``: until the
     first answer, only this many requests are admitted (0: no limit), so that answer is not
@@ -59,7 +62,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     positions = rows.column("position").to_numpy()
     digests = rows.column("digest").to_numpy()
     suffixes = rows.column("suffix").to_pylist()
-    prefix_column = rows.column("prefix")
+    if prefixes is None:
+        prefixes = prefixes_of(rows)
     own = _row_sampling(rows)
     starts = np.flatnonzero(np.concatenate(([True], digests[1:] != digests[:-1]))) if n else np.array([], int)
     ends = np.append(starts[1:], n)
@@ -108,7 +112,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     for lo, hi in zip(starts.tolist(), ends.tolist()):
         if failure:
             break
-        prefix = prefix_column[lo].as_py()
+        prefix = prefixes[int(digests[lo])]
         prefix_ids = engine.encode(prefix)
         if plugin.prefixes is not None:
             plugin.prefixes.served(prefix, len(prefix_ids))

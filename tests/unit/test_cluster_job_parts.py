@@ -1,16 +1,19 @@
 """The cluster job's pure parts, without a cluster: partitions planned from row groups, prompt
 rows built column-wise exactly as the task builds them row by row, and documents placed on
-shards (one shard per document, balanced, held documents kept, buckets bounded)."""
+shards (one shard per document, balanced, held documents kept, buckets bounded) with each
+document's text sent once."""
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.client.tokenizer import load_tokenizer
+from pipeline.jobs.cluster_tasks import place_task, split_task
 from pipeline.jobs.input import open_source
 from pipeline.jobs.partitions import plan_partitions
 from pipeline.jobs.placement import place_documents
-from pipeline.jobs.prompt_table import prompt_rows
+from pipeline.jobs.prompt_table import prefixes_of, prompt_rows
 from pipeline.model import model_for
 from pipeline.config import load_config
 from pipeline.prefix_memory import prefix_digest
@@ -41,24 +44,27 @@ def _source(tmp_path, table, columns):
 
 
 def test_prompt_rows_match_the_tasks_own_split_and_errors(tmp_path, tokenizer):
-    docs = ["alpha doc", "beta doc", None, "gamma", "  ", "alpha doc", "ünïcode ✓ doc"]
-    questions = ["q1", "q2", "q3", None, "q5", "", "q7 ✓"]
-    table = pa.table({"id": [f"r{i}" for i in range(7)], "document": docs, "question": questions})
+    docs = ["alpha doc", "beta doc", None, "gamma", "  ", "alpha doc", "ünïcode ✓ doc", "beta doc"]
+    questions = ["q1", "q2", "q3", None, "q5", "q6", "q7 ✓", ""]
+    table = pa.table({"id": [f"r{i}" for i in range(8)], "document": docs, "question": questions})
     source = _source(tmp_path, table, Columns(required=("document", "question")))
     task = DocumentQuestion(tokenizer, system="Be brief.")
     part, = plan_partitions(source.row_groups, 100)
     got = prompt_rows(source, task, part)
     rows = {r["position"]: r for r in got.rows.to_pylist()}
     errors = dict(zip(got.errors.column("position").to_pylist(), got.errors.column("error").to_pylist()))
-    assert sorted(rows) + sorted(errors) == [0, 1, 6, 2, 3, 4, 5] and len(rows) + len(errors) == 7
+    assert sorted(rows) + sorted(errors) == [0, 1, 5, 6, 2, 3, 4, 7]
     assert errors == {2: "input: document is null", 3: "input: question is null", 4: "input: document is empty",
-                      5: "input: question is empty"}
+                      7: "input: question is empty"}
+    prefixes = prefixes_of(got.rows)
     for i in rows:
         want = task.split({"document": docs[i], "question": questions[i]})
-        assert (rows[i]["prefix"], rows[i]["suffix"]) == (want.prefix, want.suffix)
+        assert (prefixes[rows[i]["digest"]], rows[i]["suffix"]) == (want.prefix, want.suffix)
         assert rows[i]["digest"] == prefix_digest(want.prefix)
+    # a document's text travels once: on the first of its rows (rows 0 and 5 share "alpha doc")
+    assert [rows[i]["prefix"] is not None for i in sorted(rows)] == [True, True, False, True]
     documents = {d["digest"]: d for d in got.documents.to_pylist()}
-    assert len(documents) == 3 and sum(d["rows"] for d in documents.values()) == 3
+    assert len(documents) == 3 and sum(d["rows"] for d in documents.values()) == 4
 
 
 def test_prompt_rows_row_by_row_when_columns_are_not_plain_text(tmp_path, tokenizer):
@@ -70,6 +76,33 @@ def test_prompt_rows_row_by_row_when_columns_are_not_plain_text(tmp_path, tokeni
     assert got.rows.column("position").to_pylist() == []
     assert dict(zip(got.errors.column("position").to_pylist(), got.errors.column("error").to_pylist())) == {
         1: "input: text is not valid UTF-8 text (byte 0)", 2: "input: n is null"}
+
+
+def test_split_sends_each_document_whole_to_one_bucket_with_its_text_once(tmp_path, tokenizer):
+    rng = np.random.default_rng(3)
+    docs = [f"document {d} " + "text " * (d + 1) for d in rng.integers(0, 9, 60)]   # 9 documents, shuffled
+    table = pa.table({"document": docs, "question": [f"question {i}" for i in range(60)]})
+    source = _source(tmp_path, table, Columns(required=("document", "question")))
+    task = DocumentQuestion(tokenizer)
+    parts = plan_partitions(source.row_groups, 20)
+    reads = [(prompt_rows(source, task, p), None) for p in parts]
+    placement = place_task(["cpu0", "cpu1"], {}, 4, 0, *(r.documents for r, _ in reads))
+    pieces = [split_task(r, placement) for r in reads]
+    by_bucket = {b.index: pa.concat_tables([p[b.index] for p in pieces if b.index in p]) for b in placement.buckets}
+    assert sum(t.num_rows for t in by_bucket.values()) == 60
+    buckets_of_document = {}
+    for b, rows in by_bucket.items():
+        for d in set(rows.column("digest").to_pylist()):
+            buckets_of_document.setdefault(d, set()).add(b)
+    assert len(buckets_of_document) == 9 and all(len(b) == 1 for b in buckets_of_document.values())
+    everything = pa.concat_tables(by_bucket.values())
+    carriers = everything.filter(pc.is_valid(everything.column("prefix")))
+    assert carriers.num_rows == 9   # each document's text once in the whole job, on its first row
+    for row in carriers.to_pylist():
+        first = min(i for i, d in enumerate(docs) if prefix_digest(task.split({"document": d, "question": "x"}).prefix)
+                    == row["digest"])
+        assert row["position"] == first
+        assert row["prefix"] == task.split({"document": docs[first], "question": "x"}).prefix
 
 
 def test_placement_keeps_documents_whole_balanced_and_held_ones_in_place():
