@@ -125,13 +125,13 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
     from pipeline.prefix_memory import prefix_digest
 
     digest_of: dict[str, int] = {}
-    docs: dict[int, list[int]] = {}   # digest -> [rows, prefix chars, suffix chars], first-seen order
+    docs: dict[int, list[int]] = {}   # digest -> [rows, prefix chars, suffix chars, first row], first-seen order
     row_digest = []
-    for prefix, suffix in zip(prefixes, suffixes):
+    for i, (prefix, suffix) in enumerate(zip(prefixes, suffixes)):
         d = digest_of.get(prefix)
         if d is None:
             d = digest_of[prefix] = prefix_digest(prefix)
-        doc = docs.setdefault(d, [0, len(prefix), 0])
+        doc = docs.setdefault(d, [0, len(prefix), 0, i])
         doc[0] += 1
         doc[2] += len(suffix)
         row_digest.append(d)
@@ -141,7 +141,8 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
     table = pa.table({"digest": pa.array(list(docs), pa.uint64()),
                       "rows": pa.array([v[0] for v in docs.values()], pa.int64()),
                       "prefix_chars": pa.array([v[1] for v in docs.values()], pa.int64()),
-                      "suffix_chars": pa.array([v[2] for v in docs.values()], pa.int64())})
+                      "suffix_chars": pa.array([v[2] for v in docs.values()], pa.int64()),
+                      "first": pa.array([v[3] for v in docs.values()], pa.int64())})
     placement = place_task(list(shards), {}, 1 << 62, decode_chars, table)
     buckets = placement.bucket_of(np.array(list(docs), np.uint64)).tolist()
     shard_of = {d: placement.buckets[b].shard for d, b in zip(docs, buckets)}

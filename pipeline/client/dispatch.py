@@ -24,14 +24,15 @@ from collections import OrderedDict
 from typing import Sequence
 
 from pipeline.client.router import Prefix, PrefixRouter, Route
+from pipeline.token_estimate import estimated_tokens
 
 # shard -> (prefix -> [(row index, suffix)]): one batch's worth of bound rows
 Bound = tuple[str, dict[str, list[tuple[int, str]]]]
 
 
 def _suffix_tokens(suffix: str) -> int:
-    """About 4 characters a token: close enough for a load estimate."""
-    return len(suffix) // 4 + 1
+    """Close enough for a load estimate (pipeline/token_estimate.py)."""
+    return estimated_tokens(len(suffix))
 
 
 class Dispatcher:

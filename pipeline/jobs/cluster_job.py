@@ -42,9 +42,8 @@ from pipeline.jobs.errors import JobError
 from pipeline.jobs.placement import Bucket
 from pipeline.names import VIEW_METADATA_KEY
 from pipeline.summary import GONE, JobSummary
+from pipeline.token_estimate import CHARS_PER_TOKEN
 from tasks import get_task_kind
-
-CHARS_PER_TOKEN = 4   # for a document's cost: its expected answer in characters
 
 
 class FileSteps:

@@ -21,6 +21,7 @@ from pipeline import codec
 from pipeline.jobs.prompt_table import prefixes_of
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
+from pipeline.token_estimate import estimated_tokens
 
 PROGRESS_EVERY_S = 1.0
 
@@ -116,7 +117,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         prefix_ids = engine.encode(prefix)
         if plugin.prefixes is not None:
             plugin.prefixes.served(prefix, len(prefix_ids))
-        tokens = len(prefix_ids) + sum(len(suffixes[k]) // 4 + 1 + decode for k in range(lo, hi))
+        tokens = len(prefix_ids) + sum(estimated_tokens(len(suffixes[k])) + decode for k in range(lo, hi))
         if gate is not None:
             await gate.acquire(tokens)
         document: list[asyncio.Task] = []
