@@ -13,7 +13,14 @@ VIEW_METADATA_KEY = "pipeline-view"          # scheduler metadata the client wri
 
 # A worker's shard resource is plentiful: concurrency is bounded by its nthreads; a batch asks 1.
 SHARD_RESOURCE_AMOUNT = 1_000_000
+# Cluster-job answer tasks a worker runs at once: one thread fewer than it has, so another job's
+# read, split and merge tasks always find a thread (pipeline/jobs/cluster_job.py, fair sharing).
+ANSWER_SLOTS_RESOURCE = "answer-slots"
 PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures to SNAPSHOT_TOPIC (while they work)
+
+
+def answer_slots(nthreads: int) -> int:
+    return max(1, nthreads - 1)
 
 
 def shard_resource(name: str) -> str:

@@ -132,10 +132,11 @@ class FrameSteps:
         return JobSpec(source=self.columns, folder=None, schema=None, **fields)
 
     def read(self, client, spec, part, key: str):
+        from pipeline.jobs.cluster_job import PLAN_PRIORITY
         from pipeline.jobs.frame_tasks import frame_read_task
 
-        frame = client.compute(self.parts[part.index])   # computed on the cluster, read beside it
-        return client.submit(frame_read_task, spec, frame, part.index, key=key)
+        frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)   # on the cluster, read beside it
+        return client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
 
     def complete(self, client, spec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
         """Each partition's answers merged on the cluster (waited for, not fetched)."""

@@ -40,10 +40,24 @@ from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, docume
     figures_of_answer, finish_task, merge_task, piece_of, place_task, read_task, split_task
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.placement import Bucket
-from pipeline.names import VIEW_METADATA_KEY
+from pipeline.names import ANSWER_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
 from tasks import get_task_kind
+
+
+# Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
+# split, pieces) go ahead of any job's answering, each job's k-th bucket on a shard has the same
+# priority as every other job's (so a new job's first buckets run next, not after every bucket
+# an earlier job queued), and answer tasks leave each worker a thread for the others' reads.
+PLAN_PRIORITY = 100
+
+
+def _answer_slots_everywhere(client) -> bool:
+    """Whether every worker has the answer-slots resource (a cluster started by this version)."""
+    workers = [w.get("resources", {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    shard_workers = [r for r in workers if any(k.startswith(shard_resource("")) for k in r)]
+    return bool(shard_workers) and all(ANSWER_SLOTS_RESOURCE in r for r in shard_workers)
 
 
 class FileSteps:
@@ -67,7 +81,7 @@ class FileSteps:
                        starts=tuple(p.start for p in self.sink.partitions), **fields)
 
     def read(self, client, spec: JobSpec, part, key: str):
-        return client.submit(read_task, spec, part, key=key)
+        return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY)
 
     def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
         """Each readable partition merged; then, if every one was, OUTPUT. The futures submitted."""
@@ -91,6 +105,7 @@ class ClusterJob:
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
         self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
+        self._slots, self._rank = False, {}
 
     @property
     def sink(self):
@@ -158,21 +173,30 @@ class ClusterJob:
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")
         held = held_documents(client, shards)
+        self._slots = _answer_slots_everywhere(client)
         reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}") for p in todo]
-        figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}") for r, p in zip(reads, todo)]
-        documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}") for r, p in zip(reads, todo)]
+        figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}", priority=PLAN_PRIORITY)
+                   for r, p in zip(reads, todo)]
+        documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}", priority=PLAN_PRIORITY)
+                     for r, p in zip(reads, todo)]
         futures += figures
         decode_chars = CHARS_PER_TOKEN * self.config.sampling.max_tokens
         place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_chars,
-                              *documents, key=f"{job}-place")
+                              *documents, key=f"{job}-place", priority=PLAN_PRIORITY)
         futures.append(place)
-        buckets = client.submit(buckets_of, place, key=f"{job}-buckets").result()
-        splits = [client.submit(split_task, r, place, key=f"{job}-split-{p.index}") for r, p in zip(reads, todo)]
+        buckets = client.submit(buckets_of, place, key=f"{job}-buckets", priority=PLAN_PRIORITY).result()
+        splits = [client.submit(split_task, r, place, key=f"{job}-split-{p.index}", priority=PLAN_PRIORITY)
+                  for r, p in zip(reads, todo)]
         # Held until every bucket is answered: a worker lost meanwhile takes pieces with it, which
         # Dask computes again from these (it cannot once the client has let them go).
         held_for_recovery = reads + splits
-        pieces = {b.index: [client.submit(piece_of, s, b.index, key=f"{job}-piece-{p.index}-{b.index}")
-                            for s, p in zip(splits, todo)] for b in buckets}
+        pieces = {b.index: [client.submit(piece_of, s, b.index, key=f"{job}-piece-{p.index}-{b.index}",
+                                          priority=PLAN_PRIORITY) for s, p in zip(splits, todo)] for b in buckets}
+        self._rank: dict[int, int] = {}   # a bucket's place among its shard's: each job's k-th go together
+        per_shard: dict[str, int] = {}
+        for b in buckets:
+            self._rank[b.index] = per_shard.get(b.shard, 0)
+            per_shard[b.shard] = self._rank[b.index] + 1
         bucket = {b.index: b for b in buckets}
         answers = {b.index: self._answer(client, spec, b, pieces[b.index]) for b in buckets}
         watched = {i: self._figures(client, a) for i, a in answers.items()}   # each answer's figures
@@ -231,13 +255,15 @@ class ClusterJob:
     def _answer(self, client, spec: JobSpec, b: Bucket, pieces: list, attempt: int = 0):
         """Bucket ``b``'s answer task, on its shard's worker."""
         key = f"{spec.job_id}-answer-{b.index}" + (f"-moved{attempt}" if attempt else "")
-        return client.submit(self.steps.answer, spec, b, *pieces, key=key,
-                             resources={self.config.shard(b.shard).resource: 1},
-                             retries=self.config.recovery.max_row_attempts - 1)
+        resources = {self.config.shard(b.shard).resource: 1}
+        if self._slots:
+            resources[ANSWER_SLOTS_RESOURCE] = 1
+        return client.submit(self.steps.answer, spec, b, *pieces, key=key, resources=resources,
+                             priority=-self._rank.get(b.index, 0), retries=self.config.recovery.max_row_attempts - 1)
 
     @staticmethod
     def _figures(client, answer):
-        return client.submit(figures_of_answer, answer, key=f"{answer.key}-figures")
+        return client.submit(figures_of_answer, answer, key=f"{answer.key}-figures", priority=PLAN_PRIORITY)
 
     def _move(self, client, spec: JobSpec, gone: str, bucket: dict, answers: dict, pieces: dict, watch,
               moved_away: set) -> dict:

@@ -20,7 +20,7 @@ import click
 from distributed import Worker
 
 from pipeline.config import load_config
-from pipeline.names import LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT
+from pipeline.names import ANSWER_SLOTS_RESOURCE, LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT, answer_slots
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,8 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     # Before the worker registers: the scheduler sees the resource from the start.
     worker.state.total_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
+    slots = answer_slots(worker.state.nthreads)
+    worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = slots
     logger.info("pipeline: this worker serves shard %s", shard.name)
 
 

@@ -202,3 +202,37 @@ def test_a_shard_gone_for_good_has_its_buckets_answered_by_the_others(tmp_path):
     assert all(o["error"] is None for o in out)
     assert (GONE, "cpu1") in [(e.kind, e.shard) for e in summary.events]
     assert summary.per_shard["cpu0"] > len(rows) / 2   # cpu0 answered what cpu1 left
+
+
+def test_a_second_job_beside_a_long_one_is_answered_before_it_ends(tmp_path):
+    """Fair sharing: a small job started while a long one has many buckets queued on every
+    shard runs its buckets next (the k-th bucket of each job shares one priority), and finds a
+    thread for its reads (answer tasks leave one per worker). It ends first, answered whole."""
+    import threading
+
+    long_rows = document_questions(240, 4, seed=12, order="shuffled")
+    short_rows = document_questions(3, 2, seed=13, order="shuffled")
+    for name, rows in (("long", long_rows), ("short", short_rows)):
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{name}.parquet")
+    config = load_config().replace(scheduler={"dashboard_address": None},
+                                   engine={"kind": "null", "null_latency_s": 0.25},
+                                   jobs={"path": "cluster", "bucket_rows": 8})
+    with Pipeline(config) as p:
+        # ~60 buckets of 8 rows per shard, 3 at a time, 0.25 s each: ~5 s
+        long_job = prepare_job(tmp_path / "long.parquet", tmp_path / "long.out.parquet", config=config,
+                               notify=lambda m: None)
+        ran = threading.Thread(target=long_job.run, args=(p,), kwargs={"progress": False})
+        ran.start()
+        answers = tmp_path / "long.out.parquet.partial" / "answers"
+        while ran.is_alive() and not any(answers.rglob("*.parquet")):   # the long job is answering
+            ran.join(0.05)
+        short = prepare_job(tmp_path / "short.parquet", tmp_path / "short.out.parquet", config=config,
+                            notify=lambda m: None).run(p, progress=False)
+        long_answered = sum(pq.ParquetFile(f).metadata.num_rows for f in answers.rglob("*.parquet")) \
+            if ran.is_alive() else len(long_rows)
+        ran.join()
+    # (first come, first served, it ended with the long job's last buckets: 97-100 % answered)
+    assert long_answered < 0.75 * len(long_rows), f"the short job ended after {long_answered} of the long job's rows"
+    assert short.rows == len(short_rows)
+    assert [o["id"] for o in pq.read_table(tmp_path / "short.out.parquet").to_pylist()] == [r["id"] for r in short_rows]
+    assert pq.read_table(tmp_path / "long.out.parquet").num_rows == len(long_rows)
