@@ -164,7 +164,8 @@ class ClusterJob:
         """Read, place, split, answer, complete; the partitions that could not be read, and why."""
         client, jobs = pipeline.client, self.config.jobs
         job = spec.job_id
-        if not todo:
+        if not todo:   # (every partition merged by an earlier run: only the end is left)
+            futures += self.steps.complete(client, spec, [], {}, [], {})
             return {}
         rec = self.config.recovery
         watch = ShardWatch(client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s,

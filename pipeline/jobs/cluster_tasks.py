@@ -40,10 +40,10 @@ class JobSpec:
     job_id: str
     run: str                  # this run's name in the answer files (a resumed job has a new one)
     topic: str                # the event topic answer tasks publish progress to
-    source: object            # the ParquetSource (files, columns; no rows)
+    source: object            # a file job's ParquetSource (files, columns; no rows); a DataFrame job's RowColumns
     task: object              # the task kind (tasks.PromptTemplate ...)
-    folder: Path              # OUTPUT.partial
-    schema: pa.Schema         # the output's
+    folder: Path | None       # a file job's OUTPUT.partial (a DataFrame job: None, its answers stay in memory)
+    schema: pa.Schema | None  # a file job's output schema
     sampling: Sampling
     truncate: bool
     starts: tuple[int, ...] = field(default=())   # each partition's first position, in order

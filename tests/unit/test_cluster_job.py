@@ -236,3 +236,23 @@ def test_a_second_job_beside_a_long_one_is_answered_before_it_ends(tmp_path):
     assert short.rows == len(short_rows)
     assert [o["id"] for o in pq.read_table(tmp_path / "short.out.parquet").to_pylist()] == [r["id"] for r in short_rows]
     assert pq.read_table(tmp_path / "long.out.parquet").num_rows == len(long_rows)
+
+
+def test_a_job_stopped_after_its_last_merge_writes_output_on_rerun(null_pipeline, tmp_path, monkeypatch):
+    import pipeline.jobs.cluster_job as cluster_job
+
+    rows = rows_with_bad_ones(4, 3)
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=5)
+
+    def stopped(*args):
+        raise RuntimeError("stopped before OUTPUT was written")
+
+    monkeypatch.setattr(cluster_job, "finish_task", stopped)
+    with pytest.raises(RuntimeError, match="stopped before OUTPUT"):
+        job(null_pipeline, src, out, "cluster").run(null_pipeline, progress=False)
+    monkeypatch.undo()
+    again = job(null_pipeline, src, out, "cluster")
+    assert again.done == len(rows) and not again.steps.partitions()   # every partition merged already
+    again.run(null_pipeline, progress=False)
+    assert [o["id"] for o in pq.read_table(out).to_pylist()] == [r["id"] for r in rows]
