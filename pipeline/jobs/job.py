@@ -6,7 +6,8 @@
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
 ids, output writable, resume state) and says where the job runs (``jobs.path``): a Parquet job
-on local or shared paths with a template task runs on the cluster (``ClusterJob``,
+with a template task and a local (or shared) output path runs on the cluster (its input may be
+on an object store) (``ClusterJob``,
 ``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer and write); any
 other job's ``Job.run`` streams the rows through this process and commits results in input order
 as they complete (``pipeline/jobs/output.py``; on an object store
@@ -94,7 +95,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
             partition_rows = _resumed_partition_rows(final) or config.jobs.partition_rows
             # the files as they are: answers are matched to rows by position, so a changed file
             # must not resume
-            meta.update(path="cluster", partition_rows=partition_rows, files=_fingerprint(source.files))
+            meta.update(path="cluster", partition_rows=partition_rows, files=_fingerprint(source.files, source.fs))
             sink = ClusterParts(final, meta, schema, plan_partitions(source.row_groups, partition_rows))
         else:
             sink = StoreParts(final, meta, schema, config.storage_options) if remote else \
@@ -266,7 +267,8 @@ class _InOrder:
 
 def _on_cluster(config: Config, source, remote_output: bool, final) -> bool:
     """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): a
-    Parquet job with local (or shared) paths and a prompt-template task. ``cluster`` for a job
+    Parquet job (local, shared or object-store input) with a local or shared output path and a
+    prompt-template task. ``cluster`` for a job
     that cannot is an error saying why. ``auto`` resumes a partial output on the path that
     wrote it."""
     why = None
@@ -274,21 +276,28 @@ def _on_cluster(config: Config, source, remote_output: bool, final) -> bool:
         return False
     if source.format != "parquet":
         why = "its input is OpenAI batch JSONL"
-    elif remote_output or source.fs is not None:
-        why = "its input or output is a URL (an object store)"
+    elif remote_output:
+        why = "its output is a URL (an object store)"
     elif config.task not in ("document_question", "template"):
         why = f"its task is {config.task}"
     if config.jobs.path == "cluster" and why is not None:
-        raise JobError(f"jobs.path is cluster, which runs Parquet jobs on local or shared paths with the "
+        raise JobError(f"jobs.path is cluster, which runs Parquet jobs with a local or shared output path and the "
                        f"document_question or template task; this job cannot run there: {why}. "
                        f"Set jobs.path to auto or client")
     return config.jobs.path == "cluster" or (config.jobs.path == "auto" and why is None)
 
 
-def _fingerprint(files: list[str]) -> list[list[int]]:
-    """Each input file's size and modification time (ns)."""
+def _fingerprint(files: list[str], fs=None) -> list[list]:
+    """Each input file's size and modification time (ns); on an object store (``fs``), its size
+    and the store's version stamp (ETag, else its modification time)."""
     out = []
     for f in files:
+        if fs is not None:
+            info = fs.info(f)
+            stamp = next((info[k] for k in ("ETag", "etag", "LastModified", "mtime", "updated", "created")
+                          if info.get(k) is not None), "")
+            out.append([info.get("size"), str(stamp)])
+            continue
         st = os.stat(f)
         out.append([st.st_size, st.st_mtime_ns])
     return out

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from pipeline import JobError, Pipeline, load_config, run_job
+from pipeline import JobError, Pipeline, load_config, prepare_job, run_job
 from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,3 +218,36 @@ def without_time(line):
     if out["response"]["body"]:
         del out["response"]["body"]["created"]
     return out
+
+
+def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp_path):
+    """The workers read the input from the object store themselves (the job's spec carries the
+    store's settings); a resumed job refuses an input object rewritten under its answers."""
+    from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
+    from pipeline.jobs.cluster_job import ClusterJob
+    from pipeline.jobs.storage import filesystem
+
+    rows = _rows(12, seed=7)
+    fs = _fs(s3)
+    with fs.open(f"{BUCKET}/to-local/part-0.parquet", "wb") as f:
+        pq.write_table(pa.Table.from_pylist(rows[:20]), f)
+    with fs.open(f"{BUCKET}/to-local/part-1.parquet", "wb") as f:
+        pq.write_table(pa.Table.from_pylist(rows[20:]), f)
+    out = tmp_path / "answers.parquet"
+    job = prepare_job(f"s3://{BUCKET}/to-local/", out, config=store_pipeline.config, notify=lambda m: None)
+    assert isinstance(job, ClusterJob)
+    summary = job.run(store_pipeline, progress=False)
+    got = pq.read_table(out)
+    assert got.column("id").to_pylist() == [r["id"] for r in rows] and got.column("error").null_count == len(rows)
+    assert summary.rows == len(rows) and len(summary.per_shard) == 2
+
+    out2 = tmp_path / "again.parquet"
+    first = prepare_job(f"s3://{BUCKET}/to-local/", out2, config=store_pipeline.config, notify=lambda m: None)
+    kept = pa.Table.from_arrays([pa.array([0], f.type) if f.name == "position" else pa.nulls(1, f.type)
+                                 for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
+    AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", kept)
+    with fs.open(f"{BUCKET}/to-local/part-0.parquet", "wb") as f:   # rewritten: same rows, another order
+        pq.write_table(pa.Table.from_pylist(list(reversed(rows[:20]))), f)
+    filesystem(f"s3://{BUCKET}/", s3)[0].invalidate_cache()   # (this process's cached listing, as a new one has none)
+    with pytest.raises(JobError, match=r"part-0\.parquet changed since this job started"):
+        prepare_job(f"s3://{BUCKET}/to-local/", out2, config=store_pipeline.config, notify=lambda m: None)
