@@ -11,13 +11,13 @@ holds the answers, one pandas DataFrame per input partition, kept in the cluster
 partitions, same index, same divisions. Computing it, or writing it, reads the kept answers and
 does not run the model again.
 
-Where the rows go (``jobs.path``, as for file jobs): with the document_question or template task
-the job runs on the cluster (``FrameSteps`` below, pipeline/jobs/cluster_job.py): the workers
-compute the input partitions, build the prompts, group every row of the job by document, answer
-and merge each partition's answers; no row passes through this process. Any other task (or
-``jobs.path: client``) takes the client-side feed: the cluster computes the input partitions,
-``prefetch`` ahead; the client pulls one partition at a time and feeds its rows to the router;
-client memory is then bounded by about ``1 + prefetch`` partitions and the read-ahead window.
+Where the rows go (``jobs.path``, as for file jobs): by default the job runs on the cluster
+(``FrameSteps`` below, pipeline/jobs/cluster_job.py): the workers compute the input partitions,
+build the prompts, group every row of the job by document, answer and merge each partition's
+answers; no row passes through this process. With ``jobs.path: client`` it takes the
+client-side feed: the cluster computes the input partitions, ``prefetch`` ahead; the client
+pulls one partition at a time and feeds its rows to the router; client memory is then bounded
+by about ``1 + prefetch`` partitions and the read-ahead window.
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ from tasks import get_task_kind, task_columns
 
 # Rows of a pulled partition turned into Python values at a time (the rest stays in Arrow buffers).
 ROWS_AT_ONCE = 4096
-CLUSTER_TASKS = ("document_question", "template")   # the tasks a DataFrame job runs on the cluster with
 
 
 class DataFrameInputError(ValueError):
@@ -57,7 +56,10 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     rows_total = None   # for the dashboard's progress: known up front for a pandas frame, else once all read
     if isinstance(df, pd.DataFrame):
         rows_total = len(df)
-        df = dd.from_pandas(df, chunksize=max(1, pipeline.config.intake.read_ahead_rows), sort=False)
+        import dask
+
+        with dask.config.set({"dataframe.convert-string": False}):   # (lists of messages stay lists)
+            df = dd.from_pandas(df, chunksize=max(1, pipeline.config.intake.read_ahead_rows), sort=False)
     if not isinstance(df, dd.DataFrame):
         raise DataFrameInputError(f"map_dataframe takes a Dask or pandas DataFrame (got {type(df).__name__})")
     config = pipeline.config.for_job(task, prompt, sampling)
@@ -89,15 +91,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
 
 def _on_cluster(config) -> bool:
     """Whether the job runs on the cluster (``jobs.path``; module docstring)."""
-    if config.jobs.path == "client":
-        return False
-    if config.task in CLUSTER_TASKS:
-        return True
-    if config.jobs.path == "cluster":
-        raise DataFrameInputError(f"jobs.path is cluster, which runs DataFrame jobs with the "
-                                  f"{' or '.join(CLUSTER_TASKS)} task; this job's task is {config.task}. "
-                                  f"Set jobs.path to auto or client")
-    return False
+    return config.jobs.path != "client"
 
 
 class _FramePart:

@@ -102,13 +102,18 @@ def buckets_of(placement: Placement) -> list[Bucket]:
 
 def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> dict[int, pa.Table]:
     """The partition's rows by bucket, each sorted by document then position. A document's text
-    goes on its first row in the whole job only, so it travels to its shard once."""
+    goes on its first row in the whole job only, so it travels to its shard once (a split
+    document's: on the first row of each of its chunks here, so each bucket that answers it
+    gets it)."""
     rows = read[0].rows
     if not rows.num_rows:
         return {}
-    digests = rows.column("digest").to_numpy()
-    bucket = placement.bucket_of(digests)
-    carries = rows.column("position").to_numpy() == placement.first_of(digests)
+    digests, positions = rows.column("digest").to_numpy(), rows.column("position").to_numpy()
+    bucket = placement.bucket_of(digests, positions)
+    carries = positions == placement.first_of(digests)
+    text_row = np.arange(len(positions))   # the row whose text a carrier sends
+    if placement.split:
+        _carry_split_documents(placement, digests, bucket, carries, text_row)
     keyed = pa.table({"bucket": bucket, "digest": rows.column("digest"), "position": rows.column("position")})
     order = pc.sort_indices(keyed, [("bucket", "ascending"), ("digest", "ascending"), ("position", "ascending")])
     order = order.to_numpy()
@@ -121,8 +126,24 @@ def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> di
         take = order[lo:hi]
         # (compact copies: they travel; the text of rows that do not carry it is not copied)
         out[int(sorted_buckets[lo])] = rest.take(take).add_column(
-            at, rows.schema.field(at), prefix.take(pa.array(take, mask=~carries[take])))
+            at, rows.schema.field(at), prefix.take(pa.array(text_row[take], mask=~carries[take])))
     return out
+
+
+def _carry_split_documents(placement: Placement, digests: np.ndarray, bucket: np.ndarray, carries: np.ndarray,
+                           text_row: np.ndarray) -> None:
+    """The first row of each (split document, bucket) here carries the document's text, taken
+    from its first row here (the one the read gave the text)."""
+    split = np.flatnonzero(np.isin(digests, np.fromiter(placement.split, np.uint64, len(placement.split))))
+    if not len(split):
+        return
+    _, first_of_document = np.unique(digests, return_index=True)   # (rows are in position order)
+    document_first = dict(zip(digests[first_of_document].tolist(), first_of_document.tolist()))
+    keys = np.stack([digests[split].view(np.int64), bucket[split].astype(np.int64)], axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)   # each (document, bucket)'s first row here
+    for k in split[first].tolist():
+        carries[k] = True
+        text_row[k] = document_first[int(digests[k])]
 
 
 def piece_of(pieces: dict[int, pa.Table], bucket: int) -> pa.Table | None:

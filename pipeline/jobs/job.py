@@ -6,8 +6,7 @@
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
 ids, output writable, resume state) and says where the job runs (``jobs.path``): a Parquet job
-with a template task and a local (or shared) output path runs on the cluster (its input may be
-on an object store) (``ClusterJob``,
+with a local (or shared) output path runs on the cluster (its input may be on an object store) (``ClusterJob``,
 ``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer and write); any
 other job's ``Job.run`` streams the rows through this process and commits results in input order
 as they complete (``pipeline/jobs/output.py``; on an object store
@@ -267,8 +266,8 @@ class _InOrder:
 
 def _on_cluster(config: Config, source, remote_output: bool, final) -> bool:
     """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): a
-    Parquet job (local, shared or object-store input) with a local or shared output path and a
-    prompt-template task. ``cluster`` for a job
+    Parquet job (local, shared or object-store input) with a local or shared output path, any
+    task. ``cluster`` for a job
     that cannot is an error saying why. ``auto`` resumes a partial output on the path that
     wrote it."""
     why = None
@@ -278,12 +277,9 @@ def _on_cluster(config: Config, source, remote_output: bool, final) -> bool:
         why = "its input is OpenAI batch JSONL"
     elif remote_output:
         why = "its output is a URL (an object store)"
-    elif config.task not in ("document_question", "template"):
-        why = f"its task is {config.task}"
     if config.jobs.path == "cluster" and why is not None:
-        raise JobError(f"jobs.path is cluster, which runs Parquet jobs with a local or shared output path and the "
-                       f"document_question or template task; this job cannot run there: {why}. "
-                       f"Set jobs.path to auto or client")
+        raise JobError(f"jobs.path is cluster, which runs Parquet jobs with a local or shared output path; "
+                       f"this job cannot run there: {why}. Set jobs.path to auto or client")
     return config.jobs.path == "cluster" or (config.jobs.path == "auto" and why is None)
 
 

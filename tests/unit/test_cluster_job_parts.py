@@ -86,7 +86,8 @@ def test_split_sends_each_document_whole_to_one_bucket_with_its_text_once(tmp_pa
     task = DocumentQuestion(tokenizer)
     parts = plan_partitions(source.row_groups, 20)
     reads = [(prompt_rows(source, task, p), None) for p in parts]
-    placement = place_task(["cpu0", "cpu1"], {}, 4, 0, *(r.documents for r, _ in reads))
+    placement = place_task(["cpu0", "cpu1"], {}, 20, 0, *(r.documents for r, _ in reads))
+    assert not placement.split and len(placement.buckets) > 2
     pieces = [split_task(r, placement) for r in reads]
     by_bucket = {b.index: pa.concat_tables([p[b.index] for p in pieces if b.index in p]) for b in placement.buckets}
     assert sum(t.num_rows for t in by_bucket.values()) == 60
@@ -113,7 +114,7 @@ def test_placement_keeps_documents_whole_balanced_and_held_ones_in_place():
     rows[:5] = 400                                      # a skewed job: a few documents with many rows
     cost = rows * 100.0 + 1500
     held = {int(digests[7]): "b", int(digests[8]): "c", int(digests[9]): "gone"}
-    p = place_documents(digests, rows, cost, ["a", "b", "c"], held, bucket_rows=300)
+    p = place_documents(digests, rows, cost, ["a", "b", "c"], held, bucket_rows=500)
     shard = {b.index: b.shard for b in p.buckets}
     of = {int(d): shard[int(b)] for d, b in zip(p.digests, p.bucket)}
     assert of[int(digests[7])] == "b" and of[int(digests[8])] == "c" and of[int(digests[9])] in "abc"
@@ -122,11 +123,48 @@ def test_placement_keeps_documents_whole_balanced_and_held_ones_in_place():
         load[of[int(d)]] += c
     assert max(load.values()) / min(load.values()) < 1.05
     assert sum(b.rows for b in p.buckets) == rows.sum()
-    # a bucket holds at most bucket_rows rows, unless one document alone is larger
-    assert all(b.rows <= 300 or b.documents == 1 for b in p.buckets)
+    assert all(b.rows <= 500 for b in p.buckets) and not p.split
     assert list(p.bucket_of(digests[:3])) == [of_b for of_b in p.bucket[np.searchsorted(p.digests, digests[:3])]]
     with pytest.raises(ValueError, match="no live shard"):
         place_documents(digests, rows, cost, [])
+
+
+def test_a_document_larger_than_a_bucket_is_split_into_chunks_each_with_its_text(tmp_path, tokenizer):
+    """A ``generate``-like job: every row shares one prompt head. Its rows are cut into chunks
+    (position modulo their number) spread over the shards; each bucket that answers a chunk
+    gets the document's text; no row is lost or doubled."""
+    table = pa.table({"document": ["the one shared head"] * 57 + ["another doc"] * 3,
+                      "question": [f"question {i}" for i in range(60)]})
+    source = _source(tmp_path, table, Columns(required=("document", "question")))
+    task = DocumentQuestion(tokenizer)
+    reads = [(prompt_rows(source, task, p), None) for p in plan_partitions(source.row_groups, 20)]
+    placement = place_task(["cpu0", "cpu1"], {}, 8, 0, *(r.documents for r, _ in reads))
+    head = prefix_digest(task.split({"document": "the one shared head", "question": "x"}).prefix)
+    assert list(placement.split) == [head] and len(placement.split[head]) == 8   # 57 rows, chunks of at most 8
+    assert all(b.rows <= 8 for b in placement.buckets)
+    assert {b.shard for b in placement.buckets} == {"cpu0", "cpu1"}
+    shard_rows = placement.shard_rows()
+    assert abs(shard_rows["cpu0"] - shard_rows["cpu1"]) <= 8
+    pieces = [split_task(r, placement) for r in reads]
+    by_bucket = {b.index: pa.concat_tables([p[b.index] for p in pieces if b.index in p]) for b in placement.buckets}
+    positions = sorted(p for t in by_bucket.values() for p in t.column("position").to_pylist())
+    assert positions == list(range(60))
+    assert sum(b.rows for b in placement.buckets) == 60
+    for b, rows in by_bucket.items():
+        texts = prefixes_of(rows)
+        assert set(texts) == set(rows.column("digest").to_pylist())   # every document here has its text
+        if head in texts:
+            assert texts[head] == task.split({"document": "the one shared head", "question": "x"}).prefix
+
+
+def test_a_large_jobs_shared_head_is_split_over_the_shards_a_small_documents_is_not():
+    from pipeline.jobs.placement import SPLIT_ROWS
+
+    one = np.array([42], np.uint64)
+    big = place_documents(one, [4 * SPLIT_ROWS], [4 * SPLIT_ROWS * 10.0], ["a", "b"], bucket_rows=50_000)
+    assert len(big.split[42]) == 2 and big.shard_rows() == {"a": 2 * SPLIT_ROWS, "b": 2 * SPLIT_ROWS}
+    small = place_documents(one, [SPLIT_ROWS - 1], [1.0], ["a", "b"], bucket_rows=50_000)
+    assert not small.split and len(small.buckets) == 1   # its questions stay where it is prefilled
 
 
 def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():

@@ -1,5 +1,6 @@
 """``Pipeline.map_dataframe`` with the null engine: output aligned with the input's index and
 partitions, pandas input, up-front errors, and a Dask DataFrame from and to an object store."""
+import dask
 import dask.dataframe as dd
 import pandas as pd
 import pytest
@@ -82,11 +83,21 @@ def test_cluster_path_gives_the_client_paths_rows_and_no_row_passes_the_client(n
     assert (on_cluster.dtypes == on_client.dtypes).all()
 
 
-def test_jobs_path_cluster_refuses_a_task_it_cannot_run(null_pipeline, monkeypatch):
-    frame = pd.DataFrame({"prompt": ["Say hi", "Say bye"]})
-    monkeypatch.setattr(null_pipeline, "config", null_pipeline.config.replace(jobs={"path": "cluster"}))
-    with pytest.raises(DataFrameInputError, match="jobs.path is cluster.*task is generate"):
-        null_pipeline.map_dataframe(frame, task="generate")
-    monkeypatch.undo()
-    out = null_pipeline.map_dataframe(frame, task="generate").compute()   # auto: the client-side feed
-    assert out["error"].isna().all() and list(out.index) == [0, 1]
+def test_generate_on_the_cluster_gives_the_client_paths_rows(null_pipeline, monkeypatch):
+    prompts = pd.DataFrame({"prompt": ["Say hi", "Say bye", None, "Say hi"] * 3})
+    chats = pd.DataFrame({"messages": [[{"role": "user", "content": f"Count to {i}"}] for i in range(6)]
+                          + [[{"role": "assistant", "content": "no user turn"}]]})
+    config = null_pipeline.config
+    for frame, failed in ((prompts, 3), (chats, 1)):   # prompts; chat messages (a list column)
+        with dask.config.set({"dataframe.convert-string": False}):   # (else Dask makes the lists text)
+            ddf = dd.from_pandas(frame, npartitions=2, sort=False)
+        on_cluster = null_pipeline.map_dataframe(ddf, task="generate").compute()
+        monkeypatch.setattr(null_pipeline, "config", config.replace(jobs={"path": "client"}))
+        on_client = null_pipeline.map_dataframe(ddf, task="generate").compute()
+        monkeypatch.undo()
+        assert list(on_cluster.index) == list(frame.index)
+        for column in ("answer", "error", "prompt_tokens", "finish_reason"):
+            assert on_cluster[column].equals(on_client[column]), (list(frame.columns), column)
+        assert on_cluster["error"].notna().sum() == failed
+    # a pandas frame's lists of messages stay lists
+    assert null_pipeline.map_dataframe(chats, task="generate").compute()["error"].notna().sum() == 1
