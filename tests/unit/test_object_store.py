@@ -62,13 +62,17 @@ def _rows(n_docs, seed):
             for i, r in enumerate(document_questions(n_docs, 4, seed=seed, order="shuffled"))]
 
 
+def _put_two_files(fs, folder, rows, cut):
+    """``rows`` as two Parquet objects in ``BUCKET/folder``, the first with ``rows[:cut]``."""
+    for i, part in enumerate((rows[:cut], rows[cut:])):
+        with fs.open(f"{BUCKET}/{folder}/part-{i}.parquet", "wb") as f:
+            pq.write_table(pa.Table.from_pylist(part), f)
+
+
 def test_job_from_s3_to_s3(store_pipeline, s3):
     rows = _rows(30, seed=1)
     fs = _fs(s3)
-    with fs.open(f"{BUCKET}/in/part-0.parquet", "wb") as f:
-        pq.write_table(pa.Table.from_pylist(rows[:50]), f)
-    with fs.open(f"{BUCKET}/in/part-1.parquet", "wb") as f:
-        pq.write_table(pa.Table.from_pylist(rows[50:]), f)
+    _put_two_files(fs, "in", rows, 50)
     summary = run_job(store_pipeline, f"s3://{BUCKET}/in/", f"s3://{BUCKET}/out/answers.parquet", progress=False,
                       part_rows=25, notify=lambda m: None)
     assert summary.rows == len(rows) and summary.errors == 0
@@ -229,10 +233,7 @@ def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp
 
     rows = _rows(12, seed=7)
     fs = _fs(s3)
-    with fs.open(f"{BUCKET}/to-local/part-0.parquet", "wb") as f:
-        pq.write_table(pa.Table.from_pylist(rows[:20]), f)
-    with fs.open(f"{BUCKET}/to-local/part-1.parquet", "wb") as f:
-        pq.write_table(pa.Table.from_pylist(rows[20:]), f)
+    _put_two_files(fs, "to-local", rows, 20)
     out = tmp_path / "answers.parquet"
     job = prepare_job(f"s3://{BUCKET}/to-local/", out, config=store_pipeline.config, notify=lambda m: None)
     assert isinstance(job, ClusterJob)
