@@ -80,7 +80,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     if _on_cluster(config):
         from pipeline.jobs.cluster_job import ClusterJob   # start time: loaded by DataFrame jobs only
 
-        steps = FrameSteps(pipeline.client, parts, RowColumns.of(columns, names), out_columns, rows_total)
+        steps = FrameSteps(parts, RowColumns.of(columns, names), out_columns, rows_total)
         ClusterJob(steps, config, truncate_prompts).run(pipeline, progress=False)
         futures = steps.frames
     else:
@@ -106,11 +106,11 @@ class FrameSteps:
     (``frames``: one future per partition, in order, once the job has run)."""
     resumed = 0
 
-    def __init__(self, client, parts: list, columns: RowColumns, out_columns: list[str], rows_total: int | None):
+    def __init__(self, parts: list, columns: RowColumns, out_columns: list[str], rows_total: int | None):
         from pipeline.jobs.cluster_tasks import kept_answer_task
 
         self.answer = kept_answer_task
-        self.client, self.parts, self.columns, self.out_columns = client, parts, columns, out_columns
+        self.parts, self.columns, self.out_columns = parts, columns, out_columns
         self.rows_total = rows_total
         self.frames: list = []
 

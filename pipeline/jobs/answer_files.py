@@ -35,11 +35,8 @@ RESULT_TYPES = {   # the output's result columns (the client path's too: pipelin
     "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
     "answer_json": pa.string(),
 }
-PANDAS_TYPES = {   # the same, as a DataFrame job's output has them (strings as pandas strings)
-    "answer": "string", "error": "string", "prompt_tokens": "int64", "cached_tokens": "int64",
-    "completion_tokens": "int64", "shard": "string", "latency_s": "float64", "finish_reason": "string",
-    "answer_json": "string",
-}
+# the same, as a DataFrame job's output has them (strings as pandas strings)
+PANDAS_TYPES = {n: "string" if pa.types.is_string(t) else t.to_pandas_dtype().__name__ for n, t in RESULT_TYPES.items()}
 ANSWER_SCHEMA = pa.schema([pa.field("position", pa.int64())] +
                           [pa.field(n, RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]])
 

@@ -91,7 +91,8 @@ def place_task(shards: list[str], held: dict[int, str], bucket_rows: int, decode
     rows = docs.column("rows_sum").to_numpy()
     cost = docs.column("prefix_chars_max").to_numpy() + docs.column("suffix_chars_sum").to_numpy() + \
         rows * decode_chars
-    placement = place_documents(docs.column("digest").to_numpy(), rows, cost, shards, held, bucket_rows)
+    placement = place_documents(docs.column("digest").to_numpy(), rows, cost, shards, held, bucket_rows,
+                                prefix_cost=docs.column("prefix_chars_max").to_numpy())
     placement.first = docs.column("first_min").to_numpy()   # (in digest order, as the placement's)
     return placement
 
@@ -117,17 +118,22 @@ def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> di
     keyed = pa.table({"bucket": bucket, "digest": rows.column("digest"), "position": rows.column("position")})
     order = pc.sort_indices(keyed, [("bucket", "ascending"), ("digest", "ascending"), ("position", "ascending")])
     order = order.to_numpy()
-    sorted_buckets = bucket[order]
-    cuts = np.flatnonzero(np.diff(sorted_buckets)) + 1
     at = rows.column_names.index("prefix")
     rest, prefix = rows.remove_column(at), rows.column("prefix")
     out = {}
-    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(order)])).tolist()):
+    for b, lo, hi in _runs(bucket[order]):
         take = order[lo:hi]
         # (compact copies: they travel; the text of rows that do not carry it is not copied)
-        out[int(sorted_buckets[lo])] = rest.take(take).add_column(
-            at, rows.schema.field(at), prefix.take(pa.array(text_row[take], mask=~carries[take])))
+        out[b] = rest.take(take).add_column(at, rows.schema.field(at),
+                                            prefix.take(pa.array(text_row[take], mask=~carries[take])))
     return out
+
+
+def _runs(keys: np.ndarray):
+    """(key, start, stop) of each run of equal values in sorted ``keys``."""
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(keys)])).tolist()):
+        yield int(keys[lo]), lo, hi
 
 
 def _carry_split_documents(placement: Placement, digests: np.ndarray, bucket: np.ndarray, carries: np.ndarray,
@@ -238,10 +244,8 @@ def _by_partition(table: pa.Table, partition: np.ndarray) -> dict[int, pa.Table]
     if not table.num_rows:
         return {}
     order = np.lexsort((table.column("position").to_numpy(), partition))
-    table, partition = table.take(pa.array(order)), partition[order]
-    cuts = np.flatnonzero(np.diff(partition)) + 1
-    return {int(partition[lo]): table.slice(lo, hi - lo) for lo, hi in
-            zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(partition)])).tolist())}
+    table = table.take(pa.array(order))
+    return {number: table.slice(lo, hi - lo) for number, lo, hi in _runs(partition[order])}
 
 
 def _write_by_partition(files: AnswerFiles, starts: tuple[int, ...], name: str, table: pa.Table) -> None:

@@ -18,6 +18,7 @@ from pipeline.jobs.answer_files import PANDAS_TYPES, error_table
 from pipeline.jobs.cluster_tasks import JobSpec, ReadFigures, error_groups, frame_positions
 from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of
 
+
 def frame_read_task(spec: JobSpec, frame, number: int) -> tuple[PromptRows, ReadFigures, object]:
     """Partition ``number`` of the input (a pandas DataFrame) as prompt rows. ``spec.source``:
     the columns the task reads (``RowColumns``)."""

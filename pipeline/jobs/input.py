@@ -134,10 +134,7 @@ class ParquetSource:
         if missing:
             raise JobError(f"input {spec} {missing}; it has: {', '.join(schema.names) or '(none)'}")
         self.key = "id" if "id" in schema.names else None
-        self.row_columns = RowColumns.of(columns, schema.names)
-        self.text_columns = list(self.row_columns.text_columns)
-        self.list_columns = list(self.row_columns.list_columns)
-        self.sampling_columns = list(self.row_columns.sampling_columns)
+        self.row_columns = RowColumns.of(columns, schema.names)   # what the task reads
         # the prompt's columns are not copied to the output (join on id to see them again)
         self.passthrough = [n for n in schema.names if n not in (*columns.all, *RESULT_FIELDS)]
         self.dropped = [n for n in schema.names if n in RESULT_FIELDS[1:]]

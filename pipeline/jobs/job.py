@@ -6,8 +6,9 @@
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
 ids, output writable, resume state) and says where the job runs (``jobs.path``): a Parquet job
-with a local (or shared) output path runs on the cluster (its input may be on an object store) (``ClusterJob``,
-``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer and write); any
+with a local or shared output path (its input may be on an object store) runs on the cluster
+(``ClusterJob``, ``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer
+and write); any
 other job's ``Job.run`` streams the rows through this process and commits results in input order
 as they complete (``pipeline/jobs/output.py``; on an object store
 ``pipeline/jobs/store_output.py``). Input and output are local paths or fsspec URLs
@@ -86,7 +87,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
         # answer_json only when the job asks for JSON answers
-        wants_json = config.sampling.json_schema is not None or "json_schema" in source.sampling_columns
+        wants_json = config.sampling.json_schema is not None or "json_schema" in source.row_columns.sampling_columns
         fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
                             *(pa.field(n, RESULT_TYPES[n]) for n in fields)])

@@ -52,7 +52,7 @@ class PromptRows:
 def read_partition(source, part: Partition, columns: list[str] | None = None) -> pa.Table:
     """The partition's rows of ``columns`` (default: every column the task reads)."""
     if columns is None:
-        columns = source.text_columns + source.list_columns + source.sampling_columns
+        columns = source.row_columns.all
     path = source.files[part.file]
     try:
         table = pq.ParquetFile(path, filesystem=source.fs).read_row_groups(list(part.row_groups), columns=columns)

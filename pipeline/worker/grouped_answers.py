@@ -53,8 +53,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
-    ``progress(done_rows, error_rows)`` is called now and then, and at the end. ``commit(results)`` gets the results as they complete, at least
-    ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
+    ``progress(done_rows, error_rows)`` is called now and then, and at the end.
+    ``commit(results)`` gets the results as they complete, at least ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
     loop's thread pool, so the engine's event loop goes on meanwhile). ``first_rows``: until the
     first answer, only this many requests are admitted (0: no limit), so that answer is not
     decoded in lockstep with a full engine's worth of others (README, "Start-up and first answer")."""

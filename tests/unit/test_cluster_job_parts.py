@@ -78,6 +78,15 @@ def test_prompt_rows_row_by_row_when_columns_are_not_plain_text(tmp_path, tokeni
         1: "input: text is not valid UTF-8 text (byte 0)", 2: "input: n is null"}
 
 
+def test_digests_of_a_column_are_the_digests_the_engines_remember():
+    """The read digests documents in one pass; the workers remember held documents one at a
+    time: both must give the same 64-bit digest, or held documents would not be found."""
+    from pipeline.prefix_memory import prefix_digests
+
+    texts = ["alpha", "ünïcode ✓", "x" * 5000, "lone surrogate \ud800", ""]
+    assert prefix_digests(texts).tolist() == [prefix_digest(t) for t in texts]
+
+
 def test_split_sends_each_document_whole_to_one_bucket_with_its_text_once(tmp_path, tokenizer):
     rng = np.random.default_rng(3)
     docs = [f"document {d} " + "text " * (d + 1) for d in rng.integers(0, 9, 60)]   # 9 documents, shuffled
