@@ -8,7 +8,8 @@ The steps, each a set of Dask tasks:
 1. read: each input partition becomes prompt rows on a worker, with per-document counts;
 2. place: one task counts every document of the job and places it on a shard, in buckets
    (pipeline/jobs/placement.py: bounded load, engines' held documents kept where they are);
-3. split: each partition's rows cut by bucket; the pieces move worker to worker;
+3. split: each partition's rows cut by shard, sorted by bucket; the pieces move worker to
+   worker (partitions × shards of them; a bucket takes its slice of each of its shard's);
 4. answer: one task per bucket on its shard, rows grouped by document
    (pipeline/worker/grouped_answers.py);
 5. complete: each partition's answers merged in input order.
@@ -191,8 +192,14 @@ class ClusterJob:
         # Held until every bucket is answered: a worker lost meanwhile takes pieces with it, which
         # Dask computes again from these (it cannot once the client has let them go).
         held_for_recovery = reads + splits
-        pieces = {b.index: [client.submit(piece_of, s, b.index, key=f"{job}-piece-{p.index}-{b.index}",
-                                          priority=PLAN_PRIORITY) for s, p in zip(splits, todo)] for b in buckets}
+        # each partition's rows for each shard: a bucket's answer task takes its slice of its shard's
+        # (P × shards tasks, not P × buckets; a bucket's entry is let go once it is answered, a
+        # shard's pieces with its last bucket's)
+        of_shard = {shard: [client.submit(piece_of, s, shard, key=f"{job}-piece-{p.index}-{shard}",
+                                          priority=PLAN_PRIORITY) for s, p in zip(splits, todo)]
+                    for shard in sorted({b.shard for b in buckets})}
+        pieces = {b.index: of_shard[b.shard] for b in buckets}
+        del of_shard
         self._rank: dict[int, int] = {}   # a bucket's place among its shard's: each job's k-th go together
         per_shard: dict[str, int] = {}
         for b in buckets:

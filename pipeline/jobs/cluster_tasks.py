@@ -5,9 +5,10 @@ through the client or inline through the scheduler.
     read_task (per input partition, any worker)  -> PromptRows
       documents_of                                -> per-document counts
     place_task (one, any worker)                 -> Placement (document -> shard and bucket)
-    split_task (per partition, beside its read)  -> {bucket: rows}
-      piece_of                                    -> one bucket's rows of one partition
-    answer_task (per bucket, on its shard)       -> answer files; figures
+    split_task (per partition, beside its read)  -> {shard: rows, sorted by bucket}
+      piece_of                                    -> one shard's rows of one partition
+    answer_task (per bucket, on its shard)       -> answer files; figures (its bucket's slice
+                                                    of each of its shard's pieces)
     merge_task (per partition)                   -> the partition's part, in input order
     finish_task (one)                            -> OUTPUT
 """
@@ -101,11 +102,12 @@ def buckets_of(placement: Placement) -> list[Bucket]:
     return placement.buckets
 
 
-def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> dict[int, pa.Table]:
-    """The partition's rows by bucket, each sorted by document then position. A document's text
-    goes on its first row in the whole job only, so it travels to its shard once (a split
-    document's: on the first row of each of its chunks here, so each bucket that answers it
-    gets it)."""
+def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> dict[str, pa.Table]:
+    """The partition's rows by shard, each shard's sorted by bucket, document, then position,
+    with their ``bucket`` column (a bucket's rows are one slice of it: ``bucket_slice``). A
+    document's text goes on its first row in the whole job only, so it travels to its shard
+    once (a split document's: on the first row of each of its chunks here, so each bucket that
+    answers it gets it)."""
     rows = read[0].rows
     if not rows.num_rows:
         return {}
@@ -118,15 +120,29 @@ def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> di
     keyed = pa.table({"bucket": bucket, "digest": rows.column("digest"), "position": rows.column("position")})
     order = pc.sort_indices(keyed, [("bucket", "ascending"), ("digest", "ascending"), ("position", "ascending")])
     order = order.to_numpy()
+    shards = sorted({b.shard for b in placement.buckets})
+    shard_of_bucket = np.zeros(len(placement.buckets), np.int64)
+    for b in placement.buckets:
+        shard_of_bucket[b.index] = shards.index(b.shard)
     at = rows.column_names.index("prefix")
     rest, prefix = rows.remove_column(at), rows.column("prefix")
     out = {}
-    for b, lo, hi in _runs(bucket[order]):
+    # (a shard's buckets are consecutive numbers, so its rows are one run of the sorted order)
+    for s, lo, hi in _runs(shard_of_bucket[bucket[order]]):
         take = order[lo:hi]
         # (compact copies: they travel; the text of rows that do not carry it is not copied)
-        out[b] = rest.take(take).add_column(at, rows.schema.field(at),
-                                            prefix.take(pa.array(text_row[take], mask=~carries[take])))
+        piece = rest.take(take).add_column(at, rows.schema.field(at),
+                                           prefix.take(pa.array(text_row[take], mask=~carries[take])))
+        out[shards[s]] = piece.append_column("bucket", pa.array(bucket[take], pa.int32()))
     return out
+
+
+def bucket_slice(piece: pa.Table | None, bucket: int) -> pa.Table | None:
+    """Bucket ``bucket``'s rows of a shard's piece (``split_task``), without its ``bucket`` column."""
+    if piece is None or not piece.num_rows:
+        return None
+    lo, hi = np.searchsorted(piece.column("bucket").to_numpy(), [bucket, bucket + 1])
+    return piece.slice(lo, hi - lo).drop_columns(["bucket"]) if hi > lo else None
 
 
 def _runs(keys: np.ndarray):
@@ -152,8 +168,8 @@ def _carry_split_documents(placement: Placement, digests: np.ndarray, bucket: np
         text_row[k] = document_first[int(digests[k])]
 
 
-def piece_of(pieces: dict[int, pa.Table], bucket: int) -> pa.Table | None:
-    return pieces.get(bucket)
+def piece_of(pieces: dict[str, pa.Table], shard: str) -> pa.Table | None:
+    return pieces.get(shard)
 
 
 async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> tuple[dict, None]:
@@ -210,7 +226,7 @@ def _bucket_rows(bucket: Bucket, pieces) -> tuple:
     plugin = shard_plugin()
     if plugin.shard != bucket.shard:
         raise RuntimeError(f"bucket {bucket.index} is for shard {bucket.shard}, not {plugin.shard}")
-    tables = [p for p in pieces if p is not None and p.num_rows]
+    tables = [t for t in (bucket_slice(p, bucket.index) for p in pieces) if t is not None]
     rows = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
     if len(tables) > 1:
         rows = rows.sort_by([("digest", "ascending"), ("position", "ascending")])

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.client.tokenizer import load_tokenizer
-from pipeline.jobs.cluster_tasks import place_task, split_task
+from pipeline.jobs.cluster_tasks import bucket_slice, place_task, split_task
 from pipeline.jobs.input import open_source
 from pipeline.jobs.partitions import plan_partitions
 from pipeline.jobs.placement import place_documents
@@ -98,8 +98,15 @@ def test_split_sends_each_document_whole_to_one_bucket_with_its_text_once(tmp_pa
     placement = place_task(["cpu0", "cpu1"], {}, 20, 0, *(r.documents for r, _ in reads))
     assert not placement.split and len(placement.buckets) > 2
     pieces = [split_task(r, placement) for r in reads]
-    by_bucket = {b.index: pa.concat_tables([p[b.index] for p in pieces if b.index in p]) for b in placement.buckets}
+    shard_of = {b.index: b.shard for b in placement.buckets}
+    for piece in pieces:   # one piece per shard a partition has rows for, holding that shard's buckets in order
+        for shard, rows in piece.items():
+            numbers = rows.column("bucket").to_pylist()
+            assert numbers == sorted(numbers) and {shard_of[n] for n in numbers} == {shard}
+    by_bucket = {b.index: pa.concat_tables([t for p in pieces if (t := bucket_slice(p.get(b.shard), b.index))])
+                 for b in placement.buckets}
     assert sum(t.num_rows for t in by_bucket.values()) == 60
+    assert all("bucket" not in t.column_names for t in by_bucket.values())
     buckets_of_document = {}
     for b, rows in by_bucket.items():
         for d in set(rows.column("digest").to_pylist()):
@@ -155,7 +162,8 @@ def test_a_document_larger_than_a_bucket_is_split_into_chunks_each_with_its_text
     shard_rows = placement.shard_rows()
     assert abs(shard_rows["cpu0"] - shard_rows["cpu1"]) <= 8
     pieces = [split_task(r, placement) for r in reads]
-    by_bucket = {b.index: pa.concat_tables([p[b.index] for p in pieces if b.index in p]) for b in placement.buckets}
+    by_bucket = {b.index: pa.concat_tables([t for p in pieces if (t := bucket_slice(p.get(b.shard), b.index))])
+                 for b in placement.buckets}
     positions = sorted(p for t in by_bucket.values() for p in t.column("position").to_pylist())
     assert positions == list(range(60))
     assert sum(b.rows for b in placement.buckets) == 60
