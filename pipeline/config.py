@@ -316,14 +316,15 @@ class SecurityConfig(_Section):
 class JobsConfig(_Section):
     """File jobs (``python -m pipeline run``, ``run_job``)."""
     # "cluster": the workers read the input, group its rows by document, answer and write; the
-    # client carries no rows (Parquet in and out, local or shared paths, template tasks;
-    # pipeline/jobs/cluster_job.py). "client": every row through this process's job loop (any
-    # job). "auto": cluster where the job allows it.
+    # client carries no rows (Parquet in and out: local or shared paths, or an object store; any
+    # task; pipeline/jobs/cluster_job.py). "client": every row through this process's job loop
+    # (any job). "auto": cluster where the job allows it (not OpenAI batch JSONL).
     path: Literal["auto", "cluster", "client"] = "auto"
     # Input rows per read task (whole row groups where the files allow).
     partition_rows: int = Field(65_536, gt=0)
     # Rows per answer task: a shard's documents are answered in buckets of at most this many
-    # rows (a document is never split).
+    # rows (a document is split only when it alone has more rows than that, or than a shard's
+    # fair share of a large job).
     bucket_rows: int = Field(50_000, gt=0)
 
 

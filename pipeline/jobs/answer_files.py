@@ -1,5 +1,6 @@
 """A cluster job's partial output, written by the workers: what is committed, and how it becomes
-OUTPUT. Every worker must see OUTPUT's folder (one machine, or a shared file system).
+OUTPUT. Every worker must see OUTPUT's folder: one machine, a shared file system, or an object
+store (pipeline/jobs/job_folder.py).
 
     OUTPUT.partial/
       _job.json                          which input, which partitions (resume checks it)
@@ -7,18 +8,18 @@ OUTPUT. Every worker must see OUTPUT's folder (one machine, or a shared file sys
       answers/p000003/<run>-input.parquet     partition 3's rows that failed reading
       parts/part-000003.parquet          partition 3 merged: its rows in input order, whole
 
-An answer file holds each row's position and its result columns; it is written under a
-temporary name and renamed, so a file that exists is committed whole. A partition is merged
-(by position, with its input's own columns) once all its rows are answered; then OUTPUT is the
-parts copied in order into one file, renamed into place, and the folder goes. A run that is
+An answer file holds each row's position and its result columns; a file that can be seen is
+committed whole (a local one is written under a temporary name and renamed; an object is
+written once, whole). A partition is merged (by position, with its input's own columns) once all
+its rows are answered; then OUTPUT is the parts copied in order into one file that appears whole
+(renamed into place, or an upload that completes), and the folder goes. A run that is
 interrupted resumes from the files: partitions merged are skipped, rows answered are not read
 again (pipeline/jobs/prompt_table.py), so no row is answered twice and none is lost.
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
+import posixpath
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,8 +27,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.output import META, PartialOutput, write_atomic, write_table_atomic
+from pipeline.jobs.job_folder import LocalFolder, StoreFolder
+from pipeline.jobs.output import META, PartialOutput, write_atomic
 from pipeline.jobs.partitions import Partition
+from pipeline.jobs.storage import filesystem, store_error
 from pipeline.results import RESULT_FIELDS
 
 RESULT_TYPES = {   # the output's result columns (the client path's too: pipeline/jobs/job.py)
@@ -64,50 +67,49 @@ def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
 
 
 class AnswerFiles:
-    """The folder's answer files and merged parts (used on the workers and by the client)."""
+    """The folder's answer files and merged parts (used on the workers and by the client);
+    ``folder``: a ``LocalFolder`` or ``StoreFolder`` (pipeline/jobs/job_folder.py), or a local path."""
 
-    def __init__(self, folder: Path):
-        self.dir = Path(folder)
+    def __init__(self, folder):
+        self.folder = folder if isinstance(folder, (LocalFolder, StoreFolder)) else LocalFolder(folder)
 
-    def answers_dir(self, partition: int) -> Path:
-        return self.dir / "answers" / f"p{partition:06d}"
+    def answers_dir(self, partition: int) -> str:
+        return self.folder.path("answers", f"p{partition:06d}")
 
-    def part_path(self, partition: int) -> Path:
-        return self.dir / "parts" / f"part-{partition:06d}.parquet"
+    def part_path(self, partition: int) -> str:
+        return self.folder.path("parts", f"part-{partition:06d}.parquet")
 
     def merged(self, partition: int) -> bool:
-        return self.part_path(partition).exists()
+        return self.folder.exists(self.part_path(partition))
 
     def write(self, partition: int, name: str, table: pa.Table) -> None:
-        folder = self.answers_dir(partition)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_table_atomic(folder / f"{name}.parquet", table)
+        self.folder.write_table(self.folder.path("answers", f"p{partition:06d}", f"{name}.parquet"), table)
 
-    def answer_files(self, partition: int) -> list[Path]:
-        folder = self.answers_dir(partition)
-        return sorted(folder.glob("*.parquet")) if folder.exists() else []
+    def answer_files(self, partition: int) -> list[str]:
+        return self.folder.glob(f"answers/p{partition:06d}/*.parquet")
 
     def answered_positions(self, partition: int, before_run: str | None = None) -> pa.Array:
         """The positions answered in ``partition``; with ``before_run``, by earlier runs only (what
         this run's own tasks write must not change what a task of it computes again)."""
-        files = [f for f in self.answer_files(partition) if before_run is None or not f.name.startswith(f"{before_run}-")]
+        files = [f for f in self.answer_files(partition)
+                 if before_run is None or not posixpath.basename(f).startswith(f"{before_run}-")]
         if not files:
             return pa.array([], pa.int64())
-        return pa.concat_arrays([pq.read_table(f, columns=["position"]).column(0).combine_chunks() for f in files])
+        return pa.concat_arrays([self.folder.read_table(f, columns=["position"]).column(0).combine_chunks()
+                                 for f in files])
 
-    def named(self, name: str) -> list[Path]:
+    def named(self, name: str) -> list[str]:
         """The answer files an answer task named ``name`` committed (all partitions)."""
-        folder = self.dir / "answers"
-        return sorted(folder.glob(f"p*/{name}-*.parquet")) if folder.exists() else []
+        return self.folder.glob(f"answers/p*/{name}-*.parquet")
 
     def read_named(self, name: str) -> pa.Table:
         files = self.named(name)
-        return pa.concat_tables([pq.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
+        return pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
             ANSWER_SCHEMA.empty_table()
 
     def next_seq(self, name: str) -> int:
         """The number of the next file an answer task named ``name`` writes."""
-        seqs = [int(f.stem.rsplit("-", 1)[1]) for f in self.named(name)]
+        seqs = [int(posixpath.basename(f).removesuffix(".parquet").rsplit("-", 1)[1]) for f in self.named(name)]
         return max(seqs) + 1 if seqs else 0
 
     def committed_rows(self, partitions: list[Partition]) -> int:
@@ -117,19 +119,18 @@ class AnswerFiles:
             if self.merged(part.index):
                 rows += part.rows
             else:
-                rows += sum(pq.ParquetFile(f).metadata.num_rows for f in self.answer_files(part.index))
+                rows += sum(self.folder.num_rows(f) for f in self.answer_files(part.index))
         return rows
 
     def drop_torn(self) -> None:
         """Files a killed writer left half written."""
-        for leftover in self.dir.glob("**/.*.tmp"):
-            leftover.unlink()
+        self.folder.drop_torn()
 
     def merge(self, part: Partition, carry: pa.Table, schema: pa.Schema, key: str | None) -> int:
         """Partition ``part`` in input order, with ``carry`` (its input's own columns) beside the
         answers; written as its part. Every row must be answered exactly once."""
         files = self.answer_files(part.index)
-        answers = pa.concat_tables([pq.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
+        answers = pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
             ANSWER_SCHEMA.empty_table()
         answers = answers.take(pc.sort_indices(answers, [("position", "ascending")]))
         positions = answers.column("position").to_numpy()
@@ -147,28 +148,26 @@ class AnswerFiles:
         at = names.index("id")   # the input's own columns, id, then the result columns
         columns = [carry.column(n) for n in names[:at]] + [ids] + [answers.column(n) for n in names[at + 1:]]
         table = pa.Table.from_arrays(columns, schema=schema)
-        self.part_path(part.index).parent.mkdir(parents=True, exist_ok=True)
-        write_table_atomic(self.part_path(part.index), table)
+        self.folder.write_table(self.part_path(part.index), table)
         return table.num_rows
 
-    def finish(self, partitions: list[Partition], schema: pa.Schema, final: Path) -> None:
+    def finish(self, partitions: list[Partition], schema: pa.Schema, final: str) -> None:
         """The parts, in order, copied into OUTPUT (one part in memory at a time); the folder goes."""
-        tmp = self.dir / ".final.tmp"
-        with pq.ParquetWriter(tmp, schema) as writer:
+        with self.folder.writing(str(final)) as out, pq.ParquetWriter(out, schema) as writer:
             for part in partitions:
-                writer.write_table(pq.read_table(self.part_path(part.index), schema=schema))
-        os.replace(tmp, final)
-        shutil.rmtree(self.dir)
+                writer.write_table(self.folder.read_table(self.part_path(part.index), schema=schema))
+        self.folder.remove()
 
 
 class ClusterParts(PartialOutput):
-    """The client's side of the folder: opens or resumes it (pipeline/jobs/output.py's checks)."""
+    """The client's side of a local (or shared) folder: opens or resumes it (pipeline/jobs/output.py's checks)."""
 
     def __init__(self, final: Path, meta: dict, schema: pa.Schema, partitions: list[Partition]):
         self.partitions = partitions
         self.schema = schema
         super().__init__(final, meta)
-        self.files = AnswerFiles(self.dir)
+        self.folder = LocalFolder(self.dir)
+        self.files = AnswerFiles(self.folder)
 
     unchecked = ("started", "files")   # checked file by file (open)
 
@@ -178,20 +177,13 @@ class ClusterParts(PartialOutput):
         position); one without committed rows (a fixed unreadable file) is fine."""
         current = self.meta["files"]
         done = super().open()
-        before = self.meta.get("files") or []
-        for i, (was, now) in enumerate(zip(before, current)):
-            if was != now and self.files.committed_rows([p for p in self.partitions if p.file == i]):
-                raise JobError(f"input file {self.meta['input'][i]} changed since this job started, and {self.dir} "
-                               f"holds answers for its rows; run it with the original file, or delete the folder to "
-                               f"start over")
-        self.meta["files"] = current
+        _check_files_unchanged(self, current)
         write_atomic(self.dir / META, json.dumps(self.meta, indent=2).encode())
         return done
 
     def _recover(self) -> int:
-        files = AnswerFiles(self.dir)
-        files.drop_torn()
-        return files.committed_rows(self.partitions)
+        self.files.drop_torn()
+        return self.files.committed_rows(self.partitions)
 
     def committed_keys(self):   # (resume is checked by the input's description and row count)
         return iter(())
@@ -200,3 +192,69 @@ class ClusterParts(PartialOutput):
         self.committed = self.files.committed_rows(self.partitions)
         return self.committed
 
+
+class ClusterStoreParts:
+    """The client's side of the folder when OUTPUT is on an object store (``s3://...``): the same
+    answer files and parts, as objects, each written once, whole, under its final name; OUTPUT
+    appears when its upload completes. ``_job.json`` says which job they belong to, checked on
+    resume as ``ClusterParts`` does."""
+
+    unchecked = ClusterParts.unchecked
+
+    def __init__(self, url: str, meta: dict, schema: pa.Schema, partitions: list[Partition],
+                 storage_options: dict | None = None):
+        fs, path = filesystem(url, storage_options)
+        self.url, self.final, self.dir = url, path, url + ".partial"   # (dir: for messages)
+        self.folder = StoreFolder(fs, path + ".partial", self.dir)
+        self.files = AnswerFiles(self.folder)
+        self.meta, self.schema, self.partitions = meta, schema, partitions
+        self.committed = self.resumed = 0
+
+    def open(self) -> int:
+        current = self.meta["files"]
+        try:
+            old = self._old_meta()
+            if old is not None:
+                diff = ", ".join(k for k in sorted(set(old) | set(self.meta))
+                                 if k not in self.unchecked and old.get(k) != self.meta.get(k))
+                done = self.files.committed_rows(self.partitions)
+                if diff and done:
+                    raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the "
+                                   f"original command again to finish it, or delete it to start over")
+                if not diff:
+                    self.meta = old   # keeps the first run's start time
+                    self.committed = self.resumed = done
+            _check_files_unchanged(self, current)
+            self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
+        except JobError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - credentials, bucket, network
+            raise store_error(exc, self.url) from None
+        return self.committed
+
+    def _old_meta(self) -> dict | None:
+        try:
+            old = json.loads(self.folder.read_bytes(self.folder.path(META)))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise JobError(f"{self.dir} exists but is not a partial output of this program "
+                           f"(unreadable {META}); delete it") from None
+        return old if isinstance(old, dict) else {}
+
+    def refresh(self) -> int:
+        self.committed = self.files.committed_rows(self.partitions)
+        return self.committed
+
+
+def _check_files_unchanged(sink, current: list) -> None:
+    """An input file that changed since the run ``sink`` resumes is refused if any of its rows
+    are committed (answers are matched to rows by position); one without committed rows (a fixed
+    unreadable file) is fine. Then ``sink``'s meta records the files as they are."""
+    before = sink.meta.get("files") or []
+    for i, (was, now) in enumerate(zip(before, current)):
+        if was != now and sink.files.committed_rows([p for p in sink.partitions if p.file == i]):
+            raise JobError(f"input file {sink.meta['input'][i]} changed since this job started, and {sink.dir} "
+                           f"holds answers for its rows; run it with the original file, or delete the folder to "
+                           f"start over")
+    sink.meta["files"] = current

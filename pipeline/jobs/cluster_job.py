@@ -30,13 +30,12 @@ import sys
 import time
 import uuid
 from dataclasses import replace
-from pathlib import Path
 
 from distributed import as_completed
 
 from pipeline.client.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
-from pipeline.jobs.answer_files import ClusterParts
+from pipeline.jobs.answer_files import ClusterParts, ClusterStoreParts
 from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, \
     figures_of_answer, finish_task, merge_task, piece_of, place_task, read_task, split_task
 from pipeline.jobs.errors import JobError
@@ -66,7 +65,7 @@ class FileSteps:
     committed to answer files, each partition merged into a part, then OUTPUT."""
     answer = staticmethod(answer_task)
 
-    def __init__(self, source, sink: ClusterParts):
+    def __init__(self, source, sink: ClusterParts | ClusterStoreParts):
         self.source, self.sink = source, sink
         self.rows_total = source.num_rows
         self.resumed = sink.resumed
@@ -78,7 +77,7 @@ class FileSteps:
         return [p for p in self.sink.partitions if not self.sink.files.merged(p.index)]
 
     def spec(self, **fields) -> JobSpec:
-        return JobSpec(source=self.source, folder=self.sink.dir, schema=self.sink.schema,
+        return JobSpec(source=self.source, folder=self.sink.folder, schema=self.sink.schema,
                        starts=tuple(p.start for p in self.sink.partitions), **fields)
 
     def read(self, client, spec: JobSpec, part, key: str):
@@ -91,7 +90,7 @@ class FileSteps:
         client.gather(merges)
         if unreadable:
             return merges
-        finish = client.submit(finish_task, spec, self.sink.partitions, Path(self.sink.final),
+        finish = client.submit(finish_task, spec, self.sink.partitions, str(self.sink.final),
                                key=f"{spec.job_id}-finish")
         finish.result()
         return merges + [finish]
@@ -110,7 +109,7 @@ class ClusterJob:
 
     @property
     def sink(self):
-        """A file job's partial output (``ClusterParts``)."""
+        """A file job's partial output (``ClusterParts``, ``ClusterStoreParts``)."""
         return self.steps.sink
 
     @property

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +42,8 @@ class JobSpec:
     topic: str                # the event topic answer tasks publish progress to
     source: object            # a file job's ParquetSource (files, columns; no rows); a DataFrame job's RowColumns
     task: object              # the task kind (tasks.PromptTemplate ...)
-    folder: Path | None       # a file job's OUTPUT.partial (a DataFrame job: None, its answers stay in memory)
+    folder: object            # a file job's OUTPUT.partial, a LocalFolder or StoreFolder (a DataFrame
+                              # job: None, its answers stay in memory)
     schema: pa.Schema | None  # a file job's output schema
     sampling: Sampling
     truncate: bool
@@ -303,5 +303,5 @@ def merge_task(spec: JobSpec, part: Partition) -> int:
     return AnswerFiles(spec.folder).merge(part, carry, spec.schema, source.key)
 
 
-def finish_task(spec: JobSpec, partitions: list[Partition], final: Path) -> None:
+def finish_task(spec: JobSpec, partitions: list[Partition], final: str) -> None:
     AnswerFiles(spec.folder).finish(partitions, spec.schema, final)

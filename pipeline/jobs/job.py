@@ -37,11 +37,11 @@ import pyarrow as pa
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
-from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
+from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts, ClusterStoreParts
 from pipeline.jobs.cluster_job import ClusterJob, FileSteps
 from pipeline.jobs.output import META, JsonlLines, ParquetParts
 from pipeline.jobs.partitions import plan_partitions
-from pipeline.jobs.storage import is_url, local_path
+from pipeline.jobs.storage import filesystem, is_url, local_path
 from pipeline.jobs.store_output import StoreParts
 from pipeline.jobs.openai_batch import output_line
 from pipeline.config import Config, load_config
@@ -82,7 +82,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
             "key": source.key or "position", "started": int(time.time())}
     remote = is_url(output_path)
     final = str(output_path) if remote else Path(local_path(output_path))
-    on_cluster = _on_cluster(config, source, remote, final)
+    on_cluster = _on_cluster(config, source, final)
     if source.format == "openai":
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
@@ -92,11 +92,13 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
                             *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
         if on_cluster:
-            partition_rows = _resumed_partition_rows(final) or config.jobs.partition_rows
+            partition_rows = _resumed_partition_rows(final, config.storage_options) or config.jobs.partition_rows
             # the files as they are: answers are matched to rows by position, so a changed file
             # must not resume
             meta.update(path="cluster", partition_rows=partition_rows, files=_fingerprint(source.files, source.fs))
-            sink = ClusterParts(final, meta, schema, plan_partitions(source.row_groups, partition_rows))
+            partitions = plan_partitions(source.row_groups, partition_rows)
+            sink = ClusterStoreParts(final, meta, schema, partitions, config.storage_options) if remote else \
+                ClusterParts(final, meta, schema, partitions)
         else:
             sink = StoreParts(final, meta, schema, config.storage_options) if remote else \
                 ParquetParts(final, meta, schema)
@@ -265,22 +267,19 @@ class _InOrder:
                            f"the rows committed so far are kept, run the same command again to resume")
 
 
-def _on_cluster(config: Config, source, remote_output: bool, final) -> bool:
+def _on_cluster(config: Config, source, final) -> bool:
     """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): a
-    Parquet job (local, shared or object-store input) with a local or shared output path, any
-    task. ``cluster`` for a job
-    that cannot is an error saying why. ``auto`` resumes a partial output on the path that
+    Parquet job (local, shared or object-store input and output), any task. ``cluster`` for a
+    job that cannot is an error saying why. ``auto`` resumes a partial output on the path that
     wrote it."""
     why = None
-    if config.jobs.path == "auto" and not remote_output and _partial_path(final) == "client":
+    if config.jobs.path == "auto" and _partial_path(final, config.storage_options) == "client":
         return False
     if source.format != "parquet":
         why = "its input is OpenAI batch JSONL"
-    elif remote_output:
-        why = "its output is a URL (an object store)"
     if config.jobs.path == "cluster" and why is not None:
-        raise JobError(f"jobs.path is cluster, which runs Parquet jobs with a local or shared output path; "
-                       f"this job cannot run there: {why}. Set jobs.path to auto or client")
+        raise JobError(f"jobs.path is cluster, which runs Parquet jobs; this job cannot run there: {why}. "
+                       f"Set jobs.path to auto or client")
     return config.jobs.path == "cluster" or (config.jobs.path == "auto" and why is None)
 
 
@@ -300,24 +299,31 @@ def _fingerprint(files: list[str], fs=None) -> list[list]:
     return out
 
 
-def _partial_meta(final) -> dict | None:
-    """The ``_job.json`` of OUTPUT.partial, if there is one."""
+def _partial_meta(final, storage_options: dict | None = None) -> dict | None:
+    """The ``_job.json`` of OUTPUT.partial, if there is one (on an object store, a client-path
+    job's manifest holds it under ``meta``)."""
     try:
-        meta = json.loads((Path(str(final) + ".partial") / META).read_text())
-    except (OSError, ValueError):
+        if is_url(str(final)):
+            fs, path = filesystem(str(final), storage_options)
+            meta = json.loads(fs.cat_file(f"{path}.partial/{META}"))
+            if isinstance(meta, dict) and "parts" in meta:
+                meta = meta.get("meta")
+        else:
+            meta = json.loads((Path(str(final) + ".partial") / META).read_text())
+    except Exception:  # noqa: BLE001 - none, or unreadable: opening the output says why
         return None
     return meta if isinstance(meta, dict) else None
 
 
-def _partial_path(final) -> str | None:
+def _partial_path(final, storage_options: dict | None = None) -> str | None:
     """Which path wrote OUTPUT.partial: cluster, client, or None (there is none)."""
-    meta = _partial_meta(final)
+    meta = _partial_meta(final, storage_options)
     return None if meta is None else meta.get("path", "client")
 
 
-def _resumed_partition_rows(final) -> int | None:
+def _resumed_partition_rows(final, storage_options: dict | None = None) -> int | None:
     """The partition size of a cluster job's partial output that a rerun resumes."""
-    meta = _partial_meta(final)
+    meta = _partial_meta(final, storage_options)
     return meta.get("partition_rows") if meta is not None and meta.get("path") == "cluster" else None
 
 

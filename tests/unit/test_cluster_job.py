@@ -2,6 +2,8 @@
 group by document, answer and write. The output is the client path's, row for row; every
 document is answered on one shard; an interrupted or partly unreadable job resumes to the same
 output, answering only what is missing."""
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -85,14 +87,14 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     assert (p0.rows, p1.rows) == (16, 8)
     files.write(0, "old-b000000", answers.slice(0, 16).cast(ANSWER_SCHEMA))
     files.write(1, "old-b000001", answers.slice(16, 4).cast(ANSWER_SCHEMA))
-    (files.answers_dir(1) / ".old-b000002.parquet.tmp").write_bytes(b"PAR1 torn")
+    (Path(files.answers_dir(1)) / ".old-b000002.parquet.tmp").write_bytes(b"PAR1 torn")
 
     notes = []
     again = prepare_job(src, tmp_path / "out.parquet", config=null_pipeline.config.replace(jobs={"path": "cluster"}),
                         notify=notes.append)
     assert again.done == 20 and notes == [f"resuming: 20 of {len(rows)} rows are already in {again.sink.dir}; "
                                           f"answering the rest"]
-    assert not list(files.answers_dir(1).glob(".*.tmp"))
+    assert not list(Path(files.answers_dir(1)).glob(".*.tmp"))
     summary = again.run(null_pipeline, progress=False)
     assert summary.rows == len(rows) - 20 and summary.resumed == 20
     assert without(pq.read_table(tmp_path / "out.parquet").to_pylist()) == without(whole.to_pylist())

@@ -69,16 +69,38 @@ def _put_two_files(fs, folder, rows, cut):
             pq.write_table(pa.Table.from_pylist(part), f)
 
 
-def test_job_from_s3_to_s3(store_pipeline, s3):
+def test_job_from_s3_to_s3_runs_on_the_cluster(store_pipeline, s3):
+    """The workers read the input objects and write the answer and part objects; OUTPUT appears
+    whole; a partial output of another job is refused once it holds answers."""
+    from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
+    from pipeline.jobs.cluster_job import ClusterJob
+
     rows = _rows(30, seed=1)
     fs = _fs(s3)
     _put_two_files(fs, "in", rows, 50)
-    summary = run_job(store_pipeline, f"s3://{BUCKET}/in/", f"s3://{BUCKET}/out/answers.parquet", progress=False,
-                      part_rows=25, notify=lambda m: None)
-    assert summary.rows == len(rows) and summary.errors == 0
+    dest = f"s3://{BUCKET}/out/answers.parquet"
+    job = prepare_job(f"s3://{BUCKET}/in/", dest, config=store_pipeline.config, part_rows=25, notify=lambda m: None)
+    assert isinstance(job, ClusterJob)
+    summary = job.run(store_pipeline, progress=False)
+    assert summary.rows == len(rows) and summary.errors == 0 and len(summary.per_shard) == 2
+    fs.invalidate_cache()
     out = pq.read_table(f"{BUCKET}/out/answers.parquet", filesystem=fs).to_pylist()
     assert [o["id"] for o in out] == [r["id"] for r in rows] and all(o["error"] is None for o in out)
     assert not fs.exists(f"{BUCKET}/out/answers.parquet.partial")
+
+    first = prepare_job(f"s3://{BUCKET}/in/", dest, config=store_pipeline.config, notify=lambda m: None)
+    kept = pa.Table.from_arrays([pa.array([0], f.type) if f.name == "position" else pa.nulls(1, f.type)
+                                 for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
+    AnswerFiles(first.sink.folder).write(0, "old-b000000-00000", kept)
+    fs.pipe_file(f"{BUCKET}/other/in.parquet", _parquet_bytes(rows[:5]))
+    with pytest.raises(JobError, match=r"answers\.parquet\.partial holds partial results of another job"):
+        prepare_job(f"s3://{BUCKET}/other/in.parquet", dest, config=store_pipeline.config, notify=lambda m: None)
+
+
+def _parquet_bytes(rows) -> bytes:
+    buf = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows), buf)
+    return buf.getvalue().to_pybytes()
 
 
 def test_missing_bucket_and_bad_credentials_are_clear_errors(store_pipeline, s3, tmp_path):
@@ -128,28 +150,31 @@ def test_killed_job_on_s3_resumes_to_the_whole_output(s3, tmp_path):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     proc = cli(slow)
-    manifest = f"{BUCKET}/resume/out.parquet.partial/_job.json"
-    deadline = time.monotonic() + 240
-    import json
+    answers = f"{BUCKET}/resume/out.parquet.partial/answers"
 
+    def committed() -> int:   # rows in the answer objects the workers wrote (each written whole)
+        fs.invalidate_cache()
+        return sum(pq.ParquetFile(fs.open(f)).metadata.num_rows for f in fs.glob(f"{answers}/*/*.parquet"))
+
+    deadline = time.monotonic() + 240
     while True:
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no part committed in time"
-        fs.invalidate_cache()
-        if fs.exists(manifest) and len(json.loads(fs.cat_file(manifest))["parts"]) >= 3:
+        assert time.monotonic() < deadline, "no answers committed in time"
+        if committed() >= 150:
             break
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    time.sleep(1.0)   # (an upload the server had whole when the workers died lands meanwhile)
     fs.invalidate_cache()
     assert not fs.exists(f"{BUCKET}/resume/out.parquet")
-    committed = sum(p["rows"] for p in json.loads(fs.cat_file(manifest))["parts"])
-    assert 150 <= committed < len(rows)
+    done = committed()
+    assert 150 <= done < len(rows)
 
     resumed = cli(config)
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
-    assert f"resuming: {committed} of {len(rows)} rows are already in s3://{BUCKET}/resume/out.parquet.partial" in err
+    assert f"resuming: {done} of {len(rows)} rows are already in s3://{BUCKET}/resume/out.parquet.partial" in err
     fs.invalidate_cache()
     got = pq.read_table(f"{BUCKET}/resume/out.parquet", filesystem=fs)
     assert got.column("id").to_pylist() == [r["id"] for r in rows]
@@ -246,7 +271,7 @@ def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp
     first = prepare_job(f"s3://{BUCKET}/to-local/", out2, config=store_pipeline.config, notify=lambda m: None)
     kept = pa.Table.from_arrays([pa.array([0], f.type) if f.name == "position" else pa.nulls(1, f.type)
                                  for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
-    AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", kept)
+    AnswerFiles(first.sink.folder).write(0, "old-b000000-00000", kept)
     with fs.open(f"{BUCKET}/to-local/part-0.parquet", "wb") as f:   # rewritten: same rows, another order
         pq.write_table(pa.Table.from_pylist(list(reversed(rows[:20]))), f)
     filesystem(f"s3://{BUCKET}/", s3)[0].invalidate_cache()   # (this process's cached listing, as a new one has none)
