@@ -128,9 +128,14 @@ def sampling_params(sampling: Sampling):
 class VllmEngine:
     def __init__(self, model: str, config: Config, shard: ShardConfig | None = None):
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config, shard)))
+        # An offline batch engine: vLLM's defaults for its offline ``LLM`` class, not its
+        # engine-context ones (on CPU max_num_batched_tokens 4096, not 2048; larger on GPUs),
+        # as plain vLLM run for a batch gets them.
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config, shard)),
+                                              usage_context=UsageContext.LLM_CLASS)
         cache = self._llm.vllm_config.cache_config
         self.block_size = int(cache.block_size)
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
