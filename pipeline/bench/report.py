@@ -99,6 +99,7 @@ def render_markdown(report: dict, command: str) -> str:
                 lines.append(f"| {burst} | {c} | " + " | ".join(f"{v['cores'].get(r, 0.0):.3f}" for r in roles)
                              + f" | {'-' if idle is None else f'{idle:.2f}'} |")
     lines += engine_env_lines(report)
+    lines += engine_settings_lines(report)
     lines += ["", "| burst | ratio | median | worst pair |", "|---|---|---|---|"]
     for burst, s in report["summary"].items():
         for name, r in s["ratios"].items():
@@ -115,6 +116,23 @@ def render_markdown(report: dict, command: str) -> str:
         lines.append(f"| {t['target']} | {t['burst']} | {t['value']:.4g} | {t['goal']} | "
                      f"{'yes' if t['met'] else 'no'} | {missed} |")
     return "\n".join(lines) + "\n"
+
+
+def engine_settings_lines(report: dict) -> list[str]:
+    """Each shard's engine settings that vLLM fills in by itself (pipeline/worker/engine.py,
+    ``SETTINGS``), pipeline / plain vLLM side by side; a difference is marked."""
+    both = report.get("engine_settings")
+    if not both:
+        return []
+    lines = ["", "Engine settings as each engine runs them (pipeline / plain vLLM; **bold**: they differ):", "",
+             "| shard | setting | pipeline | plain vLLM |", "|---|---|---|---|"]
+    for shard in sorted(set(both["pipeline"]) | set(both["standalone"])):
+        ours, theirs = both["pipeline"].get(shard, {}), both["standalone"].get(shard, {})
+        for name in sorted(set(ours) | set(theirs)):
+            a, b = ours.get(name), theirs.get(name)
+            mark = "**" if a != b else ""
+            lines.append(f"| {shard} | {mark}{name}{mark} | {a} | {b} |")
+    return lines
 
 
 def bigjob_lines(report: dict) -> list[str]:

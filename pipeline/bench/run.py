@@ -71,7 +71,9 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
     # (the first-answer ramp trades ~1.7 s of a burst for a first answer within ~2 s; README).
     job = pipeline.config.replace(intake={"first_answer_rows": 0})
     try:
-        engine_start = {s["shard"]: s["engine_start_s"] for s in pipeline.worker_stats()}
+        stats = pipeline.worker_stats()
+        engine_start = {s["shard"]: s["engine_start_s"] for s in stats}
+        engine_settings = {s["shard"]: s.get("engine_settings", {}) for s in stats}
         with StandaloneShards(pipeline.config, pipeline.model, environ=user_env) as shards:
             roles = Roles(shards.pids)
             engine_envs = engine_env_report(pipeline, shards)
@@ -100,6 +102,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                                 results.append(run_standalone(c, shards, prep, pipeline, burst, pair, roles))
                             bar.update(1)
             standalone_start = dict(shards.start_s)
+            standalone_settings = dict(shards.settings)
         plumbing = run_plumbing(config, opts.null_questions, opts.seed) if opts.null_questions else None
     finally:
         if own:
@@ -110,6 +113,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
         "machine": machine_description(),
         "engine_start_s": {"pipeline": engine_start, "standalone": standalone_start},
         "engine_env": engine_envs,
+        "engine_settings": {"pipeline": engine_settings, "standalone": standalone_settings},
         "summary": summarize(results),
         "plumbing": plumbing,
         "runs": [x.as_dict() for x in results],

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from pipeline.config import Config
 from pipeline.names import SHARD_ENV
-from pipeline.worker.engine import engine_kwargs, sampling_params
+from pipeline.worker.engine import engine_kwargs, engine_settings, sampling_params
 from pipeline.worker.gcstats import GcPauses
 
 
@@ -45,7 +45,7 @@ def _serve(conn, model: str, config: Config) -> None:
     llm = LLM(**engine_kwargs(model, config, shard))
     sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
     pauses = GcPauses().install()
-    conn.send(("ready", time.perf_counter() - t0))
+    conn.send(("ready", time.perf_counter() - t0, engine_settings(llm.llm_engine.vllm_config)))
     prompts: list = []
     while True:
         cmd, *args = conn.recv()
@@ -121,7 +121,9 @@ class StandaloneShards:
                 conn = _accept(listener, proc, shard.name)   # one at a time, in start order
                 conn.send(("init", model, config))
                 self._conns[shard.name] = conn
-        self.start_s = {name: self._expect(name, "ready")[0] for name in self.shards}
+        ready = {name: self._expect(name, "ready") for name in self.shards}
+        self.start_s = {name: r[0] for name, r in ready.items()}
+        self.settings = {name: r[1] for name, r in ready.items()}   # each engine's (engine_settings)
 
     @property
     def pids(self) -> set[int]:

@@ -105,6 +105,23 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
     return kwargs
 
 
+# The engine settings the bench compares between the pipeline's engines and plain vLLM's
+# (pipeline/bench/report.py): those vLLM fills in by itself, which the same arguments may not fix.
+SETTINGS = (("scheduler_config", "max_num_batched_tokens"), ("scheduler_config", "max_num_seqs"),
+            ("scheduler_config", "enable_chunked_prefill"), ("scheduler_config", "async_scheduling"),
+            ("cache_config", "block_size"), ("cache_config", "num_gpu_blocks"),
+            ("cache_config", "enable_prefix_caching"), ("model_config", "dtype"))
+
+
+def engine_settings(vllm_config) -> dict:
+    """An engine's effective settings (``SETTINGS``), as plain values, from its ``vllm_config``."""
+    out = {}
+    for section, name in SETTINGS:
+        value = getattr(getattr(vllm_config, section, None), name, None)
+        out[name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return out
+
+
 def sampling_params(sampling: Sampling):
     """vLLM's ``SamplingParams`` for these settings (a JSON schema or a choice list through
     vLLM's structured outputs)."""
@@ -137,6 +154,7 @@ class VllmEngine:
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config, shard)),
                                               usage_context=UsageContext.LLM_CLASS)
         cache = self._llm.vllm_config.cache_config
+        self.settings = engine_settings(self._llm.vllm_config)
         self.block_size = int(cache.block_size)
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
         from transformers import AutoTokenizer
@@ -205,6 +223,7 @@ class NullEngine:
     prefix cache of that size would have served (pipeline/worker/prefix_cache_model.py)."""
 
     block_size = 16
+    settings: dict = {}
 
     def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0):
         self.latency_s = latency_s

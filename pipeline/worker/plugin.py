@@ -74,7 +74,7 @@ class EnginePlugin(WorkerPlugin):
         atexit.register(self._exit_without_finalizing)  # after vLLM's imports: runs first
         # What does not change while the engine runs; the counters live in self.metrics.
         self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
-                     "kv_cache_tokens": self.engine.kv_cache_tokens}
+                     "kv_cache_tokens": self.engine.kv_cache_tokens, "engine_settings": self.engine.settings}
         self._intake = asyncio.Semaphore(self.config.intake.max_in_flight)
         budget = self.config.intake.kv_budget_share * (self.engine.kv_cache_tokens or 0)
         self.token_gate = TokenGate(budget) if budget else None   # cluster jobs' grouped answering

@@ -41,6 +41,14 @@ def test_bench_smoke(pipeline, tmp_path):
             assert not (p["only_pipeline"] or p["only_standalone"] or differ), (shard, name, p)
             assert p["watched"]["MALLOC_TRIM_THRESHOLD_"] == [None, None]
 
+    # ... and both engines run with the settings vLLM fills in by itself alike (its offline
+    # LLM class's defaults: the token budget of a step among them).
+    settings = report["engine_settings"]
+    assert set(settings["pipeline"]) == set(settings["standalone"]) == set(pipeline.config.shard_names)
+    for shard in settings["pipeline"]:
+        assert settings["pipeline"][shard] == settings["standalone"][shard], shard
+        assert settings["pipeline"][shard]["max_num_batched_tokens"] > 0
+
     loaded = json.loads(paths["json"].read_text())
     assert loaded["summary"].keys() == report["summary"].keys()
     md = paths["markdown"].read_text()
@@ -48,4 +56,5 @@ def test_bench_smoke(pipeline, tmp_path):
         assert f"| reuse | {c} |" in md
     assert "questions/s" in md and "| target |" in md
     assert "Engine environments" in md and "| cpu0 | VLLM::EngineCore |" in md
+    assert "| cpu0 | max_num_batched_tokens |" in md
     assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
