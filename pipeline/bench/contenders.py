@@ -111,7 +111,7 @@ def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeli
     return assign
 
 
-def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str], decode_chars: int,
+def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str], decode_bytes: int,
                       by_document: bool = False) -> dict[str, list[int]]:
     """Row indices per shard as a cluster job places the rows' documents (each document's rows
     on one shard; ``place_task`` of pipeline/jobs/cluster_tasks.py on the same per-document
@@ -125,25 +125,25 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
     from pipeline.prefix_memory import prefix_digest
 
     digest_of: dict[str, int] = {}
-    docs: dict[int, list[int]] = {}   # digest -> [rows, prefix chars, suffix chars, first row], first-seen order
+    docs: dict[int, list[int]] = {}   # digest -> [rows, prefix bytes, suffix bytes, first row], first-seen order
     row_digest = []
     for i, (prefix, suffix) in enumerate(zip(prefixes, suffixes)):
         d = digest_of.get(prefix)
         if d is None:
             d = digest_of[prefix] = prefix_digest(prefix)
-        doc = docs.setdefault(d, [0, len(prefix), 0, i])
+        doc = docs.setdefault(d, [0, len(prefix.encode()), 0, i])
         doc[0] += 1
-        doc[2] += len(suffix)
+        doc[2] += len(suffix.encode())
         row_digest.append(d)
     assign: dict[str, list[int]] = {s: [] for s in shards}
     if not row_digest:
         return assign
     table = pa.table({"digest": pa.array(list(docs), pa.uint64()),
                       "rows": pa.array([v[0] for v in docs.values()], pa.int64()),
-                      "prefix_chars": pa.array([v[1] for v in docs.values()], pa.int64()),
-                      "suffix_chars": pa.array([v[2] for v in docs.values()], pa.int64()),
+                      "prefix_bytes": pa.array([v[1] for v in docs.values()], pa.int64()),
+                      "suffix_bytes": pa.array([v[2] for v in docs.values()], pa.int64()),
                       "first": pa.array([v[3] for v in docs.values()], pa.int64())})
-    placement = place_task(list(shards), {}, 1 << 62, decode_chars, table)
+    placement = place_task(list(shards), {}, 1 << 62, decode_bytes, table)
     buckets = placement.bucket_of(np.array(list(docs), np.uint64)).tolist()
     shard_of = {d: placement.buckets[b].shard for d, b in zip(docs, buckets)}
     if by_document:

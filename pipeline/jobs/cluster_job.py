@@ -181,8 +181,8 @@ class ClusterJob:
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}", priority=PLAN_PRIORITY)
                      for r, p in zip(reads, todo)]
         futures += figures
-        decode_chars = CHARS_PER_TOKEN * self.config.sampling.max_tokens
-        place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_chars,
+        decode_bytes = CHARS_PER_TOKEN * self.config.sampling.max_tokens   # (ASCII: a byte a character)
+        place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_bytes,
                               *documents, key=f"{job}-place", priority=PLAN_PRIORITY)
         futures.append(place)
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets", priority=PLAN_PRIORITY).result()

@@ -84,16 +84,16 @@ def documents_of(read: tuple[PromptRows, ReadFigures]) -> pa.Table:
     return read[0].documents
 
 
-def place_task(shards: list[str], held: dict[int, str], bucket_rows: int, decode_chars: int,
+def place_task(shards: list[str], held: dict[int, str], bucket_rows: int, decode_bytes: int,
                *documents: pa.Table) -> Placement:
     """Every document of the job counted once (its rows over all partitions), then placed."""
     docs = pa.concat_tables(documents).group_by("digest").aggregate(
-        [("rows", "sum"), ("prefix_chars", "max"), ("suffix_chars", "sum"), ("first", "min")]).sort_by("digest")
+        [("rows", "sum"), ("prefix_bytes", "max"), ("suffix_bytes", "sum"), ("first", "min")]).sort_by("digest")
     rows = docs.column("rows_sum").to_numpy()
-    cost = docs.column("prefix_chars_max").to_numpy() + docs.column("suffix_chars_sum").to_numpy() + \
-        rows * decode_chars
+    cost = docs.column("prefix_bytes_max").to_numpy() + docs.column("suffix_bytes_sum").to_numpy() + \
+        rows * decode_bytes
     placement = place_documents(docs.column("digest").to_numpy(), rows, cost, shards, held, bucket_rows,
-                                prefix_cost=docs.column("prefix_chars_max").to_numpy())
+                                prefix_cost=docs.column("prefix_bytes_max").to_numpy())
     placement.first = docs.column("first_min").to_numpy()   # (in digest order, as the placement's)
     return placement
 

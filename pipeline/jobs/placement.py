@@ -13,7 +13,8 @@ on a worker, over the per-document counts the partitions' read tasks made
   first), so a skewed job (a few documents with many questions) stays balanced.
 - Only live shards get work: a dead shard's documents go to the others.
 
-A document's cost is its prefix once plus each row's suffix and expected answer, in characters.
+A document's cost is its prefix once plus each row's suffix and expected answer, in UTF-8 bytes
+(a character each, for ASCII text; the text's byte lengths cost nothing to read).
 Each shard's documents are then cut into buckets of at most ``bucket_rows`` rows (a document, or
 chunk, is never cut there): a bucket is one answer task, its rows answered grouped by document.
 """

@@ -14,7 +14,7 @@ A ``PromptRows`` holds:
   them) for every row that became a prompt. A document's prefix text is on the first of its
   rows only (null on the others; ``prefixes_of``), so a row costs its suffix, not its document,
   on its way to its shard;
-- ``documents``: per distinct prefix, its digest, rows and characters (what placement counts)
+- ``documents``: per distinct prefix, its digest, rows and UTF-8 bytes (what placement counts)
   and the position of its first row here;
 - ``errors``: position and error text of every row that failed here.
 """
@@ -30,15 +30,15 @@ import pyarrow.parquet as pq
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.prefix_memory import prefix_digests
+from pipeline.prefix_memory import text_digests
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
 from tasks import PromptTemplate, RowError
 
 ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(),
                          "suffix": pa.large_string()})
-DOCUMENTS_SCHEMA = pa.schema({"digest": pa.uint64(), "rows": pa.int64(), "prefix_chars": pa.int64(),
-                              "suffix_chars": pa.int64(), "first": pa.int64()})
+DOCUMENTS_SCHEMA = pa.schema({"digest": pa.uint64(), "rows": pa.int64(), "prefix_bytes": pa.int64(),
+                              "suffix_bytes": pa.int64(), "first": pa.int64()})
 ERRORS_SCHEMA = pa.schema({"position": pa.int64(), "error": pa.string()})
 
 
@@ -88,8 +88,9 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     # each distinct prefix (document) once: its text, its digest, the first of its rows here
     index = prefix.indices.to_numpy(zero_copy_only=False)
     used, first = np.unique(index, return_index=True)
-    distinct = prefix.dictionary.take(pa.array(used))
-    digests = prefix_digests(distinct.to_pylist())
+    # (every value used, the usual case: the dictionary itself, not a copy of its text)
+    distinct = prefix.dictionary if len(used) == len(prefix.dictionary) else prefix.dictionary.take(pa.array(used))
+    digests = text_digests(distinct)
     digest_of = np.zeros(len(prefix.dictionary), np.uint64)
     digest_of[used] = digests
     digest = pa.array(digest_of[index])
@@ -101,11 +102,11 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
         out[name] = column
         schema = schema.append(pa.field(name, column.type))
     rows = pa.table(out, schema=schema)
-    counts = pa.table({"digest": digest, "suffix_chars": pc.utf8_length(suffix)}).group_by("digest").aggregate(
-        [("digest", "count"), ("suffix_chars", "sum")])
-    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_chars": pc.utf8_length(distinct),
+    counts = pa.table({"digest": digest, "suffix_bytes": pc.binary_length(suffix)}).group_by("digest").aggregate(
+        [("digest", "count"), ("suffix_bytes", "sum")])
+    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_bytes": pc.binary_length(distinct),
                         "first": kept.take(pa.array(first))})
-    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_chars", "suffix_chars_sum",
+    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_bytes", "suffix_bytes_sum",
                                                        "first"])
     documents = pa.table(documents.columns, schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
         DOCUMENTS_SCHEMA.empty_table()
@@ -146,9 +147,13 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     A prefix of one field (a document) is dictionary-encoded: each distinct value is checked and
     joined once, and the prefix comes back as a dictionary array."""
     n = table.num_rows
-    values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
     cut = len(task._prefix_pieces) - 1
-    document = pc.dictionary_encode(values[0]) if cut == 1 else None
+    document = None
+    if cut == 1:   # (encoded as read: hashing large_string values is ~3x slower than string ones)
+        document = pc.dictionary_encode(table.column(task._fields[0]).combine_chunks())
+        document = pa.DictionaryArray.from_arrays(document.indices, document.dictionary.cast(pa.large_string()))
+    values = [document if i == 0 and document is not None else table.column(f).combine_chunks().cast(pa.large_string())
+              for i, f in enumerate(task._fields)]
     error = pa.nulls(n, pa.string())
     for i, (field, value) in enumerate(zip(task._fields, values)):
         reason = pc.if_else(pc.is_null(value), pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
@@ -168,7 +173,8 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
 
 
 def _blank(value: pa.Array) -> pa.Array:
-    return pc.or_(pc.equal(pc.utf8_length(value), 0), pc.utf8_is_space(value))
+    # (no bytes is no characters: the byte length comes from the offsets, utf8_length reads the text)
+    return pc.or_(pc.equal(pc.binary_length(value), 0), pc.utf8_is_space(value))
 
 
 def _join(pieces: list[str], values: list[pa.Array], n: int) -> pa.Array:

@@ -81,10 +81,14 @@ def test_prompt_rows_row_by_row_when_columns_are_not_plain_text(tmp_path, tokeni
 def test_digests_of_a_column_are_the_digests_the_engines_remember():
     """The read digests documents in one pass; the workers remember held documents one at a
     time: both must give the same 64-bit digest, or held documents would not be found."""
-    from pipeline.prefix_memory import prefix_digests
+    from pipeline.prefix_memory import text_digests
 
-    texts = ["alpha", "ünïcode ✓", "x" * 5000, "lone surrogate \ud800", ""]
-    assert prefix_digests(texts).tolist() == [prefix_digest(t) for t in texts]
+    texts = ["alpha", "ünïcode ✓", "x" * 5000, "", "omega"]
+    for kind in (pa.string(), pa.large_string()):
+        column = pa.array(texts, kind)
+        assert text_digests(column).tolist() == [prefix_digest(t) for t in texts]
+        assert text_digests(column.slice(1, 3)).tolist() == [prefix_digest(t) for t in texts[1:4]]
+    assert text_digests(pa.array(["", ""])).tolist() == [prefix_digest("")] * 2
 
 
 def test_split_sends_each_document_whole_to_one_bucket_with_its_text_once(tmp_path, tokenizer):
