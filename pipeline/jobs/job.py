@@ -342,8 +342,11 @@ def _check_duplicates(source, allowed: bool) -> None:
             hashes.append(pd.util.hash_array(keys.to_numpy(zero_copy_only=False), categorize=False))
     if key_type is None or not hashes:
         return
-    ordered = np.sort(np.concatenate(hashes))
+    ordered = np.concatenate(hashes)
+    del hashes[:]   # (the batches' copies go before the sort, which works in place)
+    ordered.sort()
     again = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    del ordered
     if not len(again) or allowed:
         return
     counts: dict = {}
