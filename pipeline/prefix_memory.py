@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa

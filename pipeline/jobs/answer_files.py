@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.job_folder import LocalFolder, StoreFolder
-from pipeline.jobs.output import META, PartialOutput, write_atomic
+from pipeline.jobs.output import META, PartialOutput, meta_differences, write_atomic
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.storage import filesystem, store_error
 from pipeline.results import RESULT_FIELDS
@@ -215,8 +215,7 @@ class ClusterStoreParts:
         try:
             old = self._old_meta()
             if old is not None:
-                diff = ", ".join(k for k in sorted(set(old) | set(self.meta))
-                                 if k not in self.unchecked and old.get(k) != self.meta.get(k))
+                diff = meta_differences(old, self.meta, self.unchecked)
                 done = self.files.committed_rows(self.partitions)
                 if diff and done:
                     raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the "

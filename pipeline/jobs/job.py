@@ -6,11 +6,10 @@
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
 ids, output writable, resume state) and says where the job runs (``jobs.path``): a Parquet job
-with a local or shared output path (its input may be on an object store) runs on the cluster
+(its input and output local, shared or on an object store) runs on the cluster
 (``ClusterJob``, ``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer
-and write); any
-other job's ``Job.run`` streams the rows through this process and commits results in input order
-as they complete (``pipeline/jobs/output.py``; on an object store
+and write); any other job's ``Job.run`` streams the rows through this process and commits
+results in input order as they complete (``pipeline/jobs/output.py``; on an object store
 ``pipeline/jobs/store_output.py``). Input and output are local paths or fsspec URLs
 (``pipeline/jobs/storage.py``).
 
@@ -82,7 +81,8 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
             "key": source.key or "position", "started": int(time.time())}
     remote = is_url(output_path)
     final = str(output_path) if remote else Path(local_path(output_path))
-    on_cluster = _on_cluster(config, source, final)
+    partial = _partial_meta(final, config.storage_options)   # an earlier run's, if any (read once)
+    on_cluster = _on_cluster(config, source, partial)
     if source.format == "openai":
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
@@ -92,7 +92,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
                             *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
         if on_cluster:
-            partition_rows = _resumed_partition_rows(final, config.storage_options) or config.jobs.partition_rows
+            partition_rows = _resumed_partition_rows(partial) or config.jobs.partition_rows
             # the files as they are: answers are matched to rows by position, so a changed file
             # must not resume
             meta.update(path="cluster", partition_rows=partition_rows, files=_fingerprint(source.files, source.fs))
@@ -267,13 +267,13 @@ class _InOrder:
                            f"the rows committed so far are kept, run the same command again to resume")
 
 
-def _on_cluster(config: Config, source, final) -> bool:
+def _on_cluster(config: Config, source, partial: dict | None) -> bool:
     """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): a
     Parquet job (local, shared or object-store input and output), any task. ``cluster`` for a
-    job that cannot is an error saying why. ``auto`` resumes a partial output on the path that
-    wrote it."""
+    job that cannot is an error saying why. ``auto`` resumes a partial output (``partial``: its
+    ``_job.json``) on the path that wrote it."""
     why = None
-    if config.jobs.path == "auto" and _partial_path(final, config.storage_options) == "client":
+    if config.jobs.path == "auto" and partial is not None and partial.get("path", "client") == "client":
         return False
     if source.format != "parquet":
         why = "its input is OpenAI batch JSONL"
@@ -315,16 +315,9 @@ def _partial_meta(final, storage_options: dict | None = None) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _partial_path(final, storage_options: dict | None = None) -> str | None:
-    """Which path wrote OUTPUT.partial: cluster, client, or None (there is none)."""
-    meta = _partial_meta(final, storage_options)
-    return None if meta is None else meta.get("path", "client")
-
-
-def _resumed_partition_rows(final, storage_options: dict | None = None) -> int | None:
-    """The partition size of a cluster job's partial output that a rerun resumes."""
-    meta = _partial_meta(final, storage_options)
-    return meta.get("partition_rows") if meta is not None and meta.get("path") == "cluster" else None
+def _resumed_partition_rows(partial: dict | None) -> int | None:
+    """The partition size of a cluster job's partial output (its ``_job.json``) that a rerun resumes."""
+    return partial.get("partition_rows") if partial is not None and partial.get("path") == "cluster" else None
 
 
 def _check_duplicates(source, allowed: bool) -> None:

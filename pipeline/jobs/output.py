@@ -68,8 +68,7 @@ class PartialOutput(ABC):
             except (OSError, ValueError):
                 raise JobError(f"{self.dir} exists but is not a partial output of this program "
                                f"(no readable {META}); move or delete it") from None
-            diff = ", ".join(k for k in sorted(set(old) | set(self.meta))
-                             if k not in self.unchecked and old.get(k) != self.meta.get(k))
+            diff = meta_differences(old, self.meta, self.unchecked)
             if diff and self._recover() == 0:  # nothing committed: nothing to lose
                 write_atomic(meta_path, json.dumps(self.meta, indent=2).encode())
                 return 0
@@ -178,6 +177,12 @@ class JsonlLines(PartialOutput):
             self.path.write_bytes(b"")
         os.replace(self.path, self.final)
         shutil.rmtree(self.dir)
+
+
+def meta_differences(old: dict, new: dict, unchecked: tuple[str, ...]) -> str:
+    """The keys (comma-separated) in which a partial output's recorded ``_job.json`` and this
+    run's differ, those in ``unchecked`` aside ("": the same job)."""
+    return ", ".join(k for k in sorted(set(old) | set(new)) if k not in unchecked and old.get(k) != new.get(k))
 
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
+from pipeline.jobs.output import meta_differences
 from pipeline.jobs.storage import filesystem, store_error
 
 MANIFEST = "_job.json"
@@ -52,8 +53,7 @@ class StoreParts:
             self._write_manifest()
             return 0
         old = manifest.get("meta", {})
-        diff = ", ".join(k for k in sorted(set(old) | set(self.meta))
-                         if k != "started" and old.get(k) != self.meta.get(k))
+        diff = meta_differences(old, self.meta, ("started",))
         parts = manifest.get("parts", [])
         if diff and parts:
             raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the original "
