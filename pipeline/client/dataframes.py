@@ -132,6 +132,15 @@ class FrameSteps:
         frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)   # on the cluster, read beside it
         return client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
 
+    def split(self, client, spec, read, place, part, key: str):
+        from pipeline.jobs.cluster_job import PLAN_PRIORITY
+        from pipeline.jobs.cluster_tasks import split_task
+
+        return client.submit(split_task, read, place, key=key, priority=PLAN_PRIORITY)
+
+    def key_checks(self, client, spec) -> list:   # (rows are keyed by the frame's index)
+        return []
+
     def complete(self, client, spec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
         """Each partition's answers merged on the cluster (waited for, not fetched)."""
         from distributed import wait

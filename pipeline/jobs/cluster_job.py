@@ -31,14 +31,17 @@ import time
 import uuid
 from dataclasses import replace
 
+import numpy as np
 from distributed import as_completed
 
 from pipeline.client.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
 from pipeline.jobs.answer_files import ClusterParts, ClusterStoreParts
 from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, \
-    figures_of_answer, finish_task, merge_task, piece_of, place_task, read_task, split_task
+    figures_of_answer, file_split_task, finish_task, merge_task, piece_of, place_task, read_task
 from pipeline.jobs.errors import JobError
+from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
+    partition_key_hashes, repeated_hashes, suspect_keys
 from pipeline.jobs.placement import Bucket
 from pipeline.names import ANSWER_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.summary import GONE, JobSummary
@@ -65,10 +68,11 @@ class FileSteps:
     committed to answer files, each partition merged into a part, then OUTPUT."""
     answer = staticmethod(answer_task)
 
-    def __init__(self, source, sink: ClusterParts | ClusterStoreParts):
+    def __init__(self, source, sink: ClusterParts | ClusterStoreParts, check_keys: bool = False):
         self.source, self.sink = source, sink
         self.rows_total = source.num_rows
         self.resumed = sink.resumed
+        self.check_keys = check_keys   # the workers check that no id is used twice (pipeline/jobs/key_check.py)
 
     def committed(self) -> int:
         return self.sink.refresh()
@@ -82,6 +86,37 @@ class FileSteps:
 
     def read(self, client, spec: JobSpec, part, key: str):
         return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY)
+
+    def split(self, client, spec: JobSpec, read, place, part, key: str):
+        return client.submit(file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY)
+
+    def key_checks(self, client, spec: JobSpec) -> list:
+        """With ``check_keys``: the tasks that find the hashes of ids used twice, over every
+        partition (those merged by an earlier run too), one task per range of hash values."""
+        if not self.check_keys:
+            return []
+        job, ranges = spec.job_id, hash_ranges(self.rows_total)
+        hashes = [client.submit(partition_key_hashes, self.source, p, ranges, key=f"{job}-keys-{p.index}",
+                                priority=PLAN_PRIORITY) for p in self.sink.partitions]
+        return [client.submit(repeated_hashes, *(client.submit(hash_range, h, k, key=f"{job}-keys-{i}-{k}",
+                                                               priority=PLAN_PRIORITY)
+                                                 for i, h in enumerate(hashes)),
+                              key=f"{job}-repeated-{k}", priority=PLAN_PRIORITY) for k in range(ranges)]
+
+    def refuse_duplicates(self, client, spec: JobSpec, checks: list) -> None:
+        """Raise ``JobError`` if an id is used twice (``key_checks``); before any row is answered.
+        A folder this run started is removed: it holds nothing yet."""
+        again = np.concatenate(client.gather(checks)) if checks else []
+        if not len(again):
+            return
+        suspects = [client.submit(suspect_keys, self.source, p, again, key=f"{spec.job_id}-suspects-{p.index}",
+                                  priority=PLAN_PRIORITY) for p in self.sink.partitions]
+        found, shown = client.submit(duplicate_report, *suspects, key=f"{spec.job_id}-duplicates").result()
+        if not found:   # (hashes alike, ids not)
+            return
+        if not self.sink.resumed:
+            self.sink.folder.remove()
+        raise JobError(duplicates_message(self.source.key, found, shown))
 
     def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
         """Each readable partition merged; then, if every one was, OUTPUT. The futures submitted."""
@@ -181,12 +216,16 @@ class ClusterJob:
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}", priority=PLAN_PRIORITY)
                      for r, p in zip(reads, todo)]
         futures += figures
+        checks = self.steps.key_checks(client, spec)   # (ids used twice: refused before any answer)
+        futures += checks
         decode_bytes = CHARS_PER_TOKEN * self.config.sampling.max_tokens   # (ASCII: a byte a character)
         place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_bytes,
                               *documents, key=f"{job}-place", priority=PLAN_PRIORITY)
         futures.append(place)
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets", priority=PLAN_PRIORITY).result()
-        splits = [client.submit(split_task, r, place, key=f"{job}-split-{p.index}", priority=PLAN_PRIORITY)
+        if checks:
+            self.steps.refuse_duplicates(client, spec, checks)
+        splits = [self.steps.split(client, spec, r, place, p, key=f"{job}-split-{p.index}")
                   for r, p in zip(reads, todo)]
         # Held until every bucket is answered: a worker lost meanwhile takes pieces with it, which
         # Dask computes again from these (it cannot once the client has let them go).

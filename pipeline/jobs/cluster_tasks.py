@@ -5,7 +5,8 @@ through the client or inline through the scheduler.
     read_task (per input partition, any worker)  -> PromptRows
       documents_of                                -> per-document counts
     place_task (one, any worker)                 -> Placement (document -> shard and bucket)
-    split_task (per partition, beside its read)  -> {shard: rows, sorted by bucket}
+    split_task (per partition, beside its read)  -> {shard: rows, sorted by bucket} (a file
+                                                    job's also commits the rows that failed reading)
       piece_of                                    -> one shard's rows of one partition
     answer_task (per bucket, on its shard)       -> answer files; figures (its bucket's slice
                                                     of each of its shard's pieces)
@@ -71,8 +72,6 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, ReadFigures(unreadable=str(exc))
     errors = rows.errors.column("error")
-    if len(errors):
-        files.write(part.index, f"{spec.run}-input", error_table(rows.errors.column("position"), errors))
     return rows, ReadFigures(rows=part.rows, errors=len(errors), errors_by_kind=error_groups(errors))
 
 
@@ -135,6 +134,17 @@ def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> di
                                            prefix.take(pa.array(text_row[take], mask=~carries[take])))
         out[shards[s]] = piece.append_column("bucket", pa.array(bucket[take], pa.int32()))
     return out
+
+
+def file_split_task(spec: JobSpec, read: tuple[PromptRows, ReadFigures], placement: Placement,
+                    part: Partition) -> dict[str, pa.Table]:
+    """A file job's ``split_task``; first the partition's rows that failed reading are committed
+    with their errors (here, not when read: nothing is written before the job's checks pass)."""
+    errors = read[0].errors
+    if errors.num_rows:
+        AnswerFiles(spec.folder).write(part.index, f"{spec.run}-input",
+                                       error_table(errors.column("position"), errors.column("error")))
+    return split_task(read, placement)
 
 
 def bucket_slice(piece: pa.Table | None, bucket: int) -> pa.Table | None:

@@ -5,7 +5,8 @@
         summary = run_job(p, "in/*.parquet", "answers.parquet", truncate=True)
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
-ids, output writable, resume state) and says where the job runs (``jobs.path``): a Parquet job
+ids, output writable, resume state; the ids of a cluster job larger than one partition are
+checked by the workers, before any row is answered: pipeline/jobs/key_check.py) and says where the job runs (``jobs.path``): a Parquet job
 (its input and output local, shared or on an object store) runs on the cluster
 (``ClusterJob``, ``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer
 and write); any other job's ``Job.run`` streams the rows through this process and commits
@@ -30,12 +31,11 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
+from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts, ClusterStoreParts
 from pipeline.jobs.cluster_job import ClusterJob, FileSteps
 from pipeline.jobs.output import META, JsonlLines, ParquetParts
@@ -52,7 +52,6 @@ from tasks import Chat, get_task_kind, task_columns
 if TYPE_CHECKING:
     from pipeline.client.pipeline import Pipeline
 
-DUPLICATES_SHOWN = 10
 DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
 __all__ = ["Job", "prepare_job", "run_job"]
@@ -68,7 +67,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
     source = open_source(input_path, format, task_columns(config), config.storage_options)
-    _check_duplicates(source, allow_duplicate_ids)
+    check_key_type(source)
     notes = []
     if source.key is None:
         notes.append(f"note: {input_path} has no id column; each row is keyed by its position in the input "
@@ -83,6 +82,12 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     final = str(output_path) if remote else Path(local_path(output_path))
     partial = _partial_meta(final, config.storage_options)   # an earlier run's, if any (read once)
     on_cluster = _on_cluster(config, source, partial)
+    # the workers check the keys of a cluster job larger than a partition (the client would hold
+    # 8 bytes a row); any other job's are checked here, before anything starts
+    keys_on_workers = on_cluster and source.key is not None and not allow_duplicate_ids and \
+        source.num_rows > config.jobs.partition_rows
+    if not keys_on_workers:
+        check_duplicates(source, allow_duplicate_ids)
     if source.format == "openai":
         sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
     else:
@@ -110,7 +115,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     for note in notes:  # only once every check has passed
         notify(note)
     if on_cluster:
-        return ClusterJob(FileSteps(source, sink), config, truncate, part_rows, flush_seconds)
+        return ClusterJob(FileSteps(source, sink, check_keys=keys_on_workers), config, truncate, part_rows, flush_seconds)
     return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
                read_rows=read_rows, config=config)
 
@@ -318,47 +323,6 @@ def _partial_meta(final, storage_options: dict | None = None) -> dict | None:
 def _resumed_partition_rows(partial: dict | None) -> int | None:
     """The partition size of a cluster job's partial output (its ``_job.json``) that a rerun resumes."""
     return partial.get("partition_rows") if partial is not None and partial.get("path") == "cluster" else None
-
-
-def _check_duplicates(source, allowed: bool) -> None:
-    """No key used twice. Keys are hashed a batch at a time (8 bytes a row held, not the keys);
-    only keys whose hash repeats are compared exactly."""
-    hashes = []
-    key_type = None
-    for keys in source.key_arrays():
-        key_type = keys.type
-        if pa.types.is_nested(keys.type) or pa.types.is_dictionary(keys.type):
-            raise JobError(f"the {source.key} column has type {keys.type}, which cannot key rows; "
-                           f"use strings or integers")
-        keys = keys.drop_null()
-        if len(keys):
-            hashes.append(pd.util.hash_array(keys.to_numpy(zero_copy_only=False), categorize=False))
-    if key_type is None or not hashes:
-        return
-    ordered = np.concatenate(hashes)
-    del hashes[:]   # (the batches' copies go before the sort, which works in place)
-    ordered.sort()
-    again = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
-    del ordered
-    if not len(again) or allowed:
-        return
-    counts: dict = {}
-    for keys in source.key_arrays():   # the keys of the repeated hashes, counted exactly, in input order
-        keys = keys.drop_null()
-        if not len(keys):
-            continue
-        suspects = np.isin(pd.util.hash_array(keys.to_numpy(zero_copy_only=False), categorize=False), again)
-        for key in keys.filter(pa.array(suspects)).to_pylist():
-            counts[key] = counts.get(key, 0) + 1
-    repeated = [(k, c) for k, c in counts.items() if c > 1]
-    if not repeated:
-        return
-    shown = ", ".join(f"{k!r} ({c} times)" for k, c in repeated[:DUPLICATES_SHOWN])
-    more = f" and {len(repeated) - DUPLICATES_SHOWN} more" if len(repeated) > DUPLICATES_SHOWN else ""
-    raise JobError(f"input has {len(repeated)} {source.key} value(s) used by more than one row: {shown}{more}. "
-                   f"Output rows are matched to input rows by {source.key}, so the job does not run; "
-                   f"make them unique, or pass --allow-duplicate-ids (allow_duplicate_ids=True) "
-                   f"to run anyway (each row still gets its own output row, in input order)")
 
 
 def _check_resumed_keys(sink, source, done: int) -> None:

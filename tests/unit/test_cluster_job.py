@@ -115,6 +115,25 @@ def test_unreadable_file_stops_the_job_after_committing_the_rest(null_pipeline, 
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
 
 
+def test_ids_used_twice_are_refused_by_the_workers_before_any_answer(null_pipeline, tmp_path):
+    """A job larger than a partition has its ids checked on the workers: refused with the ids
+    and their counts, nothing answered or left behind (not even the rows that failed reading);
+    allowed, every row is answered."""
+    rows = rows_with_bad_ones(10, 4)   # 40 rows, 3 partitions of 16
+    rows[37] = {**rows[37], "id": rows[1]["id"]}
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    refused = job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    with pytest.raises(JobError, match=rf"1 id value\(s\) used by more than one row: {rows[1]['id']!r} \(2 times\)"
+                                       r".*--allow-duplicate-ids"):
+        refused.run(null_pipeline, progress=False)
+    assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "out.parquet.partial").exists()
+    summary = job(null_pipeline, src, tmp_path / "out.parquet", "cluster", allow_duplicate_ids=True).run(
+        null_pipeline, progress=False)
+    assert summary.rows == 40
+    assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
+
+
 def test_a_job_the_cluster_path_cannot_run_says_why(null_pipeline, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}}\n')
