@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.job_folder import LocalFolder, StoreFolder
-from pipeline.jobs.output import META, PartialOutput, meta_differences, write_atomic
+from pipeline.jobs.output import META, check_writable, meta_differences
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.storage import filesystem, store_error
 from pipeline.results import RESULT_FIELDS
@@ -159,86 +159,77 @@ class AnswerFiles:
         self.folder.remove()
 
 
-class ClusterParts(PartialOutput):
-    """The client's side of a local (or shared) folder: opens or resumes it (pipeline/jobs/output.py's checks)."""
+class ClusterParts:
+    """The client's side of a cluster job's partial output (``OUTPUT.partial``): a folder on a
+    local or shared file system (``local``) or a prefix on an object store (``on_store``). Opens
+    it, or resumes it with a partial output's checks (pipeline/jobs/output.py): another job's
+    committed results are refused (``_job.json`` says which job they belong to), and so is an
+    input file changed under committed answers."""
 
-    def __init__(self, final: Path, meta: dict, schema: pa.Schema, partitions: list[Partition]):
-        self.partitions = partitions
-        self.schema = schema
-        super().__init__(final, meta)
-        self.folder = LocalFolder(self.dir)
-        self.files = AnswerFiles(self.folder)
+    unchecked = ("started", "files")   # (files: checked file by file, ``_check_files_unchanged``)
 
-    unchecked = ("started", "files")   # checked file by file (open)
-
-    def open(self) -> int:
-        """As ``PartialOutput.open``; then an input file that changed since the run that is
-        resumed is refused if any of its rows are committed (answers are matched to rows by
-        position); one without committed rows (a fixed unreadable file) is fine."""
-        current = self.meta["files"]
-        done = super().open()
-        _check_files_unchanged(self, current)
-        write_atomic(self.dir / META, json.dumps(self.meta, indent=2).encode())
-        return done
-
-    def _recover(self) -> int:
-        self.files.drop_torn()
-        return self.files.committed_rows(self.partitions)
-
-    def committed_keys(self):   # (resume is checked by the input's description and row count)
-        return iter(())
-
-    def refresh(self) -> int:
-        self.committed = self.files.committed_rows(self.partitions)
-        return self.committed
-
-
-class ClusterStoreParts:
-    """The client's side of the folder when OUTPUT is on an object store (``s3://...``): the same
-    answer files and parts, as objects, each written once, whole, under its final name; OUTPUT
-    appears when its upload completes. ``_job.json`` says which job they belong to, checked on
-    resume as ``ClusterParts`` does."""
-
-    unchecked = ClusterParts.unchecked
-
-    def __init__(self, url: str, meta: dict, schema: pa.Schema, partitions: list[Partition],
-                 storage_options: dict | None = None):
-        fs, path = filesystem(url, storage_options)
-        self.url, self.final, self.dir = url, path, url + ".partial"   # (dir: for messages)
-        self.folder = StoreFolder(fs, path + ".partial", self.dir)
-        self.files = AnswerFiles(self.folder)
+    def __init__(self, folder: LocalFolder | StoreFolder, final, where, meta: dict, schema: pa.Schema,
+                 partitions: list[Partition], store_url: str | None = None):
+        self.folder, self.final, self.dir = folder, final, where   # (dir: the folder, for messages)
+        self.files = AnswerFiles(folder)
         self.meta, self.schema, self.partitions = meta, schema, partitions
         self.committed = self.resumed = 0
+        self._store_url = store_url   # OUTPUT's URL on an object store (its errors are said in its terms)
+
+    @classmethod
+    def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list[Partition]) -> "ClusterParts":
+        where = check_writable(final)
+        return cls(LocalFolder(where), final, where, meta, schema, partitions)
+
+    @classmethod
+    def on_store(cls, url: str, meta: dict, schema: pa.Schema, partitions: list[Partition],
+                 storage_options: dict | None = None) -> "ClusterParts":
+        """Each answer file and part an object, written once, whole, under its final name; OUTPUT
+        appears when its upload completes."""
+        fs, path = filesystem(url, storage_options)
+        return cls(StoreFolder(fs, path + ".partial", url + ".partial"), path, url + ".partial", meta, schema,
+                   partitions, store_url=url)
 
     def open(self) -> int:
-        current = self.meta["files"]
+        """Start the folder, or take up the one an earlier run left; the rows it holds committed."""
         try:
-            old = self._old_meta()
-            if old is not None:
-                diff = meta_differences(old, self.meta, self.unchecked)
-                done = self.files.committed_rows(self.partitions)
-                if diff and done:
-                    raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the "
-                                   f"original command again to finish it, or delete it to start over")
-                if not diff:
-                    self.meta = old   # keeps the first run's start time
-                    self.committed = self.resumed = done
-            _check_files_unchanged(self, current)
-            self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
+            return self._open()
         except JobError:
             raise
-        except Exception as exc:  # noqa: BLE001 - credentials, bucket, network
-            raise store_error(exc, self.url) from None
+        except Exception as exc:  # noqa: BLE001 - an object store's credentials, bucket, network
+            if self._store_url is None:
+                raise
+            raise store_error(exc, self._store_url) from None
+
+    def _open(self) -> int:
+        current = self.meta["files"]
+        old = self._old_meta()
+        if old is not None:
+            self.files.drop_torn()
+            done = self.files.committed_rows(self.partitions)
+            diff = meta_differences(old, self.meta, self.unchecked)
+            if diff and done:
+                raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the "
+                               f"original command again to finish it, or delete it to start over")
+            if not diff:
+                self.meta = old   # keeps the first run's start time
+                self.committed = self.resumed = done
+        _check_files_unchanged(self, current)
+        self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
         return self.committed
 
     def _old_meta(self) -> dict | None:
+        """An earlier run's ``_job.json``; None where there is no folder yet."""
         try:
             old = json.loads(self.folder.read_bytes(self.folder.path(META)))
         except FileNotFoundError:
+            if self.folder.exists(self.folder.root):
+                raise JobError(f"{self.dir} exists but is not a partial output of this program (no {META}); "
+                               f"move or delete it") from None
             return None
         except ValueError:
             raise JobError(f"{self.dir} exists but is not a partial output of this program "
-                           f"(unreadable {META}); delete it") from None
+                           f"(unreadable {META}); move or delete it") from None
         return old if isinstance(old, dict) else {}
 
     def refresh(self) -> int:

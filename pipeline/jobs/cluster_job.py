@@ -36,7 +36,7 @@ from distributed import as_completed
 
 from pipeline.client.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
-from pipeline.jobs.answer_files import ClusterParts, ClusterStoreParts
+from pipeline.jobs.answer_files import ClusterParts
 from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, \
     figures_of_answer, file_split_task, finish_task, merge_task, piece_of, place_task, read_task
 from pipeline.jobs.errors import JobError
@@ -68,7 +68,7 @@ class FileSteps:
     committed to answer files, each partition merged into a part, then OUTPUT."""
     answer = staticmethod(answer_task)
 
-    def __init__(self, source, sink: ClusterParts | ClusterStoreParts, check_keys: bool = False):
+    def __init__(self, source, sink: ClusterParts, check_keys: bool = False):
         self.source, self.sink = source, sink
         self.rows_total = source.num_rows
         self.resumed = sink.resumed
@@ -144,7 +144,7 @@ class ClusterJob:
 
     @property
     def sink(self):
-        """A file job's partial output (``ClusterParts``, ``ClusterStoreParts``)."""
+        """A file job's partial output (``ClusterParts``)."""
         return self.steps.sink
 
     @property

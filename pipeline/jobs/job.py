@@ -36,7 +36,7 @@ import pyarrow as pa
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
 from pipeline.jobs.key_check import check_duplicates, check_key_type
-from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts, ClusterStoreParts
+from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.jobs.cluster_job import ClusterJob, FileSteps
 from pipeline.jobs.output import META, JsonlLines, ParquetParts
 from pipeline.jobs.partitions import plan_partitions
@@ -102,8 +102,8 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
             # must not resume
             meta.update(path="cluster", partition_rows=partition_rows, files=_fingerprint(source.files, source.fs))
             partitions = plan_partitions(source.row_groups, partition_rows)
-            sink = ClusterStoreParts(final, meta, schema, partitions, config.storage_options) if remote else \
-                ClusterParts(final, meta, schema, partitions)
+            sink = ClusterParts.on_store(final, meta, schema, partitions, config.storage_options) if remote else \
+                ClusterParts.local(final, meta, schema, partitions)
         else:
             sink = StoreParts(final, meta, schema, config.storage_options) if remote else \
                 ParquetParts(final, meta, schema)

@@ -134,6 +134,19 @@ def test_ids_used_twice_are_refused_by_the_workers_before_any_answer(null_pipeli
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
 
 
+def test_a_folder_in_the_partial_outputs_place_is_not_taken_over(null_pipeline, tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows_with_bad_ones(4, 3)), src)
+    (tmp_path / "out.parquet.partial").mkdir()
+    (tmp_path / "out.parquet.partial" / "notes.txt").write_text("mine")
+    with pytest.raises(JobError, match=r"out\.parquet\.partial exists but is not a partial output of this program"):
+        job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    (tmp_path / "out.parquet.partial" / "_job.json").write_text("{not json")
+    with pytest.raises(JobError, match=r"not a partial output of this program \(unreadable _job\.json\)"):
+        job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    assert (tmp_path / "out.parquet.partial" / "notes.txt").read_text() == "mine"
+
+
 def test_a_job_the_cluster_path_cannot_run_says_why(null_pipeline, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}}\n')
