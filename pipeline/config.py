@@ -317,11 +317,14 @@ class JobsConfig(_Section):
     """File jobs (``python -m pipeline run``, ``run_job``)."""
     # "cluster": the workers read the input, group its rows by document, answer and write; the
     # client carries no rows (Parquet in and out: local or shared paths, or an object store; any
-    # task; pipeline/jobs/cluster_job.py). "client": every row through this process's job loop
-    # (any job). "auto": cluster where the job allows it (not OpenAI batch JSONL).
+    # task; OpenAI batch JSONL in and out too; pipeline/jobs/cluster_job.py). "client": every row
+    # through this process's job loop (any job). "auto": cluster, except that a partial output an
+    # earlier run left is resumed on the path that wrote it.
     path: Literal["auto", "cluster", "client"] = "auto"
-    # Input rows per read task (whole row groups where the files allow).
+    # Parquet: input rows per read task (whole row groups where the files allow).
     partition_rows: int = Field(65_536, gt=0)
+    # OpenAI batch JSONL: bytes of the file per read task (cut at line ends).
+    partition_bytes: int = Field(64 * 2**20, gt=0)
     # Rows per answer task: a shard's documents are answered in buckets of at most this many
     # rows (a document is split only when it alone has more rows than that, or than a shard's
     # fair share of a large job).

@@ -141,6 +141,12 @@ class FrameSteps:
     def key_checks(self, client, spec) -> list:   # (rows are keyed by the frame's index)
         return []
 
+    def rows_merged(self) -> int:   # (every partition is read)
+        return 0
+
+    def task_kind(self, config, tokenizer):
+        return get_task_kind(config, tokenizer)
+
     def complete(self, client, spec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
         """Each partition's answers merged on the cluster (waited for, not fetched)."""
         from distributed import wait

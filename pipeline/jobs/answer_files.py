@@ -117,7 +117,7 @@ class AnswerFiles:
         rows = 0
         for part in partitions:
             if self.merged(part.index):
-                rows += part.rows
+                rows += part.rows if part.rows is not None else self.folder.num_rows(self.part_path(part.index))
             else:
                 rows += sum(self.folder.num_rows(f) for f in self.answer_files(part.index))
         return rows
@@ -139,11 +139,11 @@ class AnswerFiles:
             if not pc.all(keep).as_py():
                 answers = answers.filter(pa.concat_arrays([pa.array([True]), keep]))
                 positions = answers.column("position").to_numpy()
-        if len(positions) != part.rows or (part.rows and (positions[0] != part.start or
-                                                          positions[-1] != part.stop - 1)):
-            raise JobError(f"partition {part.index} has {len(positions)} answered rows of {part.rows}; "
+        rows = part.rows if part.rows is not None else carry.num_rows   # (a JSONL block's: counted as read)
+        if len(positions) != rows or (rows and (positions[0] != part.start or positions[-1] != part.start + rows - 1)):
+            raise JobError(f"partition {part.index} has {len(positions)} answered rows of {rows}; "
                            f"run the same command again to answer the rest")
-        ids = carry.column("id") if key else pa.array(range(part.start, part.stop), pa.int64())
+        ids = carry.column("id") if key else pa.array(range(part.start, part.start + rows), pa.int64())
         names = schema.names
         at = names.index("id")   # the input's own columns, id, then the result columns
         columns = [carry.column(n) for n in names[:at]] + [ids] + [answers.column(n) for n in names[at + 1:]]
@@ -156,6 +156,17 @@ class AnswerFiles:
         with self.folder.writing(str(final)) as out, pq.ParquetWriter(out, schema) as writer:
             for part in partitions:
                 writer.write_table(self.folder.read_table(self.part_path(part.index), schema=schema))
+        self.folder.remove()
+
+    def finish_lines(self, partitions: list, schema: pa.Schema, final: str, lines) -> None:
+        """The parts, in order, written as OpenAI batch JSONL (``lines``: ``ResponseLines``) into
+        OUTPUT, numbered in input order; the folder goes."""
+        position = 0
+        with self.folder.writing(str(final)) as out:
+            for part in partitions:
+                table = self.folder.read_table(self.part_path(part.index), schema=schema)
+                out.write(lines.of(table, position).encode())
+                position += table.num_rows
         self.folder.remove()
 
 

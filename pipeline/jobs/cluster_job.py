@@ -14,9 +14,9 @@ The steps, each a set of Dask tasks:
    (pipeline/worker/grouped_answers.py);
 5. complete: each partition's answers merged in input order.
 
-What the input and output are is the job's ``steps``: ``FileSteps`` here (Parquet files in;
-answer files committed as they come, pipeline/jobs/answer_files.py; parts merged with the
-input's own columns, then OUTPUT), ``FrameSteps`` for a Dask DataFrame
+What the input and output are is the job's ``steps``: ``FileSteps`` here (Parquet files or an
+OpenAI batch JSONL file in; answer files committed as they come, pipeline/jobs/answer_files.py;
+parts merged with the input's own columns, then OUTPUT), ``FrameSteps`` for a Dask DataFrame
 (pipeline/client/dataframes.py: answers kept in the cluster's memory).
 
 A worker lost mid-job costs no row: Dask reruns its tasks (a file job's answer task skips the
@@ -46,7 +46,7 @@ from pipeline.jobs.placement import Bucket
 from pipeline.names import ANSWER_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
-from tasks import get_task_kind
+from tasks import Chat, get_task_kind
 
 
 # Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
@@ -54,6 +54,7 @@ from tasks import get_task_kind
 # priority as every other job's (so a new job's first buckets run next, not after every bucket
 # an earlier job queued), and answer tasks leave each worker a thread for the others' reads.
 PLAN_PRIORITY = 100
+MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
 
 
 def _answer_slots_everywhere(client) -> bool:
@@ -68,11 +69,13 @@ class FileSteps:
     committed to answer files, each partition merged into a part, then OUTPUT."""
     answer = staticmethod(answer_task)
 
-    def __init__(self, source, sink: ClusterParts, check_keys: bool = False):
+    def __init__(self, source, sink: ClusterParts, check_keys: bool = False, lines=None):
         self.source, self.sink = source, sink
-        self.rows_total = source.num_rows
+        # (a JSONL job's rows are counted as its blocks are read)
+        self.rows_total = None if any(p.rows is None for p in sink.partitions) else sum(p.rows for p in sink.partitions)
         self.resumed = sink.resumed
         self.check_keys = check_keys   # the workers check that no id is used twice (pipeline/jobs/key_check.py)
+        self.lines = lines   # an OpenAI batch job's output lines (openai_batch.ResponseLines); None: Parquet
 
     def committed(self) -> int:
         return self.sink.refresh()
@@ -87,6 +90,16 @@ class FileSteps:
     def read(self, client, spec: JobSpec, part, key: str):
         return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY)
 
+    def task_kind(self, config, tokenizer):
+        """An OpenAI batch job's requests are chats; any other job's rows are the config's task's."""
+        return Chat(tokenizer) if self.lines is not None else get_task_kind(config, tokenizer)
+
+    def rows_merged(self) -> int:
+        """Rows of the partitions an earlier run merged (not read again)."""
+        files = self.sink.files
+        return sum(files.folder.num_rows(files.part_path(p.index)) for p in self.sink.partitions
+                   if files.merged(p.index))
+
     def split(self, client, spec: JobSpec, read, place, part, key: str):
         return client.submit(file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY)
 
@@ -95,7 +108,8 @@ class FileSteps:
         partition (those merged by an earlier run too), one task per range of hash values."""
         if not self.check_keys:
             return []
-        job, ranges = spec.job_id, hash_ranges(self.rows_total)
+        rows = self.rows_total if self.rows_total is not None else self.source.size // MIN_LINE_BYTES
+        job, ranges = spec.job_id, hash_ranges(rows)
         hashes = [client.submit(partition_key_hashes, self.source, p, ranges, key=f"{job}-keys-{p.index}",
                                 priority=PLAN_PRIORITY) for p in self.sink.partitions]
         return [client.submit(repeated_hashes, *(client.submit(hash_range, h, k, key=f"{job}-keys-{i}-{k}",
@@ -125,7 +139,7 @@ class FileSteps:
         client.gather(merges)
         if unreadable:
             return merges
-        finish = client.submit(finish_task, spec, self.sink.partitions, str(self.sink.final),
+        finish = client.submit(finish_task, spec, self.sink.partitions, str(self.sink.final), self.lines,
                                key=f"{spec.job_id}-finish")
         finish.result()
         return merges + [finish]
@@ -163,7 +177,7 @@ class ClusterJob:
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id
         spec = self.steps.spec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress",
-                               task=get_task_kind(self.config, pipeline.tokenizer),
+                               task=self.steps.task_kind(self.config, pipeline.tokenizer),
                                sampling=self.config.sampling.as_sampling(self.config.engine.seed),
                                truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
                                first_rows=self.config.intake.first_rows(progress))
@@ -274,7 +288,7 @@ class ClusterJob:
                     pieces[of_answer[f.key]] = []   # (answered: its rows are no longer needed)
                 f.release()
             if self.rows_total is None and reads_done == len(figures):
-                self.rows_total = bar.total = rows_read
+                self.rows_total = bar.total = rows_read + self.steps.rows_merged()
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:

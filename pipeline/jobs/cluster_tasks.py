@@ -11,7 +11,10 @@ through the client or inline through the scheduler.
     answer_task (per bucket, on its shard)       -> answer files; figures (its bucket's slice
                                                     of each of its shard's pieces)
     merge_task (per partition)                   -> the partition's part, in input order
-    finish_task (one)                            -> OUTPUT
+    finish_task (one)                            -> OUTPUT (Parquet, or OpenAI batch JSONL)
+
+A partition is a Parquet file's rows (``Partition``) or a JSONL file's block of bytes
+(``ByteBlock``, read by pipeline/jobs/jsonl_input.py).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from distributed import get_worker
 
 from pipeline.jobs.answer_files import AnswerFiles, error_table, results_table
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.partitions import Partition
+from pipeline.jobs.partitions import PARTITION_BITS, Partition
 from pipeline.jobs.placement import Bucket, Placement, place_documents
 from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PromptRows, prefixes_of, \
     prompt_rows, read_partition
@@ -67,12 +70,19 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
     try:
         # (rows answered by earlier runs only: Dask may run this again mid-run, to recompute what a
         # lost worker held, and must then get the same rows)
-        rows = prompt_rows(spec.source, spec.task, part, files.answered_positions(part.index, before_run=spec.run))
+        done = files.answered_positions(part.index, before_run=spec.run)
+        if spec.source.format == "openai":
+            from pipeline.jobs.jsonl_input import jsonl_prompt_rows
+
+            rows = jsonl_prompt_rows(spec.source, spec.task, part, done)
+        else:
+            rows = prompt_rows(spec.source, spec.task, part, done)
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, ReadFigures(unreadable=str(exc))
     errors = rows.errors.column("error")
-    return rows, ReadFigures(rows=part.rows, errors=len(errors), errors_by_kind=error_groups(errors))
+    return rows, ReadFigures(rows=part.rows if part.rows is not None else rows.read, errors=len(errors),
+                             errors_by_kind=error_groups(errors))
 
 
 def figures_of(read: tuple[PromptRows, ReadFigures]) -> ReadFigures:
@@ -253,7 +263,6 @@ def _progress(spec: JobSpec, bucket: Bucket, offset: int):
     return progress
 
 
-PARTITION_BITS = 32   # a DataFrame job's row position: its partition's number, then its place there
 
 
 def frame_positions(number: int, rows: int) -> pa.Array:
@@ -309,9 +318,20 @@ def _add(total: dict, more: dict) -> None:
 
 def merge_task(spec: JobSpec, part: Partition) -> int:
     source = spec.source
-    carry = read_partition(source, part, columns=source.passthrough + (["id"] if source.key else []))
+    if source.format == "openai":
+        from pipeline.jobs.jsonl_input import block_carry
+
+        carry = block_carry(source, part)
+    else:
+        carry = read_partition(source, part, columns=source.passthrough + (["id"] if source.key else []))
     return AnswerFiles(spec.folder).merge(part, carry, spec.schema, source.key)
 
 
-def finish_task(spec: JobSpec, partitions: list[Partition], final: str) -> None:
-    AnswerFiles(spec.folder).finish(partitions, spec.schema, final)
+def finish_task(spec: JobSpec, partitions: list[Partition], final: str, lines=None) -> None:
+    """OUTPUT from the merged parts: Parquet, or with ``lines`` (an OpenAI batch job's
+    ``openai_batch.ResponseLines``) JSONL."""
+    files = AnswerFiles(spec.folder)
+    if lines is None:
+        files.finish(partitions, spec.schema, final)
+    else:
+        files.finish_lines(partitions, spec.schema, final, lines)

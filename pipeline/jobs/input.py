@@ -227,7 +227,11 @@ def _describe(schema: pa.Schema) -> str:
 class OpenAIBatchSource:
     """The OpenAI batch JSONL format (as ``vllm run-batch`` reads it): one request per line,
     ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``.
-    Blank lines are skipped. A line that is not such a request becomes an error row."""
+    Blank lines are skipped. A line that is not such a request becomes an error row.
+
+    Opening it reads nothing but the first line. A job on the client path reads every line here
+    (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time
+    (pipeline/jobs/jsonl_input.py)."""
     format = "openai"
     key = "custom_id"
     key_type = pa.string()
@@ -239,52 +243,62 @@ class OpenAIBatchSource:
         self.fs = fs
         if fs is None and not path.exists():
             raise JobError(f"input not found: {path}")
-        if fs is not None:
-            try:
-                found = fs.isfile(path)
-            except Exception as exc:  # noqa: BLE001 - the store's own errors
-                raise store_error(exc, path) from None
-            if not found:
-                raise JobError(f"input not found: {path}")
-        keys: list = []
-        parsed = 0
         try:
-            for request, _ in self._lines():
-                keys.append(request.get("custom_id") if isinstance(request, dict) else None)
-                parsed += isinstance(request, dict)
+            if fs is not None and not fs.isfile(path):
+                raise JobError(f"input not found: {path}")
+            self.size = fs.size(path) if fs is not None else path.stat().st_size
+            first = next(self._lines(), None)
+        except JobError:
+            raise
         except OSError as exc:
             raise JobError(f"cannot read {path}: {exc.strerror or exc}") from None
-        if keys and not parsed:
-            raise JobError(f"{path} is not OpenAI batch JSONL: no line is a JSON object "
+        except Exception as exc:  # noqa: BLE001 - the store's own errors
+            raise store_error(exc, path) from None
+        if first is not None and not isinstance(first[0], dict):
+            raise JobError(f"{path} is not OpenAI batch JSONL: its first line is not a JSON object "
                            f"(expected one request per line: custom_id, method, url, body)")
-        self._keys = keys
-        self.num_rows = len(keys)
+        self._keys: list | None = None
+
+    @property
+    def files(self) -> list[str]:
+        return [str(self.path)]
 
     @property
     def description(self) -> list[str]:
         return [self.path if self.fs is not None else os.path.abspath(self.path)]
 
+    def open(self):
+        return self.fs.open(self.path, "rb") if self.fs is not None else open(self.path, "rb")
+
     def _lines(self, start: int = 0) -> Iterator[tuple[Any, str | None]]:
         """(parsed request or None, error) per non-blank line, from the ``start``-th on."""
         n = 0
-        with (self.fs.open(self.path, "rb") if self.fs is not None else open(self.path, "rb")) as f:
+        with self.open() as f:
             for raw in f:
                 if not raw.strip():
                     continue
                 n += 1
                 if n <= start:
                     continue
-                try:
-                    yield json.loads(raw.decode("utf-8")), None
-                except UnicodeDecodeError:
-                    yield None, "line is not valid UTF-8 text"
-                except json.JSONDecodeError as exc:
-                    yield None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
+                yield parse_line(raw)
+
+    @property
+    def num_rows(self) -> int:
+        """The requests (non-blank lines): every line read, here."""
+        if self._keys is None:
+            try:
+                self._keys = [request.get("custom_id") if isinstance(request, dict) else None
+                              for request, _ in self._lines()]
+            except OSError as exc:
+                raise JobError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        return len(self._keys)
 
     def key_batches(self) -> Iterator[list]:
+        self.num_rows
         yield self._keys
 
     def key_arrays(self) -> Iterator[pa.Array]:
+        self.num_rows
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())
 
     def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
@@ -302,6 +316,16 @@ class OpenAIBatchSource:
                 chunk = Chunk(start=chunk.start + batch_rows, keys=[], rows=[], errors=[])
         if chunk.keys:
             yield chunk
+
+
+def parse_line(raw: bytes) -> tuple[Any, str | None]:
+    """A JSONL line's request (parsed JSON) and None, or None and why it is not one."""
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, "line is not valid UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
 
 
 def _chat_request(request: Any) -> tuple[dict | None, str | None]:

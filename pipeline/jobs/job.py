@@ -39,10 +39,10 @@ from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.jobs.cluster_job import ClusterJob, FileSteps
 from pipeline.jobs.output import META, JsonlLines, ParquetParts
-from pipeline.jobs.partitions import plan_partitions
+from pipeline.jobs.partitions import plan_blocks, plan_partitions
 from pipeline.jobs.storage import filesystem, is_url, local_path
 from pipeline.jobs.store_output import StoreParts
-from pipeline.jobs.openai_batch import output_line
+from pipeline.jobs.openai_batch import ResponseLines, output_line
 from pipeline.config import Config, load_config
 from pipeline.model import DEFAULT_MODEL_NAME
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, ErrorKind, RowResult
@@ -76,46 +76,59 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     if source.dropped:
         notes.append(f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
                f"and are not copied to the output")
-    meta = {"input": source.description, "format": source.format, "rows": source.num_rows,
-            "key": source.key or "position", "started": int(time.time())}
     remote = is_url(output_path)
     final = str(output_path) if remote else Path(local_path(output_path))
     partial = _partial_meta(final, config.storage_options)   # an earlier run's, if any (read once)
-    on_cluster = _on_cluster(config, source, partial)
+    on_cluster = _on_cluster(config, partial)
+    jsonl = source.format == "openai"
+    meta = {"input": source.description, "format": source.format,
+            "rows": None if jsonl and on_cluster else source.num_rows,   # (a cluster job's JSONL: not read here)
+            "key": source.key or "position", "started": int(time.time())}
+    partitions = None
+    if on_cluster:
+        # the files as they are: answers are matched to rows by position, so a changed file
+        # must not resume
+        meta.update(path="cluster", files=_fingerprint(source.files, source.fs))
+        if jsonl:
+            meta["partition_bytes"] = _resumed(partial, "partition_bytes") or config.jobs.partition_bytes
+            partitions = plan_blocks(source.size, meta["partition_bytes"])
+        else:
+            meta["partition_rows"] = _resumed(partial, "partition_rows") or config.jobs.partition_rows
+            partitions = plan_partitions(source.row_groups, meta["partition_rows"])
     # the workers check the keys of a cluster job larger than a partition (the client would hold
     # 8 bytes a row); any other job's are checked here, before anything starts
-    keys_on_workers = on_cluster and source.key is not None and not allow_duplicate_ids and \
-        source.num_rows > config.jobs.partition_rows
+    keys_on_workers = on_cluster and source.key is not None and not allow_duplicate_ids and len(partitions) > 1
     if not keys_on_workers:
         check_duplicates(source, allow_duplicate_ids)
-    if source.format == "openai":
-        sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
+    # answer_json only when the job asks for JSON answers
+    wants_json = config.sampling.json_schema is not None or jsonl or \
+        "json_schema" in source.row_columns.sampling_columns
+    fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
+    if jsonl:   # (a cluster job's parts: each row's custom_id as JSON text, then its results)
+        schema = pa.schema([pa.field("id", pa.string()), *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
     else:
-        # answer_json only when the job asks for JSON answers
-        wants_json = config.sampling.json_schema is not None or "json_schema" in source.row_columns.sampling_columns
-        fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
         schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
                             *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
-        if on_cluster:
-            partition_rows = _resumed_partition_rows(partial) or config.jobs.partition_rows
-            # the files as they are: answers are matched to rows by position, so a changed file
-            # must not resume
-            meta.update(path="cluster", partition_rows=partition_rows, files=_fingerprint(source.files, source.fs))
-            partitions = plan_partitions(source.row_groups, partition_rows)
-            sink = ClusterParts.on_store(final, meta, schema, partitions, config.storage_options) if remote else \
-                ClusterParts.local(final, meta, schema, partitions)
-        else:
-            sink = StoreParts(final, meta, schema, config.storage_options) if remote else \
-                ParquetParts(final, meta, schema)
+    if on_cluster:
+        sink = ClusterParts.on_store(final, meta, schema, partitions, config.storage_options) if remote else \
+            ClusterParts.local(final, meta, schema, partitions)
+    elif jsonl:
+        sink = StoreParts(final, meta, None, config.storage_options) if remote else JsonlLines(final, meta)
+    else:
+        sink = StoreParts(final, meta, schema, config.storage_options) if remote else ParquetParts(final, meta, schema)
     done = sink.open()
     if done:
         if not on_cluster:   # (a cluster job's committed rows are checked when merged)
             _check_resumed_keys(sink, source, done)
-        notes.append(f"resuming: {done} of {source.num_rows} rows are already in {sink.dir}; answering the rest")
+        of = f" of {meta['rows']}" if meta["rows"] is not None else ""
+        notes.append(f"resuming: {done}{of} rows are already in {sink.dir}; answering the rest")
     for note in notes:  # only once every check has passed
         notify(note)
     if on_cluster:
-        return ClusterJob(FileSteps(source, sink, check_keys=keys_on_workers), config, truncate, part_rows, flush_seconds)
+        lines = ResponseLines(config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens,
+                              sink.meta["started"]) if jsonl else None
+        return ClusterJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
+                          part_rows, flush_seconds)
     return Job(source, sink, truncate=truncate, part_rows=part_rows, flush_seconds=flush_seconds,
                read_rows=read_rows, config=config)
 
@@ -272,20 +285,13 @@ class _InOrder:
                            f"the rows committed so far are kept, run the same command again to resume")
 
 
-def _on_cluster(config: Config, source, partial: dict | None) -> bool:
-    """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): a
-    Parquet job (local, shared or object-store input and output), any task. ``cluster`` for a
-    job that cannot is an error saying why. ``auto`` resumes a partial output (``partial``: its
-    ``_job.json``) on the path that wrote it."""
-    why = None
+def _on_cluster(config: Config, partial: dict | None) -> bool:
+    """Whether the job runs on the cluster (``jobs.path``; pipeline/jobs/cluster_job.py): any
+    file job, Parquet or OpenAI batch JSONL, local, shared or on an object store. ``auto``
+    resumes a partial output (``partial``: its ``_job.json``) on the path that wrote it."""
     if config.jobs.path == "auto" and partial is not None and partial.get("path", "client") == "client":
         return False
-    if source.format != "parquet":
-        why = "its input is OpenAI batch JSONL"
-    if config.jobs.path == "cluster" and why is not None:
-        raise JobError(f"jobs.path is cluster, which runs Parquet jobs; this job cannot run there: {why}. "
-                       f"Set jobs.path to auto or client")
-    return config.jobs.path == "cluster" or (config.jobs.path == "auto" and why is None)
+    return config.jobs.path != "client"
 
 
 def _fingerprint(files: list[str], fs=None) -> list[list]:
@@ -320,9 +326,10 @@ def _partial_meta(final, storage_options: dict | None = None) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _resumed_partition_rows(partial: dict | None) -> int | None:
-    """The partition size of a cluster job's partial output (its ``_job.json``) that a rerun resumes."""
-    return partial.get("partition_rows") if partial is not None and partial.get("path") == "cluster" else None
+def _resumed(partial: dict | None, setting: str):
+    """A partition setting (``partition_rows``, ``partition_bytes``) of a cluster job's partial
+    output (its ``_job.json``) that a rerun resumes: the partitions must be the same."""
+    return partial.get(setting) if partial is not None and partial.get("path") == "cluster" else None
 
 
 def _check_resumed_keys(sink, source, done: int) -> None:

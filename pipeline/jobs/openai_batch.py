@@ -9,8 +9,11 @@ would.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from pipeline.results import RowResult
+import pyarrow as pa
+
+from pipeline.results import RESULT_FIELDS, RowResult
 
 
 def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int) -> str:
@@ -40,3 +43,22 @@ def output_line(position: int, custom_id, result: RowResult, model: str, max_tok
     return json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id,
                        "response": {"status_code": 200, "request_id": request_id, "body": body},
                        "error": None}, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ResponseLines:
+    """A cluster job's merged rows (``id``: each custom_id as JSON text, then the result
+    columns) as output lines; what every line shares."""
+    model: str
+    max_tokens: int
+    created: int
+
+    def of(self, table: pa.Table, first: int) -> str:
+        """``table``'s rows as lines, the first at input position ``first``."""
+        fields = [n for n in RESULT_FIELDS[1:] if n in table.column_names]
+        out = []
+        for k, row in enumerate(table.select(["id", *fields]).to_pylist()):
+            result = RowResult(first + k, **{n: row[n] for n in fields})
+            out.append(output_line(first + k, json.loads(row["id"]), result, self.model, self.max_tokens,
+                                   self.created) + "\n")
+        return "".join(out)

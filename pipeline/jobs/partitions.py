@@ -1,11 +1,19 @@
-"""A Parquet job's input cut into partitions, from the files' footers only (the client reads no
-row): each partition is a run of consecutive rows of one file, read by one Dask task on a
-worker (pipeline/jobs/prompt_table.py). Partitions follow row groups where they can; a row
-group larger than twice the partition size is read in slices.
+"""A file job's input cut into partitions without reading a row in the client: each partition is
+read by one Dask task on a worker.
+
+- Parquet (``plan_partitions``, from the files' footers): a run of consecutive rows of one
+  file (pipeline/jobs/prompt_table.py). Partitions follow row groups where they can; a row
+  group larger than twice the partition size is read in slices.
+- OpenAI batch JSONL (``plan_blocks``, from the file's size): a range of the file's bytes, cut
+  at line ends when read (pipeline/jobs/jsonl_input.py). Its rows are counted only when read,
+  so a row's position is the block's number, then the row's place in it (``PARTITION_BITS``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+PARTITION_BITS = 32   # a position made of a partition's number and a row's place in it (JSONL, DataFrames)
 
 
 @dataclass(frozen=True)
@@ -57,3 +65,27 @@ def plan_partitions(row_groups: list[list[int]], partition_rows: int) -> list[Pa
         if groups and rows:
             add(f, groups, 0, rows)
     return out
+
+
+@dataclass(frozen=True)
+class ByteBlock:
+    """A range of a JSONL file's bytes; the lines that start in it (after its first byte) are
+    its rows, so every line is in exactly one block."""
+    index: int
+    offset: int
+    length: int
+    file: int = 0
+    rows: None = None   # (not known until read)
+
+    @property
+    def start(self) -> int:
+        """The position of its first row."""
+        return self.index << PARTITION_BITS
+
+
+def plan_blocks(size: int, block_bytes: int) -> list[ByteBlock]:
+    """A file of ``size`` bytes in blocks of ``block_bytes`` (at least one block)."""
+    if block_bytes < 1:
+        raise ValueError("block_bytes must be at least 1")
+    return [ByteBlock(i, offset, min(block_bytes, size - offset))
+            for i, offset in enumerate(range(0, max(size, 1), block_bytes))]

@@ -47,6 +47,7 @@ class PromptRows:
     rows: pa.Table
     documents: pa.Table
     errors: pa.Table
+    read: int | None = None   # rows of the partition read, those answered by an earlier run too (JSONL)
 
 
 def read_partition(source, part: Partition, columns: list[str] | None = None) -> pa.Table:
@@ -79,6 +80,14 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
         prefix, suffix, error = _template_columns(task, table)
     else:
         prefix, suffix, error = _row_by_row(columns, task, table)
+    sampling = {name: table.column(name).combine_chunks() for name in columns.sampling_columns}
+    return prompt_rows_from(prefix, suffix, error, positions, sampling)
+
+
+def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positions: pa.Array,
+                     sampling: dict[str, pa.Array]) -> PromptRows:
+    """Prompt rows from each row's prefix, suffix, error (null where the row is fine), position
+    and own sampling columns: the rows that failed apart, each distinct prefix digested once."""
     failed = pc.is_valid(error)
     ok = pc.invert(failed)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
@@ -97,8 +106,8 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     out = {"position": kept, "digest": digest, "prefix": _on_first_rows(distinct, first, len(index)),
            "suffix": suffix}
     schema = ROWS_SCHEMA
-    for name in columns.sampling_columns:
-        column = table.column(name).filter(ok).combine_chunks()
+    for name, column in sampling.items():
+        column = column.filter(ok)
         out[name] = column
         schema = schema.append(pa.field(name, column.type))
     rows = pa.table(out, schema=schema)

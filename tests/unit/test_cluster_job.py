@@ -2,6 +2,7 @@
 group by document, answer and write. The output is the client path's, row for row; every
 document is answered on one shard; an interrupted or partly unreadable job resumes to the same
 output, answering only what is missing."""
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -147,11 +148,88 @@ def test_a_folder_in_the_partial_outputs_place_is_not_taken_over(null_pipeline, 
     assert (tmp_path / "out.parquet.partial" / "notes.txt").read_text() == "mine"
 
 
-def test_a_job_the_cluster_path_cannot_run_says_why(null_pipeline, tmp_path):
-    src = tmp_path / "in.jsonl"
-    src.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}}\n')
-    with pytest.raises(JobError, match="jobs.path is cluster.*OpenAI batch JSONL.*auto or client"):
-        job(null_pipeline, src, tmp_path / "out.jsonl", "cluster")
+def chat_line(custom_id, content, **body):
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+                       "body": {"messages": [{"role": "user", "content": content}], **body}})
+
+
+def batch_file(path, n=24):
+    """An OpenAI batch file of good and bad requests, blank lines and CRLF endings among them."""
+    lines = [chat_line(f"r{i}", f"Question {i % 5}: " + "why? " * (i % 7), max_tokens=4 + i % 3) for i in range(n)]
+    lines[2] = "this is not json"
+    lines[5] = chat_line("r5", "hi", temperature="hot")
+    lines[7] = chat_line(7, "a number for a custom_id")
+    lines[9] = json.dumps({"custom_id": "r9", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}})
+    lines[11] = chat_line("r11", "hi", stop="END", seed=3, response_format={"type": "json_object"})
+    lines[13] = chat_line("r13", "hi", logprobs=True)
+    data = "\n".join(lines[:6]) + "\n\n  \n" + "\r\n".join(lines[6:12]) + "\r\n" + "\n".join(lines[12:]) + "\n"
+    path.write_bytes(data.encode().replace(b"Question 3", b"Question \xff3"))
+    return path
+
+
+def test_openai_batch_jsonl_on_the_cluster_is_the_client_paths_line_for_line(null_pipeline, tmp_path):
+    """The workers read the file in blocks of bytes (cut at line ends); every line is answered
+    once, with the client path's errors, and OUTPUT has the client path's lines in input order."""
+    src = batch_file(tmp_path / "batch.jsonl")
+    config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
+    on_cluster = prepare_job(src, tmp_path / "cluster.jsonl", config=config, notify=lambda m: None)
+    assert isinstance(on_cluster, ClusterJob) and len(on_cluster.sink.partitions) > 4
+    summary = on_cluster.run(null_pipeline, progress=False)
+    job(null_pipeline, src, tmp_path / "client.jsonl", "client").run(null_pipeline, progress=False)
+    cluster = [without_created(x) for x in (tmp_path / "cluster.jsonl").read_text().splitlines()]
+    client = [without_created(x) for x in (tmp_path / "client.jsonl").read_text().splitlines()]
+    assert cluster == client and len(cluster) == 24
+    assert [o["custom_id"] for o in cluster][:8] == ["r0", "r1", None, None, "r4", "r5", "r6", 7]
+    errors = [o["error"] for o in cluster]
+    assert errors[2].startswith("input: line is not valid JSON") and "temperature" in errors[5]
+    assert "url must be" in errors[9] and "logprobs" in errors[13] and "UTF-8" in errors[3]
+    assert errors[11].startswith("output: answer is not valid JSON")   # (its response_format went with it)
+    assert sum(e is not None for e in errors) == summary.errors
+    assert summary.rows == 24 and not (tmp_path / "cluster.jsonl.partial").exists()
+
+
+def without_created(line):
+    """An output line without its start time, or its cached tokens (where the paths may differ)."""
+    out = json.loads(line)
+    if out["response"]["body"]:
+        del out["response"]["body"]["created"]
+        del out["response"]["body"]["usage"]["prompt_tokens_details"]
+    return out
+
+
+def test_openai_batch_jsonl_on_the_cluster_resumes_and_refuses_repeated_custom_ids(null_pipeline, tmp_path):
+    from pipeline.jobs.jsonl_input import block_lines
+
+    src = batch_file(tmp_path / "batch.jsonl")
+    config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
+    first = prepare_job(src, tmp_path / "out.jsonl", config=config, notify=lambda m: None)
+    block = first.sink.partitions[0]
+    n0 = len(block_lines(first.steps.source, block))   # a run that committed block 0's answers, then was killed
+    assert n0 > 0 and len(first.sink.partitions) > 4
+    kept = pa.table({"position": pa.array(range(block.start, block.start + n0), pa.int64()),
+                     "answer": ["kept"] * n0, "prompt_tokens": [1] * n0, "cached_tokens": [0] * n0,
+                     "completion_tokens": [0] * n0})
+    AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", pa.Table.from_arrays(
+        [kept.column(f.name) if f.name in kept.column_names else pa.nulls(n0, f.type) for f in ANSWER_SCHEMA],
+        schema=ANSWER_SCHEMA))
+    notes = []
+    again = prepare_job(src, tmp_path / "out.jsonl", config=config, notify=notes.append)
+    assert notes == [f"resuming: {n0} rows are already in {again.sink.dir}; answering the rest"]
+    summary = again.run(null_pipeline, progress=False)
+    assert summary.resumed == n0 and summary.rows == 24 - n0
+    out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [o["id"] for o in out] == [f"pipeline-{i}" for i in range(24)]
+    assert [o["response"]["body"]["choices"][0]["message"]["content"] for o in out[:n0]] == ["kept"] * n0
+    assert all(o["error"] is not None or o["response"]["body"]["choices"][0]["message"]["content"] == ""
+               for o in out[n0:])
+
+    lines = src.read_bytes().splitlines()
+    src.write_bytes(b"\n".join(lines + [chat_line("r1", "again").encode(), chat_line("r20", "again").encode()]))
+    with pytest.raises(JobError, match=r"2 custom_id value\(s\) used by more than one row: 'r1' \(2 times\), "
+                                       r"'r20' \(2 times\)"):
+        prepare_job(src, tmp_path / "twice.jsonl", config=config, notify=lambda m: None).run(null_pipeline,
+                                                                                            progress=False)
+    assert not (tmp_path / "twice.jsonl.partial").exists()
 
 
 def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):

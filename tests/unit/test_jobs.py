@@ -190,12 +190,13 @@ def test_openai_batch_resume_drops_a_torn_line_and_ends_like_an_uninterrupted_ru
     run_job(null_pipeline, src, tmp_path / "reference.jsonl", progress=False)
     reference = (tmp_path / "reference.jsonl").read_text().splitlines()
 
-    job = prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None)
+    on_client = null_pipeline.config.replace(jobs={"path": "client"})   # (the client path's own output file)
+    job = prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None, config=on_client)
     job.sink.commit(reference[:2])                                    # two lines committed, then
     with open(job.sink.path, "a") as f:                               # killed while writing the third
         f.write(reference[2][:25])
     notes = []
-    resumed = prepare_job(src, tmp_path / "out.jsonl", notify=notes.append)
+    resumed = prepare_job(src, tmp_path / "out.jsonl", notify=notes.append, config=on_client)
     assert resumed.done == 2 and any("resuming: 2 of 6 rows" in n for n in notes)
     summary = resumed.run(null_pipeline, progress=False)
     assert summary.rows == 4 and summary.resumed == 2

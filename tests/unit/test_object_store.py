@@ -225,11 +225,12 @@ def test_openai_batch_jsonl_on_s3_resumes_from_its_manifest(store_pipeline, s3):
     # A run killed after its first part was listed, and after a second part was written but not
     # yet listed: the manifest is the commit, so the rerun keeps 3 rows and writes the rest again.
     dest = f"s3://{BUCKET}/batch/out.jsonl"
-    job = prepare_job(src, dest, config=store_pipeline.config, notify=lambda m: None)
+    on_client = store_pipeline.config.replace(jobs={"path": "client"})   # (the client path's manifest)
+    job = prepare_job(src, dest, config=on_client, notify=lambda m: None)
     job.sink.commit(reference[:3])
     fs.pipe_file(f"{BUCKET}/batch/out.jsonl.partial/part-000001.jsonl", b'{"custom_id": "torn", "resp')
     notes = []
-    resumed = prepare_job(src, dest, config=store_pipeline.config, notify=notes.append)
+    resumed = prepare_job(src, dest, config=store_pipeline.config, notify=notes.append)   # (auto: resumed there)
     assert resumed.done == 3 and any("resuming: 3 of 10 rows" in n for n in notes), notes
     summary = resumed.run(store_pipeline, progress=False)
     assert summary.rows == 7 and summary.resumed == 3

@@ -1,0 +1,101 @@
+"""Runs on the workers: an OpenAI batch JSONL file read by a cluster job, a block of its bytes at a
+time (``ByteBlock``, pipeline/jobs/partitions.py). A block's rows are the non-blank lines that
+start in it (fsspec's ``read_block`` cuts it at line ends), so every line is read by one task.
+A row's position is its block's number, then its place in the block; the output's ids are
+numbered in input order when OUTPUT is written (pipeline/jobs/openai_batch.py).
+
+Each line is checked as the client path checks it (pipeline/jobs/input.py): a line that is not
+a chat-completion request, whose messages the chat template rejects, or whose body's sampling
+settings are bad, is an error row with the same text.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from fsspec.utils import read_block
+
+from pipeline.jobs.errors import JobError
+from pipeline.jobs.input import _chat_request, parse_line
+from pipeline.jobs.partitions import ByteBlock
+from pipeline.jobs.prompt_table import PromptRows, prompt_rows_from
+from pipeline.results import ErrorKind
+from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
+from tasks import RowError
+
+# The rows' own sampling columns, every one on every block (the blocks' pieces are put together)
+SAMPLING_TYPES = {"max_tokens": pa.int64(), "temperature": pa.float64(), "top_p": pa.float64(),
+                  "top_k": pa.int64(), "stop": pa.list_(pa.string()), "seed": pa.int64(),
+                  "json_schema": pa.string(), "choice": pa.list_(pa.string())}
+assert tuple(SAMPLING_TYPES) == ROW_COLUMNS
+
+
+def block_lines(source, block: ByteBlock) -> list[bytes]:
+    """The block's non-blank lines."""
+    try:
+        with source.open() as f:
+            data = read_block(f, block.offset, block.length, delimiter=b"\n")
+    except OSError as exc:
+        raise JobError(f"cannot read {source.path}: {exc.strerror or exc}. The rows of its other blocks are "
+                       f"answered and kept; run the same command again to resume") from None
+    return [line for line in data.split(b"\n") if line.strip()]
+
+
+def block_requests(source, block: ByteBlock) -> list[tuple]:
+    """(request or None, error) per row of the block."""
+    return [parse_line(line) for line in block_lines(source, block)]
+
+
+def _custom_id(request):
+    return request.get("custom_id") if isinstance(request, dict) else None
+
+
+def block_keys(source, block: ByteBlock) -> pa.Array:
+    """The block's custom_ids, for the duplicate check (null where not a string)."""
+    keys = [_custom_id(r) for r, _ in block_requests(source, block)]
+    return pa.array([k if isinstance(k, str) else None for k in keys], pa.string())
+
+
+def block_carry(source, block: ByteBlock) -> pa.Table:
+    """What the output carries of each row: its custom_id as it was given (JSON text: any value,
+    or null where the line has none)."""
+    return pa.table({"id": pa.array([json.dumps(_custom_id(r)) for r, _ in block_requests(source, block)],
+                                    pa.string())})
+
+
+def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = None) -> PromptRows:
+    """The block as prompt rows (``task``: the chat task); rows whose position is in ``done``
+    (answered by an earlier run) are left out."""
+    requests = block_requests(source, block)
+    read = len(requests)
+    positions = pa.array(block.start + np.arange(len(requests), dtype=np.int64))
+    if done is not None and len(done):
+        keep = pc.invert(pc.is_in(positions, value_set=done))
+        requests = [r for r, k in zip(requests, keep.to_pylist()) if k]
+        positions = positions.filter(keep)
+    prefixes, suffixes, errors = [], [], []
+    sampling: dict[str, list] = {name: [] for name in ROW_COLUMNS}
+    for request, error in requests:
+        prefix = suffix = settings = None
+        row = None
+        if error is None:
+            row, error = _chat_request(request)
+        if row is not None:
+            try:
+                parts = task.split(row)
+                settings = checked({k: row.get(k) for k in ROW_COLUMNS})
+                prefix, suffix = parts.prefix, parts.suffix
+            except (RowError, SamplingError) as exc:
+                error = str(exc)
+        prefixes.append(prefix)
+        suffixes.append(suffix)
+        errors.append(None if error is None else f"{ErrorKind.INPUT}: {error}")
+        for name in ROW_COLUMNS:
+            sampling[name].append(getattr(settings, name) if settings is not None else None)
+    rows = prompt_rows_from(pa.array(prefixes, pa.large_string()), pa.array(suffixes, pa.large_string()),
+                            pa.array(errors, pa.string()), positions,
+                            {name: pa.array(values, SAMPLING_TYPES[name]) for name, values in sampling.items()})
+    rows.read = read
+    return rows
