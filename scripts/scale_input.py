@@ -2,6 +2,10 @@
 """Write a large document-question Parquet input for plumbing measurements (null engine).
 
     .venv/bin/python scripts/scale_input.py OUT.parquet --rows 1000000 --doc-chars 1500
+    .venv/bin/python scripts/scale_input.py OUT.jsonl --rows 100000 --format openai
+
+With ``--format openai`` the same rows are OpenAI batch chat requests: the document as the
+system message, the question as the user message (the conversation before it is the prefix).
 
 Documents are distinct (each starts with its number and repeats varied filler up to
 ``--doc-chars``), ``--questions-per-doc`` questions each, rows shuffled with a fixed seed (a
@@ -11,6 +15,7 @@ pyarrow, in seconds.
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +35,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--row-group-rows", type=int, default=100_000,
                    help="rows per Parquet row group (a Dask DataFrame partition with split_row_groups=True)")
+    p.add_argument("--format", choices=("parquet", "openai"), default="parquet")
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
     n_docs = -(-a.rows // a.questions_per_doc)
@@ -42,7 +48,7 @@ def main() -> None:
     order = rng.permutation(a.rows)          # row position -> (doc, question) slot
     chunk = a.row_group_rows
     schema = pa.schema({"id": pa.string(), "document": pa.string(), "question": pa.string()})
-    with pq.ParquetWriter(a.out, schema, compression="zstd") as w:
+    with (open(a.out, "w") if a.format == "openai" else pq.ParquetWriter(a.out, schema, compression="zstd")) as w:
         for start in range(0, a.rows, chunk):
             slots = order[start:start + chunk]
             docs = slots // a.questions_per_doc
@@ -52,8 +58,19 @@ def main() -> None:
             ids = pa.array(np.char.add("r", np.arange(start, start + len(slots)).astype(str)).astype(object))
             q = pc.binary_join_element_wise(pa.array(np.char.add("What is said about item ", (slots % a.questions_per_doc).astype(str)).astype(object)),
                                             pc.cast(d, pa.string()), " of document ")
-            w.write_table(pa.table({"id": ids, "document": doc_text, "question": q}, schema=schema))
+            table = pa.table({"id": ids, "document": doc_text, "question": q}, schema=schema)
+            if a.format == "openai":
+                w.writelines(_requests(table))
+            else:
+                w.write_table(table)
     print(f"wrote {a.rows} rows ({n_docs} documents of ~{a.doc_chars} characters) to {a.out}")
+
+
+def _requests(table: pa.Table):
+    for r in table.to_pylist():
+        yield json.dumps({"custom_id": r["id"], "method": "POST", "url": "/v1/chat/completions",
+                          "body": {"messages": [{"role": "system", "content": r["document"]},
+                                                {"role": "user", "content": r["question"]}]}}) + "\n"
 
 
 if __name__ == "__main__":
