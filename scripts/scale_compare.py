@@ -7,6 +7,7 @@ block ideal for the same placement of rows on shards.
 
     .venv/bin/python scripts/scale_input.py /tmp/in.parquet --rows 1000000
     .venv/bin/python scripts/scale_compare.py /tmp/in.parquet [--kv-tokens 23296]
+    .venv/bin/python scripts/scale_compare.py /tmp/in.jsonl --path client|cluster   (no floor)
 
 Issue 25's targets read off this: rows/s >= 0.3 x the floor's; client CPU <= 5 s for the
 whole job; client peak RSS <= 300 MB.
@@ -44,16 +45,21 @@ def run_pipeline(src: str, dst: str, config: Path) -> dict:
                             text=True)
     client = psutil.Process(proc.pid)
     peak_rss, cpu, sched_cpu = 0, 0.0, 0.0
+    workers_peak, worker_peak = 0, 0   # the rest of the client's process tree (workers): summed, largest
     while proc.poll() is None:
         try:
             with client.oneshot():
                 peak_rss = max(peak_rss, client.memory_info().rss)
                 t = client.cpu_times()
                 cpu = t.user + t.system
-            for child in client.children():
+            rss = []
+            for child in client.children(recursive=True):
                 if "dask_scheduler" in " ".join(child.cmdline()):
                     t = child.cpu_times()
                     sched_cpu = t.user + t.system
+                else:
+                    rss.append(child.memory_info().rss)
+            workers_peak, worker_peak = max(workers_peak, sum(rss)), max([worker_peak] + rss)
         except psutil.Error:
             pass
         time.sleep(0.1)
@@ -65,7 +71,8 @@ def run_pipeline(src: str, dst: str, config: Path) -> dict:
     cached = next((line for line in out.splitlines() if line.startswith("prompt tokens:")), "")
     job_rate = float(next(line for line in out.splitlines() if line.startswith("throughput:")).split()[1])
     return {"rows": rows, "wall_s": wall, "rows_per_s": rows / wall, "job_rows_per_s": job_rate, "client_cpu_s": cpu,
-            "client_peak_rss_mb": peak_rss / 2**20, "scheduler_cpu_s": sched_cpu, "tokens": cached}
+            "client_peak_rss_mb": peak_rss / 2**20, "scheduler_cpu_s": sched_cpu, "tokens": cached,
+            "workers_peak_rss_mb": workers_peak / 2**20, "worker_peak_rss_mb": worker_peak / 2**20}
 
 
 def block_ideal_cached(src: str, out: str, config_path: Path, block_size: int = 16) -> int:
@@ -127,16 +134,21 @@ def main() -> None:
         config = Path(tmp) / "cluster.yaml"
         config.write_text(yaml.safe_dump(cfg))
         shards = len(cfg["shards"]) if isinstance(cfg.get("shards"), list) else None
-        f = floor(a.input, str(Path(tmp) / "floor.parquet"), shards or 2)
-        r = run_pipeline(a.input, str(Path(tmp) / "out.parquet"), config)
-        ideal = block_ideal_cached(a.input, str(Path(tmp) / "out.parquet"), config) if a.kv_tokens else None
-    print(f"floor:    {f['rows']} rows in {f['wall_s']:.1f} s, {f['rows_per_s']:,.0f} rows/s, {f['cpu_s']:.1f} s CPU, "
-          f"peak RSS {f['peak_rss_mb']:.0f} MB")
+        jsonl = a.input.endswith(".jsonl")   # (an OpenAI batch file: the floor reads Parquet, so none)
+        f = None if jsonl else floor(a.input, str(Path(tmp) / "floor.parquet"), shards or 2)
+        r = run_pipeline(a.input, str(Path(tmp) / ("out.jsonl" if jsonl else "out.parquet")), config)
+        ideal = block_ideal_cached(a.input, str(Path(tmp) / "out.parquet"), config) if a.kv_tokens and not jsonl \
+            else None
+    if f is not None:
+        print(f"floor:    {f['rows']} rows in {f['wall_s']:.1f} s, {f['rows_per_s']:,.0f} rows/s, "
+              f"{f['cpu_s']:.1f} s CPU, peak RSS {f['peak_rss_mb']:.0f} MB")
     print(f"pipeline: {r['rows']} rows in {r['wall_s']:.1f} s (command to exit), {r['rows_per_s']:,.0f} rows/s "
           f"({r['job_rows_per_s']:,.0f} rows/s from the job's start, as its summary says); "
           f"client {r['client_cpu_s']:.1f} s CPU, peak RSS {r['client_peak_rss_mb']:.0f} MB; "
-          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU")
-    print(f"pipeline / floor: {r['rows_per_s'] / f['rows_per_s']:.3f}")
+          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU; workers' peak RSS {r['workers_peak_rss_mb']:,.0f} MB "
+          f"together, the largest {r['worker_peak_rss_mb']:,.0f} MB")
+    if f is not None:
+        print(f"pipeline / floor: {r['rows_per_s'] / f['rows_per_s']:.3f}")
     if r["tokens"]:
         print(r["tokens"])
     if ideal is not None:
