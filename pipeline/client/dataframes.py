@@ -113,6 +113,7 @@ class FrameSteps:
         self.parts, self.columns, self.out_columns = parts, columns, out_columns
         self.rows_total = rows_total
         self.frames: list = []
+        self._tails: dict = {}   # partition -> what its merge needs of its read (``frame_tail_of``)
 
     def committed(self) -> int:
         return 0
@@ -127,10 +128,13 @@ class FrameSteps:
 
     def read(self, client, spec, part, key: str):
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
-        from pipeline.jobs.frame_tasks import frame_read_task
+        from pipeline.jobs.frame_tasks import frame_read_task, frame_tail_of
 
         frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)   # on the cluster, read beside it
-        return client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
+        read = client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
+        # (what the merge needs of the read, kept: the read itself is let go once split)
+        self._tails[part.index] = client.submit(frame_tail_of, read, key=f"{key}-tail", priority=PLAN_PRIORITY)
+        return read
 
     def split(self, client, spec, read, place, part, key: str):
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
@@ -147,7 +151,7 @@ class FrameSteps:
     def task_kind(self, config, tokenizer):
         return get_task_kind(config, tokenizer)
 
-    def complete(self, client, spec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
+    def complete(self, client, spec, todo: list, unreadable: dict, answers: dict) -> list:
         """Each partition's answers merged on the cluster (waited for, not fetched)."""
         from distributed import wait
 
@@ -156,11 +160,11 @@ class FrameSteps:
 
         job = spec.job_id
         merges = []
-        for p, read in zip(todo, reads):
+        for p in todo:
             pieces = [client.submit(kept_piece, a, p.index, key=f"{job}-kept-{p.index}-{b}")
                       for b, a in answers.items()]
-            merges.append(client.submit(frame_merge_task, read, p.index, self.out_columns, *pieces,
-                                        key=f"{job}-merge-{p.index}"))
+            merges.append(client.submit(frame_merge_task, self._tails.pop(p.index), p.index, self.out_columns,
+                                        *pieces, key=f"{job}-merge-{p.index}"))
         wait(merges)
         for f in merges:
             if f.status != "finished":

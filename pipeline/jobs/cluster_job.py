@@ -132,7 +132,7 @@ class FileSteps:
             self.sink.folder.remove()
         raise JobError(duplicates_message(self.source.key, found, shown))
 
-    def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, reads: list, answers: dict) -> list:
+    def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, answers: dict) -> list:
         """Each readable partition merged; then, if every one was, OUTPUT. The futures submitted."""
         merges = [client.submit(merge_task, spec, p, key=f"{spec.job_id}-merge-{p.index}") for p in todo
                   if p.index not in unreadable]
@@ -214,7 +214,7 @@ class ClusterJob:
         client, jobs = pipeline.client, self.config.jobs
         job = spec.job_id
         if not todo:   # (every partition merged by an earlier run: only the end is left)
-            futures += self.steps.complete(client, spec, [], {}, [], {})
+            futures += self.steps.complete(client, spec, [], {}, {})
             return {}
         rec = self.config.recovery
         watch = ShardWatch(client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s,
@@ -235,15 +235,13 @@ class ClusterJob:
         decode_bytes = CHARS_PER_TOKEN * self.config.sampling.max_tokens   # (ASCII: a byte a character)
         place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_bytes,
                               *documents, key=f"{job}-place", priority=PLAN_PRIORITY)
+        del documents
         futures.append(place)
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets", priority=PLAN_PRIORITY).result()
         if checks:
             self.steps.refuse_duplicates(client, spec, checks)
         splits = [self.steps.split(client, spec, r, place, p, key=f"{job}-split-{p.index}")
                   for r, p in zip(reads, todo)]
-        # Held until every bucket is answered: a worker lost meanwhile takes pieces with it, which
-        # Dask computes again from these (it cannot once the client has let them go).
-        held_for_recovery = reads + splits
         # each partition's rows for each shard: a bucket's answer task takes its slice of its shard's
         # (P × shards tasks, not P × buckets; a bucket's entry is let go once it is answered, a
         # shard's pieces with its last bucket's)
@@ -251,7 +249,11 @@ class ClusterJob:
                                           priority=PLAN_PRIORITY) for s, p in zip(splits, todo)]
                     for shard in sorted({b.shard for b in buckets})}
         pieces = {b.index: of_shard[b.shard] for b in buckets}
-        del of_shard
+        # The reads and splits are let go here: Dask drops each once the tasks that take it have
+        # run, so the workers hold a partition's rows once (its pieces), not three times. A worker
+        # lost later takes pieces with it; Dask computes them again from the graph (the split, and
+        # the read before it, rerun: a read gives the same rows again, spec.run).
+        del of_shard, reads, splits
         self._rank: dict[int, int] = {}   # a bucket's place among its shard's: each job's k-th go together
         per_shard: dict[str, int] = {}
         for b in buckets:
@@ -308,8 +310,7 @@ class ClusterJob:
                 if not pending.has_ready():
                     pending.thread_condition.wait(timeout=0.5)
         bar.update(max(0, summary.resumed + summary.rows - bar.n))
-        futures += self.steps.complete(client, spec, todo, unreadable, reads, answers)
-        del held_for_recovery
+        futures += self.steps.complete(client, spec, todo, unreadable, answers)
         return unreadable
 
     def _answer(self, client, spec: JobSpec, b: Bucket, pieces: list, attempt: int = 0):

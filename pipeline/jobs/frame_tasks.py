@@ -3,6 +3,9 @@ pipeline/client/dataframes.py). The steps between are every cluster job's
 (pipeline/jobs/cluster_tasks.py).
 
     frame_read_task (per input partition)  -> PromptRows, figures, the partition's index
+    frame_tail_of (per input partition)    -> what its merge needs of the read: the rows that
+                                              failed reading, the index (the read itself goes
+                                              once it is split)
     frame_merge_task (per input partition) -> a pandas DataFrame of the output columns, in
                                               the partition's row order, with its index
 
@@ -29,12 +32,18 @@ def frame_read_task(spec: JobSpec, frame, number: int) -> tuple[PromptRows, Read
     return rows, ReadFigures(rows=len(frame), errors=len(errors), errors_by_kind=error_groups(errors)), frame.index
 
 
-def frame_merge_task(read: tuple[PromptRows, ReadFigures, object], number: int, out_columns: list[str],
+def frame_tail_of(read: tuple[PromptRows, ReadFigures, object]) -> tuple[pa.Table, object]:
+    """The read partition's rows that failed reading, and its index."""
+    return read[0].errors, read[2]
+
+
+def frame_merge_task(tail: tuple[pa.Table, object], number: int, out_columns: list[str],
                      *answers: pa.Table | None):
     """Partition ``number``'s output: its rows that failed reading and its answers from every
-    bucket (``kept_piece``), in the input's row order, with the input's index."""
-    rows, _, index = read
-    tables = [error_table(rows.errors.column("position"), rows.errors.column("error"))]
+    bucket (``kept_piece``), in the input's row order, with the input's index (``tail``:
+    ``frame_tail_of`` its read)."""
+    errors, index = tail
+    tables = [error_table(errors.column("position"), errors.column("error"))]
     tables += [a for a in answers if a is not None]
     table = pa.concat_tables(tables)
     table = table.take(pc.sort_indices(table, [("position", "ascending")]))

@@ -232,6 +232,53 @@ def test_openai_batch_jsonl_on_the_cluster_resumes_and_refuses_repeated_custom_i
     assert not (tmp_path / "twice.jsonl.partial").exists()
 
 
+def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_split_rows(tmp_path):
+    """Each partition's rows are held once while the buckets are answered (as the pieces its
+    shards take), not also as its read and its split: those are let go once split."""
+    import threading
+    import time
+
+    rows = document_questions(60, 4, seed=8, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    config = load_config().replace(scheduler={"dashboard_address": None},
+                                   engine={"kind": "null", "null_latency_s": 0.05},
+                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
+    planning = ("-read-", "-split-", "-piece-", "-figures-", "-documents-", "-place")
+    seen: list[dict] = []
+    done = threading.Event()
+
+    def states(dask_scheduler):
+        return {str(k): ts.state for k, ts in dask_scheduler.tasks.items()}
+
+    def watch(client):
+        while not done.is_set():
+            now = client.run_on_scheduler(states)
+            answering = any("-answer-" in k and s == "processing" for k, s in now.items())
+            planned = not any(p in k and s in ("waiting", "processing", "no-worker") for k, s in now.items()
+                              for p in planning)
+            if answering and planned:
+                seen.append(now)
+                return
+            time.sleep(0.05)
+
+    with Pipeline(config) as p:
+        watcher = threading.Thread(target=watch, args=(p.client,))
+        watcher.start()
+        try:
+            summary = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None).run(
+                p, progress=False)
+        finally:
+            done.set()
+            watcher.join()
+    assert seen, "no moment with the planning done and a bucket being answered"
+    held = sorted(k for k, s in seen[0].items() if s == "memory")
+    assert any("-piece-" in k for k in held)
+    assert not [k for k in held if "-read-" in k or "-split-" in k], held
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == len(rows)
+
+
 def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
     """SIGKILL one shard's worker while it answers its bucket: Dask reruns the lost tasks on the
     worker its nanny restarts, which rewrites the same answer files; every row once, in order."""
