@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -194,9 +196,10 @@ def piece_of(pieces: dict[str, pa.Table], shard: str) -> pa.Table | None:
 
 async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> tuple[dict, None]:
     """One bucket answered on its shard's engine, grouped by document. Its answers are committed
-    as they come (``spec.commit_rows`` at a time or every ``spec.commit_s``), one file per input
-    partition each time; a rerun of the task (its worker was lost) answers only the rows its
-    earlier attempts did not commit. Returns the bucket's figures (and no rows: they are in the files)."""
+    as they come (``BucketCommits``: a file per input partition holds ``spec.commit_rows`` of
+    them, or what ``spec.commit_s`` collected); a rerun of the task (its worker was lost) answers
+    only the rows its earlier attempts did not commit. Returns the bucket's figures (and no
+    rows: they are in the files)."""
     plugin, rows = _bucket_rows(bucket, pieces)
     files = AnswerFiles(spec.folder)
     name = f"{spec.run}-b{bucket.index:06d}"
@@ -206,18 +209,61 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -
     prefixes = prefixes_of(rows)   # (before the rows answered earlier go: one may carry its document's)
     if earlier.num_rows:
         rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
-    seq = itertools.count(files.next_seq(name))
-
-    def commit(results: list[RowResult]) -> None:
-        table = results_table(results)
-        _write_by_partition(files, spec.starts, f"{name}-{next(seq):05d}", table)
-        _add(figures, _figures(table, bucket.shard))
-
+    commits = BucketCommits(files, spec.starts, name, files.next_seq(name), spec.commit_rows, spec.commit_s,
+                            lambda table: _add(figures, _figures(table, bucket.shard)))
     await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
-                                _progress(spec, bucket, earlier.num_rows), commit=commit,
+                                _progress(spec, bucket, earlier.num_rows), commit=commits.add,
                                 commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
                                 prefixes=prefixes)
+    # (only once every row is answered: a task that failed or was cancelled, its bucket moved to
+    # another shard, writes nothing more; its rerun answers what it had not written)
+    await loop.run_in_executor(None, commits.close)
     return figures, None
+
+
+class BucketCommits:
+    """An answer task's answers on their way to answer files, one file per input partition
+    each time: a partition's answers are written once ``rows`` of them wait, every partition's
+    once ``seconds`` have passed since the last such write, and the rest at ``close``. So an
+    answer file holds many rows even where a bucket's rows come from many partitions (a
+    shuffled input: each bucket's from every one). ``add`` runs in executor threads, several
+    at once; ``on_written(table)`` is called with each file's rows."""
+
+    def __init__(self, files: AnswerFiles, starts: tuple[int, ...], name: str, first_seq: int, rows: int,
+                 seconds: float, on_written):
+        self.files, self.starts, self.name = files, np.asarray(starts), name
+        self.rows, self.seconds, self.on_written = rows, seconds, on_written
+        self._seq = itertools.count(first_seq)
+        self._waiting: dict[int, list[pa.Table]] = {}   # partition -> its answers not yet written
+        self._lock = threading.Lock()
+        self._written_at = time.monotonic()
+
+    def add(self, results: list[RowResult]) -> None:
+        table = results_table(results)
+        partition = np.searchsorted(self.starts, table.column("position").to_numpy(), side="right") - 1
+        with self._lock:
+            for number, piece in _by_partition(table, partition).items():
+                self._waiting.setdefault(number, []).append(piece)
+            every = time.monotonic() - self._written_at >= self.seconds
+            if every:
+                self._written_at = time.monotonic()
+            due = [n for n, w in self._waiting.items() if every or sum(t.num_rows for t in w) >= self.rows]
+            out = {n: self._waiting.pop(n) for n in due}
+        self._write(out)
+
+    def close(self) -> None:
+        with self._lock:
+            out, self._waiting = self._waiting, {}
+        self._write(out)
+
+    def _write(self, out: dict[int, list[pa.Table]]) -> None:
+        for number, pieces in sorted(out.items()):
+            table = pa.concat_tables(pieces)
+            if len(pieces) > 1:
+                table = table.take(pc.sort_indices(table, [("position", "ascending")]))
+            self.files.write(number, f"{self.name}-{next(self._seq):05d}", table)
+            with self._lock:
+                self.on_written(table)
 
 
 async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> tuple[dict, dict]:
@@ -281,12 +327,6 @@ def _by_partition(table: pa.Table, partition: np.ndarray) -> dict[int, pa.Table]
     order = np.lexsort((table.column("position").to_numpy(), partition))
     table = table.take(pa.array(order))
     return {number: table.slice(lo, hi - lo) for number, lo, hi in _runs(partition[order])}
-
-
-def _write_by_partition(files: AnswerFiles, starts: tuple[int, ...], name: str, table: pa.Table) -> None:
-    partition = np.searchsorted(np.asarray(starts), table.column("position").to_numpy(), side="right") - 1
-    for number, piece in _by_partition(table, partition).items():
-        files.write(number, name, piece)
 
 
 def error_groups(errors) -> dict:

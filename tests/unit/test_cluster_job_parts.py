@@ -231,3 +231,37 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
         results = asyncio.run(run())
         assert [r.index for r in results] == list(range(40)) and all(r.error is None for r in results)
         assert plugin.engine.most_before_first == before and plugin.engine.most == 8
+
+
+def test_a_buckets_answers_are_written_in_files_of_many_rows_each_every_row_once(tmp_path):
+    """An answer task's rows come from many input partitions; each answer file holds one
+    partition's, written once ``rows`` of them wait (or, after ``seconds``, all that wait), the
+    rest at the end: every row once, sorted by position, counted as written."""
+    from pipeline.jobs.answer_files import AnswerFiles
+    from pipeline.jobs.cluster_tasks import BucketCommits
+    from pipeline.results import RowResult
+
+    files = AnswerFiles(tmp_path)
+    starts = (0, 100, 200)   # three partitions of 100 rows
+    positions = [5, 150, 7, 250, 3, 120, 9, 1, 260, 130]
+    written = []
+    commits = BucketCommits(files, starts, "run-b000001", 0, rows=4, seconds=3600,
+                            on_written=lambda t: written.append(t.num_rows))
+    commits.add([RowResult(p, answer=f"a{p}") for p in positions[:5]])   # partition 0 has 3 waiting: none due
+    assert written == []
+    commits.add([RowResult(p, answer=f"a{p}") for p in positions[5:]])   # partition 0 reaches 5
+    assert written == [5]
+    commits.close()
+    assert sorted(written) == [2, 3, 5]
+    by_partition = {n: files.read_named("run-b000001").filter((pc.field("position") >= n * 100)
+                                                              & (pc.field("position") < n * 100 + 100))
+                    for n in range(3)}
+    assert [len(files.answer_files(n)) for n in range(3)] == [1, 1, 1]
+    for n, table in by_partition.items():
+        expected = sorted(p for p in positions if n * 100 <= p < n * 100 + 100)
+        assert table.column("position").to_pylist() == expected
+        assert table.column("answer").to_pylist() == [f"a{p}" for p in expected]
+
+    soon = BucketCommits(files, starts, "run-b000002", 0, rows=1000, seconds=0, on_written=lambda t: None)
+    soon.add([RowResult(p) for p in (10, 110)])   # every partition's, at once
+    assert [len(files.answer_files(n)) for n in range(3)] == [2, 2, 1]
