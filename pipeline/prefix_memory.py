@@ -53,7 +53,10 @@ class PrefixMemory:
 
     def served(self, prefix: str, tokens: int) -> None:
         """The engine was given ``prefix`` (``tokens`` long)."""
-        key = prefix_digest(prefix)
+        self.served_digest(prefix_digest(prefix), tokens)
+
+    def served_digest(self, key: int, tokens: int) -> None:
+        """``served`` for the prefix whose ``prefix_digest`` is ``key``."""
         if key in self._prefixes:
             self._prefixes.move_to_end(key)
             return

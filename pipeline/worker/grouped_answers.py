@@ -116,7 +116,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         prefix = prefixes[int(digests[lo])]
         prefix_ids = engine.encode(prefix)
         if plugin.prefixes is not None:
-            plugin.prefixes.served(prefix, len(prefix_ids))
+            plugin.prefixes.served_digest(int(digests[lo]), len(prefix_ids))   # (the rows' digest is the prefix's)
         tokens = len(prefix_ids) + sum(estimated_tokens(len(suffixes[k])) + decode for k in range(lo, hi))
         if gate is not None:
             await gate.acquire(tokens)
