@@ -329,6 +329,37 @@ class JobsConfig(_Section):
     # rows (a document is split only when it alone has more rows than that, or than a shard's
     # fair share of a large job).
     bucket_rows: int = Field(50_000, gt=0)
+    # Bytes of a job's data (read rows, pieces, kept answers) a worker holds in memory before
+    # Dask spills the least recently used to disk, in the worker's local directory: "auto" (the
+    # default), 40 % of this machine's memory shared among its shards; a size ("8GB", or bytes);
+    # 0: never spill. Read when the workers start.
+    worker_memory: int | str = "auto"
+
+    @field_validator("worker_memory")
+    @classmethod
+    def _memory_size(cls, value: int | str) -> int | str:
+        if value == "auto":
+            return value
+        from dask.utils import parse_bytes
+
+        try:
+            size = parse_bytes(value)
+        except (ValueError, TypeError):
+            raise ValueError(f"jobs.worker_memory must be auto, 0 or a size such as 8GB (got {value!r})") from None
+        if size < 0:
+            raise ValueError(f"jobs.worker_memory must not be negative (got {value!r})")
+        return size
+
+    def worker_memory_bytes(self, shards: int) -> int:
+        """Each of ``shards`` workers' ``worker_memory`` in bytes (0: no spilling)."""
+        if self.worker_memory != "auto":
+            return int(self.worker_memory)
+        import psutil
+
+        return int(AUTO_WORKER_MEMORY_SHARE * psutil.virtual_memory().total / max(1, shards))
+
+
+AUTO_WORKER_MEMORY_SHARE = 0.4   # of the machine's memory, for all its workers' job data (the rest: engines, the OS)
 
 
 class Config(_Section):

@@ -19,6 +19,8 @@ from pipeline.names import ANSWER_SLOTS_RESOURCE, SHARD_RESOURCE_AMOUNT, answer_
 DASK_SETTINGS = {
     "distributed.worker.daemon": False,             # vLLM spawns its engine-core process
     "distributed.scheduler.work-stealing": False,   # stealing would break prefix affinity
+    # Spilling: only by the size of the data held (``target``, set per worker from
+    # jobs.worker_memory), never by the process's memory, which counts what the engine holds.
     "distributed.worker.memory.target": False,
     "distributed.worker.memory.spill": False,
     "distributed.worker.memory.pause": False,
@@ -63,6 +65,18 @@ class WorkerSpec:
         return self.config.intake.concurrent_batches
 
     @property
+    def memory_limit(self) -> int:
+        """The bytes of task results this worker holds before Dask spills to disk (0: never)."""
+        return self.config.jobs.worker_memory_bytes(len(self.config.shards))
+
+    @property
+    def dask_settings(self) -> dict:
+        """Dask's settings for this worker: ``DASK_SETTINGS``, spilling above ``memory_limit``."""
+        if not self.memory_limit:
+            return dict(DASK_SETTINGS)
+        return {**DASK_SETTINGS, "distributed.worker.memory.target": 1.0}
+
+    @property
     def resources(self) -> dict[str, int]:
         return {self.shard.resource: SHARD_RESOURCE_AMOUNT, ANSWER_SLOTS_RESOURCE: answer_slots(self.nthreads)}
 
@@ -74,13 +88,13 @@ class WorkerSpec:
             "protocol": protocol(self.config),
             "security": dask_security(self.config),
             "nthreads": self.nthreads,
-            "memory_limit": 0,   # the engine holds its own memory; never kill for it
+            "memory_limit": self.memory_limit,   # spilling only (never paused or killed for memory)
             "resources": dict(self.resources),
             "env": dict(self.env),
             "dashboard": False,
             # Its HTTP server (/metrics, /health) runs anyway: on the config's host, not every interface.
             "dashboard_address": f"{self.host}:0",
-            "config": DASK_SETTINGS,
+            "config": self.dask_settings,
             "preload": [WORKER_PRELOAD],
         }}
 
@@ -88,7 +102,7 @@ class WorkerSpec:
         """The same worker as a ``dask worker`` command line (run it with ``process_env``)."""
         return [sys.executable, "-m", "distributed.cli.dask_worker", scheduler_address,
                 "--name", self.shard.name, "--host", self.host, "--nthreads", str(self.nthreads),
-                "--memory-limit", "0",
+                "--memory-limit", str(self.memory_limit),
                 "--resources", " ".join(f"{k}={v}" for k, v in self.resources.items()),
                 "--no-dashboard", "--dashboard-address", f"{self.host}:0",
                 "--preload", WORKER_PRELOAD, *tls_args(self.config)]
@@ -96,4 +110,4 @@ class WorkerSpec:
     def process_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The environment of the ``dask worker`` process: ``base_env``, Dask's settings (what the
         Nanny gets as ``config``) and this worker's variables."""
-        return {**base_env, **dask_env(), **self.env}
+        return {**base_env, **dask_env(self.dask_settings), **self.env}

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from dask.sizeof import sizeof
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
@@ -48,6 +49,12 @@ class PromptRows:
     documents: pa.Table
     errors: pa.Table
     read: int | None = None   # rows of the partition read, those answered by an earlier run too (JSONL)
+
+
+@sizeof.register(PromptRows)
+def _sizeof_prompt_rows(rows: PromptRows) -> int:
+    """What a worker holds for a read partition (Dask spills by it: jobs.worker_memory)."""
+    return rows.rows.nbytes + rows.documents.nbytes + rows.errors.nbytes
 
 
 def read_partition(source, part: Partition, columns: list[str] | None = None) -> pa.Table:

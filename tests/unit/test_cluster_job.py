@@ -279,6 +279,30 @@ def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_spli
     assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == len(rows)
 
 
+def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_every_row(tmp_path):
+    """``jobs.worker_memory``: the job's read rows and pieces beyond it go to disk (Dask's
+    spilling) and come back when a task needs them; the output is whole and in order."""
+    rows = document_questions(60, 4, seed=10, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "null"},
+                                   jobs={"path": "cluster", "partition_rows": 40, "bucket_rows": 40,
+                                         "worker_memory": "64kB"})
+
+    def written(dask_worker):
+        metrics = getattr(dask_worker.data, "cumulative_metrics", {})
+        return metrics.get(("disk-write", "bytes"), 0), metrics.get(("disk-read", "count"), 0)
+
+    with Pipeline(config) as p:
+        summary = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None).run(
+            p, progress=False)
+        spilled = p.client.run(written)
+    assert sum(w for w, _ in spilled.values()) > 64_000 and sum(r for _, r in spilled.values()) > 0, spilled
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == len(rows)
+    assert all(o["error"] is None for o in out)
+
+
 def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
     """SIGKILL one shard's worker while it answers its bucket: Dask reruns the lost tasks on the
     worker its nanny restarts, which rewrites the same answer files; every row once, in order."""

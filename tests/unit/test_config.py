@@ -123,3 +123,17 @@ def test_auto_dtype_follows_the_cpus_bf16_support(tmp_path, monkeypatch):
     gpu = config.replace(shards=[{"name": "g0", "kind": "gpu", "device": 0}])
     assert engine.engine_dtype(gpu) == "auto"   # vLLM's: the model's dtype
     assert engine.engine_dtype(config.replace(engine={"dtype": "bfloat16"})) == "bfloat16"
+
+
+def test_worker_memory_is_auto_a_size_or_zero_and_a_bad_one_is_named():
+    import psutil
+
+    shards = [{"name": "a", "device": 0}]
+    auto = parse_config({"shards": shards}).jobs
+    assert auto.worker_memory == "auto"
+    assert auto.worker_memory_bytes(2) == int(0.4 * psutil.virtual_memory().total / 2)
+    assert parse_config({"shards": shards, "jobs": {"worker_memory": "8GB"}}).jobs.worker_memory_bytes(2) == 8 * 10**9
+    assert parse_config({"shards": shards, "jobs": {"worker_memory": 0}}).jobs.worker_memory_bytes(2) == 0
+    with pytest.raises(ConfigError) as err:
+        parse_config({"shards": shards, "jobs": {"worker_memory": "lots"}})
+    assert "jobs.worker_memory" in str(err.value) and "lots" in str(err.value)

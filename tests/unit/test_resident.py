@@ -197,11 +197,13 @@ def test_an_embedded_and_a_resident_worker_start_from_one_description():
     assert flag["--name"] == nanny["name"] == shard.name
     assert flag["--host"] == nanny["host"] == "127.0.0.1"
     assert int(flag["--nthreads"]) == nanny["nthreads"] == 3
-    assert flag["--memory-limit"] == str(nanny["memory_limit"]) == "0"
+    assert flag["--memory-limit"] == str(nanny["memory_limit"]) and nanny["memory_limit"] > 0   # (spilling)
     assert flag["--resources"] == " ".join(f"{k}={v}" for k, v in nanny["resources"].items())
     assert f"{shard.resource}=" in flag["--resources"]
     assert [flag["--preload"]] == nanny["preload"] == ["pipeline.worker.preload"]
     env = spec.process_env({"HOME": "/home/u"})
     assert {k: env[k] for k in nanny["env"]} == nanny["env"]          # the shard's variables, the record
     assert env["PIPELINE_SHARD"] == shard.name and env["HOME"] == "/home/u"
-    assert all(env[k] == v for k, v in worker_spec.dask_env().items())   # the Nanny's `config`, as variables
+    assert all(env[k] == v for k, v in worker_spec.dask_env(nanny["config"]).items())   # the Nanny's `config`
+    assert nanny["config"]["distributed.worker.memory.target"] == 1.0   # spilled above memory_limit ...
+    assert not any(nanny["config"][f"distributed.worker.memory.{k}"] for k in ("spill", "pause", "terminate"))
