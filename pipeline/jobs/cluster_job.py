@@ -249,6 +249,11 @@ class ClusterJob:
                                           priority=PLAN_PRIORITY) for s, p in zip(splits, todo)]
                     for shard in sorted({b.shard for b in buckets})}
         pieces = {b.index: of_shard[b.shard] for b in buckets}
+        # (a file job's split also commits its partition's rows that failed reading: each must
+        # run, and end before the merges, even where no bucket takes a piece of it)
+        split_done = [client.submit(len, s, key=f"{job}-split-done-{p.index}", priority=PLAN_PRIORITY)
+                      for s, p in zip(splits, todo)]
+        futures += split_done
         # The reads and splits are let go here: Dask drops each once the tasks that take it have
         # run, so the workers hold a partition's rows once (its pieces), not three times. A worker
         # lost later takes pieces with it; Dask computes them again from the graph (the split, and
@@ -310,6 +315,7 @@ class ClusterJob:
                 if not pending.has_ready():
                     pending.thread_condition.wait(timeout=0.5)
         bar.update(max(0, summary.resumed + summary.rows - bar.n))
+        client.gather(split_done)
         futures += self.steps.complete(client, spec, todo, unreadable, answers)
         return unreadable
 
