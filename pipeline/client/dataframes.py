@@ -22,10 +22,11 @@ by about ``1 + prefetch`` partitions and the read-ahead window.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 
+from pipeline.client.in_order import InOrder
 from pipeline.jobs.answer_files import PANDAS_TYPES as _DTYPES
 from pipeline.jobs.row_checks import RowColumns
 from pipeline.results import JSON_FIELD, RESULT_FIELDS, RowResult
@@ -175,89 +176,59 @@ class FrameSteps:
 
 def _on_client(pipeline, config, parts: list, names: list, columns, out_columns: list[str], meta,
                truncate_prompts: bool, prefetch: int, rows_total: int | None) -> list:
-    """The client-side feed (module docstring): the output partitions' futures, in order."""
+    """The client-side feed (module docstring): the output partitions' futures, in order. The
+    cluster computes the input partitions, ``prefetch`` ahead; each one's rows go to the
+    pipeline, and once all of them are answered (and every earlier partition's) its output
+    partition is made here and kept on the cluster."""
+    import pandas as pd   # start time: loaded by DataFrame jobs only
     from dask import delayed
 
+    client = pipeline.client
     read = [c for c in columns.all if c in names] + [c for c in ROW_COLUMNS if c in names and c not in columns.all]
     parts = [delayed(_columns)(part, read) for part in parts]
-    collector = _Partitions(pipeline, out_columns, meta)
-    rows = collector.rows(parts, prefetch)
-    for r in pipeline.stream(rows, task=get_task_kind(config, pipeline.tokenizer), sampling=config.sampling,
-                             truncate_prompts=truncate_prompts, rows_total=rows_total):
-        collector.place(r)
-    collector.close()
-    return collector.futures
+    futures: list = []
+
+    def whole(index, results: list[RowResult]) -> None:
+        cols = {n: pd.Series([getattr(r, n) for r in results], dtype=_DTYPES[n], index=index) for n in out_columns}
+        futures.append(client.scatter(pd.DataFrame(cols, index=index) if cols else meta, hash=False))
+
+    order = InOrder(whole=whole)
+    for r in pipeline.stream(_rows(client, order, parts, prefetch), task=get_task_kind(config, pipeline.tokenizer),
+                             sampling=config.sampling, truncate_prompts=truncate_prompts, rows_total=rows_total):
+        order.place(r)
+    missing = order.close()
+    if missing or len(futures) != len(parts):
+        raise RuntimeError(f"{missing} rows got no result from the pipeline")
+    return futures
 
 
 def _columns(frame, names: list[str]):
     return frame[names]
 
 
-class _Partition:
-    def __init__(self, number: int, index, n: int):
-        self.number, self.index = number, index
-        self.results: list[RowResult | None] = [None] * n
-        self.left = n
-
-
-class _Partitions:
-    """Pulls input partitions (computed on the cluster, ``prefetch`` ahead) and turns each one,
-    once all its rows are answered, into an output partition kept on the cluster."""
-
-    def __init__(self, pipeline, out_columns: list[str], meta):
-        self.client = pipeline.client
-        self.out_columns, self.meta = out_columns, meta
-        self.where: dict[int, tuple[_Partition, int]] = {}   # row number -> its partition, position
-        self.futures: list = []       # one per partition, in order, once done
-        self._done: dict[int, Any] = {}
-        self.partitions = 0
-        self.error: BaseException | None = None
-
-    def rows(self, parts: list, prefetch: int) -> Iterator[dict]:
-        pending: deque = deque()
-        todo = iter(parts)
-        sent = 0
-        for number in range(len(parts)):
-            while len(pending) < 1 + max(0, prefetch):
-                nxt = next(todo, None)
-                if nxt is None:
-                    break
-                pending.append(self.client.compute(nxt))
-            frame = pending.popleft().result()
-            self.partitions += 1
-            part = _Partition(number, frame.index, len(frame))
-            if not len(frame):
-                self._finish(part)
-                continue
-            table = pa.Table.from_pandas(frame, preserve_index=False)   # missing values -> None
-            del frame
-            names = table.column_names
-            k = 0
-            for batch in table.to_batches(max_chunksize=ROWS_AT_ONCE):   # Python objects for a slice at a time
-                values = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-                for row in zip(*values):
-                    self.where[sent] = (part, k)
-                    sent += 1
-                    k += 1
-                    yield dict(zip(names, row))
-
-    def place(self, r: RowResult) -> None:
-        part, k = self.where.pop(r.index)
-        part.results[k] = r
-        part.left -= 1
-        if not part.left:
-            self._finish(part)
-
-    def _finish(self, part: _Partition) -> None:
-        import pandas as pd   # start time: loaded by DataFrame jobs only
-
-        cols = {n: pd.Series([getattr(r, n) for r in part.results], dtype=_DTYPES[n], index=part.index)
-                for n in self.out_columns}
-        frame = pd.DataFrame(cols, index=part.index) if cols else self.meta
-        part.results = []
-        self._done[part.number] = self.client.scatter(frame, hash=False)
-
-    def close(self) -> None:
-        if self.where or len(self._done) != self.partitions:
-            raise RuntimeError(f"{len(self.where)} rows got no result from the pipeline")
-        self.futures = [self._done[i] for i in range(self.partitions)]
+def _rows(client, order: InOrder, parts: list, prefetch: int) -> Iterator[dict]:
+    """The rows of each input partition (computed on the cluster, ``prefetch`` ahead), each
+    partition a group of ``order`` (its index, for its output partition)."""
+    pending: deque = deque()
+    todo = iter(parts)
+    for _ in range(len(parts)):
+        while len(pending) < 1 + max(0, prefetch):
+            nxt = next(todo, None)
+            if nxt is None:
+                break
+            pending.append(client.compute(nxt))
+        frame = pending.popleft().result()
+        group = order.open(frame.index, len(frame))
+        if not len(frame):
+            order.drain()
+            continue
+        table = pa.Table.from_pandas(frame, preserve_index=False)   # missing values -> None
+        del frame
+        names = table.column_names
+        k = 0
+        for batch in table.to_batches(max_chunksize=ROWS_AT_ONCE):   # Python objects for a slice at a time
+            values = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+            for row in zip(*values):
+                order.send(group, k)
+                k += 1
+                yield dict(zip(names, row))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,8 +38,6 @@ class Chunk:
     rows: list[dict | None]
     errors: list[str | None]         # the reason only: "question is not valid UTF-8 text (byte 3)"
     carry: Any = None                # Parquet: the passthrough columns (a RecordBatch)
-    results: list = field(default_factory=list)
-    emitted: int = 0                 # results already passed on to the output
 
 
 def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,

@@ -27,12 +27,12 @@ import json
 import os
 import sys
 import time
-from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 
+from pipeline.client.in_order import InOrder
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import Chunk, open_source
 from pipeline.jobs.key_check import check_duplicates, check_key_type
@@ -52,7 +52,6 @@ from tasks import Chat, get_task_kind, task_columns
 if TYPE_CHECKING:
     from pipeline.client.pipeline import Pipeline
 
-DRAIN_EVERY = 256  # results placed between two moves to the commit buffer
 
 __all__ = ["Job", "prepare_job", "run_job"]
 
@@ -173,17 +172,29 @@ class Job:
                     bar.set_postfix(out_tok_s=f"{summary.completion_tokens / (time.perf_counter() - t0):.0f}",
                                     errors=summary.errors, refresh=False)
 
-            order = _InOrder(self._to_records(pipeline), self.sink, self.part_rows, self.flush_seconds, on_row)
-            rows = order.feed(self.source.chunks(self.done, self.read_rows))
+            def on_result(chunk: Chunk, k: int, r: RowResult) -> None:
+                r.id = chunk.keys[k]
+                on_row(r)
+
+            commits = _Commits(self.sink, self.part_rows, self.flush_seconds)
+            to_records = self._to_records(pipeline)
+            order = InOrder(emit=lambda chunk, results, lo, hi: commits.add(to_records(chunk, results, lo, hi), hi - lo),
+                            on_result=on_result)
+            read_error: list[JobError] = []
+            rows = _rows(order, self.source.chunks(self.done, self.read_rows), read_error)
             for r in pipeline.stream(rows, task=task, sampling=self.config.sampling, truncate_prompts=self.truncate,
                                      watched=progress, rows_total=self.source.num_rows - self.done):
                 order.place(r)
-            order.close()
+            missing = order.close()
+            commits.commit()
+            if missing:
+                raise JobError(f"{missing} rows got no result from the pipeline; the rows committed so far are "
+                               f"kept, run the same command again to resume")
         summary.seconds = time.perf_counter() - t0
         if pipeline.last_report is not None:
             summary.take_workers(pipeline.last_report)
-        if order.read_error is not None:
-            raise order.read_error
+        if read_error:
+            raise read_error[0]
         if self.sink.committed != self.source.num_rows:  # never expected; refuse to publish a gap
             raise JobError(f"{self.sink.committed} rows written for {self.source.num_rows} input rows; "
                            f"the partial output in {self.sink.dir} is kept")
@@ -191,98 +202,63 @@ class Job:
         summary.rows_read = summary.rows_total = summary.rows   # this run's rows, each read and answered
         return summary
 
-    def _to_records(self, pipeline: Pipeline) -> Callable[[Chunk], list]:
+    def _to_records(self, pipeline: Pipeline) -> Callable[[Chunk, list, int, int], list]:
+        """The output records of rows ``lo:hi`` of a chunk, from their ``results``."""
         if self.source.format == "openai":
             model = pipeline.config.model.path or DEFAULT_MODEL_NAME
             max_tokens, created = pipeline.config.sampling.max_tokens, self.sink.meta["started"]
-            return lambda c, lo, hi: [output_line(c.start + k, c.keys[k], c.results[k], model, max_tokens, created)
-                                      for k in range(lo, hi)]
+            return lambda c, results, lo, hi: [output_line(c.start + k, c.keys[k], results[k], model, max_tokens,
+                                                           created) for k in range(lo, hi)]
         schema = self.sink.schema
         fields = [n for n in RESULT_FIELDS[1:] if n in schema.names]
 
-        def to_batch(c: Chunk, lo: int, hi: int) -> list[pa.RecordBatch]:
+        def to_batch(c: Chunk, results: list, lo: int, hi: int) -> list[pa.RecordBatch]:
             carry = c.carry.slice(lo, hi - lo)
             ids = carry.column("id") if self.source.key else pa.array(c.keys[lo:hi], pa.int64())
             columns = [carry.column(n) for n in self.source.passthrough] + [ids]
-            columns += [pa.array([getattr(r, n) for r in c.results[lo:hi]], RESULT_TYPES[n]) for n in fields]
+            columns += [pa.array([getattr(r, n) for r in results[lo:hi]], RESULT_TYPES[n]) for n in fields]
             return [pa.RecordBatch.from_arrays(columns, schema=schema)]
         return to_batch
 
 
-class _InOrder:
-    """Feeds rows to the pipeline and puts results back in input order; commits to the sink
-    whenever the rows before them are all done. Results wait here only until every earlier
-    row is answered (about the pipeline's read-ahead window)."""
-
-    def __init__(self, to_records, sink, part_rows: int, flush_seconds: float, on_row):
-        self.to_records, self.sink, self.on_row = to_records, sink, on_row
-        self.part_rows, self.flush_seconds = part_rows, flush_seconds
-        self.pending: deque[Chunk] = deque()
-        self.where: dict[int, tuple[Chunk, int]] = {}
-        self.sent = 0
-        self.buffer: list = []
-        self.buffered_rows = 0
-        self.placed = 0
-        self.read_error: JobError | None = None
-
-    def feed(self, chunks: Iterator[Chunk]) -> Iterator[dict]:
-        """The rows to answer. An input that cannot be read further ends the rows here; the
-        rows already fed are still answered and committed, then ``read_error`` is raised."""
-        try:
-            yield from self._feed(chunks)
-        except JobError as exc:
-            self.read_error = exc
-
-    def _feed(self, chunks: Iterator[Chunk]) -> Iterator[dict]:
+def _rows(order: InOrder, chunks: Iterator[Chunk], read_error: list) -> Iterator[dict]:
+    """The rows to answer, each chunk a group of ``order``; a row that failed a check while
+    read is answered at once with its error. An input that cannot be read further ends the
+    rows here (its error in ``read_error``): the rows already fed are still answered and
+    committed."""
+    try:
         for chunk in chunks:
-            chunk.results = [None] * len(chunk.keys)
-            self.pending.append(chunk)
+            group = order.open(chunk, len(chunk.keys))
             for k, (row, error) in enumerate(zip(chunk.rows, chunk.errors)):
                 if row is None:
-                    # found reading the input: the row itself is bad
-                    self._set(chunk, k, RowResult.failed(-1, ErrorKind.INPUT, error, id=chunk.keys[k]))
+                    order.set(group, k, RowResult.failed(-1, ErrorKind.INPUT, error))
                 else:
-                    self.where[self.sent] = (chunk, k)
-                    self.sent += 1
+                    order.send(group, k)
                     yield row
-            chunk.rows = chunk.errors = None  # the texts are no longer needed here
-            self._drain()
+            chunk.rows = chunk.errors = None   # the texts are no longer needed here
+            order.drain()
+    except JobError as exc:
+        read_error.append(exc)
 
-    def place(self, r: RowResult) -> None:
-        chunk, k = self.where.pop(r.index)
-        r.id = chunk.keys[k]
-        self._set(chunk, k, r)
-        self.placed += 1
-        if self.placed % DRAIN_EVERY == 0:  # output records are built for runs of rows, not row by row
-            self._drain()
 
-    def _set(self, chunk: Chunk, k: int, r: RowResult) -> None:
-        chunk.results[k] = r
-        self.on_row(r)
+class _Commits:
+    """Output records waiting for the sink: committed whenever the sink says a commit is due
+    (``part_rows`` of them, or ``flush_seconds`` since the last), and at the end."""
 
-    def _drain(self, force: bool = False) -> None:
-        """Move every result whose earlier rows are all done to the commit buffer."""
-        while self.pending:
-            chunk = self.pending[0]
-            lo = hi = chunk.emitted
-            while hi < len(chunk.results) and chunk.results[hi] is not None:
-                hi += 1
-            if hi > lo:
-                self.buffer += self.to_records(chunk, lo, hi)
-                self.buffered_rows += hi - lo
-                chunk.emitted = hi
-            if hi < len(chunk.results):
-                break
-            self.pending.popleft()
-        if force or self.sink.due(self.buffered_rows, self.part_rows, self.flush_seconds):
-            self.sink.commit(self.buffer)
-            self.buffer, self.buffered_rows = [], 0
+    def __init__(self, sink, part_rows: int, flush_seconds: float):
+        self.sink, self.part_rows, self.flush_seconds = sink, part_rows, flush_seconds
+        self.buffer: list = []
+        self.rows = 0
 
-    def close(self) -> None:
-        self._drain(force=True)
-        if self.pending or self.where:
-            raise JobError(f"{len(self.where)} rows got no result from the pipeline; "
-                           f"the rows committed so far are kept, run the same command again to resume")
+    def add(self, records: list, rows: int) -> None:
+        self.buffer += records
+        self.rows += rows
+        if self.sink.due(self.rows, self.part_rows, self.flush_seconds):
+            self.commit()
+
+    def commit(self) -> None:
+        self.sink.commit(self.buffer)
+        self.buffer, self.rows = [], 0
 
 
 def _on_cluster(config: Config, partial: dict | None) -> bool:
