@@ -16,6 +16,8 @@ SHARD_RESOURCE_AMOUNT = 1_000_000
 # Cluster-job answer tasks a worker runs at once: one thread fewer than it has, so another job's
 # read, split and merge tasks always find a thread (pipeline/jobs/cluster_job.py, fair sharing).
 ANSWER_SLOTS_RESOURCE = "answer-slots"
+# Input partitions a worker reads at a time (a file job's read tasks ask 1; jobs.reads_per_worker).
+READ_SLOTS_RESOURCE = "read-slots"
 PUBLISH_INTERVAL_S = 1.0   # how often workers send their figures to SNAPSHOT_TOPIC (while they work)
 
 

@@ -127,7 +127,9 @@ class FrameSteps:
 
         return JobSpec(source=self.columns, folder=None, schema=None, **fields)
 
-    def read(self, client, spec, part, key: str):
+    def read(self, client, spec, part, key: str, resources: dict | None = None):
+        """(``resources`` is not asked for: a DataFrame's partition is read where the cluster
+        computed it, which may be a worker serving no shard.)"""
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
         from pipeline.jobs.frame_tasks import frame_read_task, frame_tail_of
 

@@ -13,7 +13,7 @@ from distributed import Nanny
 from pipeline import engine_env
 from pipeline.cluster.security import dask_security, protocol, tls_args
 from pipeline.config import Config, ShardConfig
-from pipeline.names import ANSWER_SLOTS_RESOURCE, SHARD_RESOURCE_AMOUNT, answer_slots
+from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, SHARD_RESOURCE_AMOUNT, answer_slots
 
 # What vLLM inside Dask workers needs (see README, "Why these Dask settings").
 DASK_SETTINGS = {
@@ -78,7 +78,8 @@ class WorkerSpec:
 
     @property
     def resources(self) -> dict[str, int]:
-        return {self.shard.resource: SHARD_RESOURCE_AMOUNT, ANSWER_SLOTS_RESOURCE: answer_slots(self.nthreads)}
+        return {self.shard.resource: SHARD_RESOURCE_AMOUNT, ANSWER_SLOTS_RESOURCE: answer_slots(self.nthreads),
+                READ_SLOTS_RESOURCE: self.config.jobs.reads_per_worker}
 
     def nanny(self) -> dict:
         """A ``SpecCluster`` worker spec: a Nanny started in this process."""

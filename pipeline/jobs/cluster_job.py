@@ -43,7 +43,7 @@ from pipeline.jobs.errors import JobError
 from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
     partition_key_hashes, repeated_hashes, suspect_keys
 from pipeline.jobs.placement import Bucket
-from pipeline.names import ANSWER_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
+from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
 from tasks import Chat, get_task_kind
@@ -57,11 +57,13 @@ PLAN_PRIORITY = 100
 MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
 
 
-def _answer_slots_everywhere(client) -> bool:
-    """Whether every worker has the answer-slots resource (a cluster started by this version)."""
+def _slots_everywhere(client) -> set[str]:
+    """Which of the slot resources (answer slots, read slots) every shard's worker has: a cluster
+    started by an earlier version may lack one, and a task asking for it would never run."""
     workers = [w.get("resources", {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
     shard_workers = [r for r in workers if any(k.startswith(shard_resource("")) for k in r)]
-    return bool(shard_workers) and all(ANSWER_SLOTS_RESOURCE in r for r in shard_workers)
+    return {name for name in (ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE)
+            if shard_workers and all(name in r for r in shard_workers)}
 
 
 class FileSteps:
@@ -87,8 +89,9 @@ class FileSteps:
         return JobSpec(source=self.source, folder=self.sink.folder, schema=self.sink.schema,
                        starts=tuple(p.start for p in self.sink.partitions), **fields)
 
-    def read(self, client, spec: JobSpec, part, key: str):
-        return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY)
+    def read(self, client, spec: JobSpec, part, key: str, resources: dict | None = None):
+        """``resources``: the read slot the task takes on its worker (``jobs.reads_per_worker``)."""
+        return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY, resources=resources)
 
     def task_kind(self, config, tokenizer):
         """An OpenAI batch job's requests are chats; any other job's rows are the config's task's."""
@@ -154,7 +157,7 @@ class ClusterJob:
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
         self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
-        self._slots, self._rank = False, {}
+        self._slots, self._rank = set(), {}
 
     @property
     def sink(self):
@@ -223,8 +226,10 @@ class ClusterJob:
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")
         held = held_documents(client, shards)
-        self._slots = _answer_slots_everywhere(client)
-        reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}") for p in todo]
+        self._slots = _slots_everywhere(client)
+        reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}",
+                                 **({"resources": {READ_SLOTS_RESOURCE: 1}} if READ_SLOTS_RESOURCE in self._slots else {}))
+                 for p in todo]
         figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}", priority=PLAN_PRIORITY)
                    for r, p in zip(reads, todo)]
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}", priority=PLAN_PRIORITY)
@@ -323,7 +328,7 @@ class ClusterJob:
         """Bucket ``b``'s answer task, on its shard's worker."""
         key = f"{spec.job_id}-answer-{b.index}" + (f"-moved{attempt}" if attempt else "")
         resources = {self.config.shard(b.shard).resource: 1}
-        if self._slots:
+        if ANSWER_SLOTS_RESOURCE in self._slots:
             resources[ANSWER_SLOTS_RESOURCE] = 1
         return client.submit(self.steps.answer, spec, b, *pieces, key=key, resources=resources,
                              priority=-self._rank.get(b.index, 0), retries=self.config.recovery.max_row_attempts - 1)

@@ -20,7 +20,8 @@ import click
 from distributed import Worker
 
 from pipeline.config import load_config
-from pipeline.names import ANSWER_SLOTS_RESOURCE, LOG_ENV_ADDED, LOG_FILE_ENV, SHARD_RESOURCE_AMOUNT, answer_slots
+from pipeline.names import ANSWER_SLOTS_RESOURCE, LOG_ENV_ADDED, LOG_FILE_ENV, READ_SLOTS_RESOURCE, \
+    SHARD_RESOURCE_AMOUNT, answer_slots
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     slots = answer_slots(worker.state.nthreads)
     worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = slots
+    reads = config.jobs.reads_per_worker
+    worker.state.total_resources[READ_SLOTS_RESOURCE] = worker.state.available_resources[READ_SLOTS_RESOURCE] = reads
     logger.info("pipeline: this worker serves shard %s", shard.name)
 
 

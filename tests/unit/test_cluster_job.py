@@ -280,6 +280,32 @@ def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_spli
     assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == len(rows)
 
 
+def test_each_worker_reads_one_partition_at_a_time(null_pipeline, tmp_path):
+    """``jobs.reads_per_worker`` (1): a worker turns one input partition into prompt rows at a
+    time, though it has threads for more (reads at once only contend for its core and memory);
+    every partition is still read and every row answered in order."""
+    from distributed import get_task_stream
+
+    rows = document_questions(40, 4, seed=12, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=16)
+    workers = null_pipeline.client.scheduler_info(n_workers=-1)["workers"].values()
+    assert all(w["resources"].get("read-slots") == 1 for w in workers)
+    with get_task_stream(null_pipeline.client) as stream:
+        summary = job(null_pipeline, src, tmp_path / "out.parquet", "cluster").run(null_pipeline, progress=False)
+    reads: dict[str, list] = {}
+    for t in stream.data:
+        if re.search(r"-read-\d+$", str(t["key"])):
+            reads.setdefault(t["worker"], []).extend(
+                (s["start"], s["stop"]) for s in t["startstops"] if s["action"] == "compute")
+    assert sum(map(len, reads.values())) == 10
+    for spans in reads.values():
+        spans.sort()
+        assert all(stop <= start for (_, stop), (start, _) in zip(spans, spans[1:])), spans
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == len(rows)
+
+
 def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_every_row(tmp_path):
     """``jobs.worker_memory``: the job's read rows and pieces beyond it go to disk (Dask's
     spilling) and come back when a task needs them; the output is whole and in order."""

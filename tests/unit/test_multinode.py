@@ -101,6 +101,10 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
     for shard in ("cpu0", "cpu1"):
         assert {c.pid for c in psutil.Process(procs[shard].pid).children()} & set(pids.values())
     assert os.getpid() not in pids.values()
+    # the preload gives each worker its shard's resource and the cluster jobs' slots
+    # (2 threads: 1 answer task at a time; jobs.reads_per_worker reads)
+    resources = {w["name"]: w["resources"] for w in pipeline.client.scheduler_info(n_workers=-1)["workers"].values()}
+    assert resources == {s: {f"shard-{s}": 1_000_000, "answer-slots": 1, "read-slots": 1} for s in ("cpu0", "cpu1")}
     # the scheduler started with `--preload pipeline.scheduler.preload` serves the pipeline's pages
     port = info["services"]["dashboard"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline/table", timeout=10) as r:
