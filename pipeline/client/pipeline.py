@@ -469,25 +469,16 @@ class Pipeline:
     def _submit(self, batch_id: str, shard: str, groups: dict[str, list[tuple[int, str]]],
                 truncate_prompts: bool = False, sampling: Sampling | None = None,
                 overrides: dict[int, Sampling] | None = None):
-        batch = _batch(batch_id, groups, overrides)
-        batch.truncate_prompts = truncate_prompts
-        batch.sampling = sampling
-        payload = codec.encode(batch, self.config.intake.compression_level)
+        """One batch to ``shard``: its rows as Arrow (each prefix once, its rows after it, with
+        their own sampling settings if any), compressed (pipeline/codec.py)."""
+        rows = codec.rows_of_groups(groups, overrides.get if overrides else None)
+        header = codec.BatchHeader(batch_id=batch_id, truncate_prompts=truncate_prompts, sampling=sampling)
+        payload = codec.encode_batch(codec.RowsBatch(header, rows), self.config.intake.compression_level)
         t = self.transfer
         t.batches += 1
         t.encoded_bytes += len(payload)
-        t.raw_bytes += codec.raw_size(batch)
-        t.per_shard_rows[shard] = t.per_shard_rows.get(shard, 0) + len(batch.requests)
+        t.raw_bytes += codec.raw_size(rows)
+        t.per_shard_rows[shard] = t.per_shard_rows.get(shard, 0) + rows.num_rows
         resource = self.config.shard(shard).resource
-        return self._client.submit(run_batch, payload, key=batch.batch_id, resources={resource: 1}, pure=False)
-
-
-def _batch(batch_id: str, groups: dict[str, list[tuple[int, str]]],
-           overrides: dict[int, Sampling] | None = None) -> codec.Batch:
-    """One batch: each prefix once, its requests pointing at it (with their own sampling
-    settings, if any)."""
-    own = overrides.get if overrides else (lambda i: None)
-    requests = [codec.Request(index=i, prefix=slot, suffix=suffix, sampling=own(i))
-                for slot, items in enumerate(groups.values()) for i, suffix in items]
-    return codec.Batch(batch_id=batch_id, prefixes=list(groups), requests=requests)
+        return self._client.submit(run_batch, payload, key=batch_id, resources={resource: 1}, pure=False)
 

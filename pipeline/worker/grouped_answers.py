@@ -1,12 +1,13 @@
-"""Runs on a shard's worker: one bucket of a cluster job's rows answered by the resident
-engine, grouped by document.
+"""Runs on a shard's worker: rows answered by the resident engine, grouped by document: a
+cluster job's bucket, or a batch the client feeds (``Pipeline.stream``; ``batch_rows``).
 
 The rows come sorted by document. Each document's prefix is tokenized once and its questions
 are admitted one after the other, so they reach the engine together and the document is
 prefilled once; documents follow one another, so none is evicted between its own questions.
-Admission is bounded as for batches: the worker's ``intake.max_in_flight`` requests at a time,
-and (``TokenGate``) no new document while the requests in flight hold ``intake.kv_budget_share``
-of the engine's KV cache. Progress goes to the job's event topic as rows complete.
+The engine takes the worker's ``intake.max_in_flight`` requests at a time. A bucket's admission
+is bounded besides: (``TokenGate``) no new document while the requests in flight hold
+``intake.kv_budget_share`` of the engine's KV cache (a client-fed batch was bound within that
+budget by the client). Progress goes to the job's event topic as rows complete.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import types
 import numpy as np
 import pyarrow as pa
 
-from pipeline import codec
 from pipeline.jobs.prompt_table import prefixes_of
+from pipeline.prefix_memory import text_digests
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
 from pipeline.token_estimate import estimated_tokens
@@ -49,7 +50,7 @@ class TokenGate:
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
                          progress=None, commit=None, commit_rows: int = 10_000,
                          commit_s: float = 30.0, first_rows: int = 0,
-                         prefixes: dict[int, str] | None = None) -> list[RowResult]:
+                         prefixes: dict[int, str] | None = None, bounded: bool = True) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
@@ -57,7 +58,10 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     ``commit(results)`` gets the results as they complete, at least ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
     loop's thread pool, so the engine's event loop goes on meanwhile). ``first_rows``: until the
     first answer, only this many requests are admitted (0: no limit), so that answer is not
-    decoded in lockstep with a full engine's worth of others (README, "Start-up and first answer")."""
+    decoded in lockstep with a full engine's worth of others (README, "Start-up and first answer").
+    ``bounded`` (a bucket): at most ``2 x intake.max_in_flight`` rows wait for the engine at a
+    time, and the token gate holds back documents; False (a client-fed batch, bound by the
+    client): every row is started at once and waits its turn for the engine."""
     engine, config = plugin.engine, plugin.config
     n = rows.num_rows
     positions = rows.column("position").to_numpy()
@@ -69,8 +73,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     starts = np.flatnonzero(np.concatenate(([True], digests[1:] != digests[:-1]))) if n else np.array([], int)
     ends = np.append(starts[1:], n)
     decode = sampling.max_tokens or config.sampling.max_tokens
-    gate = plugin.token_gate
-    window = asyncio.Semaphore(2 * config.intake.max_in_flight)
+    gate = plugin.token_gate if bounded else None
+    window = asyncio.Semaphore(2 * config.intake.max_in_flight) if bounded else None
     results: list[RowResult | None] = [None] * n
     done = errors = 0
     last = time.monotonic()
@@ -91,8 +95,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         nonlocal done, errors, last
         try:
             s = own[k] if own is not None else None
-            request = codec.Request(index=int(positions[k]), prefix=0, suffix=suffixes[k])
-            r = await plugin._one(bucket_id, request, [prefix_ids], truncate,
+            r = await plugin._one(bucket_id, int(positions[k]), prefix_ids, suffixes[k], truncate,
                                   s.over(sampling) if s is not None else sampling)
             results[k] = r
             answered_one.set()
@@ -107,7 +110,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
             failure.append(exc)
         finally:
-            window.release()
+            if window is not None:
+                window.release()
 
     tasks: set[asyncio.Task] = set()
     for lo, hi in zip(starts.tolist(), ends.tolist()):
@@ -124,7 +128,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         for k in range(lo, hi):
             if first_rows and k >= first_rows and not answered_one.is_set():
                 await answered_one.wait()
-            await window.acquire()
+            if window is not None:
+                await window.acquire()
             task = start_eagerly(one(k, prefix_ids))
             if task is not None:
                 tasks.add(task)
@@ -142,6 +147,17 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     if progress is not None:
         progress(done, errors)
     return results
+
+
+def batch_rows(rows: pa.Table) -> tuple[pa.Table, dict[int, str]]:
+    """A client-fed batch's rows (pipeline/codec.py: position, prefix as a dictionary, suffix,
+    own sampling columns) as ``answer_grouped`` takes them: each row's prefix digest in place of
+    its prefix, and each prefix's text by its digest (each distinct prefix digested once)."""
+    prefix = rows.column("prefix").combine_chunks()
+    texts = prefix.dictionary
+    digests = text_digests(texts)
+    out = rows.drop_columns(["prefix"]).add_column(1, "digest", pa.array(digests[prefix.indices.to_numpy()]))
+    return out, dict(zip(digests.tolist(), texts.to_pylist()))
 
 
 def start_eagerly(coro) -> asyncio.Task | None:

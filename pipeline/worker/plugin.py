@@ -3,9 +3,10 @@ and the task function that feeds it.
 
 Life cycle: the engine is built once, off the event loop, when the plugin is set
 up; then ``gc.collect()`` + ``gc.freeze()`` move the start-up heap out of the
-collector's way. Every batch task decodes its compressed payload and admits all
-its requests to the engine at once, bounded by one per-worker semaphore
-(``intake.max_in_flight``) shared by all batches.
+collector's way. A client-fed batch task decodes its compressed payload (Arrow rows) and
+answers them as a cluster job's bucket task does (pipeline/worker/grouped_answers.py), its
+rows all started at once; the engine takes them in turn, bounded by one per-worker semaphore
+(``intake.max_in_flight``) shared by every batch and bucket.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from pipeline.worker import metrics, reaper
 from pipeline.config import Config
 from pipeline.worker.engine import BadSampling, Engine, EngineDead, build_engine
 from pipeline.worker.gcstats import GcPauses
-from pipeline.worker.grouped_answers import TokenGate, answer_grouped
+from pipeline.worker.grouped_answers import TokenGate, answer_grouped, batch_rows
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt
@@ -142,23 +143,15 @@ class EnginePlugin(WorkerPlugin):
             os._exit(0)
 
     async def run_batch(self, payload: bytes) -> bytes:
-        if self.engine is None:
-            raise RuntimeError(f"shard {self.shard}: engine is not running")
+        """A client-fed batch (pipeline/codec.py): its rows answered as a bucket's are, grouped
+        by document (each started at once: the client bound the batch within the shard's
+        budget); the results compressed."""
         batch = codec.decode_batch(payload)
-        prefix_ids = [self.engine.encode(p) for p in batch.prefixes]
-        if self.prefixes is not None:
-            for prefix, ids in zip(batch.prefixes, prefix_ids):
-                self.prefixes.served(prefix, len(ids))
-        job = batch.sampling or self.default_sampling
-        try:
-            results = await asyncio.gather(*(self._one(batch.batch_id, r, prefix_ids, batch.truncate_prompts,
-                                                       r.sampling.over(job) if r.sampling is not None else job)
-                                             for r in batch.requests))
-        except EngineDead as exc:
-            self._engine_died(exc)
-            raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
-        self.metrics.batches += 1
-        out = codec.BatchResult(batch_id=batch.batch_id, shard=self.shard, results=list(results))
+        head = batch.header
+        rows, prefixes = batch_rows(batch.rows)
+        results = await self.answer_grouped(rows, head.batch_id, head.sampling or self.default_sampling,
+                                            head.truncate_prompts, prefixes=prefixes, bounded=False)
+        out = codec.BatchResult(batch_id=head.batch_id, shard=self.shard, results=results)
         return codec.encode(out, self.config.intake.compression_level)
 
     async def answer_grouped(self, rows, bucket_id: str, sampling: Sampling, truncate: bool,
@@ -180,13 +173,14 @@ class EnginePlugin(WorkerPlugin):
         """For a batch that brings no settings: this worker's config's."""
         return self.config.sampling.as_sampling(self.config.engine.seed)
 
-    async def _one(self, batch_id: str, req: codec.Request, prefix_ids: list[list[int]],
+    async def _one(self, batch_id: str, index: int, prefix_ids: list[int], suffix: str,
                    truncate: bool, sampling: Sampling) -> RowResult:
-        ids, error = fit_prompt(prefix_ids[req.prefix], self.engine.encode(req.suffix),
-                                self.config.engine.max_model_len,
+        """Row ``index`` (its position in the job): its prompt is its prefix's tokens, then its
+        suffix's."""
+        ids, error = fit_prompt(prefix_ids, self.engine.encode(suffix), self.config.engine.max_model_len,
                                 sampling.max_tokens or self.config.sampling.max_tokens, truncate)
         if error is not None:
-            return RowResult.failed(req.index, ErrorKind.INPUT, error, shard=self.shard)
+            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
         m = self.metrics
         m.queue(len(ids))
         try:
@@ -199,19 +193,19 @@ class EnginePlugin(WorkerPlugin):
         t0 = time.perf_counter()
         gen = None
         try:
-            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{req.index}", sampling=sampling)
+            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{index}", sampling=sampling)
         except (asyncio.CancelledError, EngineDead):
             raise
         except Exception as exc:  # one failed request must not fail its batch
             # vLLM checks sampling values when the request is made: a bad one is the row's
             kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
-            return RowResult.failed(req.index, kind, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
+            return RowResult.failed(index, kind, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
                                     shard=self.shard, latency_s=time.perf_counter() - t0)
         finally:
             self._intake.release()
             m.finish(len(ids), gen.cached_tokens if gen else 0, gen.completion_tokens if gen else 0, gen is None)
         answer = gen.text.strip()
-        result = RowResult(req.index, answer=answer, prompt_tokens=gen.prompt_tokens,
+        result = RowResult(index, answer=answer, prompt_tokens=gen.prompt_tokens,
                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
                            latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason)
         if sampling.json_schema is not None:

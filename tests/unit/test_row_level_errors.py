@@ -82,9 +82,9 @@ def test_an_engine_failure_fails_only_its_own_row():
 
     async def run():
         plugin._intake = asyncio.Semaphore(4)
-        batch = codec.Batch(batch_id="b", prefixes=["doc "], requests=[
-            codec.Request(index=7, prefix=0, suffix="fine?"), codec.Request(index=8, prefix=0, suffix="boom!")])
-        return codec.decode_result(await plugin.run_batch(codec.encode(batch)))
+        rows = codec.rows_of_groups({"doc ": [(7, "fine?"), (8, "boom!")]})
+        return codec.decode_result(await plugin.run_batch(codec.encode_batch(codec.RowsBatch(
+            codec.BatchHeader(batch_id="b"), rows))))
 
     results = {r.index: r for r in asyncio.run(run()).results}
     assert results[7].answer == "answer" and results[7].error is None
