@@ -364,6 +364,68 @@ def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
     assert summary.rows == len(rows)
 
 
+class _DeadEngine:
+    """An engine whose engine core has died: every request fails as vLLM's then do."""
+    block_size, kv_cache_tokens, settings = 16, 0, {}
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    async def generate(self, prompt_ids, request_id, sampling):
+        from pipeline.worker.engine import EngineDead
+
+        raise EngineDead("vLLM engine core died: EngineDeadError")
+
+
+def _kill_engine(dask_worker):
+    from pipeline.worker.plugin import PLUGIN_NAME
+
+    dask_worker.plugins[PLUGIN_NAME].engine = _DeadEngine()
+
+
+def test_an_engine_dying_mid_job_restarts_its_worker_and_loses_and_repeats_no_row(tmp_path):
+    """One shard's engine dies while it answers its bucket: the worker says so, restarts with a
+    fresh engine, and Dask runs the bucket again there, skipping the rows it committed; every row
+    once, in order, none answered with an error."""
+    import os
+    import sys
+    import threading
+
+    import cloudpickle
+
+    from pipeline.client.recovery import current_workers
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    rows = document_questions(60, 4, seed=13, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
+    config = load_config().replace(scheduler={"dashboard_address": None},
+                                   engine={"kind": "null", "null_latency_s": 0.05},
+                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
+
+    def cpu1(p):
+        workers = current_workers(p.client)
+        return next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
+
+    with Pipeline(config) as p:
+        addr = cpu1(p)
+        pid = p.client.run(os.getpid, workers=[addr])[addr]
+        job = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None, part_rows=10)
+        # each shard answers ~120 rows, 2 at a time, 0.05 s each: ~3 s; the engine dies after 1 s
+        killer = threading.Timer(1.0, p.client.run, (_kill_engine,), {"workers": [addr]})
+        killer.start()
+        summary = job.run(p, progress=False)
+        killer.join()
+        died = p.client.get_events("pipeline-engine-died")
+        assert died and died[0][1]["shard"] == "cpu1" and "engine core died" in died[0][1]["error"]
+        # (the bucket's rerun ran on the restarted worker: a new process, with a fresh engine)
+        assert p.client.run(os.getpid, workers=[cpu1(p)])[cpu1(p)] != pid
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert all(o["error"] is None and o["answer"] == "" for o in out), [o["error"] for o in out if o["error"]][:3]
+    assert summary.rows == len(rows) and {o["shard"] for o in out} == {"cpu0", "cpu1"}
+
+
 def test_resume_refuses_an_input_file_changed_under_its_committed_answers(null_pipeline, tmp_path):
     rows = rows_with_bad_ones(4, 3)
     src = tmp_path / "in.parquet"
