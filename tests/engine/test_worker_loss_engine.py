@@ -1,6 +1,8 @@
 """A worker killed mid-job on the real engine: every row answered once, on its own row, and the
-killed worker's vLLM engine-core process does not outlive it. Then closing the pipeline stops
-every engine cleanly, before Dask's nanny would have to kill a worker.
+killed worker's vLLM engine-core process does not outlive it. Then, on the same cluster, an
+engine-core process killed mid-way through a cluster job (``jobs.path: cluster``): its worker
+restarts with a fresh engine and the bucket is answered again there, every row once. Then
+closing the pipeline stops every engine cleanly, before Dask's nanny would have to kill a worker.
 
 Starts its own 2-shard cluster with enforce_eager (about 25 s per engine instead of
 minutes of compilation) and small batches, so the kill lands while rows are in flight;
@@ -9,13 +11,16 @@ runs before the session cluster starts (see conftest.py), so engines never overl
 import logging
 import os
 import signal
+import threading
 import time
 from collections import Counter
 
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from pipeline import Pipeline, engine_env, load_config
+from pipeline import Pipeline, engine_env, load_config, prepare_job
 from pipeline.client.recovery import current_workers
 from pipeline.summary import LOST, REJOINED
 from pipeline.bench.workloads import document_questions
@@ -23,7 +28,7 @@ from pipeline.bench.workloads import document_questions
 pytestmark = pytest.mark.own_cluster
 
 
-def test_real_worker_kill_answers_every_row_once_and_reaps_its_engine():
+def test_real_worker_and_engine_kills_answer_every_row_once_and_reap_the_engine(tmp_path):
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"enforce_eager": True, "max_num_seqs": 16},
                                    intake={"batch_size": 4, "queue_per_shard": 16, "max_in_flight": 8})
@@ -63,6 +68,7 @@ def test_real_worker_kill_answers_every_row_once_and_reaps_its_engine():
         while any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in cores):
             assert time.monotonic() < deadline, "the killed worker's engine core is still running"
             time.sleep(0.5)
+        _engine_killed_mid_cluster_job(p, tmp_path)
     finally:
         engine_processes = {addr: [c.pid for c in psutil.Process(pid).children(recursive=True)]
                             for addr, pid in p.client.run(os.getpid).items()}
@@ -78,6 +84,48 @@ def test_real_worker_kill_answers_every_row_once_and_reaps_its_engine():
         while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
             assert time.monotonic() < deadline, f"process {pid} of a closed worker is still running"
             time.sleep(0.5)
+
+
+def _engine_killed_mid_cluster_job(p, tmp_path):
+    """Shard cpu0's engine core is killed (SIGKILL) once the cluster job has committed answers:
+    the worker reports its engine dead and restarts, and Dask reruns the bucket on it, skipping
+    what was committed. Every row once, in input order, answered right."""
+    rows = document_questions(16, 4, seed=32, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    config = p.config.replace(jobs={"path": "cluster", "partition_rows": 16})
+    job = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None, part_rows=4)
+    addr = next(a for a, w in current_workers(p.client).items() if "shard-cpu0" in (w.get("resources") or {}))
+    worker_pid = p.client.run(os.getpid, workers=[addr])[addr]
+    (core,) = [pid for pid, name in engine_env.engine_processes(worker_pid).items() if "EngineCore" in name]
+    killed = threading.Event()
+
+    def kill_once_answers_are_committed():
+        while not killed.is_set():
+            if job.done >= 4:
+                os.kill(core, signal.SIGKILL)
+                killed.set()
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_once_answers_are_committed, daemon=True)
+    killer.start()
+    try:
+        summary = job.run(p, progress=False)
+    finally:
+        stopped_early = not killed.is_set()
+        killed.set()
+        killer.join()
+    assert not stopped_early, "the job ended before the engine core was killed"
+    print("real engine, engine core killed in a cluster job:", summary.render())
+    died = p.client.get_events("pipeline-engine-died")
+    assert any(e["shard"] == "cpu0" for _, e in died), died
+    addr = next(a for a, w in current_workers(p.client).items() if "shard-cpu0" in (w.get("resources") or {}))
+    assert p.client.run(os.getpid, workers=[addr])[addr] != worker_pid   # restarted, with a fresh engine
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == len(rows)
+    assert all(o["error"] is None for o in out), [o["error"] for o in out if o["error"]][:3]
+    right = sum(r["expected"].lower() in (o["answer"] or "").lower() for r, o in zip(rows, out))
+    assert right >= 0.85 * len(rows)
 
 
 class _Messages(logging.Handler):
