@@ -67,6 +67,12 @@ class EnginePlugin(WorkerPlugin):
         except BaseException as exc:
             self._set_phase("failed")
             self.error = f"{type(exc).__name__}: {exc}"
+            # No engine runs: this process ends without finalizing too (any engine process vLLM
+            # left behind stopped by the reaper), or a loaded machine takes seconds to tear down
+            # vLLM's and torch's modules and the nanny kills it with a warning on the user's terminal.
+            self._reaper = reaper.start(os.getpid(), reaper.engine_children())
+            self._engine_stopped = True
+            atexit.register(self._exit_without_finalizing)
             raise
         start_s = time.perf_counter() - t0
         # If this worker is killed outright, its engine-core process must not live on.
