@@ -8,23 +8,19 @@
 """
 from __future__ import annotations
 
-import itertools
 import threading
-import time
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sized
 
-import dask
-from distributed import Client, KilledWorker, as_completed
+from distributed import Client
 
-from pipeline import codec, console, engine_env
+from pipeline import console, engine_env
 from pipeline.client import dataframes
 from pipeline.client.dispatch import Dispatcher
-from pipeline.client.job_state import Cancel, Emit, JobState, ReadRow, Submit
-from pipeline.client.recovery import ShardWatch
+from pipeline.client.job_state import ReadRow
 from pipeline.client.router import Prefix, PrefixRouter
+from pipeline.client.stream import StreamJob
 from pipeline.client.tokenizer import load_tokenizer
 from pipeline.cluster import resident
 from pipeline.cluster.resident_state import ClusterState
@@ -33,13 +29,11 @@ from pipeline.cluster.local import apply_dask_settings, connect, worker_log_dir
 from pipeline.cluster.security import dask_security
 from pipeline.config import Config, SamplingConfig, load_config
 from pipeline.model import model_for
-from pipeline.names import VIEW_METADATA_KEY
 from pipeline.prefix_memory import prefix_digest
 from pipeline.results import RowResult
 from pipeline.sampling import Sampling, SamplingError, checked
-from pipeline.summary import GONE, LOST, REJOINED, JobSummary
-from pipeline.worker.engine import EngineDead
-from pipeline.worker.plugin import reset_worker, run_batch, stop_engine, worker_stats
+from pipeline.summary import JobSummary
+from pipeline.worker.plugin import reset_worker, stop_engine, worker_stats
 from tasks import RowError, get_task_kind
 
 
@@ -51,9 +45,6 @@ class TransferStats:
     per_shard_rows: dict = field(default_factory=dict)
 
 
-# Rows read, split and tokenized at a time: large enough that the tokenizer batches well, small
-# enough that the first batches go out soon.
-READ_CHUNK_ROWS = 8192
 # Prefixes the tokenizer measures the characters-per-token ratio on (routing.prefix_units).
 CHARS_PER_TOKEN_SAMPLE = 64
 
@@ -89,7 +80,6 @@ class Pipeline:
         self.log_dir = None                                   # the embedded cluster's worker logs
         self.transfer = TransferStats()
         self.last_report: JobSummary | None = None
-        self._view_published = 0.0
         self._log_levels: dict | None = None   # the loggers' levels before start (restored at close)
 
     # -- life cycle -------------------------------------------------------------
@@ -250,131 +240,17 @@ class Pipeline:
         A worker lost mid-job costs no row: Dask runs its batches again once the nanny has
         restarted it, and a shard whose worker does not come back within
         ``recovery.rejoin_timeout_s`` has its rows re-routed to the others (pipeline/client/recovery.py).
-        Each row is yielded exactly once; ``self.last_report`` says what happened."""
-        job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
-        rec = self.config.recovery
-        if isinstance(sampling, Mapping):
-            sampling = self.config.replace(sampling=dict(sampling)).sampling
-        sampling = sampling or self.config.sampling
-        job_sampling = sampling.as_sampling(self.config.engine.seed)
-        state = JobState(job_id, self._dispatcher(late_binding=self.config.routing.late_binding, watched=watched,
-                                                  decode_tokens=sampling.max_tokens),
-                         self.config.intake.read_ahead_rows, rec.max_row_attempts,
-                         read_ahead_chars=self.config.intake.read_ahead_chars,
-                         fast_batch_s=self.config.intake.fast_batch_s)
-        self.last_report = state.report
-        state.report.rows_total = rows_total if rows_total is not None else \
-            len(rows) if isinstance(rows, Sized) else None
-        span = {"name": (job_id,), "ids": (str(uuid.uuid4()),)}  # one Dask span per job
-        watch = ShardWatch(self._client, {s.name: s.resource for s in self.config.shards},
-                           rec.poll_interval_s, rec.rejoin_timeout_s)
-        running = as_completed()
-        futures: dict[str, tuple[Any, float]] = {}   # batch id -> its future, when it was submitted
-        source = enumerate(rows)
-        overrides: dict[int, Sampling] = {}   # unanswered row -> its own sampling settings
-
-        def carry_out(instructions: list) -> Iterator[RowResult]:
-            for ins in instructions:
-                if isinstance(ins, Emit):
-                    if overrides:
-                        for r in ins.rows:
-                            overrides.pop(r.index, None)
-                    yield from ins.rows
-                elif isinstance(ins, Submit):
-                    with dask.annotate(span=span):
-                        fut = self._submit(ins.batch_id, ins.shard, ins.groups, truncate_prompts, job_sampling,
-                                           overrides)
-                    futures[ins.batch_id] = fut, time.perf_counter()
-                    running.add(fut)
-                elif isinstance(ins, Cancel):
-                    futures.pop(ins.batch_id)[0].cancel()
-
-        def read() -> Iterator[RowResult]:
-            want = min(state.rows_wanted, READ_CHUNK_ROWS)
-            if want:
-                chunk = list(itertools.islice(source, want))
-                yield from carry_out(state.rows_read(*self._read_rows(chunk, task, state.holds, overrides)))
-                if len(chunk) < want:
-                    yield from carry_out(state.input_ended())
-
-        def rejoined(shard: str) -> list:
-            self._forget_known(shard)
-            return state.shard_rejoined(shard)
-
-        def on_shard_events(events) -> Iterator[RowResult]:
-            handlers = {LOST: state.shard_lost, REJOINED: rejoined, GONE: state.shard_gone}
-            for ev in events:
-                state.report.events.append(ev)
-                yield from carry_out(handlers[ev.kind](ev.shard))
-
-        yield from read()
-        while not state.finished:
-            if not state.in_flight:
-                if state.stalled:   # every live shard is full or gone: wait for the shards
-                    yield from on_shard_events(self._wait_for(None, watch))
-                yield from read()
-                continue
-            yield from on_shard_events(self._wait_for(running, watch))
-            self._publish_view(state, watch)
-            while running.has_ready():
-                fut = next(running)
-                entry = futures.pop(fut.key, None)
-                if entry is None:   # cancelled and re-routed
-                    fut.release()
-                    continue
-                t0 = entry[1]
-                if fut.status == "finished":
-                    result = codec.decode_result(fut.result())
-                    fut.release()
-                    yield from carry_out(state.batch_done(fut.key, result.results, time.perf_counter() - t0))
-                else:
-                    exc = fut.exception() if fut.status == "error" else None
-                    fut.release()
-                    error = f"{type(exc).__name__}: {exc}" if exc is not None else "batch cancelled"
-                    dead = isinstance(exc, EngineDead)
-                    if dead:
-                        self._forget_known(self._shard_of(fut.key, state))
-                    yield from carry_out(state.batch_failed(fut.key, error, engine_dead=dead,
-                                                            killed_worker=isinstance(exc, KilledWorker)))
-                yield from read()
-        self._publish_view(state, watch, force=True)
-
-    @staticmethod
-    def _shard_of(batch_id: str, state: JobState) -> str | None:
-        batch = state.in_flight.get(batch_id)
-        return batch.shard if batch is not None else None
+        Each row is yielded exactly once; ``self.last_report`` says what happened. (The feed
+        itself: pipeline/client/stream.py.)"""
+        if rows_total is None and isinstance(rows, Sized):
+            rows_total = len(rows)
+        job = StreamJob(self, rows, task, sampling, truncate_prompts, watched, rows_total)
+        self.last_report = job.report
+        yield from job.results()
 
     def _forget_known(self, shard: str | None) -> None:
         """A fresh engine on ``shard``: what its worker said it held before is gone too."""
         self.known_prefixes = {d: s for d, s in self.known_prefixes.items() if s != shard}
-
-    def _wait_for(self, running, watch: ShardWatch) -> list:
-        """Wait until a batch completes or it is time to look at the workers again; returns
-        the shard events seen."""
-        if running is None:
-            time.sleep(watch.interval_s)
-        else:
-            # Checked under the condition's lock: as_completed queues a finished future, then
-            # notifies under this lock, so a completion between check and wait is never missed.
-            with running.thread_condition:
-                if not running.has_ready():
-                    running.thread_condition.wait(timeout=watch.interval_s)
-        return watch.poll()
-
-    def _publish_view(self, state: JobState, watch: ShardWatch, force: bool = False) -> None:
-        """The client's view (router, job) for the dashboard page, at most once a poll interval."""
-        now = time.monotonic()
-        if not force and now - self._view_published < watch.interval_s:
-            return
-        self._view_published = now
-        dispatcher = state.dispatcher
-        view = {"job": state.report.as_dict(), "time": time.time(), "pending_rows": dispatcher.pending_rows,
-                "shards": {s: {"rows_bound": dispatcher.in_flight[s], "documents_bound": dispatcher.prefixes_bound[s],
-                               "prefix_blocks_held": self.router.blocks_held[s],
-                               "outstanding_tokens": self.router.outstanding[s],
-                               "routing": "out" if s in self.router.down else "in",
-                               "worker": watch.workers.get(s)} for s in self.config.shard_names}}
-        self._client.set_metadata(VIEW_METADATA_KEY, view)
 
     def static_assignment(self, rows: list[Mapping[str, Any]]) -> dict[str, list[int]]:
         """Row indices per shard as this pipeline's router splits them when every row is bound
@@ -465,20 +341,3 @@ class Pipeline:
             tokens = sum(map(len, self.tokenizer(sample, add_special_tokens=False)["input_ids"]))
             self.chars_per_token = sum(map(len, sample)) / tokens if tokens else 4.0
         return self.chars_per_token
-
-    def _submit(self, batch_id: str, shard: str, groups: dict[str, list[tuple[int, str]]],
-                truncate_prompts: bool = False, sampling: Sampling | None = None,
-                overrides: dict[int, Sampling] | None = None):
-        """One batch to ``shard``: its rows as Arrow (each prefix once, its rows after it, with
-        their own sampling settings if any), compressed (pipeline/codec.py)."""
-        rows = codec.rows_of_groups(groups, overrides.get if overrides else None)
-        header = codec.BatchHeader(batch_id=batch_id, truncate_prompts=truncate_prompts, sampling=sampling)
-        payload = codec.encode_batch(codec.RowsBatch(header, rows), self.config.intake.compression_level)
-        t = self.transfer
-        t.batches += 1
-        t.encoded_bytes += len(payload)
-        t.raw_bytes += codec.raw_size(rows)
-        t.per_shard_rows[shard] = t.per_shard_rows.get(shard, 0) + rows.num_rows
-        resource = self.config.shard(shard).resource
-        return self._client.submit(run_batch, payload, key=batch_id, resources={resource: 1}, pure=False)
-
