@@ -151,6 +151,9 @@ class FrameSteps:
     def rows_merged(self) -> int:   # (every partition is read)
         return 0
 
+    def rows_counted(self, rows: int) -> None:   # (nothing to resume: no record kept)
+        pass
+
     def task_kind(self, config, tokenizer):
         return get_task_kind(config, tokenizer)
 

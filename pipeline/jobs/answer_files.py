@@ -177,7 +177,8 @@ class ClusterParts:
     committed results are refused (``_job.json`` says which job they belong to), and so is an
     input file changed under committed answers."""
 
-    unchecked = ("started", "files")   # (files: checked file by file, ``_check_files_unchanged``)
+    # (files: checked file by file, ``_check_files_unchanged``; rows follow from the files)
+    unchecked = ("started", "files", "rows")
 
     def __init__(self, folder: LocalFolder | StoreFolder, final, where, meta: dict, schema: pa.Schema,
                  partitions: list[Partition], store_url: str | None = None):
@@ -246,6 +247,11 @@ class ClusterParts:
     def refresh(self) -> int:
         self.committed = self.files.committed_rows(self.partitions)
         return self.committed
+
+    def record(self, **facts) -> None:
+        """Add ``facts`` to the partial output's ``_job.json`` (what a resumed run reads)."""
+        self.meta.update(facts)
+        self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
 
 
 def _check_files_unchanged(sink, current: list) -> None:

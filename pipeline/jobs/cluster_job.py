@@ -73,8 +73,10 @@ class FileSteps:
 
     def __init__(self, source, sink: ClusterParts, check_keys: bool = False, lines=None):
         self.source, self.sink = source, sink
-        # (a JSONL job's rows are counted as its blocks are read)
-        self.rows_total = None if any(p.rows is None for p in sink.partitions) else sum(p.rows for p in sink.partitions)
+        # (a JSONL job's rows are counted as its blocks are read: known from the start only when
+        # an earlier run of it counted them, ``rows_counted``)
+        self.rows_total = sink.meta.get("rows") if any(p.rows is None for p in sink.partitions) else \
+            sum(p.rows for p in sink.partitions)
         self.resumed = sink.resumed
         self.check_keys = check_keys   # the workers check that no id is used twice (pipeline/jobs/key_check.py)
         self.lines = lines   # an OpenAI batch job's output lines (openai_batch.ResponseLines); None: Parquet
@@ -96,6 +98,12 @@ class FileSteps:
     def task_kind(self, config, tokenizer):
         """An OpenAI batch job's requests are chats; any other job's rows are the config's task's."""
         return Chat(tokenizer) if self.lines is not None else get_task_kind(config, tokenizer)
+
+    def rows_counted(self, rows: int) -> None:
+        """Every partition read: the input has ``rows`` rows (a JSONL job's partial output
+        records it, for a resumed run's progress and note)."""
+        if self.sink.meta.get("rows") != rows:
+            self.sink.record(rows=rows)
 
     def rows_merged(self) -> int:
         """Rows of the partitions an earlier run merged (not read again)."""
@@ -301,6 +309,8 @@ class ClusterJob:
                 f.release()
             if self.rows_total is None and reads_done == len(figures):
                 self.rows_total = bar.total = rows_read + self.steps.rows_merged()
+                if not unreadable:
+                    self.steps.rows_counted(self.rows_total)
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:

@@ -91,6 +91,8 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
         if jsonl:
             meta["partition_bytes"] = _resumed(partial, "partition_bytes") or config.jobs.partition_bytes
             partitions = plan_blocks(source.size, meta["partition_bytes"])
+            if partial is not None and partial.get("files") == meta["files"]:   # counted by an earlier run
+                meta["rows"] = _resumed(partial, "rows")
         else:
             meta["partition_rows"] = _resumed(partial, "partition_rows") or config.jobs.partition_rows
             partitions = plan_partitions(source.row_groups, meta["partition_rows"])

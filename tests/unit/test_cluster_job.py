@@ -233,6 +233,33 @@ def test_openai_batch_jsonl_on_the_cluster_resumes_and_refuses_repeated_custom_i
     assert not (tmp_path / "twice.jsonl.partial").exists()
 
 
+def test_a_resumed_openai_batch_job_knows_its_total_from_the_run_that_counted_it(null_pipeline, tmp_path,
+                                                                                  monkeypatch):
+    """A JSONL file's rows are counted as its blocks are read; the partial output records the
+    count, so a resumed run's note and progress bar have the total from the start."""
+    import pipeline.jobs.cluster_job as cluster_job
+
+    src = batch_file(tmp_path / "batch.jsonl")
+    config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
+    first = prepare_job(src, tmp_path / "out.jsonl", config=config, notify=lambda m: None)
+    assert first.rows_total is None   # (not read yet)
+
+    def stopped(*args):
+        raise RuntimeError("stopped before OUTPUT was written")
+
+    monkeypatch.setattr(cluster_job, "finish_task", stopped)
+    with pytest.raises(RuntimeError, match="stopped before OUTPUT"):
+        first.run(null_pipeline, progress=False)
+    monkeypatch.undo()
+    notes = []
+    again = prepare_job(src, tmp_path / "out.jsonl", config=config, notify=notes.append)
+    assert notes == [f"resuming: 24 of 24 rows are already in {again.sink.dir}; answering the rest"]
+    assert again.rows_total == 24
+    again.run(null_pipeline, progress=False)
+    assert [json.loads(x)["id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()] == \
+        [f"pipeline-{i}" for i in range(24)]
+
+
 def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_split_rows(tmp_path):
     """Each partition's rows are held once while the buckets are answered (as the pieces its
     shards take), not also as its read and its split: those are let go once split."""
