@@ -235,9 +235,8 @@ class ClusterJob:
             raise JobError("no shard has a worker; nothing can answer the job")
         held = held_documents(client, shards)
         self._slots = _slots_everywhere(client)
-        reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}",
-                                 **({"resources": {READ_SLOTS_RESOURCE: 1}} if READ_SLOTS_RESOURCE in self._slots else {}))
-                 for p in todo]
+        slot = {"resources": {READ_SLOTS_RESOURCE: 1}} if READ_SLOTS_RESOURCE in self._slots else {}
+        reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}", **slot) for p in todo]
         figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}", priority=PLAN_PRIORITY)
                    for r, p in zip(reads, todo)]
         documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}", priority=PLAN_PRIORITY)

@@ -21,10 +21,10 @@ def test_round_trip_and_each_document_once():
     assert len(payload) * 40 < codec.raw_size(rows)  # 4 copies of the text shipped as one, compressed
 
 
-def test_a_rows_own_sampling_travels_in_its_columns_and_is_answered_with_it():
+def test_a_rows_own_sampling_travels_in_its_columns_to_the_worker():
     own = {1: Sampling(temperature=0.5, stop=["\n"]), 2: Sampling(choice=["yes", "no"])}
-    rows = codec.decode_batch(codec.encode_batch(codec.RowsBatch(
-        codec.BatchHeader(batch_id="b"), codec.rows_of_groups({"doc ": [(0, "a?"), (1, "b?"), (2, "c?")]}, own.get)))).rows
+    sent = codec.rows_of_groups({"doc ": [(0, "a?"), (1, "b?"), (2, "c?")]}, own.get)
+    rows = codec.decode_batch(codec.encode_batch(codec.RowsBatch(codec.BatchHeader(batch_id="b"), sent))).rows
     digested, prefixes = batch_rows(rows)
     assert digested.column("digest").to_pylist() == [prefix_digest("doc ")] * 3 and prefixes == {
         prefix_digest("doc "): "doc "}
