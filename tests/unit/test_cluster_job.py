@@ -357,6 +357,25 @@ def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_
     assert all(o["error"] is None for o in out)
 
 
+def slow_null_job(tmp_path, seed: int):
+    """240 rows in one partition, for the cluster path; the null engine answers 2 at a time, 0.05 s
+    each, so each shard is busy for ~3 s (long enough to hit it mid-bucket)."""
+    rows = document_questions(60, 4, seed=seed, order="shuffled")
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
+    config = load_config().replace(scheduler={"dashboard_address": None},
+                                   engine={"kind": "null", "null_latency_s": 0.05},
+                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
+    return rows, src, config
+
+
+def shard_worker(p, shard: str) -> str:
+    """The address of the worker serving ``shard`` now."""
+    from pipeline.client.recovery import current_workers
+
+    return next(a for a, w in current_workers(p.client).items() if f"shard-{shard}" in (w.get("resources") or {}))
+
+
 def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
     """SIGKILL one shard's worker while it answers its bucket: Dask reruns the lost tasks on the
     worker its nanny restarts, which rewrites the same answer files; every row once, in order."""
@@ -364,17 +383,9 @@ def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
     import signal
     import threading
 
-    from pipeline.client.recovery import current_workers
-
-    rows = document_questions(60, 4, seed=9, order="shuffled")
-    src = tmp_path / "in.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "null", "null_latency_s": 0.05},
-                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
+    rows, src, config = slow_null_job(tmp_path, seed=9)
     with Pipeline(config) as p:
-        workers = current_workers(p.client)
-        addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
+        addr = shard_worker(p, "cpu1")
         pid = p.client.run(os.getpid, workers=[addr])[addr]
         job = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None)
         # each shard answers ~120 rows, 2 at a time, 0.05 s each: ~3 s; kill after 1 s
@@ -382,8 +393,7 @@ def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
         killer.start()
         summary = job.run(p, progress=False)
         killer.join()
-        workers = current_workers(p.client)
-        addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
+        addr = shard_worker(p, "cpu1")
         assert p.client.run(os.getpid, workers=[addr])[addr] != pid   # a new worker process
     out = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [o["id"] for o in out] == [r["id"] for r in rows]
@@ -420,22 +430,10 @@ def test_an_engine_dying_mid_job_restarts_its_worker_and_loses_and_repeats_no_ro
 
     import cloudpickle
 
-    from pipeline.client.recovery import current_workers
-
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    rows = document_questions(60, 4, seed=13, order="shuffled")
-    src = tmp_path / "in.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "null", "null_latency_s": 0.05},
-                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
-
-    def cpu1(p):
-        workers = current_workers(p.client)
-        return next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
-
+    rows, src, config = slow_null_job(tmp_path, seed=13)
     with Pipeline(config) as p:
-        addr = cpu1(p)
+        addr = shard_worker(p, "cpu1")
         pid = p.client.run(os.getpid, workers=[addr])[addr]
         job = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None, part_rows=10)
         # each shard answers ~120 rows, 2 at a time, 0.05 s each: ~3 s; the engine dies after 1 s
@@ -446,7 +444,8 @@ def test_an_engine_dying_mid_job_restarts_its_worker_and_loses_and_repeats_no_ro
         died = p.client.get_events("pipeline-engine-died")
         assert died and died[0][1]["shard"] == "cpu1" and "engine core died" in died[0][1]["error"]
         # (the bucket's rerun ran on the restarted worker: a new process, with a fresh engine)
-        assert p.client.run(os.getpid, workers=[cpu1(p)])[cpu1(p)] != pid
+        addr = shard_worker(p, "cpu1")
+        assert p.client.run(os.getpid, workers=[addr])[addr] != pid
     out = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [o["id"] for o in out] == [r["id"] for r in rows]
     assert all(o["error"] is None and o["answer"] == "" for o in out), [o["error"] for o in out if o["error"]][:3]
