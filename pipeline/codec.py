@@ -29,14 +29,11 @@ class BatchHeader(msgspec.Struct, gc=False):
 
 @dataclass
 class RowsBatch:
-    """A batch of rows as it travels to a shard: an Arrow table of ``ROWS_COLUMNS`` (a row's own
-    sampling settings, if any row has some, in ``ROW_COLUMNS``), each document once in its
-    prefix column's dictionary, the rows of a document one after another."""
+    """A batch of rows as it travels to a shard: an Arrow table of position, prefix and suffix (a
+    row's own sampling settings, if any row has some, in ``ROW_COLUMNS``), each document once in
+    its prefix column's dictionary, the rows of a document one after another."""
     header: BatchHeader
     rows: pa.Table
-
-
-ROWS_COLUMNS = ("position", "prefix", "suffix")
 
 
 def rows_of_groups(groups: dict[str, list[tuple[int, str]]], own=None) -> pa.Table:

@@ -51,12 +51,8 @@ class PrefixMemory:
         self._prefixes: OrderedDict[int, int] = OrderedDict()  # digest -> its tokens
         self.tokens = 0
 
-    def served(self, prefix: str, tokens: int) -> None:
-        """The engine was given ``prefix`` (``tokens`` long)."""
-        self.served_digest(prefix_digest(prefix), tokens)
-
     def served_digest(self, key: int, tokens: int) -> None:
-        """``served`` for the prefix whose ``prefix_digest`` is ``key``."""
+        """The engine was given the prefix whose ``prefix_digest`` is ``key`` (``tokens`` long)."""
         if key in self._prefixes:
             self._prefixes.move_to_end(key)
             return

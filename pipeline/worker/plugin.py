@@ -67,18 +67,13 @@ class EnginePlugin(WorkerPlugin):
         except BaseException as exc:
             self._set_phase("failed")
             self.error = f"{type(exc).__name__}: {exc}"
-            # No engine runs: this process ends without finalizing too (any engine process vLLM
-            # left behind stopped by the reaper), or a loaded machine takes seconds to tear down
-            # vLLM's and torch's modules and the nanny kills it with a warning on the user's terminal.
-            self._reaper = reaper.start(os.getpid(), reaper.engine_children())
-            self._engine_stopped = True
-            atexit.register(self._exit_without_finalizing)
+            # No engine runs: this process ends without finalizing too, or a loaded machine takes
+            # seconds to tear down vLLM's and torch's modules and the nanny kills it with a warning
+            # on the user's terminal.
+            self._guard_exit(engine_stopped=True)
             raise
         start_s = time.perf_counter() - t0
-        # If this worker is killed outright, its engine-core process must not live on.
-        self._reaper = reaper.start(os.getpid(), reaper.engine_children())
-        self._engine_stopped = False
-        atexit.register(self._exit_without_finalizing)  # after vLLM's imports: runs first
+        self._guard_exit(engine_stopped=False)
         # What does not change while the engine runs; the counters live in self.metrics.
         self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
                      "kv_cache_tokens": self.engine.kv_cache_tokens, "engine_settings": self.engine.settings}
@@ -97,6 +92,15 @@ class EnginePlugin(WorkerPlugin):
         self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
         self._publisher.start()
         self._set_phase("ready")
+
+    def _guard_exit(self, engine_stopped: bool) -> None:
+        """Once the engine is built (or failed to build): if this worker is killed outright, the
+        engine processes it has now must not live on (the reaper); and at its exit, once no
+        engine runs, it ends without finalizing (``_exit_without_finalizing``; registered after
+        vLLM's imports, so it runs first)."""
+        self._reaper = reaper.start(os.getpid(), reaper.engine_children())
+        self._engine_stopped = engine_stopped
+        atexit.register(self._exit_without_finalizing)
 
     def _prefix_memory(self) -> PrefixMemory:
         """Bounded by the engine's KV cache (the null engine, which has none, by the router's

@@ -119,11 +119,11 @@ def _doc(n, length=200):
 
 def test_prefix_memory_is_bounded_and_drops_the_least_recently_served():
     m = PrefixMemory(max_tokens=500)
-    m.served("doc a", 200)
-    m.served("doc b", 200)
-    m.served("doc a", 200)          # served again: most recent, not counted twice
+    m.served_digest(prefix_digest("doc a"), 200)
+    m.served_digest(prefix_digest("doc b"), 200)
+    m.served_digest(prefix_digest("doc a"), 200)          # served again: most recent, not counted twice
     assert m.tokens == 400 and m.held() == [prefix_digest("doc b"), prefix_digest("doc a")]
-    m.served("doc c", 200)          # 600 > 500: "doc b" goes
+    m.served_digest(prefix_digest("doc c"), 200)          # 600 > 500: "doc b" goes
     assert m.held() == [prefix_digest("doc a"), prefix_digest("doc c")] and m.tokens == 400
     m.clear()
     assert len(m) == 0 and m.tokens == 0
