@@ -339,7 +339,7 @@ class ClusterJob:
         resources = {self.config.shard(b.shard).resource: 1}
         if ANSWER_SLOTS_RESOURCE in self._slots:
             resources[ANSWER_SLOTS_RESOURCE] = 1
-        return client.submit(self.steps.answer, spec, b, *pieces, key=key, resources=resources,
+        return client.submit(self.steps.answer, spec, b, *pieces, task_key=key, key=key, resources=resources,
                              priority=-self._rank.get(b.index, 0), retries=self.config.recovery.max_row_attempts - 1)
 
     @staticmethod

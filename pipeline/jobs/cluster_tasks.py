@@ -194,12 +194,14 @@ def piece_of(pieces: dict[str, pa.Table], shard: str) -> pa.Table | None:
     return pieces.get(shard)
 
 
-async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> tuple[dict, None]:
+async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
+                      task_key: str | None = None) -> tuple[dict, None]:
     """One bucket answered on its shard's engine, grouped by document. Its answers are committed
     as they come (``BucketCommits``: a file per input partition holds ``spec.commit_rows`` of
     them, or what ``spec.commit_s`` collected); a rerun of the task (its worker was lost) answers
     only the rows its earlier attempts did not commit. Returns the bucket's figures (and no
-    rows: they are in the files)."""
+    rows: they are in the files). ``task_key``: this task's key; released (the job cancelled,
+    its client gone), the task stops answering (pipeline/worker/plugin.py)."""
     plugin, rows = _bucket_rows(bucket, pieces)
     files = AnswerFiles(spec.folder)
     name = f"{spec.run}-b{bucket.index:06d}"
@@ -214,7 +216,7 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -
     await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                 _progress(spec, bucket, earlier.num_rows), commit=commits.add,
                                 commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
-                                prefixes=prefixes)
+                                prefixes=prefixes, task=task_key)
     # (only once every row is answered: a task that failed or was cancelled, its bucket moved to
     # another shard, writes nothing more; its rerun answers what it had not written)
     await loop.run_in_executor(None, commits.close)
@@ -266,13 +268,14 @@ class BucketCommits:
                 self.on_written(table)
 
 
-async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None) -> tuple[dict, dict]:
+async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
+                           task_key: str | None = None) -> tuple[dict, dict]:
     """One bucket answered as ``answer_task`` does, its answers kept in memory, not written: the
     bucket's figures and its answer rows by input partition (``partition_of`` their positions).
     A rerun answers the whole bucket again (a DataFrame job: pipeline/client/dataframes.py)."""
     plugin, rows = _bucket_rows(bucket, pieces)
     results = await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
-                                          _progress(spec, bucket, 0), first_rows=spec.first_rows)
+                                          _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key)
     table = results_table(results)
     return _figures(table, bucket.shard), _by_partition(table, partition_of(table.column("position").to_numpy()))
 

@@ -114,31 +114,36 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
                 window.release()
 
     tasks: set[asyncio.Task] = set()
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
-        if failure:
-            break
-        prefix = prefixes[int(digests[lo])]
-        prefix_ids = engine.encode(prefix)
-        if plugin.prefixes is not None:
-            plugin.prefixes.served_digest(int(digests[lo]), len(prefix_ids))   # (the rows' digest is the prefix's)
-        tokens = len(prefix_ids) + sum(estimated_tokens(len(suffixes[k])) + decode for k in range(lo, hi))
-        if gate is not None:
-            await gate.acquire(tokens)
-        document: list[asyncio.Task] = []
-        for k in range(lo, hi):
-            if first_rows and k >= first_rows and not answered_one.is_set():
-                await answered_one.wait()
-            if window is not None:
-                await window.acquire()
-            task = start_eagerly(one(k, prefix_ids))
-            if task is not None:
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                document.append(task)
-        if gate is not None:
-            _release_when_done(gate, tokens, document)
-    if tasks:
-        await asyncio.gather(*tasks)
+    try:
+        for lo, hi in zip(starts.tolist(), ends.tolist()):
+            if failure:
+                break
+            prefix = prefixes[int(digests[lo])]
+            prefix_ids = engine.encode(prefix)
+            if plugin.prefixes is not None:
+                plugin.prefixes.served_digest(int(digests[lo]), len(prefix_ids))   # (the rows' digest is the prefix's)
+            tokens = len(prefix_ids) + sum(estimated_tokens(len(suffixes[k])) + decode for k in range(lo, hi))
+            if gate is not None:
+                await gate.acquire(tokens)
+            document: list[asyncio.Task] = []
+            for k in range(lo, hi):
+                if first_rows and k >= first_rows and not answered_one.is_set():
+                    await answered_one.wait()
+                if window is not None:
+                    await window.acquire()
+                task = start_eagerly(one(k, prefix_ids))
+                if task is not None:
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    document.append(task)
+            if gate is not None:
+                _release_when_done(gate, tokens, document)
+        if tasks:
+            await asyncio.gather(*tasks)
+    except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
+        for task in list(tasks):
+            task.cancel()
+        raise
     if failure:
         await asyncio.gather(*commits, return_exceptions=True)
         raise failure[0]

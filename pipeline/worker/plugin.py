@@ -37,6 +37,10 @@ from pipeline.sampling import Sampling, check_answer
 logger = logging.getLogger(__name__)
 
 
+class TaskReleased(RuntimeError):
+    """Dask released a task while its rows were being answered: they were stopped."""
+
+
 class EnginePlugin(WorkerPlugin):
     idempotent = True  # registering again must not rebuild a loaded engine
     name = PLUGIN_NAME
@@ -51,6 +55,7 @@ class EnginePlugin(WorkerPlugin):
         self.phase = "waiting"       # starting -> ready -> stopped (or failed)
         self.phase_since = time.time()
         self.error: str | None = None   # why the engine did not start
+        self._answering: dict[str, asyncio.Task] = {}   # a Dask task's key -> its rows being answered
 
     def _set_phase(self, phase: str) -> None:
         self.phase, self.phase_since = phase, time.time()
@@ -160,23 +165,47 @@ class EnginePlugin(WorkerPlugin):
         head = batch.header
         rows, prefixes = batch_rows(batch.rows)
         results = await self.answer_grouped(rows, head.batch_id, head.sampling or self.default_sampling,
-                                            head.truncate_prompts, prefixes=prefixes, bounded=False)
+                                            head.truncate_prompts, prefixes=prefixes, bounded=False,
+                                            task=head.batch_id)   # (the batch's task key)
         out = codec.BatchResult(batch_id=head.batch_id, shard=self.shard, results=results)
         return codec.encode(out, self.config.intake.compression_level)
 
     async def answer_grouped(self, rows, bucket_id: str, sampling: Sampling, truncate: bool,
-                             progress=None, **commit) -> list[RowResult]:
-        """A cluster job's bucket: its rows answered grouped by document
-        (pipeline/worker/grouped_answers.py)."""
+                             progress=None, task: str | None = None, **commit) -> list[RowResult]:
+        """Rows answered grouped by document (pipeline/worker/grouped_answers.py): a cluster
+        job's bucket, or a client-fed batch. ``task``: the key of the Dask task asking; if Dask
+        releases it meanwhile (its client cancelled it or is gone), the rows stop there: the
+        requests in flight are aborted and no more start (``transition``)."""
         if self.engine is None:
             raise RuntimeError(f"shard {self.shard}: engine is not running")
+        answering = asyncio.ensure_future(answer_grouped(self, rows, bucket_id, sampling, truncate, progress,
+                                                         **commit))
+        if task is not None:
+            self._answering[task] = answering
         try:
-            results = await answer_grouped(self, rows, bucket_id, sampling, truncate, progress, **commit)
+            results = await answering
         except EngineDead as exc:
             self._engine_died(exc)
             raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():   # (this worker is closing)
+                raise
+            raise TaskReleased(f"shard {self.shard}: stopped answering {bucket_id}: Dask released task {task} "
+                               f"(its client cancelled it or is gone)") from None
+        finally:
+            if task is not None and self._answering.get(task) is answering:
+                del self._answering[task]
         self.metrics.batches += 1
         return results
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        """(Dask calls this on every task transition on this worker.) A task released while it
+        answers rows: they stop (``answer_grouped``), rather than take the engine from the
+        other jobs until the last of them is answered for nobody."""
+        if finish in ("released", "cancelled", "forgotten"):
+            answering = self._answering.get(key)
+            if answering is not None:
+                answering.cancel()
 
     @property
     def default_sampling(self) -> Sampling:

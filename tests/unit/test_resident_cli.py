@@ -1,10 +1,12 @@
 """`python -m pipeline up / run / status / down` with the null engine: real Dask processes in
-the background, two jobs from two processes on one cluster, a config mismatch, a dead
-cluster, and nothing left running after `down`."""
+the background, two jobs from two processes on one cluster, a config mismatch, a job whose
+client is killed, a dead cluster, and nothing left running after `down`."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from pipeline import load_config
+from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,6 +95,50 @@ def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
     assert not alive, f"left running: {alive}"
     assert not (tmp_path / "cluster" / "state.json").exists()
     assert "no local cluster is running" in cli(env, "status", "--config", config).stdout
+
+
+def test_a_job_whose_client_is_killed_stops_on_the_cluster_and_runs_again_from_its_answers(tmp_path, env):
+    config = write_config(tmp_path / "cluster.yaml", null_latency_s=0.5)
+    rows = [{**r, "question": f"{r['question']} ({i})"} for i, r in
+            enumerate(document_questions(100, 4, seed=5, order="shuffled"))]
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    answers = tmp_path / "out.parquet.partial" / "answers"
+    up = cli(env, "up", "--config", config)
+    assert up.returncode == 0, up.stderr
+    try:
+        client = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(src), str(out), "--part-rows", "10",
+                                   "--quiet", "--config", str(config)], cwd=ROOT, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while len(list(answers.glob("p*/*.parquet"))) < 3:
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "no answers committed in time"
+            time.sleep(0.05)
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        # Dask releases a gone client's tasks: the answer tasks stop (requests in flight aborted),
+        # they do not answer the rest of the job for nobody (about 10 s more here)
+        deadline = time.monotonic() + 5
+        while True:
+            shards = json.loads(cli(env, "status", "--json", "--config", config).stdout)["shards"]
+            if all(s["metrics"]["in_flight"] == 0 and s["metrics"]["queued"] == 0 for s in shards.values()):
+                break
+            assert time.monotonic() < deadline, f"the killed client's job still runs on the cluster: {shards}"
+            time.sleep(0.2)
+        committed = pq.read_table(answers, columns=["position"]).num_rows
+        time.sleep(1)
+        assert pq.read_table(answers, columns=["position"]).num_rows == committed < len(rows)
+
+        again = cli(env, "run", src, out, "--config", config)
+        assert again.returncode == 0, again.stderr
+        assert f"resuming: {committed} of {len(rows)} rows are already in" in again.stderr
+        assert f"rows: {len(rows) - committed} " in again.stdout
+        got = pq.read_table(out, columns=["id", "error"])
+        assert got.column("id").to_pylist() == [r["id"] for r in rows] and got.column("error").null_count == len(rows)
+    finally:
+        down = cli(env, "down", "--config", config)
+    assert down.returncode == 0, down.stderr
 
 
 def test_a_cluster_that_died_is_said_so_and_run_starts_an_embedded_one(tmp_path, env):
