@@ -1,11 +1,14 @@
 """The resident cluster with the real engine: `up`, two jobs from two separate processes (the
 second, on the same documents in another order, finds warm engines and its documents cached),
-`status`, `down` (no engine process left)."""
+`status`, a third job whose client is killed mid-way and run again, `down` (no engine process
+left)."""
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -100,11 +103,45 @@ def test_up_two_jobs_from_two_processes_status_down(tmp_path):
         assert share >= 0.95 * ideal
         table = cli(env, "status", "--config", config_file).stdout
         assert "cpu0" in table and "ready" in table and "documents" in table
+        _client_killed_mid_job_and_run_again(env, config_file, tmp_path)
     finally:
         down = cli(env, "down", "--config", config_file)
     assert down.returncode == 0, down.stderr
     _, alive = psutil.wait_procs(procs, timeout=15)
     assert not alive, f"left running after down: {alive}"
+
+
+def _client_killed_mid_job_and_run_again(env, config_file, tmp_path):
+    """A cluster job's client (the `run` process) is killed once answers are committed; the
+    cluster lives on, and the job's answer tasks stop there. The same command run again answers
+    the rest: every row once, in input order, answered right."""
+    rows = document_questions(16, 4, filler_sentences=40, seed=6, order="shuffled")
+    src, out = tmp_path / "three.parquet", tmp_path / "three-out.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    command = [sys.executable, "-m", "pipeline", "run", str(src), str(out), "--part-rows", "4", "--config",
+               str(config_file)]
+    client = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    answers = tmp_path / "three-out.parquet.partial" / "answers"
+    deadline = time.monotonic() + 300
+    while len(list(answers.glob("p*/*.parquet"))) < 2:
+        assert client.poll() is None, client.communicate()
+        assert time.monotonic() < deadline, "no answers committed in time"
+        time.sleep(0.1)
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    assert not out.exists()
+    time.sleep(2)   # (the killed client's answer tasks stop on the cluster: its requests are aborted)
+    committed = pq.read_table(answers, columns=["position"]).num_rows
+    again = cli(env, "run", src, out, "--config", config_file)
+    assert again.returncode == 0, again.stderr
+    print("client killed, run again:", again.stderr, again.stdout, sep="\n")
+    assert committed < len(rows) and f"resuming: {committed} of {len(rows)} rows are already in" in again.stderr
+    assert f"rows: {len(rows) - committed} " in again.stdout
+    got = pq.read_table(out).to_pylist()
+    assert [o["id"] for o in got] == [r["id"] for r in rows]
+    assert all(o["error"] is None for o in got), [o["error"] for o in got if o["error"]][:3]
+    right = sum(r["expected"].lower() in (o["answer"] or "").lower() for r, o in zip(rows, got))
+    assert right >= 0.9 * len(rows)
 
 
 def test_a_config_the_engine_rejects_is_one_clear_line(tmp_path):
