@@ -46,15 +46,20 @@ class ShardMetrics:
         self.in_flight += 1
 
     def finish(self, prompt_tokens: int, cached: int, output: int, error: bool) -> None:
-        self.in_flight -= 1
-        if not self.in_flight:
-            self._busy_s += self.clock() - self._busy_since
-        self.prefill_outstanding -= prompt_tokens
+        self.abort(prompt_tokens)
         self.requests += 1
         self.errors += error
         self.prompt_tokens += prompt_tokens
         self.cached_tokens += cached
         self.output_tokens += output
+
+    def abort(self, prompt_tokens: int) -> None:
+        """A request in flight stopped unanswered (its task was released): not a request
+        served, nor an error."""
+        self.in_flight -= 1
+        if not self.in_flight:
+            self._busy_s += self.clock() - self._busy_since
+        self.prefill_outstanding -= prompt_tokens
 
     @property
     def cache_hit_share(self) -> float:

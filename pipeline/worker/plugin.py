@@ -231,9 +231,13 @@ class EnginePlugin(WorkerPlugin):
         m.admit()
         t0 = time.perf_counter()
         gen = None
+        aborted = False
         try:
             gen = await self.engine.generate(ids, request_id=f"{batch_id}-{index}", sampling=sampling)
-        except (asyncio.CancelledError, EngineDead):
+        except asyncio.CancelledError:
+            aborted = True   # (its task was released: vLLM aborts the request)
+            raise
+        except EngineDead:
             raise
         except Exception as exc:  # one failed request must not fail its batch
             # vLLM checks sampling values when the request is made: a bad one is the row's
@@ -242,7 +246,10 @@ class EnginePlugin(WorkerPlugin):
                                     shard=self.shard, latency_s=time.perf_counter() - t0)
         finally:
             self._intake.release()
-            m.finish(len(ids), gen.cached_tokens if gen else 0, gen.completion_tokens if gen else 0, gen is None)
+            if aborted:
+                m.abort(len(ids))
+            else:
+                m.finish(len(ids), gen.cached_tokens if gen else 0, gen.completion_tokens if gen else 0, gen is None)
         answer = gen.text.strip()
         result = RowResult(index, answer=answer, prompt_tokens=gen.prompt_tokens,
                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,

@@ -2,6 +2,8 @@
 rows built column-wise exactly as the task builds them row by row, and documents placed on
 shards (one shard per document, balanced, held documents kept, buckets bounded) with each
 document's text sent once."""
+import asyncio
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -192,7 +194,6 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
     """A watched job's first answer is not decoded in lockstep with a full engine's worth of
     others: before it, at most ``first_rows`` requests are in flight; after it, up to
     ``intake.max_in_flight``. Every row gets its own result, in the table's order."""
-    import asyncio
 
     from pipeline.worker import metrics
     from pipeline.worker.engine import NullEngine
@@ -231,6 +232,56 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
         results = asyncio.run(run())
         assert [r.index for r in results] == list(range(40)) and all(r.error is None for r in results)
         assert plugin.engine.most_before_first == before and plugin.engine.most == 8
+
+
+def test_a_task_dask_releases_stops_its_rows_in_flight_and_starts_no_more():
+    """Dask releases an answering task (its client cancelled it or is gone): the engine's
+    requests in flight are cancelled (vLLM aborts them), no more are started, the task ends
+    with a clear error, and the aborted requests count neither as served nor as errors."""
+    from pipeline.worker import metrics
+    from pipeline.worker.engine import NullEngine
+    from pipeline.worker.gcstats import GcPauses
+    from pipeline.worker.plugin import EnginePlugin, TaskReleased
+
+    class Slow(NullEngine):
+        def __init__(self):
+            super().__init__(latency_s=30)
+            self.started = self.cancelled = 0
+
+        async def generate(self, prompt_ids, request_id, sampling):
+            self.started += 1
+            try:
+                return await super().generate(prompt_ids, request_id, sampling)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+
+    config = load_config().replace(intake={"max_in_flight": 4})
+    rows = pa.table({"position": pa.array(range(40), pa.int64()), "digest": pa.array([7] * 40, pa.uint64()),
+                     "prefix": pa.array(["doc a "] + [None] * 39, pa.large_string()),
+                     "suffix": pa.array([f"q{i}" for i in range(40)], pa.large_string())})
+    plugin = EnginePlugin(config, "x", "null")
+    plugin.engine, plugin.shard, plugin.prefixes, plugin.token_gate = Slow(), "cpu0", None, None
+    plugin.metrics = metrics.ShardMetrics("cpu0", GcPauses())
+
+    async def run():
+        plugin._intake = asyncio.Semaphore(config.intake.max_in_flight)
+        answering = asyncio.ensure_future(plugin.answer_grouped(rows, "b", config.sampling.as_sampling(0), False,
+                                                                task="job-answer-3"))
+        while plugin.engine.started < 4:
+            await asyncio.sleep(0.01)
+        plugin.transition("another-task", "executing", "released")   # (not this one's: nothing stops)
+        await asyncio.sleep(0.05)
+        assert not answering.done()
+        plugin.transition("job-answer-3", "executing", "released")
+        with pytest.raises(TaskReleased, match="Dask released task job-answer-3"):
+            await asyncio.wait_for(answering, 5)
+
+    asyncio.run(run())
+    engine, m = plugin.engine, plugin.metrics
+    assert engine.started == 4 and engine.cancelled == 4   # the 4 in flight stopped; the other 36 never began
+    assert m.in_flight == 0 and m.requests == 0 and m.errors == 0 and m.prefill_outstanding == 0
+    assert plugin._answering == {}
 
 
 def test_a_buckets_answers_are_written_in_files_of_many_rows_each_every_row_once(tmp_path):
