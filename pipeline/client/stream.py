@@ -64,7 +64,17 @@ class StreamJob:
         self._view_published = 0.0
 
     def results(self) -> Iterator[RowResult]:
-        """Each row's result once, as its batch completes."""
+        """Each row's result once, as its batch completes. Left early (the caller stops
+        iterating, or an error), its batches still on the cluster are cancelled: the workers
+        stop answering them (pipeline/worker/plugin.py)."""
+        try:
+            yield from self._results()
+        finally:
+            if self.futures:
+                self.p.client.cancel([fut for fut, _ in self.futures.values()])
+                self.futures.clear()
+
+    def _results(self) -> Iterator[RowResult]:
         state, running = self.state, self.running
         yield from self._read()
         while not state.finished:
