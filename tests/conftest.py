@@ -10,3 +10,31 @@ import tempfile  # noqa: E402
 
 os.environ["PIPELINE_CLUSTER_DIR"] = tempfile.mkdtemp(prefix="pipeline-test-cluster-")
 os.environ["PIPELINE_LOG_DIR"] = tempfile.mkdtemp(prefix="pipeline-test-logs-")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def run_killed_once_answered():
+    """``(args, env, answers, files, timeout)``: starts ``python -m pipeline run ARGS`` (only the
+    client: a resident cluster lives on) and SIGKILLs it once ``files`` answer files are in the
+    folder ``answers`` (OUTPUT.partial/answers)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    def run(args, env, answers: Path, files: int, timeout: float) -> None:
+        client = subprocess.Popen([sys.executable, "-m", "pipeline", "run", *map(str, args)],
+                                  cwd=Path(__file__).resolve().parents[1], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + timeout
+        while len(list(answers.glob("p*/*.parquet"))) < files:
+            assert client.poll() is None, client.communicate()
+            assert time.monotonic() < deadline, "no answers committed in time"
+            time.sleep(0.05)
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+    return run

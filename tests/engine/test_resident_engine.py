@@ -5,7 +5,6 @@ left)."""
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -55,7 +54,7 @@ def ideal_cached_share(rows, config):
     return 1 - block_ideal(prompts, config.engine.block_size, shards=len(config.shards)) / total
 
 
-def test_up_two_jobs_from_two_processes_status_down(tmp_path):
+def test_up_two_jobs_from_two_processes_status_down(tmp_path, run_killed_once_answered):
     env = {**os.environ, "PIPELINE_CLUSTER_DIR": str(tmp_path / "cluster")}
     config = load_config().replace(scheduler={"dashboard_address": None})
     config_file = tmp_path / "cluster.yaml"
@@ -103,7 +102,7 @@ def test_up_two_jobs_from_two_processes_status_down(tmp_path):
         assert share >= 0.95 * ideal
         table = cli(env, "status", "--config", config_file).stdout
         assert "cpu0" in table and "ready" in table and "documents" in table
-        _client_killed_mid_job_and_run_again(env, config_file, tmp_path)
+        _client_killed_mid_job_and_run_again(env, config_file, tmp_path, run_killed_once_answered)
     finally:
         down = cli(env, "down", "--config", config_file)
     assert down.returncode == 0, down.stderr
@@ -111,24 +110,15 @@ def test_up_two_jobs_from_two_processes_status_down(tmp_path):
     assert not alive, f"left running after down: {alive}"
 
 
-def _client_killed_mid_job_and_run_again(env, config_file, tmp_path):
+def _client_killed_mid_job_and_run_again(env, config_file, tmp_path, kill_run):
     """A cluster job's client (the `run` process) is killed once answers are committed; the
     cluster lives on, and the job's answer tasks stop there. The same command run again answers
     the rest: every row once, in input order, answered right."""
     rows = document_questions(16, 4, filler_sentences=40, seed=6, order="shuffled")
     src, out = tmp_path / "three.parquet", tmp_path / "three-out.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    command = [sys.executable, "-m", "pipeline", "run", str(src), str(out), "--part-rows", "4", "--config",
-               str(config_file)]
-    client = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     answers = tmp_path / "three-out.parquet.partial" / "answers"
-    deadline = time.monotonic() + 300
-    while len(list(answers.glob("p*/*.parquet"))) < 2:
-        assert client.poll() is None, client.communicate()
-        assert time.monotonic() < deadline, "no answers committed in time"
-        time.sleep(0.1)
-    client.send_signal(signal.SIGKILL)
-    client.wait()
+    kill_run([src, out, "--part-rows", "4", "--config", config_file], env, answers, files=2, timeout=300)
     assert not out.exists()
     time.sleep(2)   # (the killed client's answer tasks stop on the cluster: its requests are aborted)
     committed = pq.read_table(answers, columns=["position"]).num_rows

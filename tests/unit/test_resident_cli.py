@@ -3,7 +3,6 @@ the background, two jobs from two processes on one cluster, a config mismatch, a
 client is killed, a dead cluster, and nothing left running after `down`."""
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -97,7 +96,8 @@ def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
     assert "no local cluster is running" in cli(env, "status", "--config", config).stdout
 
 
-def test_a_job_whose_client_is_killed_stops_on_the_cluster_and_runs_again_from_its_answers(tmp_path, env):
+def test_a_job_whose_client_is_killed_stops_on_the_cluster_and_runs_again_from_its_answers(tmp_path, env,
+                                                                                        run_killed_once_answered):
     config = write_config(tmp_path / "cluster.yaml", null_latency_s=0.5)
     rows = [{**r, "question": f"{r['question']} ({i})"} for i, r in
             enumerate(document_questions(100, 4, seed=5, order="shuffled"))]
@@ -107,16 +107,8 @@ def test_a_job_whose_client_is_killed_stops_on_the_cluster_and_runs_again_from_i
     up = cli(env, "up", "--config", config)
     assert up.returncode == 0, up.stderr
     try:
-        client = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(src), str(out), "--part-rows", "10",
-                                   "--quiet", "--config", str(config)], cwd=ROOT, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while len(list(answers.glob("p*/*.parquet"))) < 3:
-            assert client.poll() is None, client.communicate()
-            assert time.monotonic() < deadline, "no answers committed in time"
-            time.sleep(0.05)
-        client.send_signal(signal.SIGKILL)
-        client.wait()
+        run_killed_once_answered([src, out, "--part-rows", "10", "--quiet", "--config", config], env, answers,
+                                 files=3, timeout=60)
         # Dask releases a gone client's tasks: the answer tasks stop (requests in flight aborted),
         # they do not answer the rest of the job for nobody (about 10 s more here)
         deadline = time.monotonic() + 5
