@@ -227,7 +227,7 @@ class ClusterParts:
                 self.meta = old   # keeps the first run's start time
                 self.committed = self.resumed = done
         _check_files_unchanged(self, current)
-        self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
+        self.record()
         return self.committed
 
     def _old_meta(self) -> dict | None:
@@ -249,7 +249,8 @@ class ClusterParts:
         return self.committed
 
     def record(self, **facts) -> None:
-        """Add ``facts`` to the partial output's ``_job.json`` (what a resumed run reads)."""
+        """Add ``facts`` to the partial output's ``_job.json`` (what a resumed run reads), and
+        write it."""
         self.meta.update(facts)
         self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
 
