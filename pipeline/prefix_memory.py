@@ -21,6 +21,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def prefix_digest(text: str) -> int:
@@ -28,10 +29,10 @@ def prefix_digest(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
-def text_digests(texts) -> np.ndarray:
-    """``prefix_digest`` of each value of an Arrow string or large_string array without nulls,
-    digested from the array's own bytes (valid UTF-8: what ``str.encode`` gives), with no
-    Python string made."""
+def text_digests(texts, head: str = "", tail: str = "") -> np.ndarray:
+    """``prefix_digest(head + value + tail)`` of each value of an Arrow string or large_string
+    array, digested from the array's own bytes (valid UTF-8: what ``str.encode`` gives), with no
+    Python string made. (A null value is digested as an empty one.)"""
     large = pa.types.is_large_string(texts.type)
     _, offsets, data = texts.buffers()
     n = len(texts)
@@ -39,8 +40,33 @@ def text_digests(texts) -> np.ndarray:
         return np.zeros(0, np.uint64)
     bounds = np.frombuffer(offsets, np.int64 if large else np.int32)[texts.offset:texts.offset + n + 1].tolist()
     view, blake2b = memoryview(data if data is not None else b""), hashlib.blake2b
-    raw = b"".join([blake2b(view[a:b], digest_size=8).digest() for a, b in zip(bounds, bounds[1:])])
-    return np.frombuffer(raw, dtype="<u8").astype(np.uint64)
+    if head or tail:
+        base, end = blake2b(head.encode("utf-8", "surrogatepass"), digest_size=8), tail.encode("utf-8", "surrogatepass")
+        digests = []
+        for a, b in zip(bounds, bounds[1:]):
+            h = base.copy()
+            h.update(view[a:b])
+            h.update(end)
+            digests.append(h.digest())
+    else:
+        digests = [blake2b(view[a:b], digest_size=8).digest() for a, b in zip(bounds, bounds[1:])]
+    return np.frombuffer(b"".join(digests), dtype="<u8").astype(np.uint64)
+
+
+def encoded_by_digest(texts: pa.Array, head: str = "", tail: str = "") -> tuple[pa.DictionaryArray, np.ndarray]:
+    """``texts`` (string or large_string) as a dictionary array of its distinct values (as
+    large_string; a null stays null), and the digest of ``head + value + tail`` of each
+    dictionary value. Values are told apart by that digest (the 64-bit digest that names a
+    prefix everywhere else): each value is digested once, and no text is hashed or compared
+    again -- Arrow's ``dictionary_encode`` of document-sized strings took ~3x as long."""
+    digests = text_digests(texts, head, tail)
+    valid = np.ones(len(texts), bool) if texts.null_count == 0 else texts.is_valid().to_numpy(zero_copy_only=False)
+    encoded = pc.dictionary_encode(pa.array(digests, pa.uint64(), mask=~valid))
+    indices = encoded.indices
+    _, first = np.unique(pc.drop_null(indices).to_numpy(), return_index=True)
+    first = np.flatnonzero(valid)[first]          # each dictionary value's first row
+    values = texts.take(pa.array(first)).cast(pa.large_string())
+    return pa.DictionaryArray.from_arrays(indices, values), encoded.dictionary.to_numpy()
 
 
 class PrefixMemory:

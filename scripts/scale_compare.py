@@ -46,6 +46,7 @@ def run_pipeline(src: str, dst: str, config: Path) -> dict:
     client = psutil.Process(proc.pid)
     peak_rss, cpu, sched_cpu = 0, 0.0, 0.0
     workers_peak, worker_peak = 0, 0   # the rest of the client's process tree (workers): summed, largest
+    workers_cpu: dict[int, float] = {}  # pid -> CPU seconds at its last sample
     while proc.poll() is None:
         try:
             with client.oneshot():
@@ -59,6 +60,8 @@ def run_pipeline(src: str, dst: str, config: Path) -> dict:
                     sched_cpu = t.user + t.system
                 else:
                     rss.append(child.memory_info().rss)
+                    t = child.cpu_times()
+                    workers_cpu[child.pid] = t.user + t.system
             workers_peak, worker_peak = max(workers_peak, sum(rss)), max([worker_peak] + rss)
         except psutil.Error:
             pass
@@ -72,7 +75,8 @@ def run_pipeline(src: str, dst: str, config: Path) -> dict:
     job_rate = float(next(line for line in out.splitlines() if line.startswith("throughput:")).split()[1])
     return {"rows": rows, "wall_s": wall, "rows_per_s": rows / wall, "job_rows_per_s": job_rate, "client_cpu_s": cpu,
             "client_peak_rss_mb": peak_rss / 2**20, "scheduler_cpu_s": sched_cpu, "tokens": cached,
-            "workers_peak_rss_mb": workers_peak / 2**20, "worker_peak_rss_mb": worker_peak / 2**20}
+            "workers_peak_rss_mb": workers_peak / 2**20, "worker_peak_rss_mb": worker_peak / 2**20,
+            "workers_cpu_s": sum(workers_cpu.values())}
 
 
 def block_ideal_cached(src: str, out: str, config_path: Path, block_size: int = 16) -> int:
@@ -145,7 +149,7 @@ def main() -> None:
     print(f"pipeline: {r['rows']} rows in {r['wall_s']:.1f} s (command to exit), {r['rows_per_s']:,.0f} rows/s "
           f"({r['job_rows_per_s']:,.0f} rows/s from the job's start, as its summary says); "
           f"client {r['client_cpu_s']:.1f} s CPU, peak RSS {r['client_peak_rss_mb']:.0f} MB; "
-          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU; workers' peak RSS {r['workers_peak_rss_mb']:,.0f} MB "
+          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU; workers {r['workers_cpu_s']:.1f} s CPU (sampled); workers' peak RSS {r['workers_peak_rss_mb']:,.0f} MB "
           f"together, the largest {r['worker_peak_rss_mb']:,.0f} MB")
     if f is not None:
         print(f"pipeline / floor: {r['rows_per_s'] / f['rows_per_s']:.3f}")

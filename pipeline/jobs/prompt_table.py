@@ -31,7 +31,7 @@ from dask.sizeof import sizeof
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.prefix_memory import text_digests
+from pipeline.prefix_memory import encoded_by_digest, text_digests
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
 from tasks import PromptTemplate, RowError
@@ -84,29 +84,34 @@ def prompt_rows(source, task, part: Partition, done: pa.Array | None = None) -> 
 def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColumns) -> PromptRows:
     """``table``'s rows (the task's ``columns``; each row's position in ``positions``) as prompt rows."""
     if isinstance(task, PromptTemplate) and not columns.sampling_columns and _plain_text(table, task):
-        prefix, suffix, error = _template_columns(task, table)
+        prefix, suffix, error, digests = _template_columns(task, table)
     else:
         prefix, suffix, error = _row_by_row(columns, task, table)
+        digests = None
     sampling = {name: table.column(name).combine_chunks() for name in columns.sampling_columns}
-    return prompt_rows_from(prefix, suffix, error, positions, sampling)
+    return prompt_rows_from(prefix, suffix, error, positions, sampling, digests)
 
 
 def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positions: pa.Array,
-                     sampling: dict[str, pa.Array]) -> PromptRows:
+                     sampling: dict[str, pa.Array], digests: np.ndarray | None = None) -> PromptRows:
     """Prompt rows from each row's prefix, suffix, error (null where the row is fine), position
-    and own sampling columns: the rows that failed apart, each distinct prefix digested once."""
+    and own sampling columns: the rows that failed apart, each distinct prefix digested once.
+    ``prefix`` as plain text, or as a dictionary array with each dictionary value's digest in
+    ``digests``."""
     failed = pc.is_valid(error)
     ok = pc.invert(failed)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
     if not pa.types.is_dictionary(prefix.type):
-        prefix = pc.dictionary_encode(prefix)
+        prefix, digests = encoded_by_digest(prefix)
+    elif digests is None:
+        digests = text_digests(prefix.dictionary)
     prefix, suffix, kept = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
     # each distinct prefix (document) once: its text, its digest, the first of its rows here
     index = prefix.indices.to_numpy(zero_copy_only=False)
     used, first = np.unique(index, return_index=True)
     # (every value used, the usual case: the dictionary itself, not a copy of its text)
     distinct = prefix.dictionary if len(used) == len(prefix.dictionary) else prefix.dictionary.take(pa.array(used))
-    digests = text_digests(distinct)
+    digests = digests[used]
     digest_of = np.zeros(len(prefix.dictionary), np.uint64)
     digest_of[used] = digests
     digest = pa.array(digest_of[index])
@@ -157,17 +162,19 @@ def _plain_text(table: pa.Table, task: PromptTemplate) -> bool:
     return True
 
 
-def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array,
+                                                                      np.ndarray | None]:
     """Prefix, suffix and error (null where the row is fine) joined column-wise, with the same
     checks and texts as ``PromptTemplate.split``: the first field that fails names the error.
     A prefix of one field (a document) is dictionary-encoded: each distinct value is checked and
-    joined once, and the prefix comes back as a dictionary array."""
+    joined once, and the prefix comes back as a dictionary array, with each dictionary value's
+    digest (else None: the prefix is plain text)."""
     n = table.num_rows
     cut = len(task._prefix_pieces) - 1
-    document = None
-    if cut == 1:   # (encoded as read: hashing large_string values is ~3x slower than string ones)
-        document = pc.dictionary_encode(table.column(task._fields[0]).combine_chunks())
-        document = pa.DictionaryArray.from_arrays(document.indices, document.dictionary.cast(pa.large_string()))
+    document = digests = None
+    if cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
+        head, tail = task._prefix_pieces
+        document, digests = encoded_by_digest(table.column(task._fields[0]).combine_chunks(), head, tail)
     values = [document if i == 0 and document is not None else table.column(f).combine_chunks().cast(pa.large_string())
               for i, f in enumerate(task._fields)]
     error = pa.nulls(n, pa.string())
@@ -185,7 +192,7 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     else:
         prefix = _join(task._prefix_pieces, values[:cut], n)
     suffix = _join(task._suffix_pieces, values[cut:], n)
-    return prefix, suffix, error.cast(pa.string())
+    return prefix, suffix, error.cast(pa.string()), digests
 
 
 def _blank(value: pa.Array) -> pa.Array:

@@ -93,6 +93,22 @@ def test_digests_of_a_column_are_the_digests_the_engines_remember():
     assert text_digests(pa.array(["", ""])).tolist() == [prefix_digest("")] * 2
 
 
+
+def test_a_document_column_is_encoded_by_the_digest_of_its_prompt_prefix():
+    """The read tells documents apart by the digest of the prefix each one makes (template
+    head + document + tail): one dictionary value per distinct document, its digest the one
+    the engines remember for that prefix, a null row still null."""
+    from pipeline.prefix_memory import encoded_by_digest
+
+    docs = ["b", None, "a", "b", "", "ünï", None, "a", ""]
+    for kind in (pa.string(), pa.large_string()):
+        encoded, digests = encoded_by_digest(pa.array(docs, kind).slice(0), "Document: ", "\n\nQ: ")
+        assert encoded.dictionary.to_pylist() == ["b", "a", "", "ünï"]
+        assert encoded.to_pylist() == docs
+        assert digests.tolist() == [prefix_digest(f"Document: {d}\n\nQ: ") for d in ["b", "a", "", "ünï"]]
+    encoded, digests = encoded_by_digest(pa.array(["x", "y", "x", "z"]).slice(1, 2))
+    assert encoded.to_pylist() == ["y", "x"] and digests.tolist() == [prefix_digest("y"), prefix_digest("x")]
+
 def test_split_sends_each_document_whole_to_one_bucket_with_its_text_once(tmp_path, tokenizer):
     rng = np.random.default_rng(3)
     docs = [f"document {d} " + "text " * (d + 1) for d in rng.integers(0, 9, 60)]   # 9 documents, shuffled
