@@ -53,20 +53,18 @@ def text_digests(texts, head: str = "", tail: str = "") -> np.ndarray:
     return np.frombuffer(b"".join(digests), dtype="<u8").astype(np.uint64)
 
 
-def encoded_by_digest(texts: pa.Array, head: str = "", tail: str = "") -> tuple[pa.DictionaryArray, np.ndarray]:
-    """``texts`` (string or large_string) as a dictionary array of its distinct values (as
-    large_string; a null stays null), and the digest of ``head + value + tail`` of each
-    dictionary value. Values are told apart by that digest (the 64-bit digest that names a
-    prefix everywhere else): each value is digested once, and no text is hashed or compared
-    again -- Arrow's ``dictionary_encode`` of document-sized strings took ~3x as long."""
+def digest_codes(texts: pa.Array, head: str = "", tail: str = "") -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Each row of ``texts`` (string or large_string) coded by its distinct value: the codes
+    (int32, in order of first appearance; null for a null row), each code's digest of
+    ``head + value + tail``, and each code's first row. Values are told apart by that digest
+    (the 64-bit digest that names a prefix everywhere else): each row is digested once, and no
+    text is hashed or compared again -- Arrow's ``dictionary_encode`` of document-sized strings
+    took ~3x as long, and copied each distinct one."""
     digests = text_digests(texts, head, tail)
     valid = np.ones(len(texts), bool) if texts.null_count == 0 else texts.is_valid().to_numpy(zero_copy_only=False)
     encoded = pc.dictionary_encode(pa.array(digests, pa.uint64(), mask=~valid))
-    indices = encoded.indices
-    _, first = np.unique(pc.drop_null(indices).to_numpy(), return_index=True)
-    first = np.flatnonzero(valid)[first]          # each dictionary value's first row
-    values = texts.take(pa.array(first)).cast(pa.large_string())
-    return pa.DictionaryArray.from_arrays(indices, values), encoded.dictionary.to_numpy()
+    _, first = np.unique(pc.drop_null(encoded.indices).to_numpy(), return_index=True)
+    return encoded.indices, encoded.dictionary.to_numpy(), np.flatnonzero(valid)[first]
 
 
 class PrefixMemory:

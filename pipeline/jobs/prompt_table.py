@@ -31,7 +31,7 @@ from dask.sizeof import sizeof
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.prefix_memory import encoded_by_digest, text_digests
+from pipeline.prefix_memory import digest_codes, text_digests
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
 from tasks import PromptTemplate, RowError
@@ -102,10 +102,14 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
     ok = pc.invert(failed)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
     if not pa.types.is_dictionary(prefix.type):
-        prefix, digests = encoded_by_digest(prefix)
+        codes, digests, first = digest_codes(prefix)
+        prefix = pa.DictionaryArray.from_arrays(codes, prefix.take(pa.array(first)))
     elif digests is None:
         digests = text_digests(prefix.dictionary)
-    prefix, suffix, kept = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
+    if error.null_count < len(error):   # (no row failed, the usual case: nothing to copy)
+        prefix, suffix, positions = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
+        sampling = {name: column.filter(ok) for name, column in sampling.items()}
+    kept = positions
     # each distinct prefix (document) once: its text, its digest, the first of its rows here
     index = prefix.indices.to_numpy(zero_copy_only=False)
     used, first = np.unique(index, return_index=True)
@@ -119,7 +123,6 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
            "suffix": suffix}
     schema = ROWS_SCHEMA
     for name, column in sampling.items():
-        column = column.filter(ok)
         out[name] = column
         schema = schema.append(pa.field(name, column.type))
     rows = pa.table(out, schema=schema)
@@ -135,12 +138,45 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
 
 
 def _on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
-    """A column of ``n`` rows holding ``texts[i]`` on row ``first[i]``, null on every other."""
-    pick = np.zeros(n, np.int64)
-    pick[first] = np.arange(len(first))
-    empty = np.ones(n, bool)
-    empty[first] = False
-    return texts.cast(pa.large_string()).take(pa.array(pick, mask=empty))
+    """A column of ``n`` rows holding ``texts[i]`` (no nulls) on row ``first[i]``, null on every
+    other: where ``first`` ascends (the values come in the order of their rows, the usual case),
+    a view of their text, not a copy."""
+    texts = texts.cast(pa.large_string())
+    order = np.argsort(first, kind="stable")
+    if (order != np.arange(len(order))).any():
+        texts, first = texts.take(pa.array(order)), first[order]
+    starts = np.zeros(n + 1, np.int64)
+    starts[first + 1] = 1
+    bounds = _offsets(texts)[np.cumsum(starts)]   # row r: from the start of the values before it
+    valid = np.zeros(n, bool)
+    valid[first] = True
+    return pa.Array.from_buffers(pa.large_string(), n, [pa.array(valid).buffers()[1], pa.py_buffer(bounds),
+                                                        texts.buffers()[2]], null_count=n - len(first))
+
+
+def _only_on(texts: pa.Array, rows: np.ndarray) -> pa.Array:
+    """``texts`` with every row but ``rows`` (ascending, valid ones) null: a view of the same text."""
+    valid = np.zeros(texts.offset + len(texts), bool)
+    valid[texts.offset + rows] = True
+    _, offsets, data = texts.buffers()
+    return pa.Array.from_buffers(texts.type, len(texts), [pa.array(valid).buffers()[1], offsets, data],
+                                 null_count=len(texts) - len(rows), offset=texts.offset)
+
+
+def _packed(texts: pa.Array, rows: np.ndarray) -> pa.Array:
+    """The values of ``texts`` (large_string) on ``rows`` (ascending; every other row null), as
+    an array of their own: a view where nothing lies between them (null rows take no bytes),
+    else a copy."""
+    bounds = _offsets(texts)
+    if len(rows) and np.array_equal(bounds[rows[1:]], bounds[rows[:-1] + 1]):
+        own = np.append(bounds[rows], bounds[rows[-1] + 1])
+        return pa.Array.from_buffers(pa.large_string(), len(rows), [None, pa.py_buffer(own), texts.buffers()[2]])
+    return texts.take(pa.array(rows))
+
+
+def _offsets(texts: pa.Array) -> np.ndarray:
+    """A large_string array's value bounds (``len(texts) + 1``), its slice offset applied."""
+    return np.frombuffer(texts.buffers()[1], np.int64)[texts.offset:texts.offset + len(texts) + 1]
 
 
 def prefixes_of(rows: pa.Table) -> dict[int, str]:
@@ -171,24 +207,24 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     digest (else None: the prefix is plain text)."""
     n = table.num_rows
     cut = len(task._prefix_pieces) - 1
-    document = digests = None
+    values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
+    codes = digests = None
     if cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
         head, tail = task._prefix_pieces
-        document, digests = encoded_by_digest(table.column(task._fields[0]).combine_chunks(), head, tail)
-    values = [document if i == 0 and document is not None else table.column(f).combine_chunks().cast(pa.large_string())
-              for i, f in enumerate(task._fields)]
+        codes, digests, first = digest_codes(values[0], head, tail)
+        values[0] = _only_on(values[0], first)   # each distinct document on its first row only
     error = pa.nulls(n, pa.string())
     for i, (field, value) in enumerate(zip(task._fields, values)):
-        reason = pc.if_else(pc.is_null(value), pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
+        reason = pc.if_else(pc.is_null(codes if i == 0 and codes is not None else value),
+                            pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
         if task.strict_text:
-            blank = _blank(document.dictionary).take(document.indices) if i == 0 and document is not None \
+            blank = _blank(value).take(pa.array(first)).take(codes) if i == 0 and codes is not None \
                 else _blank(value)
             reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
                                                     pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
         error = pc.coalesce(error, reason)
-    if document is not None:
-        texts = _join(task._prefix_pieces, [document.dictionary], len(document.dictionary))
-        prefix = pa.DictionaryArray.from_arrays(document.indices, texts)
+    if codes is not None:   # (the join copies each distinct document once; the rest are views)
+        prefix = pa.DictionaryArray.from_arrays(codes, _packed(_join(task._prefix_pieces, [values[0]], n), first))
     else:
         prefix = _join(task._prefix_pieces, values[:cut], n)
     suffix = _join(task._suffix_pieces, values[cut:], n)

@@ -94,20 +94,37 @@ def test_digests_of_a_column_are_the_digests_the_engines_remember():
 
 
 
-def test_a_document_column_is_encoded_by_the_digest_of_its_prompt_prefix():
+def test_a_document_column_is_coded_by_the_digest_of_its_prompt_prefix():
     """The read tells documents apart by the digest of the prefix each one makes (template
-    head + document + tail): one dictionary value per distinct document, its digest the one
-    the engines remember for that prefix, a null row still null."""
-    from pipeline.prefix_memory import encoded_by_digest
+    head + document + tail): one code per distinct document, its digest the one the engines
+    remember for that prefix, its first row; a null row has no code."""
+    from pipeline.prefix_memory import digest_codes
 
     docs = ["b", None, "a", "b", "", "ünï", None, "a", ""]
     for kind in (pa.string(), pa.large_string()):
-        encoded, digests = encoded_by_digest(pa.array(docs, kind).slice(0), "Document: ", "\n\nQ: ")
-        assert encoded.dictionary.to_pylist() == ["b", "a", "", "ünï"]
-        assert encoded.to_pylist() == docs
+        codes, digests, first = digest_codes(pa.array(["z"] + docs, kind).slice(1), "Document: ", "\n\nQ: ")
+        assert codes.to_pylist() == [0, None, 1, 0, 2, 3, None, 1, 2]
         assert digests.tolist() == [prefix_digest(f"Document: {d}\n\nQ: ") for d in ["b", "a", "", "ünï"]]
-    encoded, digests = encoded_by_digest(pa.array(["x", "y", "x", "z"]).slice(1, 2))
-    assert encoded.to_pylist() == ["y", "x"] and digests.tolist() == [prefix_digest("y"), prefix_digest("x")]
+        assert first.tolist() == [0, 2, 4, 5]
+
+
+def test_a_partition_carries_each_prefix_once_on_its_first_kept_row(tmp_path, tokenizer):
+    """Each document's prefix text rides on the first of its rows that did not fail (a view of
+    the read's one copy of it), null on its other rows; a document whose first row failed still
+    comes with its text."""
+    table = pa.table({"document": ["d1", "d2", "d1", "d3", "d2", "d3"],
+                      "question": ["", "q2", "q3", "q4", "q5", "q6"]})   # row 0 fails: its question is empty
+    source = _source(tmp_path, table, Columns(required=("document", "question")))
+    task = DocumentQuestion(tokenizer, system="Be brief.")
+    assert isinstance(task, PromptTemplate)   # (the column-wise path)
+    got = prompt_rows(source, task, plan_partitions(source.row_groups, 100)[0])
+    rows = got.rows.to_pylist()
+    assert [r["position"] for r in rows] == [1, 2, 3, 4, 5]
+    assert got.errors.column("position").to_pylist() == [0]
+    want = {d: task.split({"document": d, "question": "q"}).prefix for d in ("d1", "d2", "d3")}
+    assert [r["prefix"] for r in rows] == [want["d2"], want["d1"], want["d3"], None, None]
+    assert [r["digest"] for r in rows] == [prefix_digest(want[d]) for d in ("d2", "d1", "d3", "d2", "d3")]
+
 
 def test_split_sends_each_document_whole_to_one_bucket_with_its_text_once(tmp_path, tokenizer):
     rng = np.random.default_rng(3)
