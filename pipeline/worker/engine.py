@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import msgspec
 
@@ -38,8 +38,8 @@ class Engine(Protocol):
     block_size: int       # tokens per KV-cache block (the prefix cache's unit)
     kv_cache_tokens: int  # tokens the engine's KV cache holds
 
-    def encode(self, text: str) -> list[int]: ...
-    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling) -> Generation: ...
+    def encode(self, text: str) -> Sequence[int]: ...   # (a list, or any sequence ``+`` joins and slices)
+    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling) -> Generation: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...
 
@@ -230,12 +230,14 @@ class NullEngine:
         self.kv_cache_tokens = kv_cache_tokens
         self.cache = PrefixCacheModel(kv_cache_tokens // self.block_size, self.block_size)
 
-    def encode(self, text: str) -> list[int]:
-        ids = array("I")   # the code points, converted in C (a Python loop over 1,500 characters: 0.1 ms)
+    def encode(self, text: str) -> array:
+        # The code points as an array("I"), converted in C: a prompt is joined (``fit_prompt``)
+        # and served by the cache model without a Python int per token.
+        ids = array("I")
         ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
-        return ids.tolist()
+        return ids
 
-    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling) -> Generation:
+    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=self.cache.serve(prompt_ids),

@@ -29,7 +29,8 @@ class PrefixCacheModel:
         the most recently used."""
         if not self.capacity_blocks:
             return 0
-        data = array("I", prompt_ids).tobytes()
+        data = (prompt_ids if isinstance(prompt_ids, array) and prompt_ids.typecode == "I"
+                else array("I", prompt_ids)).tobytes()
         step = 4 * self.block_size
         hashes, h = [], 0
         for start in range(0, len(prompt_ids) // self.block_size * step, step):

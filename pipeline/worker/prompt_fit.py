@@ -7,12 +7,15 @@ turn) and keeps the row's own part whole, leaving room for ``max_tokens`` new to
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 TOO_LONG = "prompt too long"   # an ErrorKind.INPUT error
 
 
-def fit_prompt(prefix: list[int], suffix: list[int], max_model_len: int, max_tokens: int,
-               truncate: bool) -> tuple[list[int], str | None]:
-    """The prompt's token ids, and None; or ``[]`` and the row's error."""
+def fit_prompt(prefix: Sequence[int], suffix: Sequence[int], max_model_len: int, max_tokens: int,
+               truncate: bool) -> tuple[Sequence[int], str | None]:
+    """The prompt's token ids (of the engine's own kind: ``Engine.encode``), and None; or ``[]``
+    and the row's error."""
     total = len(prefix) + len(suffix)
     if total < max_model_len:
         return prefix + suffix, None
