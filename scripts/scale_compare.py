@@ -6,7 +6,7 @@ seconds and peak RSS and the scheduler's CPU, sampled from their processes; and,
 block ideal for the same placement of rows on shards.
 
     .venv/bin/python scripts/scale_input.py /tmp/in.parquet --rows 1000000
-    .venv/bin/python scripts/scale_compare.py /tmp/in.parquet [--kv-tokens 23296]
+    .venv/bin/python scripts/scale_compare.py /tmp/in.parquet [--kv-tokens 23296] [--runs 5]
     .venv/bin/python scripts/scale_compare.py /tmp/in.jsonl --path client|cluster   (no floor)
 
 Issue 25's targets read off this: rows/s >= 0.3 x the floor's; client CPU <= 5 s for the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -128,7 +129,28 @@ def main() -> None:
     p.add_argument("--config", default=str(ROOT / "cluster.yaml"))
     p.add_argument("--path", choices=("client", "cluster"), default="cluster",
                    help="jobs.path: the job on the cluster (the default) or through the client's job loop")
+    p.add_argument("--runs", type=int, default=1,
+                   help="floor and pipeline this many times, one after the other; the ratio of the medians "
+                        "(this box's rows/s vary by 2x from run to run)")
     a = p.parse_args()
+    ratios, floors, pipelines = [], [], []
+    for n in range(a.runs):
+        if a.runs > 1:
+            print(f"run {n + 1} of {a.runs}", flush=True)
+        f, r = compare(a)
+        if f is not None:
+            ratios.append(r["rows_per_s"] / f["rows_per_s"])
+            floors.append(f["rows_per_s"])
+        pipelines.append(r["rows_per_s"])
+    if a.runs > 1:
+        print(f"medians over {a.runs} runs: pipeline {statistics.median(pipelines):,.0f} rows/s"
+              + (f", floor {statistics.median(floors):,.0f} rows/s; pipeline / floor, ratio of medians "
+                 f"{statistics.median(pipelines) / statistics.median(floors):.3f} (per run: "
+                 f"{', '.join(f'{x:.3f}' for x in ratios)})" if floors else ""))
+
+
+def compare(a) -> tuple[dict | None, dict]:
+    """One floor run and one pipeline run, side by side, printed."""
     with tempfile.TemporaryDirectory(prefix="scale-compare-") as tmp:
         cfg = yaml.safe_load(Path(a.config).read_text())
         if a.kv_tokens:
@@ -149,7 +171,8 @@ def main() -> None:
     print(f"pipeline: {r['rows']} rows in {r['wall_s']:.1f} s (command to exit), {r['rows_per_s']:,.0f} rows/s "
           f"({r['job_rows_per_s']:,.0f} rows/s from the job's start, as its summary says); "
           f"client {r['client_cpu_s']:.1f} s CPU, peak RSS {r['client_peak_rss_mb']:.0f} MB; "
-          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU; workers {r['workers_cpu_s']:.1f} s CPU (sampled); workers' peak RSS {r['workers_peak_rss_mb']:,.0f} MB "
+          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU; workers {r['workers_cpu_s']:.1f} s CPU (sampled); "
+          f"workers' peak RSS {r['workers_peak_rss_mb']:,.0f} MB "
           f"together, the largest {r['worker_peak_rss_mb']:,.0f} MB")
     if f is not None:
         print(f"pipeline / floor: {r['rows_per_s'] / f['rows_per_s']:.3f}")
@@ -158,6 +181,7 @@ def main() -> None:
     if ideal is not None:
         cached = int(r["tokens"].split("cached:")[1].split()[0])
         print(f"block ideal for this placement: {ideal} tokens cached; cache model / ideal: {cached / ideal:.3f}")
+    return f, r
 
 
 if __name__ == "__main__":
