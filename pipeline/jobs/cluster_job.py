@@ -325,8 +325,8 @@ class ClusterJob:
             live = read_errors + sum(answered.values())   # rows answered so far, as the tasks report them
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
-            with pending.thread_condition:
-                if not pending.has_ready():
+            with pending.thread_condition:   # (the last one taken: on at once, to the merges)
+                if not pending.has_ready() and not pending.is_empty():
                     pending.thread_condition.wait(timeout=0.5)
         bar.update(max(0, summary.resumed + summary.rows - bar.n))
         client.gather(split_done)
