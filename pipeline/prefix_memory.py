@@ -32,7 +32,7 @@ def prefix_digest(text: str) -> int:
 def text_digests(texts, head: str = "", tail: str = "") -> np.ndarray:
     """``prefix_digest(head + value + tail)`` of each value of an Arrow string or large_string
     array, digested from the array's own bytes (valid UTF-8: what ``str.encode`` gives), with no
-    Python string made. (A null value is digested as an empty one.)"""
+    Python string made. (A null value gets the digest of whatever bytes its slot spans.)"""
     large = pa.types.is_large_string(texts.type)
     _, offsets, data = texts.buffers()
     n = len(texts)
