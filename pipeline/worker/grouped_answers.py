@@ -12,8 +12,8 @@ budget by the client). Progress goes to the job's event topic as rows complete.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import time
-import types
 
 import numpy as np
 import pyarrow as pa
@@ -173,24 +173,41 @@ def start_eagerly(coro) -> asyncio.Task | None:
         waiting_for = coro.send(None)
     except StopIteration:
         return None
-    return asyncio.ensure_future(_resume(coro, waiting_for))
+    return asyncio.ensure_future(_Started(coro, waiting_for))
 
 
-@types.coroutine
-def _resume(coro, waiting_for):
-    """Continue a started coroutine inside a Task: what it waits for goes to the Task, the
-    outcome back to it."""
-    while True:
-        try:
-            value = yield waiting_for
-        except BaseException as exc:   # noqa: BLE001 - a cancellation, passed on
-            send, arg = coro.throw, exc
-        else:
-            send, arg = coro.send, value
-        try:
-            waiting_for = send(arg)
-        except StopIteration as done:
-            return done.value
+class _Started(collections.abc.Coroutine):
+    """A coroutine already started (now waiting for ``waiting_for``), as a Task runs it: the
+    Task's first step waits for what it waits for, then each step goes on to it. A Task
+    cancelled before its first step throws the cancellation into the coroutine itself, so the
+    coroutine stops where it waits (a request in flight is aborted, its ``finally`` runs), rather
+    than being left suspended with the Task gone."""
+
+    def __init__(self, coro, waiting_for):
+        self._coro, self._waiting_for = coro, waiting_for
+        self._first = True
+
+    def send(self, value):
+        if self._first:
+            self._first = False
+            return self._waiting_for
+        return self._coro.send(value)
+
+    def throw(self, *exc):
+        self._first = False
+        return self._coro.throw(*exc)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
 
 
 def _release_when_done(gate: TokenGate, tokens: float, tasks: list[asyncio.Task]) -> None:

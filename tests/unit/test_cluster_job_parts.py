@@ -267,6 +267,31 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
         assert plugin.engine.most_before_first == before and plugin.engine.most == 8
 
 
+def test_a_request_cancelled_before_its_task_first_runs_still_stops_where_it_waits():
+    """A row's request is started at once and handed to a Task only where it must wait; a
+    release that lands before that Task's first step must still reach the request (its
+    ``finally`` aborts it and settles the counters), not leave it suspended with the Task gone."""
+    from pipeline.worker.grouped_answers import start_eagerly
+
+    stopped = []
+
+    async def request():
+        try:
+            await asyncio.sleep(30)
+        finally:
+            stopped.append(True)
+
+    async def main():
+        task = start_eagerly(request())
+        task.cancel()   # (before the loop has run the Task once)
+        await asyncio.gather(task, return_exceptions=True)
+        return task, list(stopped)
+
+    task, seen = asyncio.run(main())
+    assert seen == [True]
+    del task
+
+
 def test_a_task_dask_releases_stops_its_rows_in_flight_and_starts_no_more():
     """Dask releases an answering task (its client cancelled it or is gone): the engine's
     requests in flight are cancelled (vLLM aborts them), no more are started, the task ends
