@@ -50,6 +50,7 @@ class EnginePlugin(WorkerPlugin):
         self.model = model
         self.engine_kind = engine_kind
         self.engine: Engine | None = None
+        self.worker = None   # the Dask worker (set up)
         self.info: dict = {}
         self.prefixes: PrefixMemory | None = None   # what the engine has served (set once it runs)
         self.phase = "waiting"       # starting -> ready -> stopped (or failed)
@@ -182,6 +183,8 @@ class EnginePlugin(WorkerPlugin):
                                                          **commit))
         if task is not None:
             self._answering[task] = answering
+            if self._released(task):   # (released before it got here: ``transition`` found nothing to stop)
+                answering.cancel()
         try:
             results = await answering
         except EngineDead as exc:
@@ -206,6 +209,14 @@ class EnginePlugin(WorkerPlugin):
             answering = self._answering.get(key)
             if answering is not None:
                 answering.cancel()
+
+    def _released(self, key: str) -> bool:
+        """Dask has let task ``key`` go on this worker (cancelled while it was starting, or gone)."""
+        tasks = getattr(getattr(self.worker, "state", None), "tasks", None)
+        if tasks is None:   # (no Dask worker: nothing to ask)
+            return False
+        ts = tasks.get(key)
+        return ts is None or ts.state in ("cancelled", "released", "forgotten")
 
     @property
     def default_sampling(self) -> Sampling:

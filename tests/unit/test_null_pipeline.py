@@ -221,16 +221,16 @@ def test_a_stream_left_early_stops_its_batches_on_the_workers():
     """A caller that stops iterating ``stream`` (a break, an exception) leaves no work behind:
     its batches still on the cluster are cancelled and the workers stop answering them, rather
     than hold the engines for rows nobody will read."""
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"null_latency_s": 2.0},
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"null_latency_s": 4.0},
                                    intake={"batch_size": 8, "fast_batch_s": 0})
     rows = document_questions(50, 4, seed=3, order="shuffled")
     with Pipeline(config, engine="null") as p:
         for _ in p.stream(rows):   # (every batch is submitted before the first answer comes)
             break
-        deadline = time.monotonic() + 1.5   # (without the cancel: busy for another 4 s)
+        deadline = time.monotonic() + 3.0   # (without the cancel: busy for another 8 s)
         while any(s["metrics"]["in_flight"] or s["metrics"]["queued"] for s in p.worker_stats()):
             assert time.monotonic() < deadline, [s["metrics"] for s in p.worker_stats()]
             time.sleep(0.1)
         served = sum(s["requests"] for s in p.worker_stats())
-        time.sleep(2.5)
+        time.sleep(4.5)
         assert sum(s["requests"] for s in p.worker_stats()) == served < len(rows)
