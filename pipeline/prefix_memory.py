@@ -33,12 +33,10 @@ def text_digests(texts, head: str = "", tail: str = "") -> np.ndarray:
     """``prefix_digest(head + value + tail)`` of each value of an Arrow string or large_string
     array, digested from the array's own bytes (valid UTF-8: what ``str.encode`` gives), with no
     Python string made. (A null value gets the digest of whatever bytes its slot spans.)"""
-    large = pa.types.is_large_string(texts.type)
-    _, offsets, data = texts.buffers()
-    n = len(texts)
-    if not n:
+    if not len(texts):
         return np.zeros(0, np.uint64)
-    bounds = np.frombuffer(offsets, np.int64 if large else np.int32)[texts.offset:texts.offset + n + 1].tolist()
+    data = texts.buffers()[2]
+    bounds = value_bounds(texts).tolist()
     view, blake2b = memoryview(data if data is not None else b""), hashlib.blake2b
     if head or tail:
         base, end = blake2b(head.encode("utf-8", "surrogatepass"), digest_size=8), tail.encode("utf-8", "surrogatepass")
@@ -51,6 +49,13 @@ def text_digests(texts, head: str = "", tail: str = "") -> np.ndarray:
     else:
         digests = [blake2b(view[a:b], digest_size=8).digest() for a, b in zip(bounds, bounds[1:])]
     return np.frombuffer(b"".join(digests), dtype="<u8").astype(np.uint64)
+
+
+def value_bounds(texts: pa.Array) -> np.ndarray:
+    """Where each value of a string or large_string array starts, and where the last ends
+    (``len(texts) + 1`` byte offsets into its data; its slice offset applied)."""
+    kind = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    return np.frombuffer(texts.buffers()[1], kind)[texts.offset:texts.offset + len(texts) + 1]
 
 
 def digest_codes(texts: pa.Array, head: str = "", tail: str = "") -> tuple[pa.Array, np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ from dask.sizeof import sizeof
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.prefix_memory import digest_codes, text_digests
+from pipeline.prefix_memory import digest_codes, text_digests, value_bounds
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
 from tasks import PromptTemplate, RowError
@@ -147,7 +147,7 @@ def _on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
         texts, first = texts.take(pa.array(order)), first[order]
     starts = np.zeros(n + 1, np.int64)
     starts[first + 1] = 1
-    bounds = _offsets(texts)[np.cumsum(starts)]   # row r: from the start of the values before it
+    bounds = value_bounds(texts)[np.cumsum(starts)]   # row r: from the start of the values before it
     valid = np.zeros(n, bool)
     valid[first] = True
     return pa.Array.from_buffers(pa.large_string(), n, [pa.array(valid).buffers()[1], pa.py_buffer(bounds),
@@ -167,16 +167,11 @@ def _packed(texts: pa.Array, rows: np.ndarray) -> pa.Array:
     """The values of ``texts`` (large_string) on ``rows`` (ascending; every other row null), as
     an array of their own: a view where nothing lies between them (null rows take no bytes),
     else a copy."""
-    bounds = _offsets(texts)
+    bounds = value_bounds(texts)
     if len(rows) and np.array_equal(bounds[rows[1:]], bounds[rows[:-1] + 1]):
         own = np.append(bounds[rows], bounds[rows[-1] + 1])
         return pa.Array.from_buffers(pa.large_string(), len(rows), [None, pa.py_buffer(own), texts.buffers()[2]])
     return texts.take(pa.array(rows))
-
-
-def _offsets(texts: pa.Array) -> np.ndarray:
-    """A large_string array's value bounds (``len(texts) + 1``), its slice offset applied."""
-    return np.frombuffer(texts.buffers()[1], np.int64)[texts.offset:texts.offset + len(texts) + 1]
 
 
 def prefixes_of(rows: pa.Table) -> dict[int, str]:
