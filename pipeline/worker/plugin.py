@@ -41,6 +41,9 @@ class TaskReleased(RuntimeError):
     """Dask released a task while its rows were being answered: they were stopped."""
 
 
+LET_GO = ("released", "cancelled", "forgotten")   # a Dask task's states once nobody waits for it
+
+
 class EnginePlugin(WorkerPlugin):
     idempotent = True  # registering again must not rebuild a loaded engine
     name = PLUGIN_NAME
@@ -205,7 +208,7 @@ class EnginePlugin(WorkerPlugin):
         """(Dask calls this on every task transition on this worker.) A task released while it
         answers rows: they stop (``answer_grouped``), rather than take the engine from the
         other jobs until the last of them is answered for nobody."""
-        if finish in ("released", "cancelled", "forgotten"):
+        if finish in LET_GO:
             answering = self._answering.get(key)
             if answering is not None:
                 answering.cancel()
@@ -216,7 +219,7 @@ class EnginePlugin(WorkerPlugin):
         if tasks is None:   # (no Dask worker: nothing to ask)
             return False
         ts = tasks.get(key)
-        return ts is None or ts.state in ("cancelled", "released", "forgotten")
+        return ts is None or ts.state in LET_GO
 
     @property
     def default_sampling(self) -> Sampling:
