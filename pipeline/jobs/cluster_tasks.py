@@ -2,11 +2,13 @@
 (pipeline/jobs/cluster_job.py); rows travel between workers as these tasks' results, never
 through the client or inline through the scheduler.
 
-    read_task (per input partition, any worker)  -> PromptRows
+    read_task (per input partition, any worker)  -> PromptRows (a Parquet job's: positions and
+                                                    digests, no text)
       documents_of                                -> per-document counts
     place_task (one, any worker)                 -> Placement (document -> shard and bucket)
-    split_task (per partition, beside its read)  -> {shard: rows, sorted by bucket} (a file
-                                                    job's also commits the rows that failed reading)
+    split_task (per partition)                   -> {shard: rows, sorted by bucket} (a file
+                                                    job's reads the partition's texts again, and
+                                                    commits the rows that failed reading)
       piece_of                                    -> one shard's rows of one partition
     answer_task (per bucket, on its shard)       -> answer files; figures (its bucket's slice
                                                     of each of its shard's pieces)
@@ -33,8 +35,8 @@ from pipeline.jobs.answer_files import AnswerFiles, error_table, results_table
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import PARTITION_BITS, Partition
 from pipeline.jobs.placement import Bucket, Placement, place_documents
-from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PromptRows, prefixes_of, \
-    prompt_rows, read_partition
+from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PartitionTexts, PromptRows, \
+    on_first_rows, prefixes_of, prompt_rows, read_partition
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling
 from pipeline.worker.plugin import shard_plugin
@@ -78,7 +80,8 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
 
             rows = jsonl_prompt_rows(spec.source, spec.task, part, done)
         else:
-            rows = prompt_rows(spec.source, spec.task, part, done)
+            # (no text kept: the split reads the partition again once the job's documents are placed)
+            rows = prompt_rows(spec.source, spec.task, part, done, texts=False)
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, ReadFigures(unreadable=str(exc))
@@ -113,12 +116,13 @@ def buckets_of(placement: Placement) -> list[Bucket]:
     return placement.buckets
 
 
-def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> dict[str, pa.Table]:
+def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement,
+               texts: PartitionTexts | None = None) -> dict[str, pa.Table]:
     """The partition's rows by shard, each shard's sorted by bucket, document, then position,
     with their ``bucket`` column (a bucket's rows are one slice of it: ``bucket_slice``). A
     document's text goes on its first row in the whole job only, so it travels to its shard
     once (a split document's: on the first row of each of its chunks here, so each bucket that
-    answers it gets it)."""
+    answers it gets it). Rows read without their texts take them from ``texts``."""
     rows = read[0].rows
     if not rows.num_rows:
         return {}
@@ -135,15 +139,26 @@ def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement) -> di
     shard_of_bucket = np.zeros(len(placement.buckets), np.int64)
     for b in placement.buckets:
         shard_of_bucket[b.index] = shards.index(b.shard)
-    at = rows.column_names.index("prefix")
-    rest, prefix = rows.remove_column(at), rows.column("prefix")
+    if texts is not None:
+        rows = rows.append_column("suffix", texts.suffix)
+        documents = read[0].documents.sort_by("digest")   # (each carrier's prefix length as read, to check)
+        prefix_bytes = np.zeros(len(digests), np.int64)
+        prefix_bytes[carries] = documents.column("prefix_bytes").to_numpy()[
+            np.searchsorted(documents.column("digest").to_numpy(), digests[carries])]
+    else:
+        rows, prefix = rows.remove_column(rows.column_names.index("prefix")), rows.column("prefix")
     out = {}
     # (a shard's buckets are consecutive numbers, so its rows are one run of the sorted order)
     for s, lo, hi in _runs(shard_of_bucket[bucket[order]]):
         take = order[lo:hi]
         # (compact copies: they travel; the text of rows that do not carry it is not copied)
-        piece = rest.take(take).add_column(at, rows.schema.field(at),
-                                           prefix.take(pa.array(text_row[take], mask=~carries[take])))
+        if texts is not None:   # (each carried text joined once, in the piece's order)
+            carry = take[carries[take]]
+            text = on_first_rows(texts.prefixes(text_row[carry], prefix_bytes[carry]), np.flatnonzero(carries[take]),
+                                 len(take))
+        else:
+            text = prefix.take(pa.array(text_row[take], mask=~carries[take]))
+        piece = rows.take(take).add_column(2, ROWS_SCHEMA.field("prefix"), text)
         out[shards[s]] = piece.append_column("bucket", pa.array(bucket[take], pa.int32()))
     return out
 
@@ -156,7 +171,9 @@ def file_split_task(spec: JobSpec, read: tuple[PromptRows, ReadFigures], placeme
     if errors.num_rows:
         AnswerFiles(spec.folder).write(part.index, f"{spec.run}-input",
                                        error_table(errors.column("position"), errors.column("error")))
-    return split_task(read, placement)
+    texts = None if read[0].texts else PartitionTexts(spec.source, spec.task, part,
+                                                       read[0].rows.column("position").to_numpy())
+    return split_task(read, placement, texts)
 
 
 def bucket_slice(piece: pa.Table | None, bucket: int) -> pa.Table | None:

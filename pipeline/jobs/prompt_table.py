@@ -17,6 +17,10 @@ A ``PromptRows`` holds:
 - ``documents``: per distinct prefix, its digest, rows and UTF-8 bytes (what placement counts)
   and the position of its first row here;
 - ``errors``: position and error text of every row that failed here.
+
+A file job's read of a one-column prefix (``texts=False``) keeps no text: its ``rows`` are each
+row's position and digest only, and the split reads the partition again (``PartitionTexts``)
+once the job's documents are placed, so reads hold a few bytes a row while they wait.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix"
 DOCUMENTS_SCHEMA = pa.schema({"digest": pa.uint64(), "rows": pa.int64(), "prefix_bytes": pa.int64(),
                               "suffix_bytes": pa.int64(), "first": pa.int64()})
 ERRORS_SCHEMA = pa.schema({"position": pa.int64(), "error": pa.string()})
+INDEX_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64()})
 
 
 @dataclass
@@ -49,6 +54,8 @@ class PromptRows:
     documents: pa.Table
     errors: pa.Table
     read: int | None = None   # rows of the partition read, those answered by an earlier run too (JSONL)
+    texts: bool = True        # False: ``rows`` holds position and digest only (``INDEX_SCHEMA``); the
+                              # split reads the partition again for their texts (``PartitionTexts``)
 
 
 @sizeof.register(PromptRows)
@@ -70,20 +77,24 @@ def read_partition(source, part: Partition, columns: list[str] | None = None) ->
     return table.slice(part.skip, part.rows)
 
 
-def prompt_rows(source, task, part: Partition, done: pa.Array | None = None) -> PromptRows:
+def prompt_rows(source, task, part: Partition, done: pa.Array | None = None, texts: bool = True) -> PromptRows:
     """The partition as prompt rows; rows whose position is in ``done`` (answered by an
-    earlier run) are left out."""
+    earlier run) are left out. ``texts=False``: where the prompt's prefix is one column (a
+    document) of valid text, the rows come without their texts (``PromptRows.texts``)."""
     table = read_partition(source, part)
     positions = pa.array(np.arange(part.start, part.stop, dtype=np.int64))
     if done is not None and len(done):
         keep = pc.invert(pc.is_in(positions, value_set=done))
         table, positions = table.filter(keep), positions.filter(keep)
-    return prompt_rows_of(table, positions, task, source.row_columns)
+    return prompt_rows_of(table, positions, task, source.row_columns, texts)
 
 
-def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColumns) -> PromptRows:
-    """``table``'s rows (the task's ``columns``; each row's position in ``positions``) as prompt rows."""
+def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColumns, texts: bool = True) -> PromptRows:
+    """``table``'s rows (the task's ``columns``; each row's position in ``positions``) as prompt
+    rows (``texts``: as ``prompt_rows``)."""
     if isinstance(task, PromptTemplate) and not columns.sampling_columns and _plain_text(table, task):
+        if not texts and len(task._prefix_pieces) == 2:
+            return _prompt_index(_FieldValues(task, table), positions)
         prefix, suffix, error, digests = _template_columns(task, table)
     else:
         prefix, suffix, error = _row_by_row(columns, task, table)
@@ -119,25 +130,82 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
     digest_of = np.zeros(len(prefix.dictionary), np.uint64)
     digest_of[used] = digests
     digest = pa.array(digest_of[index])
-    out = {"position": kept, "digest": digest, "prefix": _on_first_rows(distinct, first, len(index)),
+    out = {"position": kept, "digest": digest, "prefix": on_first_rows(distinct, first, len(index)),
            "suffix": suffix}
     schema = ROWS_SCHEMA
     for name, column in sampling.items():
         out[name] = column
         schema = schema.append(pa.field(name, column.type))
     rows = pa.table(out, schema=schema)
-    counts = pa.table({"digest": digest, "suffix_bytes": pc.binary_length(suffix)}).group_by("digest").aggregate(
-        [("digest", "count"), ("suffix_bytes", "sum")])
-    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_bytes": pc.binary_length(distinct),
-                        "first": kept.take(pa.array(first))})
-    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_bytes", "suffix_bytes_sum",
-                                                       "first"])
-    documents = pa.table(documents.columns, schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
-        DOCUMENTS_SCHEMA.empty_table()
+    documents = _documents(digest, pc.binary_length(suffix), digests, pc.binary_length(distinct),
+                           kept.take(pa.array(first)))
     return PromptRows(rows, documents, errors)
 
 
-def _on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
+def _prompt_index(fields: _FieldValues, positions: pa.Array) -> PromptRows:
+    """``prompt_rows_from`` without the texts: each kept row's position and digest, the
+    documents and the errors, from the fields' checks and lengths; nothing joined or copied."""
+    error = fields.error()
+    failed = pc.is_valid(error)
+    errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
+    codes, suffix_bytes = fields.codes, pa.array(fields.suffix_bytes())
+    if error.null_count < len(error):   # (a row whose document is null failed: no code is null after this)
+        ok = pc.invert(failed)
+        codes, suffix_bytes, positions = codes.filter(ok), suffix_bytes.filter(ok), positions.filter(ok)
+    index = codes.to_numpy(zero_copy_only=False)
+    used, first = np.unique(index, return_index=True)
+    digest = pa.array(fields.digests[index], pa.uint64())
+    rows = pa.table({"position": positions, "digest": digest}, schema=INDEX_SCHEMA)
+    documents = _documents(digest, suffix_bytes, fields.digests[used], pa.array(fields.prefix_bytes()[used]),
+                           positions.take(pa.array(first)))
+    return PromptRows(rows, documents, errors, texts=False)
+
+
+def _documents(digest: pa.Array, suffix_bytes: pa.Array, digests: np.ndarray, prefix_bytes: pa.Array,
+               first: pa.Array) -> pa.Table:
+    """Per document: its rows here and their suffix bytes (from each row's ``digest`` and
+    ``suffix_bytes``), its prefix bytes and first position (per distinct digest, ``digests``)."""
+    counts = pa.table({"digest": digest, "suffix_bytes": suffix_bytes}).group_by("digest").aggregate(
+        [("digest", "count"), ("suffix_bytes", "sum")])
+    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_bytes": prefix_bytes, "first": first})
+    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_bytes", "suffix_bytes_sum",
+                                                       "first"])
+    return pa.table(documents.columns, schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
+        DOCUMENTS_SCHEMA.empty_table()
+
+
+class PartitionTexts:
+    """A partition's texts read again for its rows read without them (``PromptRows.texts``):
+    each row's suffix, and the prefixes of the rows that carry one, joined here (after
+    placement), so a read holds no text while the job's documents are counted."""
+
+    def __init__(self, source, task: PromptTemplate, part: Partition, positions: np.ndarray):
+        table = read_partition(source, part)
+        if table.num_rows != part.rows:
+            raise JobError(f"{source.files[part.file]} changed while the job ran (rows {part.start}-{part.stop - 1} "
+                           f"now {table.num_rows} rows); run the same command again to resume")
+        self.task, self.source, self.part = task, source, part
+        self._local = positions - part.start   # (each row's place in the partition)
+        every = len(self._local) == table.num_rows
+        take = None if every else pa.array(self._local)
+        values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
+        self._documents = values[0]
+        suffix_values = values[1:] if every else [v.take(take) for v in values[1:]]
+        self.suffix = _join(task._suffix_pieces, suffix_values, len(self._local))
+
+    def prefixes(self, rows: np.ndarray, lengths: np.ndarray) -> pa.Array:
+        """The prefix text of each of ``rows`` (indices into the positions given), whose UTF-8
+        lengths the read found to be ``lengths``: a file that changed since is refused (where
+        a length did; a digest of each would cost a fifth of the split)."""
+        texts = _join(self.task._prefix_pieces, [self._documents.take(pa.array(self._local[rows]))], len(rows))
+        if not np.array_equal(pc.binary_length(texts).to_numpy(zero_copy_only=False), lengths):
+            raise JobError(f"{self.source.files[self.part.file]} changed while the job ran (a document of rows "
+                           f"{self.part.start}-{self.part.stop - 1} is not the one read); run the same command "
+                           f"again to resume")
+        return texts
+
+
+def on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
     """A column of ``n`` rows holding ``texts[i]`` (no nulls) on row ``first[i]``, null on every
     other: where ``first`` ascends (the values come in the order of their rows, the usual case),
     a view of their text, not a copy."""
@@ -201,29 +269,61 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     joined once, and the prefix comes back as a dictionary array, with each dictionary value's
     digest (else None: the prefix is plain text)."""
     n = table.num_rows
-    cut = len(task._prefix_pieces) - 1
-    values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
-    codes = digests = None
-    if cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
-        head, tail = task._prefix_pieces
-        codes, digests, first = digest_codes(values[0], head, tail)
-        values[0] = _only_on(values[0], first)   # each distinct document on its first row only
-    error = pa.nulls(n, pa.string())
-    for i, (field, value) in enumerate(zip(task._fields, values)):
-        reason = pc.if_else(pc.is_null(codes if i == 0 and codes is not None else value),
-                            pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
-        if task.strict_text:
-            blank = _blank(value).take(pa.array(first)).take(codes) if i == 0 and codes is not None \
-                else _blank(value)
-            reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
-                                                    pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
-        error = pc.coalesce(error, reason)
+    fields = _FieldValues(task, table)
+    values, codes, first = fields.values, fields.codes, fields.first
+    error = fields.error()
     if codes is not None:   # (the join copies each distinct document once; the rest are views)
-        prefix = pa.DictionaryArray.from_arrays(codes, _packed(_join(task._prefix_pieces, [values[0]], n), first))
+        only_first = _only_on(values[0], first)   # each distinct document on its first row only
+        prefix = pa.DictionaryArray.from_arrays(codes, _packed(_join(task._prefix_pieces, [only_first], n), first))
     else:
-        prefix = _join(task._prefix_pieces, values[:cut], n)
-    suffix = _join(task._suffix_pieces, values[cut:], n)
-    return prefix, suffix, error.cast(pa.string()), digests
+        prefix = _join(task._prefix_pieces, values[:fields.cut], n)
+    suffix = _join(task._suffix_pieces, values[fields.cut:], n)
+    return prefix, suffix, error, fields.digests
+
+
+class _FieldValues:
+    """The template's fields of ``table`` as large_string columns; where the prefix is one field
+    (a document), each row coded by its document (``digest_codes``: codes, each code's digest,
+    each code's first row), else ``codes`` is None."""
+
+    def __init__(self, task: PromptTemplate, table: pa.Table):
+        self.task, self.cut, self.rows = task, len(task._prefix_pieces) - 1, table.num_rows
+        self.values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
+        self.codes = self.digests = self.first = None
+        if self.cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
+            head, tail = task._prefix_pieces
+            self.codes, self.digests, self.first = digest_codes(self.values[0], head, tail)
+
+    def error(self) -> pa.Array:
+        """Each row's error (null where it is fine): the first field that fails names it."""
+        task, codes = self.task, self.codes
+        error = pa.nulls(self.rows, pa.string())
+        for i, (field, value) in enumerate(zip(task._fields, self.values)):
+            coded = i == 0 and codes is not None
+            reason = pc.if_else(pc.is_null(codes if coded else value),
+                                pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
+            if task.strict_text:   # (a document checked once, on its first row)
+                blank = _blank(_only_on(value, self.first)).take(pa.array(self.first)).take(codes) if coded \
+                    else _blank(value)
+                reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
+                                                        pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
+            error = pc.coalesce(error, reason)
+        return error.cast(pa.string())
+
+    def suffix_bytes(self) -> np.ndarray:
+        """Each row's suffix length in UTF-8 bytes, as ``_join`` would make it (0 where a field is null)."""
+        pieces = self.task._suffix_pieces
+        total = np.full(self.rows, sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces), np.int64)
+        for value in self.values[self.cut:]:
+            total += pc.fill_null(pc.binary_length(value), 0).to_numpy(zero_copy_only=False)
+        return total
+
+    def prefix_bytes(self) -> np.ndarray:
+        """Each code's prefix length in UTF-8 bytes (template head + document + tail)."""
+        pieces = self.task._prefix_pieces
+        bounds = value_bounds(self.values[0])
+        return bounds[self.first + 1] - bounds[self.first] + sum(len(p.encode("utf-8", "surrogatepass"))
+                                                                for p in pieces)
 
 
 def _blank(value: pa.Array) -> pa.Array:

@@ -374,3 +374,46 @@ def test_a_buckets_answers_are_written_in_files_of_many_rows_each_every_row_once
     soon = BucketCommits(files, starts, "run-b000002", 0, rows=1000, seconds=0, on_written=lambda t: None)
     soon.add([RowResult(p) for p in (10, 110)])   # every partition's, at once
     assert [len(files.answer_files(n)) for n in range(3)] == [2, 2, 1]
+
+
+def test_a_read_without_texts_splits_into_the_same_pieces_as_one_that_kept_them(tmp_path, tokenizer):
+    """A file job's read keeps no text (``texts=False``: each row's position and digest, the
+    documents, the errors); its split reads the partition again. The pieces are the ones a
+    read that kept the texts gives: same rows, prefixes on the same rows, same suffixes; with
+    rows that failed, rows answered by an earlier run, and a document split into chunks."""
+    from pipeline.jobs.errors import JobError
+    from pipeline.jobs.prompt_table import PartitionTexts
+
+    rng = np.random.default_rng(5)
+    docs = [f"document {d} ünï " + "text " * (d + 1) for d in rng.integers(0, 7, 90)]
+    docs[10:40] = ["one shared head"] * 30
+    docs[3], docs[50] = None, "   "
+    questions = [f"question {i} ✓" for i in range(90)]
+    questions[7] = ""
+    table = pa.table({"document": docs, "question": questions})
+    source = _source(tmp_path, table, Columns(required=("document", "question")))
+    task = DocumentQuestion(tokenizer)
+    parts = plan_partitions(source.row_groups, 30)
+    done = pa.array([0, 11, 60], pa.int64())   # answered by an earlier run
+    kept = [(prompt_rows(source, task, p, done), None) for p in parts]
+    lean = [(prompt_rows(source, task, p, done, texts=False), None) for p in parts]
+    assert all(r.texts for r, _ in kept) and not any(r.texts for r, _ in lean)
+    assert all(r.rows.column_names == ["position", "digest"] for r, _ in lean)
+    for (a, _), (b, _) in zip(kept, lean):
+        assert b.documents.equals(a.documents) and b.errors.equals(a.errors)
+        assert b.rows.equals(a.rows.select(["position", "digest"]))
+    placement = place_task(["cpu0", "cpu1"], {}, 8, 0, *(r.documents for r, _ in lean))
+    assert placement.split   # (the shared head's rows are cut into chunks)
+    for (a, fa), (b, fb), part in zip(kept, lean, parts):
+        texts = PartitionTexts(source, task, part, b.rows.column("position").to_numpy())
+        want, got = split_task((a, fa), placement), split_task((b, fb), placement, texts)
+        assert got.keys() == want.keys()
+        for shard in want:
+            assert got[shard].equals(want[shard]), shard
+    # a file that changed under the job is refused, not answered with other texts
+    for changed in ({"document": [f"changed {d}" if d else d for d in docs], "question": questions},
+                    {"document": docs[:80], "question": questions[:80]}):
+        pq.write_table(pa.table(changed), tmp_path / "in.parquet", row_group_size=7)
+        with pytest.raises(JobError, match="changed while the job ran"):
+            for (b, fb), part in zip(lean, parts):
+                split_task((b, fb), placement, PartitionTexts(source, task, part, b.rows.column("position").to_numpy()))
