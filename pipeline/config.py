@@ -325,10 +325,10 @@ class JobsConfig(_Section):
     partition_rows: int = Field(65_536, gt=0)
     # OpenAI batch JSONL: bytes of the file per read task (cut at line ends).
     partition_bytes: int = Field(64 * 2**20, gt=0)
-    # Input partitions a worker reads (into prompt rows) at a time. A read is CPU-bound Arrow work
-    # that holds the partition's text a few times over: more at once on a worker's core(s) only
-    # contend, and raise the worker's peak memory (1M rows on 2 one-core shards: read in 5.8-6.9 s
-    # one at a time, 8.5-10.5 s four at a time). Read when the workers start.
+    # Input partitions a worker reads (into prompt rows) or splits at a time. Both are CPU-bound
+    # Arrow work that holds the partition's text while it runs: more at once on a worker's
+    # core(s) only contend, and raise the worker's peak memory (1M rows on 2 one-core shards:
+    # read in 5.8-6.9 s one at a time, 8.5-10.5 s four at a time). Read when the workers start.
     reads_per_worker: int = Field(1, gt=0)
     # Rows per answer task: a shard's documents are answered in buckets of at most this many
     # rows (a document is split only when it alone has more rows than that, or than a shard's

@@ -139,7 +139,8 @@ class FrameSteps:
         self._tails[part.index] = client.submit(frame_tail_of, read, key=f"{key}-tail", priority=PLAN_PRIORITY)
         return read
 
-    def split(self, client, spec, read, place, part, key: str):
+    def split(self, client, spec, read, place, part, key: str, resources: dict | None = None):
+        """(``resources`` is not asked for: a DataFrame's split reads nothing again.)"""
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
         from pipeline.jobs.cluster_tasks import split_task
 

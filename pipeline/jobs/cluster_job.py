@@ -111,8 +111,10 @@ class FileSteps:
         return sum(files.folder.num_rows(files.part_path(p.index)) for p in self.sink.partitions
                    if files.merged(p.index))
 
-    def split(self, client, spec: JobSpec, read, place, part, key: str):
-        return client.submit(file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY)
+    def split(self, client, spec: JobSpec, read, place, part, key: str, resources: dict | None = None):
+        """``resources``: the read slot, as ``read``'s (a split reads its partition's texts again)."""
+        return client.submit(file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY,
+                             resources=resources)
 
     def key_checks(self, client, spec: JobSpec) -> list:
         """With ``check_keys``: the tasks that find the hashes of ids used twice, over every
@@ -252,7 +254,7 @@ class ClusterJob:
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets", priority=PLAN_PRIORITY).result()
         if checks:
             self.steps.refuse_duplicates(client, spec, checks)
-        splits = [self.steps.split(client, spec, r, place, p, key=f"{job}-split-{p.index}")
+        splits = [self.steps.split(client, spec, r, place, p, key=f"{job}-split-{p.index}", **slot)
                   for r, p in zip(reads, todo)]
         # each partition's rows for each shard: a bucket's answer task takes its slice of its shard's
         # (P × shards tasks, not P × buckets; a bucket's entry is let go once it is answered, a
