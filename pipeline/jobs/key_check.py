@@ -99,12 +99,12 @@ def _partition_keys(source, part: Partition) -> pa.Array:
     """Partition ``part``'s keys; none if it cannot be read (its read task says why, and its rows
     wait for a rerun, which checks every partition again)."""
     from pipeline.jobs.jsonl_input import block_keys
-    from pipeline.jobs.prompt_table import read_partition
+    from pipeline.jobs.prompt_table import read_partition, whole
 
     try:
         if source.format == "openai":
             return block_keys(source, part)
-        return read_partition(source, part, columns=["id"]).column(0).combine_chunks()
+        return whole(read_partition(source, part, columns=["id"]).column(0))
     except JobError:
         return pa.array([], source.key_type)
 

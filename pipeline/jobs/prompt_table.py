@@ -64,6 +64,12 @@ def _sizeof_prompt_rows(rows: PromptRows) -> int:
     return rows.rows.nbytes + rows.documents.nbytes + rows.errors.nbytes
 
 
+def whole(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array: its one chunk as it is (``combine_chunks`` copies even that one:
+    a document column's text, ~150 MB a partition of the scale input)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def read_partition(source, part: Partition, columns: list[str] | None = None) -> pa.Table:
     """The partition's rows of ``columns`` (default: every column the task reads)."""
     if columns is None:
@@ -99,7 +105,7 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     else:
         prefix, suffix, error = _row_by_row(columns, task, table)
         digests = None
-    sampling = {name: table.column(name).combine_chunks() for name in columns.sampling_columns}
+    sampling = {name: whole(table.column(name)) for name in columns.sampling_columns}
     return prompt_rows_from(prefix, suffix, error, positions, sampling, digests)
 
 
@@ -188,7 +194,7 @@ class PartitionTexts:
         self._local = positions - part.start   # (each row's place in the partition)
         every = len(self._local) == table.num_rows
         take = None if every else pa.array(self._local)
-        values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
+        values = [whole(table.column(f)).cast(pa.large_string()) for f in task._fields]
         self._documents = values[0]
         suffix_values = values[1:] if every else [v.take(take) for v in values[1:]]
         self.suffix = _join(task._suffix_pieces, suffix_values, len(self._local))
@@ -288,7 +294,7 @@ class _FieldValues:
 
     def __init__(self, task: PromptTemplate, table: pa.Table):
         self.task, self.cut, self.rows = task, len(task._prefix_pieces) - 1, table.num_rows
-        self.values = [table.column(f).combine_chunks().cast(pa.large_string()) for f in task._fields]
+        self.values = [whole(table.column(f)).cast(pa.large_string()) for f in task._fields]
         self.codes = self.digests = self.first = None
         if self.cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
             head, tail = task._prefix_pieces
