@@ -171,8 +171,9 @@ def file_split_task(spec: JobSpec, read: tuple[PromptRows, ReadFigures], placeme
     if errors.num_rows:
         AnswerFiles(spec.folder).write(part.index, f"{spec.run}-input",
                                        error_table(errors.column("position"), errors.column("error")))
-    texts = None if read[0].texts else PartitionTexts(spec.source, spec.task, part,
-                                                       read[0].rows.column("position").to_numpy())
+    rows = read[0].rows
+    texts = None if read[0].texts or not rows.num_rows else \
+        PartitionTexts(spec.source, spec.task, part, rows.column("position").to_numpy())
     return split_task(read, placement, texts)
 
 
