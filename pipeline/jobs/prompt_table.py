@@ -194,7 +194,7 @@ class PartitionTexts:
         self._local = positions - part.start   # (each row's place in the partition)
         every = len(self._local) == table.num_rows
         take = None if every else pa.array(self._local)
-        values = [whole(table.column(f)).cast(pa.large_string()) for f in task._fields]
+        values = _field_texts(task, table)
         self._documents = values[0]
         suffix_values = values[1:] if every else [v.take(take) for v in values[1:]]
         self.suffix = _join(task._suffix_pieces, suffix_values, len(self._local))
@@ -287,6 +287,11 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     return prefix, suffix, error, fields.digests
 
 
+def _field_texts(task: PromptTemplate, table: pa.Table) -> list[pa.Array]:
+    """The template's fields of ``table``, in its order, as large_string arrays (views of the text)."""
+    return [whole(table.column(f)).cast(pa.large_string()) for f in task._fields]
+
+
 class _FieldValues:
     """The template's fields of ``table`` as large_string columns; where the prefix is one field
     (a document), each row coded by its document (``digest_codes``: codes, each code's digest,
@@ -294,7 +299,7 @@ class _FieldValues:
 
     def __init__(self, task: PromptTemplate, table: pa.Table):
         self.task, self.cut, self.rows = task, len(task._prefix_pieces) - 1, table.num_rows
-        self.values = [whole(table.column(f)).cast(pa.large_string()) for f in task._fields]
+        self.values = _field_texts(task, table)
         self.codes = self.digests = self.first = None
         if self.cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
             head, tail = task._prefix_pieces
@@ -318,18 +323,20 @@ class _FieldValues:
 
     def suffix_bytes(self) -> np.ndarray:
         """Each row's suffix length in UTF-8 bytes, as ``_join`` would make it (0 where a field is null)."""
-        pieces = self.task._suffix_pieces
-        total = np.full(self.rows, sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces), np.int64)
+        total = np.full(self.rows, _utf8_bytes(self.task._suffix_pieces), np.int64)
         for value in self.values[self.cut:]:
             total += pc.fill_null(pc.binary_length(value), 0).to_numpy(zero_copy_only=False)
         return total
 
     def prefix_bytes(self) -> np.ndarray:
         """Each code's prefix length in UTF-8 bytes (template head + document + tail)."""
-        pieces = self.task._prefix_pieces
         bounds = value_bounds(self.values[0])
-        return bounds[self.first + 1] - bounds[self.first] + sum(len(p.encode("utf-8", "surrogatepass"))
-                                                                for p in pieces)
+        return bounds[self.first + 1] - bounds[self.first] + _utf8_bytes(self.task._prefix_pieces)
+
+
+def _utf8_bytes(pieces: list[str]) -> int:
+    """The template pieces' length together in UTF-8 bytes."""
+    return sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces)
 
 
 def _blank(value: pa.Array) -> pa.Array:
