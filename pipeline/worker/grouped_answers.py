@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import functools
 import time
 
 import numpy as np
@@ -73,8 +74,13 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     starts = np.flatnonzero(np.concatenate(([True], digests[1:] != digests[:-1]))) if n else np.array([], int)
     ends = np.append(starts[1:], n)
     decode = sampling.max_tokens or config.sampling.max_tokens
+    # each document's questions, in estimated tokens (with their answers), for the token gate
+    asked = np.add.reduceat(estimated_tokens(np.fromiter(map(len, suffixes), np.int64, n)) + decode,
+                            starts).tolist() if n else []
     gate = plugin.token_gate if bounded else None
-    window = asyncio.Semaphore(2 * config.intake.max_in_flight) if bounded else None
+    window = 2 * config.intake.max_in_flight if bounded else n + 1   # rows started, not yet answered
+    waiting = 0          # rows started that wait for the engine
+    room = asyncio.Event()
     results: list[RowResult | None] = [None] * n
     done = errors = 0
     last = time.monotonic()
@@ -91,55 +97,70 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
             commits.append(loop.run_in_executor(None, commit, ready))
         ready, committed_at = [], time.monotonic()
 
-    async def one(k: int, prefix_ids: list[int]) -> None:
+    def answered(k: int, r: RowResult) -> None:
         nonlocal done, errors, last
+        results[k] = r
+        answered_one.set()
+        ready.append(r)
+        now = time.monotonic()
+        if len(ready) >= commit_rows or now - committed_at >= commit_s:
+            hand_over()
+        done += 1
+        errors += r.error is not None
+        if progress is not None and (now - last >= PROGRESS_EVERY_S or done == 1):
+            last = now
+            progress(done, errors)
+
+    def settled(k: int, task: asyncio.Task) -> None:
+        """A row that waited for the engine is answered (or failed, or was cancelled)."""
+        nonlocal waiting
+        waiting -= 1
+        room.set()
+        if task.cancelled():
+            return
         try:
-            s = own[k] if own is not None else None
-            r = await plugin._one(bucket_id, int(positions[k]), prefix_ids, suffixes[k], truncate,
-                                  s.over(sampling) if s is not None else sampling)
-            results[k] = r
-            answered_one.set()
-            ready.append(r)
-            if len(ready) >= commit_rows or time.monotonic() - committed_at >= commit_s:
-                hand_over()
-            done += 1
-            errors += r.error is not None
-            if progress is not None and (time.monotonic() - last >= PROGRESS_EVERY_S or done == 1):
-                last = time.monotonic()
-                progress(done, errors)
+            answered(k, task.result())
         except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
             failure.append(exc)
-        finally:
-            if window is not None:
-                window.release()
 
     tasks: set[asyncio.Task] = set()
     try:
-        for lo, hi in zip(starts.tolist(), ends.tolist()):
+        for lo, hi, questions in zip(starts.tolist(), ends.tolist(), asked):
             if failure:
                 break
             prefix = prefixes[int(digests[lo])]
             prefix_ids = engine.encode(prefix)
             if plugin.prefixes is not None:
                 plugin.prefixes.served_digest(int(digests[lo]), len(prefix_ids))   # (the rows' digest is the prefix's)
-            tokens = len(prefix_ids) + sum(estimated_tokens(len(suffixes[k])) + decode for k in range(lo, hi))
+            tokens = len(prefix_ids) + questions
             if gate is not None:
                 await gate.acquire(tokens)
             document: list[asyncio.Task] = []
             for k in range(lo, hi):
                 if first_rows and k >= first_rows and not answered_one.is_set():
                     await answered_one.wait()
-                if window is not None:
-                    await window.acquire()
-                task = start_eagerly(one(k, prefix_ids))
-                if task is not None:
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                    document.append(task)
+                while waiting >= window:
+                    room.clear()
+                    await room.wait()
+                s = own[k] if own is not None else None
+                try:
+                    task, r = start_eagerly(plugin._one(bucket_id, int(positions[k]), prefix_ids, suffixes[k], truncate,
+                                                        s.over(sampling) if s is not None else sampling))
+                    if task is None:
+                        answered(k, r)
+                        continue
+                except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
+                    failure.append(exc)
+                    break
+                waiting += 1
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                task.add_done_callback(functools.partial(settled, k))
+                document.append(task)
             if gate is not None:
                 _release_when_done(gate, tokens, document)
         if tasks:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks, return_exceptions=True)
     except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
         for task in list(tasks):
             task.cancel()
@@ -165,15 +186,16 @@ def batch_rows(rows: pa.Table) -> tuple[pa.Table, dict[int, str]]:
     return out, dict(zip(digests.tolist(), texts.to_pylist()))
 
 
-def start_eagerly(coro) -> asyncio.Task | None:
-    """Run ``coro`` at once, up to its first real wait; then a Task runs the rest (None: it
-    finished without waiting). What Python 3.12's eager tasks do: a request the engine answers
-    at once (the null engine) costs no Task and no trip round the event loop."""
+def start_eagerly(coro) -> tuple[asyncio.Task | None, object]:
+    """Run ``coro`` at once, up to its first real wait; then a Task runs the rest: (that Task,
+    None), or (None, its result) where it finished without waiting. What Python 3.12's eager
+    tasks do: a request the engine answers at once (the null engine) costs no Task and no trip
+    round the event loop."""
     try:
         waiting_for = coro.send(None)
-    except StopIteration:
-        return None
-    return asyncio.ensure_future(_Started(coro, waiting_for))
+    except StopIteration as stop:
+        return None, stop.value
+    return asyncio.ensure_future(_Started(coro, waiting_for)), None
 
 
 class _Started(collections.abc.Coroutine):

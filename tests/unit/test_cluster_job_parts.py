@@ -282,7 +282,7 @@ def test_a_request_cancelled_before_its_task_first_runs_still_stops_where_it_wai
             stopped.append(True)
 
     async def main():
-        task = start_eagerly(request())
+        task, _ = start_eagerly(request())
         task.cancel()   # (before the loop has run the Task once)
         await asyncio.gather(task, return_exceptions=True)
         return task, list(stopped)
