@@ -267,6 +267,54 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
         assert plugin.engine.most_before_first == before and plugin.engine.most == 8
 
 
+def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait():
+    """The engine core dies mid-bucket while requests wait on it (vLLM's then all fail): the
+    answering raises EngineDead (the worker restarts with a fresh engine) once the requests in
+    flight have ended, starts no further document, and every row answered before the failure
+    went to ``commit`` once, with its own answer, so a rerun skips exactly those."""
+    from pipeline.worker import metrics
+    from pipeline.worker.engine import EngineDead, NullEngine
+    from pipeline.worker.gcstats import GcPauses
+    from pipeline.worker.grouped_answers import answer_grouped
+    from pipeline.worker.plugin import EnginePlugin
+
+    class Dying(NullEngine):
+        def __init__(self):
+            super().__init__()
+            self.started = 0
+
+        async def generate(self, prompt_ids, request_id, sampling):
+            self.started += 1
+            n = self.started
+            await asyncio.sleep(0.005)
+            if n > 12:
+                raise EngineDead("vLLM engine core died: EngineDeadError")
+            return await super().generate(prompt_ids, request_id, sampling)
+
+    config = load_config().replace(intake={"max_in_flight": 4})
+    rows = pa.table({"position": pa.array(range(100, 140), pa.int64()),
+                     "digest": pa.array([d for d in range(10) for _ in range(4)], pa.uint64()),
+                     "prefix": pa.array([f"doc {i // 4} " if i % 4 == 0 else None for i in range(40)], pa.large_string()),
+                     "suffix": pa.array([f"q{i}" for i in range(40)], pa.large_string())})
+    plugin = EnginePlugin(config, "x", "null")
+    plugin.engine, plugin.shard, plugin.prefixes, plugin.token_gate = Dying(), "cpu0", None, None
+    plugin.metrics = metrics.ShardMetrics("cpu0", GcPauses())
+    committed = []
+
+    async def run():
+        plugin._intake = asyncio.Semaphore(config.intake.max_in_flight)
+        with pytest.raises(EngineDead, match="engine core died"):
+            await answer_grouped(plugin, rows, "b", config.sampling.as_sampling(0), False,
+                                 commit=committed.extend, commit_rows=1)
+
+    asyncio.run(run())
+    answered = sorted(r.index for r in committed)
+    assert len(answered) == len(set(answered)) == 12 and all(r.error is None for r in committed)
+    assert set(answered) <= set(range(100, 140))
+    assert plugin.engine.started < 40                  # it stopped early: no further document started
+    assert plugin.metrics.in_flight == 0 and plugin.metrics.queued == 0
+
+
 def test_a_request_cancelled_before_its_task_first_runs_still_stops_where_it_waits():
     """A row's request is started at once and handed to a Task only where it must wait; a
     release that lands before that Task's first step must still reach the request (its
