@@ -112,11 +112,13 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
             progress(done, errors)
 
     def settled(k: int, task: asyncio.Task) -> None:
-        """A row that waited for the engine is answered (or failed, or was cancelled)."""
+        """A row that waited for the engine is answered (or failed, or was cancelled). Once the
+        answering has stopped, nothing more is handed to ``commit`` (a row answered just before
+        is answered again by the task's rerun, never written twice)."""
         nonlocal waiting
         waiting -= 1
         room.set()
-        if task.cancelled():
+        if task.cancelled() or stopped:
             return
         try:
             answered(k, task.result())
@@ -124,6 +126,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
             failure.append(exc)
 
     tasks: set[asyncio.Task] = set()
+    stopped = False
     try:
         for lo, hi, questions in zip(starts.tolist(), ends.tolist(), asked):
             if failure:
@@ -162,6 +165,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
     except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
+        stopped = True
         for task in list(tasks):
             task.cancel()
         raise
