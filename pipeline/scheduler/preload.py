@@ -45,7 +45,7 @@ def dask_setup(server):
                                "start a worker with --preload pipeline.worker.preload")
     dashboard.install(server)
     # The scheduler unpickles each task it is sent: a cluster job's tasks name these modules
-    # (pyarrow datasets among them), which would otherwise load during the first job (0.7 s).
+    # (pyarrow compute and Parquet among them), which would otherwise load during the first job.
     import pipeline.jobs.cluster_tasks  # noqa: F401
     import pipeline.jobs.input  # noqa: F401
     if os.environ.pop(EXIT_WITH_PARENT_ENV, None):
