@@ -269,7 +269,7 @@ class Pipeline:
                     watched: bool = False, decode_tokens: int | None = None) -> Dispatcher:
         intake = self.config.intake
         first = intake.first_rows(watched)
-        return Dispatcher(router or self.router, intake.batch_size, intake.queue_per_shard,
+        return Dispatcher(router if router is not None else self.router, intake.batch_size, intake.queue_per_shard,
                           decode_tokens=decode_tokens or self.config.sampling.max_tokens, late_binding=late_binding,
                           group=self.config.routing.group_by_prefix, token_budget=self.token_budget,
                           first_rows=first if late_binding else 0)

@@ -47,6 +47,20 @@ def test_generator_input_is_read_ahead_in_a_bounded_window(null_pipeline):
     assert high_water <= 50 + 2 * (16 + 8) + 8
 
 
+
+def test_static_assignment_routes_with_a_router_of_its_own(null_pipeline):
+    # What the bench's standalone-routed contender is sent: the same split of the same rows
+    # whatever ran before, and the pipeline's own router left as it was. (A fresh router is
+    # empty, so ``len`` 0; taken for "no router given", the pipeline's own was used and charged.)
+    rows = document_questions(24, 3, seed=7, order="shuffled")
+    router = null_pipeline.router
+    held, owed = len(router), dict(router.outstanding)
+    first = null_pipeline.static_assignment(rows)
+    assert sorted(i for idx in first.values() for i in idx) == list(range(len(rows)))
+    assert null_pipeline.static_assignment(rows) == first
+    assert null_pipeline.router is router and len(router) == held and router.outstanding == owed
+
+
 def _beside(p, **sections):
     """A second pipeline on the same cluster and engines, with other client-side settings."""
     return Pipeline(p.config.replace(**sections), engine="null", client=p.client)
