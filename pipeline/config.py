@@ -254,7 +254,8 @@ class IntakeConfig(_Section):
     # seconds per batch. 0: never.
     fast_batch_s: float = Field(0.025, ge=0)
     # With late binding: rows the client keeps bound but unanswered per shard; the rest wait
-    # unbound. Keep it above the engine's max_num_seqs so the engine never runs dry.
+    # unbound (once the input has ended, the last rows go at once if they fit in all the shards'
+    # queues together). Keep it above the engine's max_num_seqs so the engine never runs dry.
     queue_per_shard: int = Field(128, gt=0)
     # With late binding: a shard takes no new work while its outstanding tokens exceed this
     # share of its KV cache (0 disables the check).

@@ -6,7 +6,7 @@ tells the state what happened through one handler per event, and carries out the
 instructions each handler returns:
 
     events (handlers)                         instructions
-    rows_read(rows)    rows read and split    Submit(batch_id, shard, groups)  run a batch
+    rows_read(rows, last=)  rows read, split   Submit(batch_id, shard, groups)  run a batch
     input_ended()      no more rows           Cancel(batch_id)                 drop a batch
     batch_done(id, results)                   Emit(rows)                       rows' results
     batch_failed(id, error, engine_dead=, killed_worker=)
@@ -119,9 +119,10 @@ class JobState:
         return not self.in_flight and bool(self.dispatcher.pending_rows)
 
     # -- events ---------------------------------------------------------------------
-    def rows_read(self, rows: list[ReadRow], prefixes: dict[str, Prefix]) -> list:
+    def rows_read(self, rows: list[ReadRow], prefixes: dict[str, Prefix], last: bool = False) -> list:
         """Rows read from the input, split into prompt parts; ``prefixes``: the ``Prefix`` of
-        each prefix the state does not hold yet."""
+        each prefix the state does not hold yet. ``last``: the input ended with these rows (as
+        ``input_ended``, before they are bound)."""
         failed: list[RowResult] = []
         self.report.rows_read += len(rows)
         ids, known, refs, add = self.ids, self._prefixes, self._refs, self.dispatcher.add
@@ -136,12 +137,17 @@ class JobState:
                 info = known[prefix] = prefixes[prefix]
             refs[prefix] = refs.get(prefix, 0) + 1
             add(r.index, prefix, r.suffix, info)
+        if last:
+            self._ended()
         return ([Emit(failed)] if failed else []) + self._bind()
 
     def input_ended(self) -> list:
-        self.input_done = True
-        self.report.rows_total = self.report.rows_read
+        self._ended()
         return self._bind()
+
+    def _ended(self) -> None:
+        self.input_done = self.dispatcher.input_ended = True
+        self.report.rows_total = self.report.rows_read
 
     def batch_done(self, batch_id: str, results: list, elapsed_s: float | None = None) -> list:
         """A batch's results (``RowResult``s without ids, one per row it carried);

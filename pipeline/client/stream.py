@@ -131,9 +131,8 @@ class StreamJob:
         if want:
             chunk = list(itertools.islice(self.source, want))
             yield from self._carry_out(state.rows_read(*self.p._read_rows(chunk, self.task, state.holds,
-                                                                          self.overrides)))
-            if len(chunk) < want:
-                yield from self._carry_out(state.input_ended())
+                                                                          self.overrides),
+                                                       last=len(chunk) < want))
 
     def _rejoined(self, shard: str) -> list:
         self.p._forget_known(shard)

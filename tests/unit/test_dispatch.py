@@ -109,3 +109,43 @@ def test_token_budget_keeps_a_shard_within_its_kv_cache():
     assert router.outstanding == {"a": 130, "b": 130}
     d.completed(bound)
     assert len(rows_of(d.bind())) == 2  # room again once the work is done
+
+
+def _hot_document_burst(d, singles=5):
+    """A hot document's 6 questions, then ``singles`` documents of one question each."""
+    for q in range(6):
+        d.add(q, "hot", f"q{q}", tokens(0))
+    for k in range(singles):
+        d.add(6 + k, f"doc{k}", "q", tokens(k + 1))
+
+
+def _placement(bound):
+    return {i: shard for shard, groups in bound for items in groups.values() for i, _ in items}
+
+
+def test_last_rows_that_fit_the_queues_together_are_bound_at_once_as_a_static_split():
+    # The hot document fills shard "a"'s queue by rows while "a" is the least loaded by work:
+    # with more input to come, binding waits for "a" to have room.
+    waiting = make(late=True, cap=6, batch=100)
+    _hot_document_burst(waiting)
+    waiting.bind()
+    assert waiting.pending_rows > 0
+    # Once the input has ended and all 11 rows fit in the two queues (2 x 6), none waits, and
+    # each goes where a client routing the whole burst up front sends it.
+    ended = make(late=True, cap=6, batch=100)
+    _hot_document_burst(ended)
+    ended.input_ended = True
+    placed = _placement(ended.bind())
+    assert ended.pending_rows == 0 and sorted(placed) == list(range(11))
+    static = make(late=False, cap=6, batch=100)
+    _hot_document_burst(static)
+    assert placed == _placement(static.bind())
+
+
+def test_last_rows_that_do_not_fit_the_queues_still_wait_for_room():
+    d = make(late=True, cap=6, batch=100)
+    _hot_document_burst(d, singles=7)   # 13 rows, 12 places
+    d.input_ended = True
+    first = rows_of(d.bind())
+    assert d.pending_rows == 13 - len(first) > 0
+    assert max(d.in_flight.values()) <= 6 + 1   # a shard's queue, and at most the group that crossed it

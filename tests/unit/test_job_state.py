@@ -215,3 +215,19 @@ def test_the_state_machine_imports_no_dask():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_last_rows_read_are_bound_at_once_when_they_fit_the_queues_together():
+    # doc0's three questions fill s0's queue (3) while s0 is the least loaded by work
+    burst = [ReadRow(i, f"id{i}", "doc0", f"q{i}") for i in range(3)] + \
+            [ReadRow(3 + d, f"id{3 + d}", f"doc{d + 1}", "q") for d in range(3)]
+    more_to_come = new_state(queue_per_shard=3, batch_size=100)
+    bound = [i for sub in submits(more_to_come.rows_read(burst, DOCS)) for items in sub.groups.values()
+             for i, _ in items]
+    assert len(bound) == 5 and more_to_come.dispatcher.pending_rows == 1
+    # the same rows as the input's last: all six go now, and each is answered once
+    last = new_state(queue_per_shard=3, batch_size=100)
+    subs = submits(last.rows_read(burst, DOCS, last=True))
+    assert sorted(i for sub in subs for items in sub.groups.values() for i, _ in items) == list(range(6))
+    assert last.rows_wanted == 0 and last.dispatcher.pending_rows == 0
+    assert sorted(r.index for r in run_to_end(last, subs)) == list(range(6)) and last.finished
