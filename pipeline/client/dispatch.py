@@ -19,8 +19,9 @@ Once the input has ended (``input_ended``) and every row left fits in the shards
 once, each group where the router places it by the figures of now: what a client that routes
 the whole burst up front does. Holding those rows back would only place them later on staler
 figures: a shard's work is released when its batch comes back, so between batches the router
-counts as outstanding what the engine has done (six skewed 256-row benchmark bursts, simulated
-with the router's estimates: the shards' work 1.7-9.6 % apart placed late, 0.3-2.1 % at once).
+counts as outstanding what the engine has done (six skewed 256-row benchmark bursts simulated
+with the router's estimates, scripts/binding_sim.py: the shards finished 7.8-14.8 % apart
+placed late, 0.3-1.8 % at once).
 
 With ``late_binding=False`` every row is bound at once (a static split, as a client
 that routes a whole burst up front would do). With ``group=False`` rows are bound in
