@@ -47,7 +47,6 @@ def test_generator_input_is_read_ahead_in_a_bounded_window(null_pipeline):
     assert high_water <= 50 + 2 * (16 + 8) + 8
 
 
-
 def test_static_assignment_routes_with_a_router_of_its_own(null_pipeline):
     # What the bench's standalone-routed contender is sent: the same split of the same rows
     # whatever ran before, and the pipeline's own router left as it was. (A fresh router is
