@@ -274,7 +274,8 @@ class IntakeConfig(_Section):
     # ...and the characters of prompt text they hold, each prefix counted once (when most
     # documents in the window are distinct, this bound comes first).
     read_ahead_chars: int = Field(32_000_000, gt=0)
-    # Batches one worker runs at once (the worker's nthreads).
+    # Batches one worker runs at once (the worker's nthreads); a job's last rows, once they fit
+    # in the shards' queues, go to each shard in no more batches than it has slots free.
     concurrent_batches: int = Field(4, gt=0)
     # zlib-ng level for task inputs and results.
     compression_level: int = Field(1, ge=0, le=9)

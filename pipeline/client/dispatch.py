@@ -21,7 +21,10 @@ the whole burst up front does. Holding those rows back would only place them lat
 figures: a shard's work is released when its batch comes back, so between batches the router
 counts as outstanding what the engine has done (six skewed 256-row benchmark bursts simulated
 with the router's estimates, scripts/binding_sim.py: the shards finished 7.8-14.8 % apart
-placed late, 0.3-1.8 % at once).
+placed late, 0.3-1.8 % at once). Those last rows go in as few batches as the shard's worker has
+free slots for (``worker_slots``, intake.concurrent_batches, less its batches running), not
+cut at ``batch_size``: a batch beyond the slots would start only once a whole other batch had
+ended (a 256-row skewed burst bound at once gave a shard 5 batches of at most 32 for 4 slots).
 
 With ``late_binding=False`` every row is bound at once (a static split, as a client
 that routes a whole burst up front would do). With ``group=False`` rows are bound in
@@ -30,7 +33,7 @@ arrival order, one by one (to measure what grouping buys).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pipeline.client.router import Prefix, PrefixRouter, Route
 from pipeline.token_estimate import estimated_tokens
@@ -47,7 +50,7 @@ def _suffix_tokens(suffix: str) -> int:
 class Dispatcher:
     def __init__(self, router: PrefixRouter, batch_size: int, queue_per_shard: int,
                  decode_tokens: int = 0, late_binding: bool = True, group: bool = True,
-                 token_budget: dict[str, float] | None = None, first_rows: int = 0):
+                 token_budget: dict[str, float] | None = None, first_rows: int = 0, worker_slots: int = 0):
         self.router = router
         self.shards: Sequence[str] = router.shards
         self.batch_size = batch_size
@@ -61,6 +64,8 @@ class Dispatcher:
         # questions have run.
         self.token_budget = token_budget or {}
         self.first_rows = first_rows
+        # batches a shard's worker runs at once (intake.concurrent_batches; 0: not known)
+        self.worker_slots = worker_slots
         self.scale = 1          # batches and the per-shard queue, as a multiple of the configured sizes
         self.input_ended = False   # no more rows will be added (the rows pending are the last)
         self.answered = False   # a batch of this job has come back
@@ -100,10 +105,11 @@ class Dispatcher:
         spread over more rows."""
         self.scale = min(max_scale, self.scale * 2)
 
-    def bind(self) -> list[Bound]:
+    def bind(self, running: Mapping[str, int] | None = None) -> list[Bound]:
         """Bind waiting groups while the least-loaded shard has room; return full batches, and
         a shard's partial batch when no rows wait or the shard has no batch running (so a
-        bound row never waits for rows that will not come, and a busy shard gets full batches)."""
+        bound row never waits for rows that will not come, and a busy shard gets full batches).
+        ``running``: each shard's batches sent and not yet back (sizes the last batches)."""
         if self.first_rows and not self.answered and self.late_binding:
             return self._bind_first()
         out: list[Bound] = []
@@ -111,8 +117,11 @@ class Dispatcher:
         outstanding, live = router.outstanding, router.live_shards
         queue, batch = self.queue_per_shard * self.scale, self.batch_size * self.scale
         no_budget = float("inf")
-        # the last rows fit in the queues together: no shard's own queue holds them back
-        last_fit = self.input_ended and self.pending_rows + sum(in_flight.values()) <= queue * len(live)
+        # the last rows fit in the queues together: no shard's own queue holds them back, and
+        # they are cut into batches once all are placed (``_last_batches``)
+        last_fit = self.late_binding and self.input_ended and \
+            self.pending_rows + sum(in_flight.values()) <= queue * len(live)
+        cut = no_budget if last_fit else batch
         while pending:
             least = min(live, key=outstanding.__getitem__)
             if self.late_binding and ((in_flight[least] >= queue and not last_fit) or (
@@ -125,10 +134,45 @@ class Dispatcher:
             routes = router.route_rows(info, [_suffix_tokens(suffix) for _, suffix in items], self.decode_tokens)
             for (index, suffix), route in zip(items, routes):
                 shard = self._place(index, prefix, suffix, route, bound_to)
-                if buffered[shard] >= batch:
+                if buffered[shard] >= cut:
                     out.append(self._take(shard))
+        if last_fit:
+            for s in self.shards:
+                if buffered[s]:
+                    out.extend(self._last_batches(s, batch, (running or {}).get(s, 0)))
+            return out
         out.extend(self._take(s) for s in self.shards if self._buffered[s] and (
             not self._pending or not self.late_binding or self.in_flight[s] == self._buffered[s]))
+        return out
+
+    def _last_batches(self, shard: str, batch: int, running: int) -> list[Bound]:
+        """The shard's last rows in near-equal batches, as many as its worker has slots free
+        (``worker_slots`` less the ``running`` batches) and no more than batches of ``batch``
+        rows would be: a batch beyond the worker's slots would wait for a whole other batch to
+        end before its rows reached the engine. No slot free (or none known): batches of at most
+        ``batch`` rows, as while the input lasts."""
+        rows = self._buffered[shard]
+        pieces = -(-rows // batch)
+        if self.worker_slots > running:
+            pieces = min(pieces, self.worker_slots - running)
+        shard_, groups = self._take(shard)
+        if pieces == 1:
+            return [(shard_, groups)]
+        out: list[Bound] = []
+        size, extra = divmod(rows, pieces)
+        piece: dict[str, list[tuple[int, str]]] = {}
+        room = size + (extra > 0)
+        for prefix, items in groups.items():
+            while items:
+                taken, items = items[:room], items[room:]
+                piece.setdefault(prefix, []).extend(taken)
+                room -= len(taken)
+                if not room:
+                    out.append((shard, piece))
+                    piece = {}
+                    room = size + (len(out) < extra)
+        if piece:
+            out.append((shard, piece))
         return out
 
     def _bind_first(self) -> list[Bound]:

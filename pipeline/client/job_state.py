@@ -20,6 +20,7 @@ back for a row already answered (a late batch after a re-route) is dropped and c
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,7 +229,8 @@ class JobState:
 
     def _bind(self) -> list:
         out = []
-        for shard, groups in self.dispatcher.bind():
+        running = Counter(b.shard for b in self.in_flight.values()) if self.dispatcher.input_ended else None
+        for shard, groups in self.dispatcher.bind(running):
             for items in groups.values():
                 for i, _ in items:
                     self.attempts[i] = self.attempts.get(i, 0) + 1

@@ -272,7 +272,7 @@ class Pipeline:
         return Dispatcher(router if router is not None else self.router, intake.batch_size, intake.queue_per_shard,
                           decode_tokens=decode_tokens or self.config.sampling.max_tokens, late_binding=late_binding,
                           group=self.config.routing.group_by_prefix, token_budget=self.token_budget,
-                          first_rows=first if late_binding else 0)
+                          first_rows=first if late_binding else 0, worker_slots=intake.concurrent_batches)
 
     def _read_rows(self, rows: list[tuple[int, Mapping[str, Any]]], task=None,
                    known=None, overrides: dict[int, Sampling] | None = None) -> tuple[list[ReadRow], dict[str, Prefix]]:

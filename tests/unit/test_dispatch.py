@@ -149,3 +149,34 @@ def test_last_rows_that_do_not_fit_the_queues_still_wait_for_room():
     first = rows_of(d.bind())
     assert d.pending_rows == 13 - len(first) > 0
     assert max(d.in_flight.values()) <= 6 + 1   # a shard's queue, and at most the group that crossed it
+
+
+def _sizes(bound):
+    return {shard: sorted(sum(len(items) for items in groups.values()) for s, groups in bound if s == shard)
+            for shard in {s for s, _ in bound}}
+
+
+def test_last_rows_go_in_no_more_batches_than_the_worker_runs_at_once():
+    # 40 documents x 3 questions, all read (a burst): a batch beyond the worker's 4 slots would
+    # wait for a whole other batch to end before its rows reached the engine.
+    def burst(running=None):
+        d = Dispatcher(PrefixRouter(["a", "b"], block_size=16), batch_size=8, queue_per_shard=64,
+                       worker_slots=4)
+        for doc in range(40):
+            for q in range(3):
+                d.add(doc * 3 + q, f"doc{doc}", f"q{q}", tokens(doc))
+        d.input_ended = True
+        return d.bind(running)
+
+    bound = burst()
+    assert sorted(rows_of(bound)) == list(range(120))
+    for shard, sizes in _sizes(bound).items():
+        assert len(sizes) == 4 and sizes[-1] - sizes[0] <= 1, sizes   # 4 batches, near-equal
+    for _, groups in bound:   # each document's rows in input order, none twice in a batch
+        for items in groups.values():
+            assert [i for i, _ in items] == sorted(i for i, _ in items)
+    # "a" already runs 3 batches: its last rows go in the one slot left; "b" runs 4: no slot
+    # is free, so its rows go in batches of at most 8, as while the input lasts
+    sizes = _sizes(burst({"a": 3, "b": 4}))
+    assert len(sizes["a"]) == 1 and sizes["a"][0] > 8
+    assert max(sizes["b"]) <= 8 and sum(sizes["b"]) > 8
