@@ -155,9 +155,9 @@ class Dispatcher:
         pieces = -(-rows // batch)
         if self.worker_slots > running:
             pieces = min(pieces, self.worker_slots - running)
-        shard_, groups = self._take(shard)
+        _, groups = self._take(shard)
         if pieces == 1:
-            return [(shard_, groups)]
+            return [(shard, groups)]
         out: list[Bound] = []
         size, extra = divmod(rows, pieces)
         piece: dict[str, list[tuple[int, str]]] = {}
