@@ -172,7 +172,7 @@ def test_last_rows_go_in_no_more_batches_than_the_worker_runs_at_once():
     assert sorted(rows_of(bound)) == list(range(120))
     for shard, sizes in _sizes(bound).items():
         assert len(sizes) == 4 and sizes[-1] - sizes[0] <= 1, sizes   # 4 batches, near-equal
-    for _, groups in bound:   # each document's rows in input order, none twice in a batch
+    for _, groups in bound:   # within a batch, each document's rows in input order
         for items in groups.values():
             assert [i for i, _ in items] == sorted(i for i, _ in items)
     # "a" already runs 3 batches: its last rows go in the one slot left; "b" runs 4: no slot

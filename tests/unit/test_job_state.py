@@ -8,9 +8,10 @@ from pipeline.results import ErrorKind, RowResult
 DOCS = {f"doc{d}": Prefix.of([d * 100 + i for i in range(64)], 16) for d in range(4)}
 
 
-def new_state(shards=("s0", "s1"), batch_size=4, max_attempts=3, window=1000, queue_per_shard=64):
+def new_state(shards=("s0", "s1"), batch_size=4, max_attempts=3, window=1000, queue_per_shard=64, worker_slots=0):
     router = PrefixRouter(list(shards), block_size=16)
-    return JobState("job", Dispatcher(router, batch_size, queue_per_shard=queue_per_shard), window, max_attempts)
+    return JobState("job", Dispatcher(router, batch_size, queue_per_shard=queue_per_shard, worker_slots=worker_slots),
+                    window, max_attempts)
 
 
 def rows(n_docs=4, per_doc=2, bad=()):
@@ -231,3 +232,15 @@ def test_the_last_rows_read_are_bound_at_once_when_they_fit_the_queues_together(
     assert sorted(i for sub in subs for items in sub.groups.values() for i, _ in items) == list(range(6))
     assert last.rows_wanted == 0 and last.dispatcher.pending_rows == 0
     assert sorted(r.index for r in run_to_end(last, subs)) == list(range(6)) and last.finished
+
+
+def test_the_last_rows_fill_the_slots_the_shards_batches_running_leave():
+    # a worker running 3 batches at once already runs 2 of this job's: the last 8 rows go in one
+    state = new_state(shards=("s0",), batch_size=2, worker_slots=3)
+    read = rows(per_doc=3)
+    first = submits(state.rows_read(read[:4], DOCS))
+    assert len(first) == 2 and sum(len(items) for sub in first for items in sub.groups.values()) == 4
+    last = submits(state.rows_read(read[4:], DOCS, last=True))
+    assert len(last) == 1
+    assert sorted(i for sub in last for items in sub.groups.values() for i, _ in items) == list(range(4, 12))
+    assert sorted(r.index for r in run_to_end(state, first + last)) == list(range(12)) and state.finished
