@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--config", default=None)
     args = ap.parse_args()
-    user_env = engine_env.process_environ()   # before any nanny writes into this process's
+    user_env = engine_env.process_environ()   # before the pipeline's nannies write into it
     config = load_config(args.config).replace(engine={"enforce_eager": False})
     ratios = []
     with Pipeline(config) as p:
@@ -52,7 +52,7 @@ def main() -> None:
                     ratios.append(wall["A"] / wall["B"])
                     print(f"rep {rep} seed {seed}: A {wall['A']:.2f} s, B {wall['B']:.2f} s, "
                           f"B's req/s / A's {ratios[-1]:.3f}", flush=True)
-    print(f"{len(ratios)} pairs: B / A median {statistics.median(ratios):.3f}, "
+    print(f"{len(ratios)} pairs: B's req/s / A's, median {statistics.median(ratios):.3f}, "
           f"{min(ratios):.3f}-{max(ratios):.3f}")
 
 
