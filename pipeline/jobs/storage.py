@@ -24,13 +24,16 @@ def is_url(spec: str | os.PathLike) -> bool:
 
 
 def local_path(spec: str | os.PathLike) -> str:
-    """The local path a spec that is not :func:`is_url` names: itself, or a ``file://`` URL's
-    path (``file:///data/in.parquet``: ``/data/in.parquet``)."""
+    """The absolute local path a spec that is not :func:`is_url` names: itself, or a ``file://``
+    URL's path (``file:///data/in.parquet``: ``/data/in.parquet``), ``~`` expanded. Absolute
+    because a cluster job's workers read and write it from their own working folder (a resident
+    cluster's, from ``up``, is not the client's)."""
     text = str(spec)
     for prefix in LOCAL_PREFIXES:
         if text.startswith(prefix):
-            return text[len(prefix):]
-    return text
+            text = text[len(prefix):]
+            break
+    return os.path.abspath(os.path.expanduser(text))
 
 
 def filesystem(spec: str, storage_options: dict[str, Any] | None = None):

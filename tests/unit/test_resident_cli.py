@@ -25,9 +25,9 @@ def env(tmp_path):
     return {**os.environ, "PIPELINE_CLUSTER_DIR": str(tmp_path / "cluster")}
 
 
-def cli(env, *args, timeout=180):
+def cli(env, *args, timeout=180, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout)
+                          cwd=cwd, env=env, timeout=timeout)
 
 
 def write_config(path, **engine):
@@ -55,7 +55,9 @@ def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
 
         before = json.loads(cli(env, "status", "--json", "--config", config).stdout)
         first = cli(env, "run", tmp_path / "in.parquet", tmp_path / "out1.parquet", "--config", config)
-        second = cli(env, "run", tmp_path / "reversed.parquet", tmp_path / "out2.parquet", "--config", config)
+        # paths relative to the client's folder, which is not the workers' (README: `run
+        # datasets/sample.parquet out/a.parquet` on a cluster from `up`)
+        second = cli(env, "run", "reversed.parquet", "out2.parquet", "--config", config, cwd=tmp_path)
         for job in (first, second):
             assert job.returncode == 0, job.stderr
             assert f"using the local cluster at {state['address']}" in job.stderr
