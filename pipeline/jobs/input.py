@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.jobs.storage import filesystem, is_url, local_path, store_error
+from pipeline.jobs.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
 from pipeline.results import RESULT_FIELDS
 from tasks import Columns
 
@@ -59,6 +59,40 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
             columns = Columns(required=("document", "question"))
         return ParquetSource(text, columns, fs)
     raise JobError(f"unknown input format {fmt!r}; use parquet or openai")
+
+
+def check_output_apart(source: "ParquetSource | OpenAIBatchSource", output: str | os.PathLike,
+                       storage_options: dict | None = None) -> None:
+    """Raise :class:`JobError` when writing OUTPUT, or its ``OUTPUT.partial`` folder, would touch
+    the job's input: the final rename replaces OUTPUT, and a file written inside an input folder
+    or where the input glob looks is read as input by the next run (a resume included). Paths
+    are compared as :func:`~pipeline.jobs.storage.address` es: real paths, normalized URLs."""
+    out = address(output, storage_options)
+    partial = out + ".partial"
+    spec = str(source.spec if isinstance(source, ParquetSource) else source.path)
+    if source.fs is not None:
+        root, files = address_on(source.fs, spec), [address_on(source.fs, f) for f in source.files]
+    else:
+        root, files = os.path.realpath(spec), [os.path.realpath(f) for f in source.files]
+    problem = None
+    if out in files:
+        problem = f"is the job's input ({out})"
+    elif source.named == "folder" and out == root:
+        problem = f"is the input folder {root}"
+    elif source.named == "folder" and inside(out, root):
+        problem = f"is inside the input folder {root}"
+    elif source.named == "glob" and glob_reaches(root, out):
+        problem = f"is matched by the input glob {root}"
+    elif any(f == partial or inside(f, partial) for f in files) or \
+            source.named == "folder" and (partial == root or inside(root, partial)):
+        problem = f"has its partial results folder {partial} holding the job's input"
+    elif source.named == "folder" and inside(partial, root):
+        problem = f"has its partial results folder {partial} inside the input folder {root}"
+    elif source.named == "glob" and glob_reaches(root, partial, below=True):
+        problem = f"has its partial results folder {partial} where the input glob {root} looks"
+    if problem:
+        raise JobError(f"OUTPUT {output} {problem}; choose another output path (a job never writes over or "
+                       f"into its input)")
 
 
 def _store_files(spec: str, fs) -> list[str]:
@@ -114,6 +148,9 @@ class ParquetSource:
         self.spec = spec
         self.fs = fs   # an fsspec file system for a URL; None: local files
         self.files = _store_files(spec, fs) if fs is not None else _parquet_files(spec)
+        root = fs._strip_protocol(spec) if fs is not None else spec
+        # how the input was named: a glob, a folder or one file (checks on OUTPUT need it)
+        self.named = "glob" if glob.has_magic(root) else "file" if self.files == [root] else "folder"
         self._row_groups: list[list[int]] = []
         schema = None
         for f in self.files:
@@ -233,6 +270,7 @@ class OpenAIBatchSource:
     (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time
     (pipeline/jobs/jsonl_input.py)."""
     format = "openai"
+    named = "file"
     key = "custom_id"
     key_type = pa.string()
     passthrough: list[str] = []

@@ -5,7 +5,7 @@
         summary = run_job(p, "in/*.parquet", "answers.parquet", truncate=True)
 
 ``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
-ids, output writable, resume state; the ids of a cluster job larger than one partition are
+ids, output writable and apart from the input, resume state; the ids of a cluster job larger than one partition are
 checked by the workers, before any row is answered: pipeline/jobs/key_check.py) and says where the job runs (``jobs.path``): a Parquet job
 (its input and output local, shared or on an object store) runs on the cluster
 (``ClusterJob``, ``pipeline/jobs/cluster_job.py``: the workers read, group by document, answer
@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from pipeline.client.in_order import InOrder
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import Chunk, open_source
+from pipeline.jobs.input import Chunk, check_output_apart, open_source
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.jobs.cluster_job import ClusterJob, FileSteps
@@ -66,6 +66,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
     source = open_source(input_path, format, task_columns(config), config.storage_options)
+    check_output_apart(source, output_path, config.storage_options)   # before anything is written
     check_key_type(source)
     notes = []
     if source.key is None:
@@ -118,6 +119,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     else:
         sink = StoreParts(final, meta, schema, config.storage_options) if remote else ParquetParts(final, meta, schema)
     done = sink.open()
+    notes += getattr(sink, "notes", [])   # (a cluster job's: damaged answer files dropped)
     if done:
         if not on_cluster:   # (a cluster job's committed rows are checked when merged)
             _check_resumed_keys(sink, source, done)

@@ -8,7 +8,9 @@ environment the store's library reads (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCES
 """
 from __future__ import annotations
 
+import fnmatch
 import os
+import posixpath
 from typing import Any
 
 from pipeline.jobs.errors import JobError
@@ -59,3 +61,41 @@ def store_error(exc: BaseException, what: str) -> JobError:
     if isinstance(exc, FileNotFoundError):
         return JobError(f"{what} not found")
     return JobError(f"cannot reach {what}: {name}: {text}")
+
+
+def address(spec: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> str:
+    """Where a path or URL points, comparable with another's: a local path's real path (so a
+    symlink and its target, ``./x`` and ``x`` are one place); a URL as ``protocol://path``,
+    normalized (:func:`address_on`). It need not exist."""
+    if not is_url(spec):
+        return os.path.realpath(local_path(spec))
+    fs, path = filesystem(str(spec), storage_options)
+    return address_on(fs, path)
+
+
+def address_on(fs, path: str) -> str:
+    """:func:`address` of ``path`` (a URL, or a path within it) on the fsspec file system ``fs``."""
+    return fs.unstrip_protocol(posixpath.normpath(fs._strip_protocol(path)))
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether address ``path`` lies below address ``folder``."""
+    return path.startswith(folder.rstrip("/") + "/")
+
+
+def glob_reaches(pattern: str, path: str, below: bool = False) -> bool:
+    """Whether the glob ``pattern`` matches ``path`` (both addresses), as ``glob`` matches:
+    name by name, ``**`` standing for any number of folders; ``below``: or may match something
+    inside the folder ``path``. A path the glob does not match yet still counts: a file written
+    there later is read as input by the next run."""
+    pat, parts = pattern.split("/"), path.split("/")
+
+    def match(i: int, j: int) -> bool:
+        if i == len(pat):
+            return j == len(parts)
+        if j == len(parts):
+            return below or all(p == "**" for p in pat[i:])
+        if pat[i] == "**":
+            return match(i + 1, j) or match(i, j + 1)
+        return fnmatch.fnmatchcase(parts[j], pat[i]) and match(i + 1, j + 1)
+    return match(0, 0)

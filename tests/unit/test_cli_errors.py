@@ -70,7 +70,7 @@ def test_bad_config_and_missing_model_path(tmp_path):
     assert proc.returncode == 2 and "surprise: unknown key" in proc.stderr and "Traceback" not in proc.stderr
     no_model = tmp_path / "no-model.yaml"
     no_model.write_text((ROOT / "cluster.yaml").read_text().replace("path: null", f"path: {tmp_path}/no/such/model"))
-    proc = run_cli("run", src, tmp_path / "out.parquet", "--config", no_model, "--engine", "null")
+    proc = run_cli("run", src, tmp_path / "out.parquet", "--config", no_model, "--engine", "fake")
     assert_refused(proc, "model path does not exist", "no/such/model")
     assert not (tmp_path / "out.parquet").exists()
 
@@ -95,3 +95,80 @@ def test_corrupt_or_disagreeing_files_in_a_folder(tmp_path):
     assert_refused(proc, "cannot read", "b.parquet", "as Parquet")
     proc = run_cli("run", str(tmp_path / "nothing-*.parquet"), tmp_path / "out.parquet")
     assert_refused(proc, "input not found: no file matches")
+
+
+def test_output_over_the_input_refused_and_input_intact(tmp_path):
+    """The input file as OUTPUT, however spelled (a `./` in the path, a symlink): refused before
+    anything is written (it once answered and then renamed the output over the input)."""
+    src = write_rows(tmp_path / "in.parquet", document=["d"], question=["q"])
+    before = src.read_bytes()
+    (tmp_path / "link.parquet").symlink_to(src)
+    for output in (src, f"{tmp_path}/./in.parquet", tmp_path / "link.parquet"):
+        proc = run_cli("run", src, output, "--engine", "fake", "--quiet")
+        assert_refused(proc, f"error: OUTPUT {output} is the job's input ({src})", "choose another output path")
+    assert src.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet", "link.parquet"]   # no OUTPUT.partial
+
+
+def test_output_inside_an_input_folder_or_glob_refused(tmp_path):
+    """An OUTPUT (or its OUTPUT.partial) inside the input folder, or where the input glob looks, would be
+    read as input by the next run: refused, though it does not exist yet."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    a = write_rows(folder / "a.parquet", document=["d"], question=["q"])
+    before = a.read_bytes()
+    proc = run_cli("run", folder, folder / "answers.parquet", "--engine", "fake", "--quiet")
+    assert_refused(proc, f"OUTPUT {folder / 'answers.parquet'} is inside the input folder {folder}")
+    proc = run_cli("run", str(tmp_path / "*" / "*.parquet"), folder / "answers.parquet", "--engine", "fake", "--quiet")
+    assert_refused(proc, f"is matched by the input glob {tmp_path}/*/*.parquet", "choose another output path")
+    proc = run_cli("run", folder, tmp_path / "in.parquet", "--engine", "fake", "--quiet")
+    assert proc.returncode == 0, proc.stderr   # beside the folder (and OUTPUT.partial too), not in it: answered
+    assert a.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["a.parquet"]
+
+
+def test_output_apart_from_the_input_from_python(tmp_path):
+    """prepare_job (and so run_job) refuses the same, and compares object-store URLs normalized;
+    an OUTPUT next to the input, or out of the glob's reach, is fine."""
+    from pipeline.config import load_config
+    from pipeline.jobs.errors import JobError
+    from pipeline.jobs.job import prepare_job
+
+    config = load_config().replace(engine={"kind": "fake"}, jobs={"path": "client"})
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_rows(folder / "a.parquet", document=["d"], question=["q"])
+    cases = {(folder, tmp_path / "in" / "sub" / "answers.parquet"): "is inside the input folder",
+             (folder / "a.parquet", tmp_path / "in" / ".." / "in" / "a.parquet"): "is the job's input",
+             (str(folder / "*.parquet"), folder / "new.parquet"): "is matched by the input glob",
+             (str(tmp_path / "**" / "*.parquet"), tmp_path / "out.parquet"): "is matched by the input glob",
+             (str(tmp_path / "**" / "*.parquet"), tmp_path / "out.json"):
+                 "partial results folder",   # its parts would be read as input
+             (tmp_path / "out.parquet.partial", tmp_path / "out.parquet"): "holding the job's input"}
+    (tmp_path / "out.parquet.partial").mkdir()
+    write_rows(tmp_path / "out.parquet.partial" / "b.parquet", document=["d"], question=["q"])
+    for (src, out), phrase in cases.items():
+        try:
+            prepare_job(src, out, config=config, notify=lambda _: None)
+        except JobError as exc:
+            assert phrase in str(exc), (src, out, exc)
+        else:
+            raise AssertionError(f"{src} -> {out} was not refused")
+    assert sorted(p.name for p in folder.iterdir()) == ["a.parquet"]
+    for src, out in ((folder, tmp_path / "answers.parquet"), (str(folder / "*.parquet"), folder / "sub" / "x.parquet")):
+        if out.parent != tmp_path:
+            out.parent.mkdir()
+        prepare_job(src, out, config=config, notify=lambda _: None)   # refused only where they meet
+
+    import fsspec
+    with fsspec.open("memory://bucket42/in.parquet", "wb") as f:
+        pq.write_table(pa.table({"document": ["d"], "question": ["q"]}), f)
+    try:
+        prepare_job("memory://bucket42/in.parquet", "memory://bucket42/./in.parquet", config=config,
+                    notify=lambda _: None)
+    except JobError as exc:
+        assert "is the job's input (memory:///bucket42/in.parquet)" in str(exc)
+    else:
+        raise AssertionError("memory://bucket42/./in.parquet was not refused")
+    finally:
+        fsspec.filesystem("memory").rm("/bucket42", recursive=True)
