@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from pipeline import console
 from pipeline.bench import cli as bench_cli
@@ -37,9 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="overrides the config's jobs.path: cluster (the workers read, group by document, answer "
                           "and write; Parquet jobs on local or shared paths with the document_question or template "
                           "task), client (every row through this process), auto (cluster where the job allows)")
-    run.add_argument("--engine", choices=("vllm", "null"), default=None,
-                     help="overrides the config's engine.kind; for testing: 'null' answers every row with an "
-                          "empty string (after engine.null_latency_s), no vLLM")
+    run.add_argument("--engine", choices=("vllm", "fake", "null"), default=None,
+                     help="overrides the config's engine.kind; for testing: 'fake' answers every row with an "
+                          "empty string (after engine.null_latency_s), no vLLM ('null': its old name)")
     run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
     run.add_argument("--verbose", action="store_true",
                      help="the workers' Dask and vLLM logs on this terminal (default: one log file per shard)")
@@ -87,12 +88,23 @@ def main(argv: list[str] | None = None) -> int:
     # runs, for start time: `--help` and a bad argument answer without loading pydantic, Dask,
     # pyarrow or torch.
     from pipeline.cluster.engines import EngineStartError
-    from pipeline.config import ConfigError, load_config
+    from pipeline.config import ConfigError, ConfigNote, engine_kind, load_config
     from pipeline.jobs.errors import JobError
     from pipeline.model import ModelError
 
     try:
-        config = load_config(args.config)
+        # An old spelling (engine kind null) is a note on this terminal, once: the workers get
+        # the config with the new one.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConfigNote)
+            config = load_config(args.config)
+            if getattr(args, "engine", None):
+                args.engine = engine_kind(args.engine)
+        for note in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, ConfigNote)):
+            print(f"note: {note}", file=sys.stderr)
+        for w in caught:
+            if not issubclass(w.category, ConfigNote):
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         if args.command == "check-config":
             from pipeline.cluster.layout import describe
             from pipeline.model import model_folder

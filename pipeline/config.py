@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +25,24 @@ DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
 
 class ConfigError(ValueError):
     """A config file that cannot be used; the message says why and where."""
+
+
+class ConfigNote(FutureWarning):
+    """A config value spelled the old way: accepted, with a note saying what to write instead
+    (the command line prints it as one ``note:`` line)."""
+
+
+OLD_FAKE_ENGINE = ("null", None)   # the fake engine's old name; YAML reads a bare `null` as None
+
+
+def engine_kind(kind: str | None) -> str:
+    """An engine kind with the fake engine's old name (``"null"``, or YAML's null) read as
+    ``fake``, with a :class:`ConfigNote`; any other value as it is (validated by the caller)."""
+    if kind in OLD_FAKE_ENGINE:
+        warnings.warn(f"engine kind {kind or 'null'} is now called fake (in YAML a bare null means no value); "
+                      f"write `kind: fake` (or --engine fake)", ConfigNote, stacklevel=3)
+        return "fake"
+    return kind
 
 
 class _Section(BaseModel):
@@ -106,12 +125,14 @@ class ModelConfig(_Section):
 
 
 class EngineConfig(_Section):
-    # "vllm": the real engine. "null": answers at once with an empty answer (plumbing
-    # tests, measurements, and workers that start with `dask worker` in tests).
-    kind: Literal["vllm", "null"] = "vllm"
-    # The null engine's answer time per request, in seconds (lets tests catch a job mid-way).
+    # "vllm": the real engine. "fake": answers at once with an empty answer (plumbing tests,
+    # measurements, and workers that start with `dask worker` in tests). Its old name "null"
+    # (and YAML's null) is read as fake, with a note.
+    kind: Literal["vllm", "fake"] = "vllm"
+    # The fake engine's answer time per request, in seconds (lets tests catch a job mid-way).
+    # (This key and the next keep the fake engine's old name.)
     null_latency_s: float = Field(0.0, ge=0)
-    # The null engine's prefix cache, in tokens per shard: each answer reports the prompt tokens
+    # The fake engine's prefix cache, in tokens per shard: each answer reports the prompt tokens
     # an LRU prefix cache of this size would have served (0: none). 23296 is what 1 GiB of KV
     # cache holds for the default model on a CPU shard.
     null_kv_cache_tokens: int = Field(0, ge=0)
@@ -133,6 +154,11 @@ class EngineConfig(_Section):
     seed: int = 0
     # Anything else vllm.AsyncEngineArgs accepts.
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _old_kind(cls, value: Any) -> Any:
+        return engine_kind(value)
 
 
 class SamplingConfig(_Section):
@@ -219,12 +245,12 @@ class RoutingConfig(_Section):
     # "characters": blocks of block_size tokens' worth of characters, lengths estimated at a
     # characters-per-token ratio the model's tokenizer measures on the first documents; no
     # tokenizing per document, so the client carries 1.9x the rows when most documents are
-    # distinct (null engine, 1M rows: 10,554 vs 5,590 rows/s), but on the skewed benchmark burst
+    # distinct (fake engine, 1M rows: 10,554 vs 5,590 rows/s), but on the skewed benchmark burst
     # the real engine reached 0.943 of plain vLLM instead of 0.977 (docs/SCALE.md).
     prefix_units: Literal["characters", "tokens"] = "tokens"
     # Routing memory is bounded: the router remembers (LRU) at most twice the blocks the
     # engines' KV caches hold together, and never more than this many block hashes (~150
-    # bytes each; what the null engine, which has no KV cache, gets).
+    # bytes each; what the fake engine, which has no KV cache, gets).
     max_blocks: int = Field(250_000, gt=0)
     # Each request also costs its decode; counted as this many prefill tokens per new token.
     decode_weight: float = Field(1.0, ge=0)
@@ -249,7 +275,7 @@ class IntakeConfig(_Section):
     # Rows grouped into one Dask task.
     batch_size: int = Field(32, gt=0)
     # A batch (of at least a quarter batch_size rows) back within this many seconds per batch_size rows means the
-    # engine is fast (e.g. the null engine): batches and queue_per_shard double, up to 32x, so
+    # engine is fast (e.g. the fake engine): batches and queue_per_shard double, up to 32x, so
     # Dask's and compression's per-batch costs spread over more rows. A real engine takes
     # seconds per batch. 0: never.
     fast_batch_s: float = Field(0.025, ge=0)
@@ -288,8 +314,10 @@ class IntakeConfig(_Section):
 class RecoveryConfig(_Section):
     # How often the client checks that every shard still has a worker (seconds).
     poll_interval_s: float = Field(0.5, gt=0)
-    # A shard whose worker is gone this long (no nanny brought it back) is taken out of
-    # routing: its unanswered rows are re-routed to the surviving shards.
+    # A shard that has had no worker able to answer this long is taken out of routing: its
+    # unanswered rows go to the surviving shards. Counted from the client's first poll that sees
+    # its worker gone (or replaced) until a worker for it has a ready engine: a restarted worker
+    # joins in seconds but its engine may start for minutes (pipeline/client/recovery.py).
     rejoin_timeout_s: float = Field(60.0, ge=0)
     # A row is sent at most this many times (retries after a lost worker or a dead engine);
     # then it is answered with a `worker: ...` error.

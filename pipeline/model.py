@@ -29,7 +29,7 @@ def model_folder(config: Config) -> str | None:
 
 
 def model_for(config: Config, engine_kind: str) -> str:
-    """The model the engines load (and the client tokenizes with): the null engine uses the
+    """The model the engines load (and the client tokenizes with): the fake engine uses the
     configured path as given, and tokenizes with the default model when there is none."""
     if engine_kind == "vllm" or config.model.path is None:
         return resolve_model(config)

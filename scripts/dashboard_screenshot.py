@@ -1,10 +1,10 @@
 """Screenshot of the pipeline's plots page (/pipeline) during a job, with headless Chromium
 driven by selenium (scripts/chromium.py: Debian's `chromium` and `chromium-driver`).
 
-    .venv/bin/python scripts/dashboard_screenshot.py docs/dashboard.png [--engine vllm|null]
+    .venv/bin/python scripts/dashboard_screenshot.py docs/dashboard.png [--engine vllm|fake]
 
 Starts the embedded cluster from cluster.yaml (the real engine with enforce_eager unless
---engine null), streams a document-question job, opens the page as the job starts, and takes
+--engine fake), streams a document-question job, opens the page as the job starts, and takes
 the screenshot from another thread once two thirds of its rows are answered (the plots then
 hold the job so far) while the job goes on.
 """
@@ -26,7 +26,7 @@ from pipeline.bench.workloads import document_questions  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
-    ap.add_argument("--engine", choices=["vllm", "null"], default="vllm")
+    ap.add_argument("--engine", choices=["vllm", "fake"], default="vllm")
     args = ap.parse_args()
     try:
         browser = chromium.start(width=1600, height=1150)
@@ -35,7 +35,7 @@ def main() -> None:
     config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
                                    engine={"kind": args.engine, "enforce_eager": True, "null_latency_s": 0.05},
                                    intake={"batch_size": 8, "queue_per_shard": 32,
-                                           **({"max_in_flight": 4} if args.engine == "null" else {})})
+                                           **({"max_in_flight": 4} if args.engine == "fake" else {})})
     rows = document_questions(48, 4, seed=3, order="shuffled")
     started, enough = threading.Event(), threading.Event()
     try:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A null-engine file job's own time and the workers' CPU, measured in the workers: an embedded
+"""A fake-engine file job's own time and the workers' CPU, measured in the workers: an embedded
 2-shard cluster is started first, each worker's process CPU seconds (psutil) are read just before
 and just after ``job.run``. Leaves out what ``scripts/scale_compare.py`` includes (imports, the
 cluster's start and close, the floor), so two versions of the code compare by the job alone:
@@ -26,7 +26,7 @@ def main(src: str) -> None:
     from pipeline.config import load_config
     from pipeline.jobs.job import prepare_job
 
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "null"})
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "fake"})
     with tempfile.TemporaryDirectory() as tmp:
         job = prepare_job(src, f"{tmp}/out.parquet", config=config)
         with Pipeline(config) as pipeline:

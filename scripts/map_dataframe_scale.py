@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""A large Dask DataFrame through ``Pipeline.map_dataframe`` with the null engine: rows/s and
+"""A large Dask DataFrame through ``Pipeline.map_dataframe`` with the fake engine: rows/s and
 the answers' check. Compare with the same rows through ``python -m pipeline run``:
 
     .venv/bin/python scripts/scale_input.py /tmp/in.parquet --rows 1000000
     /usr/bin/time -v .venv/bin/python scripts/map_dataframe_scale.py /tmp/in.parquet
-    /usr/bin/time -v .venv/bin/python -m pipeline run /tmp/in.parquet /tmp/out.parquet --engine null --quiet
+    /usr/bin/time -v .venv/bin/python -m pipeline run /tmp/in.parquet /tmp/out.parquet --engine fake --quiet
 
 (``time -v``'s figures cover the workers too; this script prints the client's own CPU seconds
 during the call and its peak RSS). The DataFrame is read with one partition per
@@ -31,7 +31,7 @@ def main() -> None:
 
     config = load_config(a.config)
     ddf = dd.read_parquet(a.input, split_row_groups=True)
-    with Pipeline(config, engine="null") as pipeline:
+    with Pipeline(config, engine="fake") as pipeline:
         me = psutil.Process()
         cpu0, t0 = sum(me.cpu_times()[:2]), time.perf_counter()
         answers = pipeline.map_dataframe(ddf)

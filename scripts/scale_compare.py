@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Side by side, in one run on the same input: the plumbing floor (scripts/scale_floor.py) and a
-null-engine job through ``python -m pipeline run`` (2 shards by default), with the client's CPU
+fake-engine job through ``python -m pipeline run`` (2 shards by default), with the client's CPU
 seconds and peak RSS and the scheduler's CPU, sampled from their processes; and, with
-``--kv-tokens``, the cached share the null engine's prefix-cache model reports, against the
+``--kv-tokens``, the cached share the fake engine's prefix-cache model reports, against the
 block ideal for the same placement of rows on shards.
 
     .venv/bin/python scripts/scale_input.py /tmp/in.parquet --rows 1000000
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_pipeline(src: str, dst: str, config: Path) -> dict:
     """The job as a user runs it, its client and scheduler processes sampled every 0.1 s."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, dst, "--engine", "null",
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, dst, "--engine", "fake",
                              "--config", str(config)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     client = psutil.Process(proc.pid)
@@ -88,7 +88,7 @@ def block_ideal_cached(src: str, out: str, config_path: Path, block_size: int = 
     the further full blocks its prompts share (its prefix, and the start of the suffix its
     questions have in common) once; every row computes the rest of its prompt."""
     config = load_config(config_path)
-    task = get_task_kind(config, load_tokenizer(model_for(config, "null")))
+    task = get_task_kind(config, load_tokenizer(model_for(config, "fake")))
     shared: dict[int, list] = {}           # document (its hash) -> [its prefix, a suffix, shared length]
     rows = []
     inputs = pq.ParquetFile(src).iter_batches(batch_size=65536, columns=["document", "question"])

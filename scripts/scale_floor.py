@@ -8,7 +8,7 @@ Reads the input in 64k-row batches with pyarrow, dictionary-encodes each batch's
 digests each distinct document of the batch once (blake2b), assigns it one of the shards (the
 digest modulo their number: the same document, the same shard, in every batch), and writes id /
 empty answer / shard. Prints rows/s, CPU
-seconds and peak RSS, for a side-by-side run with ``python -m pipeline run ... --engine null``
+seconds and peak RSS, for a side-by-side run with ``python -m pipeline run ... --engine fake``
 on the same file (scripts/scale_compare.py runs both).
 """
 from __future__ import annotations

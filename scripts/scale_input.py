@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write a large document-question Parquet input for plumbing measurements (null engine).
+"""Write a large document-question Parquet input for plumbing measurements (fake engine).
 
     .venv/bin/python scripts/scale_input.py OUT.parquet --rows 1000000 --doc-chars 1500
     .venv/bin/python scripts/scale_input.py OUT.jsonl --rows 100000 --format openai

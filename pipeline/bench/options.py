@@ -28,7 +28,7 @@ class BenchOptions:
     filler_sentences: int = 50     # ~750-790 prompt tokens per request with the default model:
                                    # a retrieval-sized chunk (12 gave ~260, which hides costs
                                    # that grow with the prompt)
-    null_questions: int = 20_000   # plumbing run (null engine); 0 skips it
+    null_questions: int = 20_000   # plumbing run (fake engine); 0 skips it
     seed: int = 0
 
 

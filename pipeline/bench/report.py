@@ -47,7 +47,7 @@ def target_rows(report: dict) -> list[dict]:
     p = report.get("plumbing")
     if p:
         ok = p["questions_per_s"] >= 10_000
-        rows.append({"target": "null-engine plumbing (questions/s)", "burst": "-", "value": p["questions_per_s"],
+        rows.append({"target": "fake-engine plumbing (questions/s)", "burst": "-", "value": p["questions_per_s"],
                      "goal": "≥ 10000", "met": ok, "miss_by": 0.0 if ok else p["questions_per_s"] / 10_000 - 1})
     return rows
 
@@ -107,7 +107,7 @@ def render_markdown(report: dict, command: str) -> str:
     lines += bigjob_lines(report)
     p = report.get("plumbing")
     if p:
-        lines += ["", f"Null-engine plumbing: {p['questions']} questions in {p['wall_s']:.2f} s = "
+        lines += ["", f"Fake-engine plumbing: {p['questions']} questions in {p['wall_s']:.2f} s = "
                       f"**{p['questions_per_s']:,.0f} questions/s** ({p['batches']} batches; encoded/raw bytes "
                       f"1/{p['raw_bytes'] / max(1, p['encoded_bytes']):.0f})."]
     lines += ["", "| target | burst | value | goal | met | missed by |", "|---|---|---|---|---|---|"]

@@ -10,7 +10,7 @@ Contenders (all warm, same model, engine arguments and greedy sampling):
                      on the cluster path, jobs.path: cluster)
 Protocol: for each burst, ``pairs`` rounds; in each round every contender runs the same
 rows (fresh documents per round) from an empty prefix cache, in an order that reverses
-every round. The clock covers the burst only. A null-engine run measures the plumbing.
+every round. The clock covers the burst only. A fake-engine run measures the plumbing.
 
 Here: ``run_bench`` and the plumbing run. The command's options are in pipeline/bench/cli.py,
 the bench's in ``options``; a contender's run is in ``contenders``, the medians in ``summary``,
@@ -44,7 +44,7 @@ def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
     with an engine that answers at once."""
     rows = document_questions(max(1, questions // 4), 4, filler_sentences=12, seed=seed, order="interleaved")
     cfg = config.replace(scheduler={"dashboard_address": None})
-    with Pipeline(cfg, engine="null") as p:
+    with Pipeline(cfg, engine="fake") as p:
         p.run(rows[:200])  # warm
         p.reset_cache()
         t0 = time.perf_counter()

@@ -27,7 +27,7 @@ from pipeline.cluster.resident_state import ClusterState
 from pipeline.cluster.engines import held_documents, start_engines, wait_for_shard_workers
 from pipeline.cluster.local import apply_dask_settings, connect, worker_log_dir
 from pipeline.cluster.security import dask_security
-from pipeline.config import Config, SamplingConfig, load_config
+from pipeline.config import Config, SamplingConfig, engine_kind, load_config
 from pipeline.model import model_for
 from pipeline.prefix_memory import prefix_digest
 from pipeline.results import RowResult
@@ -64,7 +64,7 @@ class Pipeline:
     def __init__(self, config: Config | str | None = None, *, engine: str | None = None, client: Client | None = None,
                  verbose: bool = False, notify=None, live=None, start_timeout_s: float = 600.0):
         self.config = config if isinstance(config, Config) else load_config(config)
-        self.engine_kind = engine or self.config.engine.kind
+        self.engine_kind = engine_kind(engine) if engine else self.config.engine.kind   # ("null": fake's old name)
         self._client = client
         self._cluster = None
         self._owns_client = client is None
@@ -88,7 +88,7 @@ class Pipeline:
         if not self.verbose and self._log_levels is None:
             self._log_levels = console.quiet_logs()
         self.model = model_for(self.config, self.engine_kind)
-        # The shards run on this machine: each vLLM engine pinned to its own devices. (Null engines
+        # The shards run on this machine: each vLLM engine pinned to its own devices. (Fake engines
         # pin nothing: any number of them may share the cores, to measure the plumbing at scale.)
         if self.engine_kind == "vllm" and not self.config.scheduler.address and self._client is None:
             self.config.require_layout(self.model)

@@ -8,11 +8,18 @@ engine in it). A batch that kills its worker more than
 ``distributed.scheduler.allowed-failures`` times fails with ``KilledWorker``.
 
 The client does the rest, with ``ShardWatch``: it polls the scheduler's worker list and
-reports, per shard, when its worker left, when a new one took its place (the router then
-forgets what that shard had cached), and when a shard has had no worker for
-``recovery.rejoin_timeout_s`` (no nanny brought it back: the client takes it out of
-routing and re-routes its unanswered rows to the surviving shards). The job's
-``JobSummary`` (pipeline/summary.py) tells its caller what happened.
+reports, per shard, when its worker left, when a new one can answer in its place (the router
+then forgets what that shard had cached), and when a shard has had no worker that can answer
+for ``recovery.rejoin_timeout_s`` (no nanny brought it back, or its new engine takes that long
+to start: the client takes it out of routing and re-routes its unanswered rows to the surviving
+shards). The job's ``JobSummary`` (pipeline/summary.py) tells its caller what happened.
+
+"Can answer" is not "has joined": a restarted worker registers with the scheduler within
+seconds and builds its engine only then (the plugin's setup runs after registration), which
+takes from seconds to minutes. A worker that joined during the watch is asked for its engine's
+phase (``engine_phase``) at each poll until it is ready; the timeout counts from the poll
+that first saw the shard's worker gone (or replaced) until then. The workers there when the
+watch starts are taken as able to answer (their engines started before the job).
 """
 from __future__ import annotations
 
@@ -21,9 +28,11 @@ import time
 from distributed import Client
 
 from pipeline.summary import GONE, LOST, REJOINED, ShardEvent
+from pipeline.worker.plugin import engine_phase
+
 
 class ShardWatch:
-    """Which worker serves each shard, polled from the scheduler at most every ``interval_s``."""
+    """Which worker answers for each shard, polled from the scheduler at most every ``interval_s``."""
 
     def __init__(self, client: Client, resources: dict[str, str], interval_s: float, rejoin_timeout_s: float):
         self.client = client
@@ -31,7 +40,8 @@ class ShardWatch:
         self.interval_s = interval_s
         self.rejoin_timeout_s = rejoin_timeout_s
         self._last_poll = 0.0
-        self.workers = self._serving()      # shard -> worker address
+        self.workers = self._serving()      # shard -> address of the worker that answers for it
+        self.ready = set(self.workers.values())   # the workers whose engine can answer
         self.last_seen = dict(self.workers)
         self.missing_since: dict[str, float] = {}
         self.gone: set[str] = set()
@@ -44,12 +54,25 @@ class ShardWatch:
                     out[shard] = addr
         return out
 
+    def _answering(self, listed: dict[str, str]) -> dict[str, str]:
+        """The shards of ``listed`` (shard -> worker) whose worker's engine is ready; a worker
+        not known to be is asked (module docstring)."""
+        self.ready &= set(listed.values())   # (a worker that left is forgotten)
+        new = [addr for addr in listed.values() if addr not in self.ready]
+        if new:
+            try:
+                phases = self.client.run(engine_phase, workers=new, on_error="return")
+            except Exception:  # noqa: BLE001 - e.g. the worker left meanwhile: not ready, asked again next poll
+                phases = {}
+            self.ready.update(addr for addr, p in phases.items() if isinstance(p, dict) and p.get("phase") == "ready")
+        return {shard: addr for shard, addr in listed.items() if addr in self.ready}
+
     def poll(self, now: float | None = None) -> list[ShardEvent]:
         now = time.monotonic() if now is None else now
         if now - self._last_poll < self.interval_s:
             return []
         self._last_poll = now
-        serving = self._serving()
+        serving = self._answering(self._serving())
         events = []
         for shard in self.resources:
             old, new = self.workers.get(shard), serving.get(shard)

@@ -5,7 +5,7 @@ shard, pinned by its environment, advertising the resource ``shard-<name>`` so a
 batch routed to that shard can only run there. The scheduler runs in its own process
 (``dask scheduler``, as ``python -m pipeline up`` starts it), not in the client's: the
 client then has its interpreter to itself (in one process the scheduler and the job loop
-took turns at one interpreter lock: 5,044 rows/s on the null engine against 6,625 with a
+took turns at one interpreter lock: 5,044 rows/s on the fake engine against 6,625 with a
 separate scheduler, 100,000 rows, 2 shards).
 """
 from __future__ import annotations

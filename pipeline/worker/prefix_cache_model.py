@@ -1,4 +1,4 @@
-"""What a prefix cache of a given size would have served: the null engine's model of vLLM's
+"""What a prefix cache of a given size would have served: the fake engine's model of vLLM's
 prefix caching, so that grouping and routing can be measured on million-row jobs without a
 real engine.
 
@@ -8,7 +8,7 @@ for its leading blocks found there (never its last token: the engine computes at
 then all its full blocks are in the cache. The cache holds ``capacity_blocks`` blocks and
 evicts the least recently used one first; a request's own blocks are used from its last to its
 first, so a document's head stays longest, as in vLLM, which frees a request's blocks tail
-first. Unlike vLLM, nothing is pinned by requests in flight (the null engine has none waiting).
+first. Unlike vLLM, nothing is pinned by requests in flight (the fake engine has none waiting).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python -m pipeline run` end to end with the null engine: bad rows finish with exit code 0
+"""`python -m pipeline run` end to end with the fake engine: bad rows finish with exit code 0
 and one output row each; a file corrupt midway exits 1 and keeps the rows before it."""
 import subprocess
 import sys
@@ -17,7 +17,7 @@ def run_cli(tmp_path, *args):
     config = tmp_path / "cluster.yaml"
     config.write_text(yaml.safe_dump(load_config().replace(scheduler={"dashboard_address": None},
                                                            engine={"max_model_len": 1000}).model_dump()))
-    return subprocess.run([sys.executable, "-m", "pipeline", "run", *map(str, args), "--engine", "null",
+    return subprocess.run([sys.executable, "-m", "pipeline", "run", *map(str, args), "--engine", "fake",
                            "--config", str(config), "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 

@@ -100,7 +100,7 @@ def test_security_needs_all_three_tls_files():
 
 def test_engine_kind_and_recovery_are_checked():
     with pytest.raises(ConfigError) as err:
-        parse_config({"shards": [{"name": "a", "device": 0}], "engine": {"kind": "fake"},
+        parse_config({"shards": [{"name": "a", "device": 0}], "engine": {"kind": "mock"},
                       "recovery": {"rejoin_timeout_s": -1, "max_row_attempts": 0}})
     text = str(err.value)
     assert "engine.kind" in text and "recovery.rejoin_timeout_s" in text and "recovery.max_row_attempts" in text
@@ -137,3 +137,32 @@ def test_worker_memory_is_auto_a_size_or_zero_and_a_bad_one_is_named():
     with pytest.raises(ConfigError) as err:
         parse_config({"shards": shards, "jobs": {"worker_memory": "lots"}})
     assert "jobs.worker_memory" in str(err.value) and "lots" in str(err.value)
+
+
+def test_the_fake_engine_reads_naturally_and_its_old_name_null_still_loads_with_a_note(tmp_path):
+    """YAML reads a bare `null` as None: `kind: null` once failed with "Input should be 'vllm' or
+    'null' (got None)". Now `fake` is the name; `null`, bare or quoted, loads as fake with a note."""
+    import warnings
+
+    from pipeline.config import ConfigNote
+
+    for text in ("engine: {kind: null}\n", 'engine: {kind: "null"}\n'):
+        with pytest.warns(ConfigNote, match=r"engine kind null is now called fake .*write `kind: fake`"):
+            assert load_config(_write(tmp_path, text)).engine.kind == "fake"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = load_config(_write(tmp_path, "engine: {kind: fake}\n"))
+        assert config.engine.kind == "fake"
+        assert config.replace(jobs={"path": "client"}).engine.kind == "fake"   # (what workers get: no note)
+    with pytest.raises(ConfigError, match=r"engine.kind: Input should be 'vllm' or 'fake' \(got 'nul'\)"):
+        load_config(_write(tmp_path, "engine: {kind: nul}\n"))
+
+
+def test_the_command_line_prints_the_old_name_note_once(tmp_path):
+    p = _write(tmp_path, "engine: {kind: null}\n")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["note: engine kind null is now called fake (in YAML a bare null means no "
+                                        "value); write `kind: fake` (or --engine fake)"]
+    assert '"kind": "fake"' in proc.stdout

@@ -1,4 +1,4 @@
-"""The plots page (/pipeline) in a real browser: a cluster on the null engine runs a job of
+"""The plots page (/pipeline) in a real browser: a cluster on the fake engine runs a job of
 tens of seconds while headless Chromium loads the page, reads its Bokeh document and
 reloads it. Skipped, saying what to install, where Chromium, its driver or selenium is
 missing (README, "Dashboard")."""
@@ -37,7 +37,7 @@ def slow_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
                                    engine={"null_latency_s": 0.1},
                                    intake={"max_in_flight": 2, "batch_size": 8, "queue_per_shard": 16})
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         yield p
 
 

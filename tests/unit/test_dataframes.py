@@ -1,4 +1,4 @@
-"""``Pipeline.map_dataframe`` with the null engine: output aligned with the input's index and
+"""``Pipeline.map_dataframe`` with the fake engine: output aligned with the input's index and
 partitions, pandas input, up-front errors, and a Dask DataFrame from and to an object store."""
 import dask
 import dask.dataframe as dd
@@ -14,7 +14,7 @@ from pipeline.client.dataframes import DataFrameInputError
 def null_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    intake={"batch_size": 8, "queue_per_shard": 16, "read_ahead_rows": 40})
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         yield p
 
 

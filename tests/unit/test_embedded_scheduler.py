@@ -12,7 +12,7 @@ HOLD = """
 import time
 from pipeline import Pipeline
 if __name__ == "__main__":
-    with Pipeline(engine="null", notify=lambda line: None):
+    with Pipeline(engine="fake", notify=lambda line: None):
         print("ready", flush=True)
         time.sleep(600)
 """

@@ -88,7 +88,7 @@ def test_starting_and_closing_an_embedded_cluster_leaves_the_drivers_environment
         monkeypatch.delenv(k, raising=False)
     before = dict(os.environ)
     config = load_config().replace(scheduler={"dashboard_address": None})
-    p = Pipeline(config, engine="null").start()
+    p = Pipeline(config, engine="fake").start()
     try:
         assert dict(os.environ) == before
         # the workers themselves did get Dask's variables, and the record of them

@@ -1,4 +1,4 @@
-"""Parquet and OpenAI batch jobs through the whole client/Dask/worker path with the null engine
+"""Parquet and OpenAI batch jobs through the whole client/Dask/worker path with the fake engine
 (it answers "" and counts one token per character): one output row per input row, in input
 order, each bad row with its error, refusals with their reasons."""
 import json
@@ -19,7 +19,7 @@ def null_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": None}, engine={"max_model_len": MAX_MODEL_LEN},
                                    sampling={"max_tokens": MAX_TOKENS},
                                    intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16})
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         yield p
 
 
@@ -277,7 +277,7 @@ def test_template_job_row_settings_and_json_columns(null_pipeline, tmp_path):
     assert [o["id"] for o in out] == ["a", "b", "c"] and out[0]["finish_reason"] == "stop"
     assert "text" not in out[0] and out[0]["max_tokens"] == 4   # the prompt's column is not copied; the rest is
     assert "answer_json" not in out[0]
-    # a JSON job: the null engine's empty answer is not JSON, and the row says so
+    # a JSON job: the fake engine's empty answer is not JSON, and the row says so
     _, out, _ = run(null_pipeline, table.drop(["temperature"]), tmp_path, name="json.parquet",
                     prompt={"template": "Summarize: {text}"}, sampling={"json_schema": {"type": "object"}})
     assert all(o["answer_json"] is None for o in out)
@@ -285,7 +285,7 @@ def test_template_job_row_settings_and_json_columns(null_pipeline, tmp_path):
 
 
 def one_document_rows(n):
-    """Rows whose prompts differ only in their question's length (the null engine counts one
+    """Rows whose prompts differ only in their question's length (the fake engine counts one
     token per character): row i's prompt is i tokens longer than row 0's."""
     document = short_rows(1, 1)[0]["document"]
     return [{"id": f"r{i}", "document": document, "question": "Why" + "?" * (i + 1), "expected": f"e{i}"}

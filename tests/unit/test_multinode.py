@@ -35,7 +35,7 @@ def _config(tmp, address):
     # workers on other hosts: the shards are listed (`auto` would lay out the client's machine)
     cfg["shards"] = [{"name": "cpu0", "devices": [0], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
                      {"name": "cpu1", "devices": [1], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}]
-    cfg["engine"].update(kind="null", null_latency_s=0.05)
+    cfg["engine"].update(kind="fake", null_latency_s=0.05)
     cfg["intake"].update(batch_size=8, queue_per_shard=32, max_in_flight=2, concurrent_batches=2)
     cfg["recovery"] = {"poll_interval_s": 0.2, "rejoin_timeout_s": 5.0}
     path = tmp / "cluster.yaml"

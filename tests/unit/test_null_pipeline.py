@@ -1,4 +1,4 @@
-"""The whole client/Dask/worker path with the null engine (no vLLM): plumbing only."""
+"""The whole client/Dask/worker path with the fake engine (no vLLM): plumbing only."""
 import json
 import re
 import time
@@ -16,7 +16,7 @@ def null_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
                                    intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16,
                                            "fast_batch_s": 0})
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         yield p
 
 
@@ -62,7 +62,7 @@ def test_static_assignment_routes_with_a_router_of_its_own(null_pipeline):
 
 def _beside(p, **sections):
     """A second pipeline on the same cluster and engines, with other client-side settings."""
-    return Pipeline(p.config.replace(**sections), engine="null", client=p.client)
+    return Pipeline(p.config.replace(**sections), engine="fake", client=p.client)
 
 
 def test_batches_grow_when_the_engine_is_fast(null_pipeline):
@@ -212,7 +212,7 @@ def test_the_null_engine_reports_what_a_prefix_cache_of_its_size_serves():
     for kv_tokens in (200_000, 32):
         config = load_config().replace(scheduler={"dashboard_address": None},
                                        engine={"null_kv_cache_tokens": kv_tokens})
-        with Pipeline(config, engine="null") as p:
+        with Pipeline(config, engine="fake") as p:
             results = p.run(rows)
         assert [r.id for r in results] == [row["id"] for row in rows]
         assert all(0 <= r.cached_tokens < r.prompt_tokens for r in results)
@@ -237,7 +237,7 @@ def test_a_stream_left_early_stops_its_batches_on_the_workers():
     config = load_config().replace(scheduler={"dashboard_address": None}, engine={"null_latency_s": 4.0},
                                    intake={"batch_size": 8, "fast_batch_s": 0})
     rows = document_questions(50, 4, seed=3, order="shuffled")
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         for _ in p.stream(rows):   # (every batch is submitted before the first answer comes)
             break
         deadline = time.monotonic() + 3.0   # (without the cancel: busy for another 8 s)

@@ -53,7 +53,7 @@ def _fs(options):
 def store_pipeline(s3):
     config = load_config().replace(scheduler={"dashboard_address": None}, storage_options=s3,
                                    intake={"batch_size": 8, "queue_per_shard": 16})
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         yield p
 
 
@@ -145,7 +145,7 @@ def test_killed_job_on_s3_resumes_to_the_whole_output(s3, tmp_path):
     src, out = f"s3://{BUCKET}/resume/in.parquet", f"s3://{BUCKET}/resume/out.parquet"
 
     def cli(cfg):
-        return subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, out, "--engine", "null",
+        return subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, out, "--engine", "fake",
                                  "--part-rows", "50", "--quiet", "--config", str(cfg)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 

@@ -1,4 +1,4 @@
-"""The null engine's prefix-cache model: what an LRU prefix cache of a given size serves."""
+"""The fake engine's prefix-cache model: what an LRU prefix cache of a given size serves."""
 import pytest
 
 from pipeline.worker.prefix_cache_model import PrefixCacheModel

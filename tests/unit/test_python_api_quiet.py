@@ -12,7 +12,7 @@ from pipeline import Pipeline, load_config
 
 if __name__ == "__main__":
     config = load_config().replace(scheduler={"dashboard_address": None})
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         results = p.run([{"id": "r1", "document": "d", "question": "q"}])
     print("answered", [r.id for r in results])
     print("level after close", logging.getLogger("distributed").getEffectiveLevel())

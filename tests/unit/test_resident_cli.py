@@ -1,4 +1,4 @@
-"""`python -m pipeline up / run / status / down` with the null engine: real Dask processes in
+"""`python -m pipeline up / run / status / down` with the fake engine: real Dask processes in
 the background, two jobs from two processes on one cluster, a config mismatch, a job whose
 client is killed, a dead cluster, and nothing left running after `down`."""
 import json
@@ -32,7 +32,7 @@ def cli(env, *args, timeout=180, cwd=ROOT):
 
 def write_config(path, **engine):
     cfg = load_config().replace(scheduler={"dashboard_address": None},
-                                engine={"kind": "null", "null_latency_s": 0.01, **engine})
+                                engine={"kind": "fake", "null_latency_s": 0.01, **engine})
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     return path
 

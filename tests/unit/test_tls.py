@@ -41,7 +41,7 @@ def _write_certs(folder):
 
 
 def test_tls_cluster_answers_and_refuses_plain_clients(tmp_path):
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "null"},
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "fake"},
                                    security=_write_certs(tmp_path))
     rows = document_questions(6, 2, seed=3)
     with Pipeline(config) as p:
