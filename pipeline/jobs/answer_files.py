@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.jobs.errors import JobError
+from pipeline.jobs.errors import JobError, OutputGone
 from pipeline.jobs.job_folder import LocalFolder, StoreFolder
 from pipeline.jobs.output import META, check_writable, meta_differences
 from pipeline.jobs.partitions import Partition
@@ -126,9 +126,31 @@ class AnswerFiles:
         """Files a killed writer left half written."""
         self.folder.drop_torn()
 
+    def drop_damaged(self, partitions: list[Partition], schema: pa.Schema) -> list[str]:
+        """Answer files and parts that are not readable Parquet with their schema (``ANSWER_SCHEMA``;
+        a part: ``schema``), e.g. cut short by a file system that kept a torn write: removed, so
+        their rows are answered (a part: merged) again. A note for each."""
+        notes = []
+        for part in partitions:
+            files = [(f, ANSWER_SCHEMA) for f in self.answer_files(part.index)]
+            if self.merged(part.index):
+                files.append((self.part_path(part.index), schema))
+            for path, expected in files:
+                try:
+                    found = self.folder.read_schema(path)
+                    problem = None if found.equals(expected) else "not this job's columns"
+                except (pa.ArrowException, OSError) as exc:
+                    problem = " ".join(str(exc).split())
+                if problem is not None:
+                    self.folder.remove_file(path)
+                    notes.append(f"dropped the damaged file {path} ({problem}); its rows are answered again")
+        return notes
+
     def merge(self, part: Partition, carry: pa.Table, schema: pa.Schema, key: str | None) -> int:
         """Partition ``part`` in input order, with ``carry`` (its input's own columns) beside the
         answers; written as its part. Every row must be answered exactly once."""
+        if not self.folder.present():
+            raise OutputGone.at(self.folder.url)
         files = self.answer_files(part.index)
         answers = pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
             ANSWER_SCHEMA.empty_table()
@@ -186,6 +208,7 @@ class ClusterParts:
         self.files = AnswerFiles(folder)
         self.meta, self.schema, self.partitions = meta, schema, partitions
         self.committed = self.resumed = 0
+        self.notes: list[str] = []   # what opening it found and did (damaged files dropped)
         self._store_url = store_url   # OUTPUT's URL on an object store (its errors are said in its terms)
 
     @classmethod
@@ -216,16 +239,18 @@ class ClusterParts:
     def _open(self) -> int:
         current = self.meta["files"]
         old = self._old_meta()
-        if old is not None:
+        if old is None:
+            self.folder.create()
+        else:
             self.files.drop_torn()
-            done = self.files.committed_rows(self.partitions)
             diff = meta_differences(old, self.meta, self.unchecked)
-            if diff and done:
+            if diff and self.folder.glob("answers/p*/*.parquet") + self.folder.glob("parts/*.parquet"):
                 raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the "
                                f"original command again to finish it, or delete it to start over")
             if not diff:
+                self.notes += self.files.drop_damaged(self.partitions, self.schema)
                 self.meta = old   # keeps the first run's start time
-                self.committed = self.resumed = done
+                self.committed = self.resumed = self.files.committed_rows(self.partitions)
         _check_files_unchanged(self, current)
         self.record()
         return self.committed

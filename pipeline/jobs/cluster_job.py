@@ -21,7 +21,8 @@ parts merged with the input's own columns, then OUTPUT), ``FrameSteps`` for a Da
 
 A worker lost mid-job costs no row: Dask reruns its tasks (a file job's answer task skips the
 rows it committed before). A partition that cannot be read is left for a rerun, after the
-others are committed.
+others are committed. An answer task whose write failed for good (``cluster_tasks.Stopped``)
+stops the job at once: its other tasks are cancelled.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from distributed import as_completed
 from pipeline.client.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
 from pipeline.jobs.answer_files import ClusterParts
-from pipeline.jobs.cluster_tasks import JobSpec, answer_task, buckets_of, documents_of, figures_of, \
+from pipeline.jobs.cluster_tasks import JobSpec, Stopped, answer_task, buckets_of, documents_of, figures_of, \
     figures_of_answer, file_split_task, finish_task, merge_task, piece_of, place_task, read_task
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
@@ -298,6 +299,8 @@ class ClusterJob:
                     raise JobError(f"task {f.key} was cancelled by the cluster; the answers committed so far are "
                                    f"kept; run the same command again to resume")
                 result = f.result()
+                if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
+                    raise JobError(result.why)
                 self._take(result, summary)
                 if f.key in partition_of:
                     read_errors += result.errors

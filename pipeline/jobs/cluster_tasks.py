@@ -33,6 +33,7 @@ from distributed import get_worker
 
 from pipeline.jobs.answer_files import AnswerFiles, error_table, results_table
 from pipeline.jobs.errors import JobError
+from pipeline.jobs.job_folder import permanent_write_error
 from pipeline.jobs.partitions import PARTITION_BITS, Partition
 from pipeline.jobs.placement import Bucket, Placement, place_documents
 from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PartitionTexts, PromptRows, \
@@ -219,7 +220,8 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
     them, or what ``spec.commit_s`` collected); a rerun of the task (its worker was lost) answers
     only the rows its earlier attempts did not commit. Returns the bucket's figures (and no
     rows: they are in the files). ``task_key``: this task's key; released (the job cancelled,
-    its client gone), the task stops answering (pipeline/worker/plugin.py)."""
+    its client gone), the task stops answering (pipeline/worker/plugin.py). A write that failed
+    for good (no permission, no space, the folder removed) stops it at once: ``Stopped``."""
     plugin, rows = _bucket_rows(bucket, pieces)
     files = AnswerFiles(spec.folder)
     name = f"{spec.run}-b{bucket.index:06d}"
@@ -231,14 +233,36 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
         rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
     commits = BucketCommits(files, spec.starts, name, files.next_seq(name), spec.commit_rows, spec.commit_s,
                             lambda table: _add(figures, _figures(table, bucket.shard)))
-    await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
-                                _progress(spec, bucket, earlier.num_rows), commit=commits.add,
-                                commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
-                                prefixes=prefixes, task=task_key)
-    # (only once every row is answered: a task that failed or was cancelled, its bucket moved to
-    # another shard, writes nothing more; its rerun answers what it had not written)
-    await loop.run_in_executor(None, commits.close)
+    try:
+        await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
+                                    _progress(spec, bucket, earlier.num_rows), commit=commits.add,
+                                    commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
+                                    prefixes=prefixes, task=task_key, job=spec.job_id)
+        # (only once every row is answered: a task that failed or was cancelled, its bucket moved to
+        # another shard, writes nothing more; its rerun answers what it had not written)
+        await loop.run_in_executor(None, commits.close)
+    except Exception as exc:
+        if not permanent_write_error(exc):
+            raise   # (Dask runs the task again: an engine that died, a store's network error)
+        return Stopped(write_failure(exc, spec.folder.url)), None
     return figures, None
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """An answer task's figures when it stopped for good: a write failed in a way another try
+    cannot fix (``job_folder.permanent_write_error``). Returned, not raised: Dask runs a task
+    that raises again (its ``retries``), which would answer the bucket again only to fail the
+    same way. The client stops the job with ``why``."""
+    why: str
+
+
+def write_failure(exc: BaseException, where: str) -> str:
+    """What the user reads when answers could not be written to ``where`` (OUTPUT.partial)."""
+    if isinstance(exc, JobError):   # (it says what to do: ``OutputGone``)
+        return str(exc)
+    return (f"cannot write answers to {where}: {type(exc).__name__}: {' '.join(str(exc).split())}; the answers "
+            f"committed so far are kept; make it writable (or free space) and run the same command again to resume")
 
 
 class BucketCommits:
@@ -293,7 +317,8 @@ async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | No
     A rerun answers the whole bucket again (a DataFrame job: pipeline/client/dataframes.py)."""
     plugin, rows = _bucket_rows(bucket, pieces)
     results = await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
-                                          _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key)
+                                          _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key,
+                                          job=spec.job_id)
     table = results_table(results)
     return _figures(table, bucket.shard), _by_partition(table, partition_of(table.column("position").to_numpy()))
 

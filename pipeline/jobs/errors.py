@@ -5,3 +5,13 @@ from __future__ import annotations
 
 class JobError(RuntimeError):
     """The job cannot run (or go on); the message says why and what to do."""
+
+
+class OutputGone(JobError):
+    """A job's partial output (``OUTPUT.partial``) was removed while the job ran: what it held is
+    gone, and nothing may write there again until a new run starts it over."""
+
+    @classmethod
+    def at(cls, where) -> "OutputGone":
+        return cls(f"{where} was removed while the job ran; the answers it held are gone; "
+                   f"run the same command again to start over")

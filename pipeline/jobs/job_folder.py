@@ -6,9 +6,15 @@ Both give the one guarantee the job's commits rest on (pipeline/jobs/answer_file
 that can be seen is whole. A local file is written under a temporary name, synced and renamed; an
 object store writes each object whole or not at all, and has no rename, so an object is written
 once, under its final name. Paths are strings within the folder's file system.
+
+Neither recreates a folder that was removed while its job ran: only ``create`` (when a run
+starts the folder) makes it; a later write into a removed folder raises ``OutputGone``
+(a local folder: its root is gone; on a store: its ``_job.json``), so no write leaves
+answers where a rerun could not use them.
 """
 from __future__ import annotations
 
+import errno
 import io
 import os
 import posixpath
@@ -19,7 +25,21 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.output import write_atomic, write_table_atomic
+from pipeline.jobs.errors import OutputGone
+from pipeline.jobs.output import META, write_atomic, write_table_atomic
+
+# Write errors a retry cannot fix: the job stops at once (pipeline/jobs/cluster_tasks.py)
+# rather than answer its rows again only to fail the same way.
+PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}   # (and PermissionError: EACCES, EPERM)
+
+
+def permanent_write_error(exc: BaseException) -> bool:
+    """Whether writing failed for a reason that writing again will not fix: refused
+    (permissions, an immutable folder, a store's access denied), no space, a read-only file
+    system, or the folder removed. An engine that died, a store's network error and the like
+    are worth another try."""
+    return isinstance(exc, (OutputGone, PermissionError)) or \
+        (isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS)
 
 
 class LocalFolder:
@@ -37,13 +57,37 @@ class LocalFolder:
         """The files matching ``pattern`` (relative to the folder), sorted."""
         return sorted(str(p) for p in Path(self.root).glob(pattern))
 
+    def create(self) -> None:
+        """The folder itself (its parent exists: ``output.check_writable``)."""
+        Path(self.root).mkdir(exist_ok=True)
+
+    def present(self) -> bool:
+        return os.path.isdir(self.root)
+
     def write_table(self, path: str, table: pa.Table) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_table_atomic(Path(path), table)
+        with self._inside(path):
+            write_table_atomic(Path(path), table)
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(path), data)
+        with self._inside(path):
+            write_atomic(Path(path), data)
+
+    @contextmanager
+    def _inside(self, path: str):
+        """Writing ``path``: the folders between the root and it are made, never the root
+        (``OutputGone`` if it was removed)."""
+        folder = Path(self.root)
+        try:
+            for name in Path(path).parent.relative_to(folder).parts:
+                folder = folder / name
+                folder.mkdir(exist_ok=True)
+            if not os.path.isdir(self.root):
+                raise FileNotFoundError(errno.ENOENT, "no such folder", self.root)
+            yield
+        except FileNotFoundError:
+            if os.path.isdir(self.root):
+                raise
+            raise OutputGone.at(self.url) from None
 
     def read_bytes(self, path: str) -> bytes:
         return Path(path).read_bytes()
@@ -54,6 +98,12 @@ class LocalFolder:
     def num_rows(self, path: str) -> int:
         return pq.ParquetFile(path).metadata.num_rows
 
+    def read_schema(self, path: str) -> pa.Schema:
+        return pq.read_schema(path)
+
+    def remove_file(self, path: str) -> None:
+        os.unlink(path)
+
     def drop_torn(self) -> None:
         """Files a killed writer left half written (under their temporary names)."""
         for leftover in Path(self.root).glob("**/.*.tmp"):
@@ -63,7 +113,7 @@ class LocalFolder:
     def writing(self, final: str):
         """A file to write OUTPUT to; it appears at ``final`` whole, when the block ends."""
         tmp = self.path(".final.tmp")
-        with open(tmp, "wb") as f:
+        with self._inside(tmp), open(tmp, "wb") as f:
             yield f
         os.replace(tmp, final)
 
@@ -86,9 +136,17 @@ class StoreFolder:
         self.fs.invalidate_cache()   # (a listing cached by this process may miss other workers' writes)
         return sorted(self.fs.glob(self.path(pattern)))
 
+    def create(self) -> None:
+        """Nothing to make: a prefix exists once an object is written under it."""
+
+    def present(self) -> bool:
+        return self.exists(self.path(META))
+
     def write_table(self, path: str, table: pa.Table) -> None:
         buf = io.BytesIO()
         pq.write_table(table, buf)
+        if not self.present():   # (the folder was removed: never start it again here)
+            raise OutputGone.at(self.url)
         self.fs.pipe_file(path, buf.getvalue())
 
     def write_bytes(self, path: str, data: bytes) -> None:
@@ -103,6 +161,13 @@ class StoreFolder:
     def num_rows(self, path: str) -> int:
         with self.fs.open(path, "rb") as f:
             return pq.ParquetFile(f).metadata.num_rows
+
+    def read_schema(self, path: str) -> pa.Schema:
+        with self.fs.open(path, "rb") as f:
+            return pq.read_schema(f)
+
+    def remove_file(self, path: str) -> None:
+        self.fs.rm_file(path)
 
     def drop_torn(self) -> None:
         """Nothing to drop: an object is written whole or not at all."""

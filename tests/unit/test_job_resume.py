@@ -20,7 +20,7 @@ DETERMINISTIC = ["doc_id", "expected", "id", "answer", "error", "prompt_tokens",
 
 
 def cli(src, out, config):
-    return subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(src), str(out), "--engine", "null",
+    return subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(src), str(out), "--engine", "fake",
                              "--part-rows", "50", "--quiet", "--config", str(config)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # its own process group: the kill reaches the workers too
@@ -64,3 +64,38 @@ def test_killed_job_resumes_to_the_uninterrupted_output(tmp_path):
     assert got.num_rows == ROWS and got.column("id").to_pylist() == [r["id"] for r in rows]
     assert got.equals(want)
     assert not partial.exists()
+
+
+def test_a_partial_output_removed_mid_job_stops_it_and_the_advised_rerun_starts_over(tmp_path):
+    """The CLI's one message (exit 1) for an OUTPUT.partial removed while the job runs, then the
+    rerun it advises: it starts over and writes every row once, in input order."""
+    import shutil
+
+    base = load_config().replace(scheduler={"dashboard_address": None})
+    config, slow = tmp_path / "cluster.yaml", tmp_path / "slow.yaml"
+    config.write_text(yaml.safe_dump(base.model_dump()))
+    slow.write_text(yaml.safe_dump(base.replace(engine={"null_latency_s": 1.0}).model_dump()))
+    rows = document_questions(ROWS // 4, 4, seed=7, order="shuffled")
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    partial = tmp_path / "out.parquet.partial"
+
+    proc = cli(src, out, slow)
+    deadline = time.monotonic() + 240
+    while len(list(partial.glob("answers/p*/*.parquet"))) < 2:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no answers committed in time"
+        time.sleep(0.1)
+    while partial.exists():   # (a write under way may add a file while it goes)
+        shutil.rmtree(partial, ignore_errors=True)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err.strip().splitlines()[-1] == (f"error: {partial} was removed while the job ran; the answers it held "
+                                            f"are gone; run the same command again to start over")
+    assert not partial.exists()
+
+    again = cli(src, out, config)
+    stdout, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert "resuming" not in err and f"rows: {ROWS} " in stdout
+    assert pq.read_table(out, columns=["id"]).column("id").to_pylist() == [r["id"] for r in rows]
