@@ -1,6 +1,6 @@
 """The engine behind a narrow interface: build it, generate one request, shut it down.
 
-``VllmEngine`` wraps vLLM's ``AsyncLLM``. ``NullEngine`` answers at once and is used
+``VllmEngine`` wraps vLLM's ``AsyncLLM``. ``FakeEngine`` answers at once and is used
 to measure the pipeline's own plumbing and in unit tests of routing and transport.
 """
 from __future__ import annotations
@@ -39,7 +39,9 @@ class Engine(Protocol):
     kv_cache_tokens: int  # tokens the engine's KV cache holds
 
     def encode(self, text: str) -> Sequence[int]: ...   # (a list, or any sequence ``+`` joins and slices)
-    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling) -> Generation: ...
+    # ``priority``: lower first, among the requests waiting inside the engine (pipeline/worker/admission.py)
+    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling,
+                       priority: int = 0) -> Generation: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...
 
@@ -110,7 +112,7 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
 SETTINGS = (("scheduler_config", "max_num_batched_tokens"), ("scheduler_config", "max_num_seqs"),
             ("scheduler_config", "enable_chunked_prefill"), ("scheduler_config", "async_scheduling"),
             ("cache_config", "block_size"), ("cache_config", "num_gpu_blocks"),
-            ("cache_config", "enable_prefix_caching"), ("model_config", "dtype"))
+            ("cache_config", "enable_prefix_caching"), ("model_config", "dtype"), ("scheduler_config", "policy"))
 
 
 def engine_settings(vllm_config) -> dict:
@@ -151,8 +153,15 @@ class VllmEngine:
         # An offline batch engine: vLLM's defaults for its offline ``LLM`` class, not its
         # engine-context ones (on CPU max_num_batched_tokens 4096, not 2048; larger on GPUs),
         # as plain vLLM run for a batch gets them.
-        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(model, config, shard)),
-                                              usage_context=UsageContext.LLM_CLASS)
+        # Each request's priority is its job's count of requests admitted before it, so jobs that
+        # share the engine take turns (pipeline/worker/admission.py); with one job the order is
+        # first come, first served, as under vLLM's default policy (plain vLLM in the bench keeps it).
+        # On CPU, a step's time grows with the batch: a small job beside a big one also gets seats
+        # the big one's requests step aside from (pipeline/worker/job_scheduler.py).
+        cpu = shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
+        scheduler = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
+        args = AsyncEngineArgs(**engine_kwargs(model, config, shard), scheduling_policy="priority", **scheduler)
+        self._llm = AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
         cache = self._llm.vllm_config.cache_config
         self.settings = engine_settings(self._llm.vllm_config)
         self.block_size = int(cache.block_size)
@@ -181,7 +190,8 @@ class VllmEngine:
             self._params[key] = params
         return params
 
-    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling) -> Generation:
+    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling,
+                       priority: int = 0) -> Generation:
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -189,7 +199,7 @@ class VllmEngine:
         params = self.params(sampling)   # (a bad value raises here: the row's error)
         try:
             async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
-                                                request_id=request_id):
+                                                request_id=request_id, priority=priority):
                 final = out
         except EngineDeadError as exc:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
@@ -217,7 +227,7 @@ class VllmEngine:
         self._llm.shutdown = lambda timeout=None: None
 
 
-class NullEngine:
+class FakeEngine:
     """Answers every request with an empty answer, after ``latency_s`` (default: at once);
     tokenizes by characters. With ``kv_cache_tokens``, each answer reports the prompt tokens a
     prefix cache of that size would have served (pipeline/worker/prefix_cache_model.py)."""
@@ -237,7 +247,8 @@ class NullEngine:
         ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
         return ids
 
-    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling) -> Generation:
+    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling,
+                       priority: int = 0) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=self.cache.serve(prompt_ids),
@@ -250,9 +261,12 @@ class NullEngine:
         pass
 
 
+NullEngine = FakeEngine   # its old name
+
+
 def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | None = None) -> Engine:
     if kind == "vllm":
         return VllmEngine(model, config, shard)
-    if kind == "null":
-        return NullEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens)
-    raise ValueError(f"unknown engine kind {kind!r}")
+    if kind == "fake":
+        return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens)
+    raise ValueError(f"unknown engine kind {kind!r}; use vllm or fake")

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.jobs.prompt_table import prefixes_of
+from pipeline.worker.admission import TokenGate
 from pipeline.prefix_memory import text_digests
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
@@ -28,42 +29,26 @@ from pipeline.token_estimate import estimated_tokens
 PROGRESS_EVERY_S = 1.0
 
 
-class TokenGate:
-    """At most ``budget`` tokens in flight, except that one document always may go (a document
-    larger than the budget still runs, alone)."""
-
-    def __init__(self, budget: float):
-        self.budget = budget
-        self.held = 0.0
-        self._changed = asyncio.Condition()
-
-    async def acquire(self, tokens: float) -> None:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.held == 0 or self.held + tokens <= self.budget)
-            self.held += tokens
-
-    async def release(self, tokens: float) -> None:
-        async with self._changed:
-            self.held -= tokens
-            self._changed.notify_all()
-
-
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
                          progress=None, commit=None, commit_rows: int = 10_000,
                          commit_s: float = 30.0, first_rows: int = 0,
-                         prefixes: dict[int, str] | None = None, bounded: bool = True) -> list[RowResult]:
+                         prefixes: dict[int, str] | None = None, bounded: bool = True,
+                         job: str | None = None) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
     ``progress(done_rows, error_rows)`` is called now and then, and at the end.
     ``commit(results)`` gets the results as they complete, at least ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
-    loop's thread pool, so the engine's event loop goes on meanwhile). ``first_rows``: until the
+    loop's thread pool, so the engine's event loop goes on meanwhile); the first that fails stops
+    the rows at once (those in flight aborted, no more started) and its error is raised. ``first_rows``: until the
     first answer, only this many requests are admitted (0: no limit), so that answer is not
     decoded in lockstep with a full engine's worth of others (README, "Start-up and first answer").
+    ``job``: the job the rows belong to; jobs share the engine fairly (pipeline/worker/admission.py).
     ``bounded`` (a bucket): at most ``2 x intake.max_in_flight`` rows wait for the engine at a
     time, and the token gate holds back documents; False (a client-fed batch, bound by the
     client): every row is started at once and waits its turn for the engine."""
     engine, config = plugin.engine, plugin.config
+    job = job or bucket_id   # whose turn it is at the engine (pipeline/worker/admission.py)
     n = rows.num_rows
     positions = rows.column("position").to_numpy()
     digests = rows.column("digest").to_numpy()
@@ -93,9 +78,27 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
 
     def hand_over() -> None:
         nonlocal ready, committed_at
-        if commit is not None and ready:
-            commits.append(loop.run_in_executor(None, commit, ready))
+        if commit is not None and ready and not failure:
+            future = loop.run_in_executor(None, committing, ready)
+            future.add_done_callback(commit_done)
+            commits.append(future)
         ready, committed_at = [], time.monotonic()
+
+    def committing(rows: list[RowResult]) -> None:
+        """(In an executor thread.) A failed commit is seen at once by the loop that starts rows,
+        even where it never waits (an engine that answers at once): no more rows start."""
+        try:
+            commit(rows)
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
+            failure.append(exc)
+            raise
+
+    def commit_done(future: asyncio.Future) -> None:
+        """A failed commit stops the answering: the requests in flight are aborted (what they
+        would answer could not be committed). Its exception is retrieved here, so none goes unseen."""
+        if not future.cancelled() and future.exception() is not None:
+            for task in list(tasks):
+                task.cancel()
 
     def answered(k: int, r: RowResult) -> None:
         nonlocal done, errors, last
@@ -137,7 +140,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
                 plugin.prefixes.served_digest(int(digests[lo]), len(prefix_ids))   # (the rows' digest is the prefix's)
             tokens = len(prefix_ids) + questions
             if gate is not None:
-                await gate.acquire(tokens)
+                await gate.acquire(tokens, job)
             document: list[asyncio.Task] = []
             for k in range(lo, hi):
                 if first_rows and k >= first_rows and not answered_one.is_set():
@@ -145,9 +148,11 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
                 while waiting >= window:
                     room.clear()
                     await room.wait()
+                if failure:   # (a commit failed meanwhile)
+                    break
                 s = own[k] if own is not None else None
                 try:
-                    task, r = start_eagerly(plugin._one(bucket_id, int(positions[k]), prefix_ids, suffixes[k], truncate,
+                    task, r = start_eagerly(plugin._one(job, bucket_id, int(positions[k]), prefix_ids, suffixes[k], truncate,
                                                         s.over(sampling) if s is not None else sampling))
                     if task is None:
                         answered(k, r)
@@ -161,7 +166,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
                 task.add_done_callback(functools.partial(settled, k))
                 document.append(task)
             if gate is not None:
-                _release_when_done(gate, tokens, document)
+                _release_when_done(gate, tokens, job, document)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
     except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
@@ -193,7 +198,7 @@ def batch_rows(rows: pa.Table) -> tuple[pa.Table, dict[int, str]]:
 def start_eagerly(coro) -> tuple[asyncio.Task | None, object]:
     """Run ``coro`` at once, up to its first real wait; then a Task runs the rest: (that Task,
     None), or (None, its result) where it finished without waiting. What Python 3.12's eager
-    tasks do: a request the engine answers at once (the null engine) costs no Task and no trip
+    tasks do: a request the engine answers at once (the fake engine) costs no Task and no trip
     round the event loop."""
     try:
         waiting_for = coro.send(None)
@@ -236,10 +241,10 @@ class _Started(collections.abc.Coroutine):
         return self.send(None)
 
 
-def _release_when_done(gate: TokenGate, tokens: float, tasks: list[asyncio.Task]) -> None:
+def _release_when_done(gate: TokenGate, tokens: float, job: str, tasks: list[asyncio.Task]) -> None:
     async def wait() -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
-        await gate.release(tokens)
+        await gate.release(tokens, job)
     asyncio.ensure_future(wait())
 
 

@@ -26,7 +26,8 @@ from pipeline.worker import metrics, reaper
 from pipeline.config import Config
 from pipeline.worker.engine import BadSampling, Engine, EngineDead, build_engine
 from pipeline.worker.gcstats import GcPauses
-from pipeline.worker.grouped_answers import TokenGate, answer_grouped, batch_rows
+from pipeline.worker.admission import FairAdmission, TokenGate
+from pipeline.worker.grouped_answers import answer_grouped, batch_rows
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt
@@ -86,7 +87,7 @@ class EnginePlugin(WorkerPlugin):
         # What does not change while the engine runs; the counters live in self.metrics.
         self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
                      "kv_cache_tokens": self.engine.kv_cache_tokens, "engine_settings": self.engine.settings}
-        self._intake = asyncio.Semaphore(self.config.intake.max_in_flight)
+        self._intake = FairAdmission(self.config.intake.max_in_flight)   # shared fairly by the jobs
         budget = self.config.intake.kv_budget_share * (self.engine.kv_cache_tokens or 0)
         self.token_gate = TokenGate(budget) if budget else None   # cluster jobs' grouped answering
         self.prefixes = self._prefix_memory()
@@ -112,7 +113,7 @@ class EnginePlugin(WorkerPlugin):
         atexit.register(self._exit_without_finalizing)
 
     def _prefix_memory(self) -> PrefixMemory:
-        """Bounded by the engine's KV cache (the null engine, which has none, by the router's
+        """Bounded by the engine's KV cache (the fake engine, which has none, by the router's
         own bound, in the engine's blocks, split over the shards)."""
         cap = self.engine.kv_cache_tokens or \
             self.config.routing.max_blocks * self.engine.block_size // len(self.config.shards)
@@ -170,7 +171,8 @@ class EnginePlugin(WorkerPlugin):
         rows, prefixes = batch_rows(batch.rows)
         results = await self.answer_grouped(rows, head.batch_id, head.sampling or self.default_sampling,
                                             head.truncate_prompts, prefixes=prefixes, bounded=False,
-                                            task=head.batch_id)   # (the batch's task key)
+                                            task=head.batch_id,   # (the batch's task key)
+                                            job=head.batch_id.rsplit("-batch-", 1)[0])   # (its stream's)
         out = codec.BatchResult(batch_id=head.batch_id, shard=self.shard, results=results)
         return codec.encode(out, self.config.intake.compression_level)
 
@@ -226,10 +228,10 @@ class EnginePlugin(WorkerPlugin):
         """For a batch that brings no settings: this worker's config's."""
         return self.config.sampling.as_sampling(self.config.engine.seed)
 
-    async def _one(self, batch_id: str, index: int, prefix_ids: list[int], suffix: str,
+    async def _one(self, job: str, batch_id: str, index: int, prefix_ids: list[int], suffix: str,
                    truncate: bool, sampling: Sampling) -> RowResult:
         """Row ``index`` (its position in the job): its prompt is its prefix's tokens, then its
-        suffix's."""
+        suffix's. It waits for ``job``'s turn at the engine (pipeline/worker/admission.py)."""
         ids, error = fit_prompt(prefix_ids, self.engine.encode(suffix), self.config.engine.max_model_len,
                                 sampling.max_tokens or self.config.sampling.max_tokens, truncate)
         if error is not None:
@@ -237,7 +239,7 @@ class EnginePlugin(WorkerPlugin):
         m = self.metrics
         m.queue(len(ids))
         try:
-            await self._intake.acquire()
+            priority = await self._intake.acquire(job)
         except BaseException:
             m.queued -= 1
             m.prefill_outstanding -= len(ids)
@@ -247,7 +249,8 @@ class EnginePlugin(WorkerPlugin):
         gen = None
         aborted = False
         try:
-            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{index}", sampling=sampling)
+            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{index}", sampling=sampling,
+                                             priority=priority)
         except asyncio.CancelledError:
             aborted = True   # (its task was released: vLLM aborts the request)
             raise
@@ -259,7 +262,7 @@ class EnginePlugin(WorkerPlugin):
             return RowResult.failed(index, kind, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
                                     shard=self.shard, latency_s=time.perf_counter() - t0)
         finally:
-            self._intake.release()
+            self._intake.release(job)
             if aborted:
                 m.abort(len(ids))
             else:

@@ -1,4 +1,4 @@
-"""File jobs on the cluster path (``jobs.path: cluster``) with the null engine: the workers read,
+"""File jobs on the cluster path (``jobs.path: cluster``) with the fake engine: the workers read,
 group by document, answer and write. The output is the client path's, row for row; every
 document is answered on one shard; an interrupted or partly unreadable job resumes to the same
 output, answering only what is missing."""
@@ -24,7 +24,7 @@ def null_pipeline():
                                    engine={"max_model_len": 1000, "null_kv_cache_tokens": 3000},
                                    sampling={"max_tokens": 32}, intake={"read_ahead_rows": 50},
                                    jobs={"partition_rows": 16, "bucket_rows": 20})
-    with Pipeline(config, engine="null") as p:
+    with Pipeline(config, engine="fake") as p:
         yield p
 
 
@@ -270,7 +270,7 @@ def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_spli
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "null", "null_latency_s": 0.05},
+                                   engine={"kind": "fake", "null_latency_s": 0.05},
                                    intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
     planning = ("-read-", "-split-", "-piece-", "-figures-", "-documents-", "-place")
     seen: list[dict] = []
@@ -339,7 +339,7 @@ def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_
     rows = document_questions(60, 4, seed=10, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "null"},
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "fake"},
                                    jobs={"path": "cluster", "partition_rows": 40, "bucket_rows": 40,
                                          "worker_memory": "64kB"})
 
@@ -358,13 +358,13 @@ def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_
 
 
 def slow_null_job(tmp_path, seed: int):
-    """240 rows in one partition, for the cluster path; the null engine answers 2 at a time, 0.05 s
+    """240 rows in one partition, for the cluster path; the fake engine answers 2 at a time, 0.05 s
     each, so each shard is busy for ~3 s (long enough to hit it mid-bucket)."""
     rows = document_questions(60, 4, seed=seed, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
     config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "null", "null_latency_s": 0.05},
+                                   engine={"kind": "fake", "null_latency_s": 0.05},
                                    intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
     return rows, src, config
 
@@ -408,7 +408,7 @@ class _DeadEngine:
     def encode(self, text):
         return [ord(c) for c in text]
 
-    async def generate(self, prompt_ids, request_id, sampling):
+    async def generate(self, prompt_ids, request_id, sampling, priority=0):
         from pipeline.worker.engine import EngineDead
 
         raise EngineDead("vLLM engine core died: EngineDeadError")
@@ -480,7 +480,7 @@ def test_a_shard_gone_for_good_has_its_buckets_answered_by_the_others(tmp_path):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "null", "null_latency_s": 0.05}, intake={"max_in_flight": 2},
+                                   engine={"kind": "fake", "null_latency_s": 0.05}, intake={"max_in_flight": 2},
                                    recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": 1.0},
                                    jobs={"path": "cluster", "bucket_rows": 40})
     with Pipeline(config) as p:
@@ -513,7 +513,7 @@ def test_a_second_job_beside_a_long_one_is_answered_before_it_ends(tmp_path):
     for name, rows in (("long", long_rows), ("short", short_rows)):
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{name}.parquet")
     config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "null", "null_latency_s": 0.25},
+                                   engine={"kind": "fake", "null_latency_s": 0.25},
                                    jobs={"path": "cluster", "bucket_rows": 8})
     with Pipeline(config) as p:
         # ~60 buckets of 8 rows per shard, 3 at a time, 0.25 s each: ~5 s

@@ -19,6 +19,7 @@ from pipeline.jobs.prompt_table import prefixes_of, prompt_rows
 from pipeline.model import model_for
 from pipeline.config import load_config
 from pipeline.prefix_memory import prefix_digest
+from pipeline.worker.admission import FairAdmission
 from tasks import Columns, DocumentQuestion, PromptTemplate
 
 
@@ -37,7 +38,7 @@ def test_partitions_cover_every_row_once_in_order():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(model_for(load_config(), "null"))
+    return load_tokenizer(model_for(load_config(), "fake"))
 
 
 def _source(tmp_path, table, columns):
@@ -238,7 +239,7 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
             super().__init__(latency_s=0.01)
             self.in_flight = self.most_before_first = self.most = self.answered = 0
 
-        async def generate(self, prompt_ids, request_id, sampling):
+        async def generate(self, prompt_ids, request_id, sampling, priority=0):
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
             if not self.answered:
@@ -254,12 +255,12 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
                      "prefix": pa.array(["doc a "] * 20 + ["doc b "] * 20, pa.large_string()),
                      "suffix": pa.array([f"q{i}" for i in range(40)], pa.large_string())})
     for first_rows, before in ((1, 1), (0, 8)):
-        plugin = EnginePlugin(config, "x", "null")
+        plugin = EnginePlugin(config, "x", "fake")
         plugin.engine, plugin.shard, plugin.prefixes, plugin.token_gate = Counting(), "cpu0", None, None
         plugin.metrics = metrics.ShardMetrics("cpu0", GcPauses())
 
         async def run():
-            plugin._intake = asyncio.Semaphore(config.intake.max_in_flight)
+            plugin._intake = FairAdmission(config.intake.max_in_flight)
             return await plugin.answer_grouped(rows, "b", config.sampling.as_sampling(0), False, first_rows=first_rows)
 
         results = asyncio.run(run())
@@ -283,7 +284,7 @@ def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait()
             super().__init__()
             self.started = 0
 
-        async def generate(self, prompt_ids, request_id, sampling):
+        async def generate(self, prompt_ids, request_id, sampling, priority=0):
             self.started += 1
             n = self.started
             await asyncio.sleep(0.005)
@@ -296,13 +297,13 @@ def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait()
                      "digest": pa.array([d for d in range(10) for _ in range(4)], pa.uint64()),
                      "prefix": pa.array([f"doc {i // 4} " if i % 4 == 0 else None for i in range(40)], pa.large_string()),
                      "suffix": pa.array([f"q{i}" for i in range(40)], pa.large_string())})
-    plugin = EnginePlugin(config, "x", "null")
+    plugin = EnginePlugin(config, "x", "fake")
     plugin.engine, plugin.shard, plugin.prefixes, plugin.token_gate = Dying(), "cpu0", None, None
     plugin.metrics = metrics.ShardMetrics("cpu0", GcPauses())
     committed = []
 
     async def run():
-        plugin._intake = asyncio.Semaphore(config.intake.max_in_flight)
+        plugin._intake = FairAdmission(config.intake.max_in_flight)
         with pytest.raises(EngineDead, match="engine core died"):
             await answer_grouped(plugin, rows, "b", config.sampling.as_sampling(0), False,
                                  commit=committed.extend, commit_rows=1)
@@ -354,7 +355,7 @@ def test_a_task_dask_releases_stops_its_rows_in_flight_and_starts_no_more():
             super().__init__(latency_s=30)
             self.started = self.cancelled = 0
 
-        async def generate(self, prompt_ids, request_id, sampling):
+        async def generate(self, prompt_ids, request_id, sampling, priority=0):
             self.started += 1
             try:
                 return await super().generate(prompt_ids, request_id, sampling)
@@ -366,12 +367,12 @@ def test_a_task_dask_releases_stops_its_rows_in_flight_and_starts_no_more():
     rows = pa.table({"position": pa.array(range(40), pa.int64()), "digest": pa.array([7] * 40, pa.uint64()),
                      "prefix": pa.array(["doc a "] + [None] * 39, pa.large_string()),
                      "suffix": pa.array([f"q{i}" for i in range(40)], pa.large_string())})
-    plugin = EnginePlugin(config, "x", "null")
+    plugin = EnginePlugin(config, "x", "fake")
     plugin.engine, plugin.shard, plugin.prefixes, plugin.token_gate = Slow(), "cpu0", None, None
     plugin.metrics = metrics.ShardMetrics("cpu0", GcPauses())
 
     async def run():
-        plugin._intake = asyncio.Semaphore(config.intake.max_in_flight)
+        plugin._intake = FairAdmission(config.intake.max_in_flight)
         answering = asyncio.ensure_future(plugin.answer_grouped(rows, "b", config.sampling.as_sampling(0), False,
                                                                 task="job-answer-3"))
         while plugin.engine.started < 4:

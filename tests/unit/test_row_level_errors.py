@@ -10,6 +10,7 @@ from pipeline.worker.gcstats import GcPauses
 from pipeline.worker.metrics import ShardMetrics
 from pipeline.results import ErrorKind, RowResult
 from pipeline.worker.prompt_fit import fit_prompt
+from pipeline.worker.admission import FairAdmission
 from pipeline.worker.plugin import EnginePlugin
 from tasks import Chat, RowError
 from tests.unit.test_workloads_and_tasks import ChatMLTokenizer
@@ -69,19 +70,19 @@ class FailingOn:
     def encode(self, text):
         return [ord(c) for c in text]
 
-    async def generate(self, prompt_ids, request_id, sampling):
+    async def generate(self, prompt_ids, request_id, sampling, priority=0):
         if self.bad_token in prompt_ids:
             raise ValueError("sampling failed")
         return Generation(text=" answer ", prompt_tokens=len(prompt_ids), cached_tokens=0, completion_tokens=1)
 
 
 def test_an_engine_failure_fails_only_its_own_row():
-    plugin = EnginePlugin(load_config(), model="unused", engine_kind="null")
+    plugin = EnginePlugin(load_config(), model="unused", engine_kind="fake")
     plugin.engine, plugin.shard = FailingOn(ord("!")), "s0"
     plugin.metrics, plugin._dead = ShardMetrics("s0", GcPauses()), False
 
     async def run():
-        plugin._intake = asyncio.Semaphore(4)
+        plugin._intake = FairAdmission(4)
         rows = codec.rows_of_groups({"doc ": [(7, "fine?"), (8, "boom!")]})
         return codec.decode_result(await plugin.run_batch(codec.encode_batch(codec.RowsBatch(
             codec.BatchHeader(batch_id="b"), rows))))

@@ -4,7 +4,7 @@ Here the nanny restarts the worker (the embedded cluster's nannies live in this 
 tests/unit/test_multinode.py kills a `dask worker` together with its nanny, so that the
 shard's rows must move to the survivor.
 
-The null engine answers after a short sleep so that the job is still running when the kill
+The fake engine answers after a short sleep so that the job is still running when the kill
 lands; the recovery path (Dask's retry, the client's shard watch, re-routing) is the same
 as with vLLM.
 """
@@ -29,7 +29,7 @@ ROWS = 400
 def _config(rejoin_timeout_s):
     return load_config().replace(
         scheduler={"dashboard_address": None},
-        engine={"kind": "null", "null_latency_s": 0.05},
+        engine={"kind": "fake", "null_latency_s": 0.05},
         intake={"batch_size": 8, "queue_per_shard": 32, "max_in_flight": 2, "concurrent_batches": 2},
         recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": rejoin_timeout_s})
 
@@ -84,7 +84,7 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_batches_run_again():
 class _DeadEngine(NullEngine):
     """An engine whose engine core has died: every request fails as vLLM's would."""
 
-    async def generate(self, prompt_ids, request_id, sampling):
+    async def generate(self, prompt_ids, request_id, sampling, priority=0):
         raise EngineDead("vLLM engine core died: EngineDeadError")
 
 
