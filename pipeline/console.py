@@ -3,6 +3,7 @@ in place (``live_line``), Dask's and vLLM's logs kept to warnings (``quiet_logs`
 command line and the Python API alike; and the command line's exit codes."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -51,6 +52,18 @@ def quiet_logs(workers: bool = False) -> dict[str, int]:
         if logger.getEffectiveLevel() < logging.WARNING:
             logger.setLevel(logging.WARNING)
     return before
+
+
+@contextlib.contextmanager
+def quiet_logger(name: str):
+    """Logger ``name`` says nothing below CRITICAL inside the block."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def restore_logs(levels: dict[str, int]) -> None:

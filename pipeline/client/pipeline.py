@@ -152,7 +152,14 @@ class Pipeline:
         if self._cluster is not None and self._client is not None:
             self._stop_engines()
         if self._client is not None and self._owns_client:
-            self._client.close()
+            if self._client.status == "connecting" and not self.verbose:
+                # The scheduler is gone and the client still tries to reach it: closing cancels that,
+                # and Dask logs the cancellation with two tracebacks, after the job has said what
+                # happened (pipeline/jobs/cluster_job.py).
+                with console.quiet_logger("distributed.client"):
+                    self._client.close()
+            else:
+                self._client.close()
         if self._cluster is not None:
             self._cluster.close()
             # A nanny that restarted its worker meanwhile wrote Dask's variables again.
@@ -188,7 +195,9 @@ class Pipeline:
 
     @property
     def dashboard_link(self) -> str | None:
-        return self._client.dashboard_link if self._client is not None else None
+        if self._client is None or (self._cluster is not None and not self.config.scheduler.dashboard_address):
+            return None   # (an embedded cluster started without one: Dask still makes up a link)
+        return self._client.dashboard_link
 
     def worker_stats(self) -> list[dict]:
         return [s for s in self._client.run(worker_stats).values() if s]

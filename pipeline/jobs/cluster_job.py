@@ -67,6 +67,18 @@ def _slots_everywhere(client) -> set[str]:
             if shard_workers and all(name in r for r in shard_workers)}
 
 
+def _cancelled(client, key: str) -> str:
+    """Why a task of the job was cancelled, as the user reads it: most often the client lost its
+    scheduler (it stopped, or cannot be reached), which cancels every task at once."""
+    if client.status != "running":
+        where = getattr(client.scheduler, "address", None) or "the cluster"
+        return (f"the connection to the cluster's scheduler ({where}) was lost: the scheduler stopped or cannot be "
+                f"reached; the answers committed so far are kept; once the cluster is back (a local one: "
+                f"`python -m pipeline down`, then `up`), run the same command again to resume")
+    return (f"task {key} was cancelled by the cluster; the answers committed so far are kept; run the same command "
+            f"again to resume")
+
+
 class FileSteps:
     """A Parquet file job's steps: partitions of the input files read on the workers, answers
     committed to answer files, each partition merged into a part, then OUTPUT."""
@@ -296,8 +308,7 @@ class ClusterJob:
                 if f.cancelled():
                     if f.key in moved_away:   # its bucket went to another shard
                         continue
-                    raise JobError(f"task {f.key} was cancelled by the cluster; the answers committed so far are "
-                                   f"kept; run the same command again to resume")
+                    raise JobError(_cancelled(client, f.key))
                 result = f.result()
                 if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
                     raise JobError(result.why)

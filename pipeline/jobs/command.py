@@ -57,7 +57,7 @@ def run(args, config: Config) -> int:
         with Pipeline(config, verbose=args.verbose, notify=notify,
                       live=None if args.quiet else console.live_line()) as pipeline:
             if pipeline.resident is None:
-                notify(f"cluster up in {time.perf_counter() - t0:.1f} s; dashboard: {pipeline.dashboard_link}")
+                notify(f"cluster up in {time.perf_counter() - t0:.1f} s; dashboard: {pipeline.dashboard_link or 'off'}")
             summary = job.run(pipeline, progress=None if not args.quiet else False)
     except (JobError, EngineStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
