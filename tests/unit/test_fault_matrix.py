@@ -15,7 +15,8 @@ files are committed, and the same three checks every time (``check``):
 Faults that stop a job in this process (a worker or engine death, corrupt input, output faults)
 run on one embedded cluster for the module; those that need processes of their own (the client
 killed, the scheduler killed) run ``python -m pipeline run`` against a resident cluster
-(``python -m pipeline up``) in a folder of the module's own.
+(``python -m pipeline up``) in a folder of the module's own. The real engine's faults (its engine
+core and its worker SIGKILLed mid-job) are tests/engine/test_worker_loss_engine.py's.
 """
 from __future__ import annotations
 
