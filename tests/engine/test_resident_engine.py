@@ -56,7 +56,9 @@ def ideal_cached_share(rows, config):
 
 def test_up_two_jobs_from_two_processes_status_down(tmp_path, run_killed_once_answered):
     env = {**os.environ, "PIPELINE_CLUSTER_DIR": str(tmp_path / "cluster")}
-    config = load_config().replace(scheduler={"dashboard_address": None})
+    # (8 requests at once per engine: a job's answers are committed a few at a time, so the client
+    # killed below once 2 answer files are in is killed mid-job, not as all 32 rows of a shard end)
+    config = load_config().replace(scheduler={"dashboard_address": None}, intake={"max_in_flight": 8})
     config_file = tmp_path / "cluster.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     rows = document_questions(16, 4, filler_sentences=40, seed=5, order="grouped")

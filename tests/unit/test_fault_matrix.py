@@ -54,7 +54,7 @@ PART_ROWS = 50       # rows per answer file (one input partition's)
 AT_FILES = 3         # the fault comes once this many answer files are committed
 STOP_WITHIN_S = 60   # a first run that neither ends nor stops by then hangs
 SETTINGS = dict(scheduler={"dashboard_address": None}, engine={"kind": "fake", "null_latency_s": 0.02},
-                intake={"max_in_flight": 4}, jobs={"path": "cluster", "partition_rows": 300})
+                intake={"max_in_flight": 4}, jobs={"partition_rows": 300})
 RESUME_AGAIN = r"run the same command again to resume"
 
 
@@ -449,10 +449,23 @@ def run_in_process(fault: Fault, ctx: Ctx, monkeypatch, first_run: bool) -> Outc
     outcome.committed_before = seen.get("before", [])
     outcome.output_written = ctx.out.exists()
     if not outcome.completed:
+        settled(ctx.p)   # (a stopped job's cancelled answer tasks end on the workers: none commits later)
         outcome.committed_after = committed_positions(ctx.partial)
     if not first_run and outcome.completed:
         outcome.requests = engine_requests(ctx.p) - requests
     return outcome
+
+
+def running_tasks(dask_worker) -> list[str]:
+    return [k for k, ts in dask_worker.state.tasks.items() if ts.state in ("executing", "long-running", "cancelled")]
+
+
+def settled(p, timeout_s: float = 30.0) -> None:
+    """Wait until no task runs on ``p``'s workers (a cancelled one too, as the worker sees it)."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.client.run(running_tasks).values()):
+        assert time.monotonic() < deadline, p.client.run(running_tasks)
+        time.sleep(0.05)
 
 
 def cluster_requests(env, config_file) -> int:
