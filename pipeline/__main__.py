@@ -34,10 +34,6 @@ def _parser() -> argparse.ArgumentParser:
                           "answering them with an error")
     run.add_argument("--part-rows", type=int, default=10_000,
                      help="rows per committed output part (default 10000); a part is also committed every 30 s")
-    run.add_argument("--job-path", choices=("auto", "cluster", "client"), default=None,
-                     help="overrides the config's jobs.path: cluster (the workers read, group by document, answer "
-                          "and write; Parquet jobs on local or shared paths with the document_question or template "
-                          "task), client (every row through this process), auto (cluster where the job allows)")
     run.add_argument("--engine", choices=("vllm", "fake", "null"), default=None,
                      help="overrides the config's engine.kind; for testing: 'fake' answers every row with an "
                           "empty string (after engine.null_latency_s), no vLLM ('null': its old name)")
@@ -73,7 +69,6 @@ def _parser() -> argparse.ArgumentParser:
     bench_cli.add_bench_parser(sub)
     prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
     prep.add_argument("--config", default=None)
-    bench_cli.add_router_bench_parser(sub)
     check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
     check.add_argument("config", nargs="?", default=None)
     return p
@@ -82,8 +77,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
-    if args.command == "router-bench":   # no config, no cluster
-        return bench_cli.router_bench(args)
     # Here and in the commands' functions the project's modules are imported when a command
     # runs, for start time: `--help` and a bad argument answer without loading pydantic, Dask,
     # pyarrow or torch.

@@ -138,7 +138,7 @@ class EngineConfig(_Section):
     null_kv_cache_tokens: int = Field(0, ge=0)
     # No torch.compile / CUDA graphs. "auto": eager on CPU shards (an engine starts in ~25 s
     # instead of ~90 s on a machine's first start, and runs ~5 % slower), compiled with CUDA
-    # graphs on GPU shards (README, "Engine start").
+    # graphs on GPU shards (docs/configuration.md, "Engine start").
     enforce_eager: bool | Literal["auto"] = "auto"
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
@@ -237,74 +237,30 @@ class PromptConfig(_Section):
 
 
 class RoutingConfig(_Section):
-    # Tokens per hashed block. None: the engine's KV-cache block size (what its prefix
-    # cache can reuse), as reported by the workers.
-    block_size: int | None = Field(None, gt=0)
-    # What the router hashes a prefix in. "tokens": the prefix's token ids, exactly as vLLM's
-    # prefix cache keys its blocks (the client tokenizes every distinct document once).
-    # "characters": blocks of block_size tokens' worth of characters, lengths estimated at a
-    # characters-per-token ratio the model's tokenizer measures on the first documents; no
-    # tokenizing per document, so the client carries 1.9x the rows when most documents are
-    # distinct (fake engine, 1M rows: 10,554 vs 5,590 rows/s), but on the skewed benchmark burst
-    # the real engine reached 0.943 of plain vLLM instead of 0.977 (docs/SCALE.md).
-    prefix_units: Literal["characters", "tokens"] = "tokens"
-    # Routing memory is bounded: the router remembers (LRU) at most twice the blocks the
-    # engines' KV caches hold together, and never more than this many block hashes (~150
-    # bytes each; what the fake engine, which has no KV cache, gets).
+    # What each worker remembers its engine holds (prefix digests, LRU, for the next job's
+    # placement: pipeline/prefix_memory.py) is bounded: at most this many KV blocks' worth
+    # across the cluster (~150 bytes each).
     max_blocks: int = Field(250_000, gt=0)
-    # Each request also costs its decode; counted as this many prefill tokens per new token.
-    decode_weight: float = Field(1.0, ge=0)
-    # A request follows the shard holding its prefix when that shard holds at least this
-    # share of the prefix's blocks...
-    min_match: float = Field(0.5, ge=0, le=1)
-    # ...unless that shard's outstanding work exceeds the least-loaded shard's by more than
-    # imbalance_abs tokens and by a factor of imbalance_ratio (imbalance guard).
-    imbalance_abs: float = Field(4096, ge=0)
-    imbalance_ratio: float = Field(1.5, ge=1)
-    # Bind a document to a shard only when the least-loaded shard has room (see
-    # intake.queue_per_shard); false: bind every row of a submission up front.
-    late_binding: bool = True
-    # Group the rows of one prefix within the read-ahead window so they run back to back
-    # (false: bind rows in arrival order; only for measuring what grouping buys).
-    group_by_prefix: bool = True
 
 
 class IntakeConfig(_Section):
     # Requests admitted to one worker's engine at once (across all its batches).
     max_in_flight: int = Field(96, gt=0)
-    # Rows grouped into one Dask task.
-    batch_size: int = Field(32, gt=0)
-    # A batch (of at least a quarter batch_size rows) back within this many seconds per batch_size rows means the
-    # engine is fast (e.g. the fake engine): batches and queue_per_shard double, up to 32x, so
-    # Dask's and compression's per-batch costs spread over more rows. A real engine takes
-    # seconds per batch. 0: never.
-    fast_batch_s: float = Field(0.025, ge=0)
-    # With late binding: rows the client keeps bound but unanswered per shard; the rest wait
-    # unbound (once the input has ended, the last rows go at once if they fit in all the shards'
-    # queues together). Keep it above the engine's max_num_seqs so the engine never runs dry.
-    queue_per_shard: int = Field(128, gt=0)
-    # With late binding: a shard takes no new work while its outstanding tokens exceed this
-    # share of its KV cache (0 disables the check).
+    # An answer task starts no new document while the requests in flight hold this share of
+    # its engine's KV cache (0 disables the check).
     kv_budget_share: float = Field(0.9, ge=0)
-    # With late binding: rows each shard gets until the job's first batch is back, so the first
-    # answers come in a second or two instead of with a full engine's batch, at some cost in
-    # throughput (README, "Start-up and first answer"). 0: never; null: when someone watches
-    # the job (a progress bar on a terminal), else never.
+    # Requests each answer task admits until its first answer, so the first answers come in a
+    # second or two instead of with a full engine's batch, at some cost in throughput. 0: no
+    # limit; null: 1 when someone watches the job (a progress bar on a terminal), else no limit.
     first_answer_rows: int | None = Field(None, ge=0)
-    # routing.prefix_units "tokens": prefixes (documents) whose length and block hashes the
-    # client keeps (LRU, ~450 bytes each), so a document whose questions lie far apart in the
-    # input is tokenized once. (By characters, hashing again costs less than remembering.)
-    prefix_cache_entries: int = Field(200_000, ge=0)
-    # Rows read ahead of the engines and kept unbound, grouped by prefix (bounds memory)...
+    # Pipeline.stream: rows of a Python iterable read and answered as one cluster job (a window;
+    # a document's questions are grouped within it; bounds the client's memory)...
     read_ahead_rows: int = Field(50_000, gt=0)
     # ...and the characters of prompt text they hold, each prefix counted once (when most
     # documents in the window are distinct, this bound comes first).
     read_ahead_chars: int = Field(32_000_000, gt=0)
-    # Batches one worker runs at once (the worker's nthreads); a job's last rows, once they fit
-    # in the shards' queues, go to each shard in no more batches than it has slots free.
+    # Tasks one worker runs at once (the worker's nthreads).
     concurrent_batches: int = Field(4, gt=0)
-    # zlib-ng level for task inputs and results.
-    compression_level: int = Field(1, ge=0, le=9)
 
     def first_rows(self, watched: bool) -> int:
         """``first_answer_rows``; unset: 1 when someone watches the job (a terminal), else 0."""
@@ -314,8 +270,8 @@ class IntakeConfig(_Section):
 class RecoveryConfig(_Section):
     # How often the client checks that every shard still has a worker (seconds).
     poll_interval_s: float = Field(0.5, gt=0)
-    # A shard that has had no worker able to answer this long is taken out of routing: its
-    # unanswered rows go to the surviving shards. Counted from the client's first poll that sees
+    # A shard that has had no worker able to answer this long is given up on: its unfinished
+    # buckets go to the surviving shards. Counted from the client's first poll that sees
     # its worker gone (or replaced) until a worker for it has a ready engine: a restarted worker
     # joins in seconds but its engine may start for minutes (pipeline/client/recovery.py).
     rejoin_timeout_s: float = Field(60.0, ge=0)
@@ -345,12 +301,6 @@ class SecurityConfig(_Section):
 
 class JobsConfig(_Section):
     """File jobs (``python -m pipeline run``, ``run_job``)."""
-    # "cluster": the workers read the input, group its rows by document, answer and write; the
-    # client carries no rows (Parquet in and out: local or shared paths, or an object store; any
-    # task; OpenAI batch JSONL in and out too; pipeline/jobs/cluster_job.py). "client": every row
-    # through this process's job loop (any job). "auto": cluster, except that a partial output an
-    # earlier run left is resumed on the path that wrote it.
-    path: Literal["auto", "cluster", "client"] = "auto"
     # Parquet: input rows per read task (whole row groups where the files allow).
     partition_rows: int = Field(65_536, gt=0)
     # OpenAI batch JSONL: bytes of the file per read task (cut at line ends).
@@ -429,7 +379,7 @@ class Config(_Section):
         scheduler = data.get("scheduler") or {}
         if isinstance(scheduler, dict) and scheduler.get("address"):
             raise ValueError("shards: auto lays out this machine; with scheduler.address set, list the shards "
-                             "(README, \"Several machines\")")
+                             "(docs/operating.md, \"Several machines\")")
         auto = data.get("auto_shards") or {}
         return {**data, "shards": auto_shards(auto if isinstance(auto, dict) else {})}
 

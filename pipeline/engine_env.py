@@ -10,9 +10,9 @@ cluster: the user's own process), so that the worker process starts with them. v
 engine-core and model-runner processes are spawned by the worker and would inherit them.
 They must not: with ``MALLOC_TRIM_THRESHOLD_`` set at all, glibc turns off its dynamic mmap
 threshold, every large buffer of every engine step is mmapped and unmapped again, and plain
-vLLM on CPU ran 7.0 instead of 10.6-11.4 req/s (README, "The engine's environment").
+vLLM on CPU ran 7.0 instead of 10.6-11.4 req/s (docs/configuration.md, "The engine's environment").
 
-So, per variable (decided from measurement, see README):
+So, per variable (decided from measurement, see docs/configuration.md):
   * the Dask worker process keeps what the nanny gives it (Dask's memory trimming and
     single-threaded BLAS are for the worker's own data work);
   * the engine processes get none of it, unless the user's environment had that variable
@@ -39,7 +39,7 @@ from pipeline.names import ADDED_RECORD_ENV as ADDED_RECORD
 ENGINE_ENV_DEFAULTS = {
     # vLLM 0.32 on torch 2.13 cannot load its AOT-compiled artifact ("'function' object has no
     # attribute 'finalize_loading'") and recompiles at every start; without AOT compilation a
-    # compiled engine loads torch.compile's cache instead (README, "Engine start").
+    # compiled engine loads torch.compile's cache instead (docs/configuration.md, "Engine start").
     "VLLM_USE_AOT_COMPILE": "0",
     # vLLM names its processes with setproctitle, which by default overwrites the area the
     # kernel shows as /proc/<pid>/environ (seen: the engine core's read back empty or cut). With

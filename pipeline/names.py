@@ -25,9 +25,12 @@ def answer_slots(nthreads: int) -> int:
     return max(1, nthreads - 1)
 
 
+SHARD_RESOURCE_PREFIX = "shard-"
+
+
 def shard_resource(name: str) -> str:
     """The Dask worker resource that marks the worker serving shard ``name``."""
-    return f"shard-{name}"
+    return f"{SHARD_RESOURCE_PREFIX}{name}"
 
 
 # Environment variables

@@ -1,6 +1,6 @@
-"""The result of one row: one record from the worker that answers it to the user who reads it
-(``Pipeline.stream``/``run``, jobs). Workers send it msgpack-encoded (pipeline/codec.py) with
-``id`` unset -- ids and extra columns never travel; the client fills it in."""
+"""The result of one row, as ``Pipeline.stream``/``run`` yield it (a job's output has the same
+columns, pipeline/jobs/answer_files.py). Workers return answers as Arrow rows keyed by position;
+ids and extra columns never travel, the client fills them in."""
 from __future__ import annotations
 
 from enum import StrEnum

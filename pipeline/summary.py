@@ -1,11 +1,7 @@
 """What happened during a job: ``JobSummary``, one type for ``Pipeline.stream`` (kept as
 ``Pipeline.last_report``, shown on the dashboard) and for file jobs (``run_job``, the CLI's
-summary). No Dask here: the job state machine (pipeline/client/job_state.py) counts into it.
-
-``Pipeline.stream`` counts the rows it answers and what happened to workers (events from
-pipeline/client/recovery.py's ``ShardWatch``). A file job counts every row of its run, the
-rows that failed reading the input too (they never reach the stream), and takes the worker
-side from the stream's summary (``take_workers``).
+summary). No Dask here: the job's coordinator (pipeline/jobs/cluster_job.py) counts into it,
+with what happened to workers (events from pipeline/client/recovery.py's ``ShardWatch``).
 """
 from __future__ import annotations
 
@@ -14,8 +10,6 @@ from dataclasses import dataclass, field
 from pipeline.results import RowResult
 
 LOST, REJOINED, GONE = "lost", "rejoined", "gone"
-_WORKER_COUNTS = ("batches", "batches_interrupted", "batches_failed", "rows_rerouted", "rows_failed",
-                  "duplicates_dropped")
 
 
 @dataclass
@@ -43,13 +37,8 @@ class JobSummary:
     seconds: float = 0.0              # file jobs: the run's time
     first_answer_s: float | None = None   # file jobs: from the run's start to its first answer
     # workers
-    batches: int = 0                  # batches submitted, retries included
     events: list[ShardEvent] = field(default_factory=list)
-    batches_interrupted: int = 0      # in flight on a worker when it was lost (Dask runs them again, or their rows are re-routed)
-    batches_failed: int = 0           # batches whose task failed (KilledWorker, engine died)
-    rows_rerouted: int = 0            # rows sent again, to another shard or a fresh engine
-    rows_failed: int = 0              # rows answered with a worker error after all retries
-    duplicates_dropped: int = 0       # results for rows already answered (never yielded twice)
+    buckets_moved: int = 0            # buckets given to another shard after theirs was given up on
 
     def add(self, r: RowResult) -> None:
         """One row answered."""
@@ -63,14 +52,6 @@ class JobSummary:
         self.completion_tokens += r.completion_tokens
         if r.shard is not None:
             self.per_shard[r.shard] = self.per_shard.get(r.shard, 0) + 1
-
-    def take_workers(self, stream: "JobSummary") -> None:
-        """What happened to workers during ``stream`` (the summary of the stream that answered
-        this job's rows): its job id, batches and events."""
-        self.job = stream.job
-        for name in _WORKER_COUNTS:
-            setattr(self, name, getattr(stream, name))
-        self.events = list(stream.events)
 
     @property
     def requests_per_s(self) -> float:
@@ -94,11 +75,10 @@ class JobSummary:
         return self.summary() if self.events else None
 
     def summary(self) -> str:
-        """One line: rows, batches and, if workers were lost, what happened to them."""
-        parts = [f"{self.rows} rows", f"{self.batches} batches"]
+        """One line: rows and, if workers were lost, what happened to them."""
+        parts = [f"{self.rows} rows"]
         if self.events:
-            parts += [f"{self.workers_lost} worker(s) lost", f"{self.batches_interrupted} batch(es) interrupted",
-                      f"{self.rows_rerouted} row(s) re-routed", f"{self.rows_failed} row(s) failed"]
+            parts += [f"{self.workers_lost} worker(s) lost", f"{self.buckets_moved} bucket(s) moved to another shard"]
             parts += [f"{e.kind}: {e.shard} ({e.worker})" for e in self.events]
         return "; ".join(parts)
 
@@ -117,9 +97,7 @@ class JobSummary:
 
     def as_dict(self) -> dict:
         """The stream's counts for the dashboard (pipeline/cluster/dashboard.py, history.py)."""
-        return {"job": self.job, "rows": self.rows, "batches": self.batches, "workers_lost": self.workers_lost,
-                "batches_interrupted": self.batches_interrupted, "batches_failed": self.batches_failed,
-                "rows_rerouted": self.rows_rerouted, "rows_failed": self.rows_failed,
-                "duplicates_dropped": self.duplicates_dropped, "rows_read": self.rows_read,
+        return {"job": self.job, "rows": self.rows, "workers_lost": self.workers_lost,
+                "buckets_moved": self.buckets_moved, "rows_read": self.rows_read,
                 "rows_total": self.rows_total, "rows_with_error": self.errors,
                 "events": [{"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at} for e in self.events]}

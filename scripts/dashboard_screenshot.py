@@ -34,8 +34,7 @@ def main() -> None:
         raise SystemExit(str(exc))
     config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
                                    engine={"kind": args.engine, "enforce_eager": True, "null_latency_s": 0.05},
-                                   intake={"batch_size": 8, "queue_per_shard": 32,
-                                           **({"max_in_flight": 4} if args.engine == "fake" else {})})
+                                   intake={"max_in_flight": 4} if args.engine == "fake" else {})
     rows = document_questions(48, 4, seed=3, order="shuffled")
     started, enough = threading.Event(), threading.Event()
     try:

@@ -14,7 +14,6 @@ small together / small alone (first answer and whole time), big together / big a
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys

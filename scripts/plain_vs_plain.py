@@ -47,7 +47,7 @@ def main() -> None:
     opts = BenchOptions(bigjob_docs=args.bigjob_docs)
     ratios = []
     with Pipeline(config) as p:
-        bs, n = p.router.block_size, len(p.config.shards)
+        bs, n = p.block_size, len(p.config.shards)
         with StandaloneShards(p.config, p.model, environ=user_env) as a, \
                 StandaloneShards(p.config.replace(engine=b_engine), p.model, environ=user_env) as b:
             sets = {"A": a, "B": b}

@@ -7,7 +7,7 @@ block ideal for the same placement of rows on shards.
 
     .venv/bin/python scripts/scale_input.py /tmp/in.parquet --rows 1000000
     .venv/bin/python scripts/scale_compare.py /tmp/in.parquet [--kv-tokens 23296] [--runs 5]
-    .venv/bin/python scripts/scale_compare.py /tmp/in.jsonl --path client|cluster   (no floor)
+    .venv/bin/python scripts/scale_compare.py /tmp/in.jsonl   (an OpenAI batch file: no floor)
 
 Issue 25's targets read off this: rows/s >= 0.3 x the floor's; client CPU <= 5 s for the
 whole job; client peak RSS <= 300 MB.
@@ -127,8 +127,6 @@ def main() -> None:
     p.add_argument("input")
     p.add_argument("--kv-tokens", type=int, default=0, help="engine.null_kv_cache_tokens (0: no cache model)")
     p.add_argument("--config", default=str(ROOT / "cluster.yaml"))
-    p.add_argument("--path", choices=("client", "cluster"), default="cluster",
-                   help="jobs.path: the job on the cluster (the default) or through the client's job loop")
     p.add_argument("--runs", type=int, default=1,
                    help="floor and pipeline this many times, one after the other; the ratio of the medians "
                         "(this box's rows/s vary by 2x from run to run)")
@@ -156,7 +154,6 @@ def compare(a) -> tuple[dict | None, dict]:
         if a.kv_tokens:
             cfg.setdefault("engine", {})["null_kv_cache_tokens"] = a.kv_tokens
         cfg.setdefault("scheduler", {})["dashboard_address"] = None
-        cfg.setdefault("jobs", {})["path"] = a.path
         config = Path(tmp) / "cluster.yaml"
         config.write_text(yaml.safe_dump(cfg))
         shards = len(cfg["shards"]) if isinstance(cfg.get("shards"), list) else None

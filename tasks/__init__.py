@@ -2,7 +2,7 @@
 
 A task kind turns a row into ``PromptParts(prefix, suffix)``: the prefix is the part
 many rows share (the document, after the chat template's system part) and is what
-the router and the KV cache key on; the suffix is the row's own part.
+the placement and the KV cache key on; the suffix is the row's own part.
 
 Kinds: ``document_question`` (the default), ``template`` (the config's prompt template),
 ``generate`` (a prompt or messages per row), and ``chat`` (OpenAI batch requests).

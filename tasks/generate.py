@@ -3,7 +3,7 @@
 A row has a ``prompt`` (the user message; the config's system prompt goes before it) or a
 ``messages`` list (OpenAI-style chat, tasks/chat.py). An optional ``prefix`` column holds text
 that many rows share (a document, few-shot examples): it goes first in the user message, and the
-router and the KV cache key on it, so rows with the same prefix land on the shard that holds it.
+placement and the KV cache key on it, so rows with the same prefix land on the shard that holds it.
 Without a prefix, each distinct prompt is its own group.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@
 The template is Python format syntax with plain column names (``{document}``, ``{question}``,
 any other column; ``{{`` and ``}}`` are literal braces). It is rendered once, with markers in
 place of the columns, through the model's chat template; each row then only fills the
-values in. The shareable prefix (what the router and the KV cache key on) runs from the start
+values in. The shareable prefix (what the placement and the KV cache key on) runs from the start
 of the prompt through the value of ``prefix_column`` (default: the first column the template
 names) and the whitespace after it; the rest is the row's own part. So put what many rows share
 first (system prompt, then the document) and what varies per row last.

@@ -1,6 +1,6 @@
-"""The benchmarks' commands: ``python -m pipeline bench`` (``--experiments`` too) and
-``router-bench``. ``add_bench_parser`` and ``add_router_bench_parser`` register them with the
-command line's subparsers (pipeline/__main__.py), ``bench`` and ``router_bench`` run them.
+"""The benchmark's command: ``python -m pipeline bench``.
+``add_bench_parser`` registers it with the command line's subparsers (pipeline/__main__.py),
+``bench`` runs it.
 
 Every ``python -m pipeline`` command imports this module: the bench's own modules (they import
 Dask, and the run vLLM) are imported when ``bench`` runs, so ``--help`` and the other commands
@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-from pipeline.bench import router_bench as router_bench_module   # pure Python, like the router it runs
 
 
 def add_bench_parser(sub) -> None:
@@ -39,33 +37,12 @@ def add_bench_parser(sub) -> None:
     bench.add_argument("--null-questions", type=int, default=20_000, help="plumbing run size; 0 skips it")
     bench.add_argument("--out", default="bench-out", help="folder for bench.json, BENCHMARKS.md, bench.png")
     bench.add_argument("--write-docs", action="store_true", help="also write docs/BENCHMARKS.md and docs/bench.png")
-    bench.add_argument("--experiments", action="store_true",
-                       help="instead of the contenders: the batch-size sweep and the big-job grouping experiment")
     bench.add_argument("--quiet", action="store_true")
     bench.add_argument("--verbose", action="store_true")
 
 
-def add_router_bench_parser(sub) -> None:
-    rb = sub.add_parser("router-bench", help="micro-benchmark of the prefix router (see --help)",
-                        description=router_bench_module.__doc__)
-    rb.add_argument("--shards", type=int, default=64)
-    rb.add_argument("--documents", type=int, default=100_000)
-    rb.add_argument("--questions-per-doc", type=int, default=4)
-    rb.add_argument("--doc-tokens", type=int, default=256)
-    rb.add_argument("--block-size", type=int, default=16)
-    rb.add_argument("--max-blocks", type=int, default=1_000_000)
-
-
-def router_bench(args: argparse.Namespace) -> int:
-    res = router_bench_module.run(args.shards, args.documents, args.questions_per_doc, args.doc_tokens,
-                                  block_size=args.block_size, max_blocks=args.max_blocks)
-    for k, v in res.items():
-        print(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}")
-    return 0
-
-
 def bench(args: argparse.Namespace, config) -> int:
-    """``python -m pipeline bench``: the contenders (or ``--experiments``) with ``config``;
+    """``python -m pipeline bench``: the contenders with ``config``;
     raises ``ConfigError`` for options that do not fit it."""
     import shutil
 
@@ -89,8 +66,6 @@ def bench(args: argparse.Namespace, config) -> int:
                           "that includes pipeline")
     if not opts.bursts or not set(opts.bursts) <= set(KNOWN_BURSTS):
         raise ConfigError(f"--bursts {args.bursts!r}: a subset of {', '.join(KNOWN_BURSTS)}")
-    if args.experiments:
-        return experiments(config, opts, Path(args.out))
     report = run_bench(config, opts, progress=None if not args.quiet else False)
     paths = write_report(report, Path(args.out), command)
     print(paths["markdown"].read_text())
@@ -118,35 +93,3 @@ def bench_config(config, mode: str, env_items: list[str]):
             extra[key] = value
         config = config.replace(shards=[{**s.model_dump(), "env": {**s.env, **extra}} for s in config.shards])
     return config
-
-
-def experiments(config, opts, out: Path) -> int:
-    """``python -m pipeline bench --experiments``: the batch-size sweep and the big-job grouping
-    experiment; prints them and writes ``out/experiments.json``."""
-    import json
-
-    # Imported here, not at the top, for the other commands' start (see above).
-    from pipeline.bench.experiments import run_batch_sweep, run_grouping
-    from pipeline.client.pipeline import Pipeline
-
-    with Pipeline(config.replace(scheduler={"dashboard_address": None})) as p:
-        sweep = run_batch_sweep(p, opts=opts)
-    print("batch size sweep (reuse burst):")
-    for row in sweep:
-        print(f"  batch_size {row['batch_size']:>4}: {row['requests_per_s']:.2f} req/s, cached share "
-              f"{row['cached_share']:.3f}, encoded/raw 1/{1 / row['encoded_over_raw']:.0f}, {row['batches']} batches",
-              flush=True)
-    grouping = run_grouping(config)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "experiments.json").write_text(json.dumps({"batch_sweep": sweep, "grouping": grouping}, indent=2))
-    g = grouping
-    print(f"big job: {g['documents']} documents x {g['questions_per_doc']} questions, shuffled; document tokens "
-          f"{g['document_tokens']} = {g['documents_over_kv']:.1f}x the KV cache of all shards "
-          f"({g['kv_cache_tokens_all_shards']} tokens); ideal cached share {g['ideal_cached_share']:.3f} "
-          f"(block ideal {g['block_ideal_cached_share']:.3f})")
-    for k in ("grouped", "arrival_order"):
-        print(f"  {k:>13}: cached share {g[k]['cached_share']:.3f}, prefill/ideal {g[k]['prefill_over_ideal']:.3f} "
-              f"(block {g[k]['prefill_over_block_ideal']:.3f}), "
-              f"{g[k]['requests_per_s']:.2f} req/s")
-    print(f"wrote {out / 'experiments.json'}")
-    return 0

@@ -1,5 +1,5 @@
 """One run of one contender on one burst, in the benchmark's driver process: ``run_standalone``
-(the plain vLLM processes of ``standalone``, prompts split round-robin, by the pipeline's router
+(the plain vLLM processes of ``standalone``, prompts split round-robin, by the pipeline's placement
 or by its cluster-job placement: ``standalone_assignment``), ``run_pipeline`` (a started
 pipeline, with the run's settings given as a config of their own) and ``run_pipeline_job`` (the
 same, the burst run as a file job on the cluster path), each measured into a ``RunResult``. ``Prepared``: a burst's rows turned into prompts
@@ -58,8 +58,6 @@ class RunResult:
     per_shard: dict
     finish_s: dict
     gc: dict
-    encoded_bytes: int | None = None
-    raw_bytes: int | None = None
     cores: dict = field(default_factory=dict)          # role -> cores used during the burst (pipeline/bench/cpu_share.py)
     faults: dict = field(default_factory=dict)         # role -> minor page faults during the burst
     engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
@@ -89,23 +87,21 @@ def _correct(expected: str, answer: str | None) -> bool:
 
 def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeline) -> dict[str, list[int]]:
     """Row indices per shard for the standalone contender ``name``, in the order each shard gets
-    them: ``standalone-rr`` round-robin; ``standalone-routed`` the pipeline's router, as
-    ``Pipeline.static_assignment`` binds it; ``standalone-arrival`` / ``standalone-sorted`` the
-    pipeline's cluster-job placement (``placed_assignment``), each shard's rows in input order or
-    by document."""
+    them: ``standalone-rr`` round-robin; ``standalone-routed`` (and ``standalone-sorted``, its
+    name on the big job) the pipeline's own placement (``placed_assignment``), each shard's rows
+    grouped by document as its answer tasks take them; ``standalone-arrival`` the same placement,
+    each shard's rows in input order."""
     assign: dict[str, list[int]] = {s: [] for s in shards}
     if name == "standalone-rr":
         for i in range(len(rows)):
             assign[shards[i % len(shards)]].append(i)
-    elif name == "standalone-routed":
-        assign.update(pipeline.static_assignment(rows))
-    elif name in ("standalone-arrival", "standalone-sorted"):
+    elif name in ("standalone-routed", "standalone-arrival", "standalone-sorted"):
         from pipeline.jobs.cluster_job import CHARS_PER_TOKEN   # (imports Dask: here, not at the top)
 
         parts = [pipeline.task.split(row) for row in rows]
         assign.update(placed_assignment([p.prefix for p in parts], [p.suffix for p in parts], shards,
                                         CHARS_PER_TOKEN * pipeline.config.sampling.max_tokens,
-                                        by_document=name == "standalone-sorted"))
+                                        by_document=name != "standalone-arrival"))
     else:
         raise ValueError(f"unknown standalone contender {name!r}")
     return assign
@@ -160,7 +156,7 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
 
 def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=None) -> RunResult:
     """Prompts split as ``standalone_assignment`` says for ``name`` (``pipeline``: the started
-    pipeline whose router, task and placement it uses; not needed for round-robin)."""
+    pipeline whose task and placement it uses; not needed for round-robin)."""
     assign = standalone_assignment(name, list(shards.shards), prep.rows, pipeline)
     shards.reset_cache()
     before = roles.snapshot() if roles else None
@@ -209,13 +205,11 @@ def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None)
     res.gc = {s["shard"]: s["gc"] for s in stats}
     res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
                          for s in stats}
-    res.encoded_bytes = runner.transfer.encoded_bytes
-    res.raw_bytes = runner.transfer.raw_bytes
     return res
 
 
 def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=None) -> RunResult:
-    """The burst as a file job on the cluster path (``jobs.path: cluster``): the rows written to a
+    """The burst as a file job: the rows written to a
     Parquet file, ``prepare_job`` then ``ClusterJob.run`` after ``reset_cache``; the clock covers
     ``run`` (reading, placing, answering, merging), not writing the input or ``prepare_job``'s
     checks. The figures are read back from the output file. ``job`` as in ``run_pipeline``."""
@@ -234,7 +228,7 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
         src, out = Path(tmp) / "input.parquet", Path(tmp) / "output.parquet"
         pq.write_table(pa.Table.from_pylist(prep.rows), src)
         pipeline.reset_cache()
-        cluster_job = prepare_job(src, out, config=job.replace(jobs={"path": "cluster"}), notify=lambda m: None)
+        cluster_job = prepare_job(src, out, config=job, notify=lambda m: None)
         busy0 = _engine_busy(pipeline)
         before = roles.snapshot() if roles else None
         t0 = time.perf_counter()
@@ -263,10 +257,9 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
 
 def _running_with(pipeline, job: Config):
     """``pipeline`` as it runs a job with ``job``'s settings: itself when that is its own config,
-    else a shallow copy with ``job`` as its config, which shares its cluster, engines, router and
-    transfer counters (call it after ``reset_cache``, which replaces the latter two). The
-    pipeline's own config is left as it is. (``Pipeline.stream`` reads the intake and routing
-    settings from its pipeline's config; it takes none per job.)"""
+    else a shallow copy with ``job`` as its config, which shares its cluster and engines. The
+    pipeline's own config is left as it is. (``Pipeline.stream`` reads the intake settings from
+    its pipeline's config; it takes none per job.)"""
     if job is pipeline.config:
         return pipeline
     runner = copy.copy(pipeline)

@@ -17,7 +17,6 @@ TARGETS = [
     ("pipeline / standalone-sorted, median", ("ratios", "pipeline/standalone-sorted", "median"), 1.0, "ge", "bigjob"),
     ("pipeline prefill computed / token ideal", ("contenders", "pipeline", "prefill_over_ideal"), 1.05, "le", "reuse"),
     ("pipeline prefill computed / block ideal", ("contenders", "pipeline", "prefill_over_block_ideal"), 1.05, "le", "reuse"),
-    ("pipeline encoded / raw bytes", ("contenders", "pipeline", "encoded_over_raw"), 1 / 40, "le", "reuse"),
     ("pipeline max GC pause per worker, wall (ms)", ("contenders", "pipeline", "gc_max_ms"), 2.0, "le", None),
     ("pipeline max GC pause per worker, CPU (ms)", ("contenders", "pipeline", "gc_max_cpu_ms"), 2.0, "le", None),
 ]
@@ -64,22 +63,21 @@ def render_markdown(report: dict, command: str) -> str:
         f"standalone processes {_fmt_map(report['engine_start_s']['standalone'])}. Total run: {report['total_s']:.0f} s.",
         "",
         "Throughput is the median over pairs; each run starts from an empty prefix cache.", "",
-        "| burst | contender | req/s | out tok/s | prompt tok/req | prefill / ideal (block ideal) | cached share | accuracy | engine page faults/req | GC max / p99 ms (max CPU ms) | finish spread s | rows per shard | encoded / raw |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| burst | contender | req/s | out tok/s | prompt tok/req | prefill / ideal (block ideal) | cached share | accuracy | engine page faults/req | GC max / p99 ms (max CPU ms) | finish spread s | rows per shard |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for burst, s in report["summary"].items():
         for c in ALL_CONTENDERS:
             v = s["contenders"].get(c)
             if v is None:
                 continue
-            enc = f"1/{1 / v['encoded_over_raw']:.0f}" if v.get("encoded_over_raw") else "-"
             lines.append(
                 f"| {burst} | {c} | {v['requests_per_s']:.2f} | {v['output_tokens_per_s']:.1f} | "
                 f"{v.get('prompt_tokens_per_request', 0):.0f} | "
                 f"{v['prefill_over_ideal']:.3f} ({v['prefill_over_block_ideal']:.3f}) | {v['cached_share']:.3f} | {v['accuracy']:.1%} | "
                 f"{_num(v.get('engine_faults_per_request'))} | "
                 f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {_spread(v['finish_spread_s'])} | "
-                f"{_fmt_map(v['per_shard'])} | {enc} |")
+                f"{_fmt_map(v['per_shard'])} |")
     roles = ROLES
     if any(v.get("cores") for s in report["summary"].values() for v in s["contenders"].values()):
         lines += ["", "Where the CPU went during each burst (cores, median over pairs; `engine`: vLLM's engine-core "
@@ -108,8 +106,7 @@ def render_markdown(report: dict, command: str) -> str:
     p = report.get("plumbing")
     if p:
         lines += ["", f"Fake-engine plumbing: {p['questions']} questions in {p['wall_s']:.2f} s = "
-                      f"**{p['questions_per_s']:,.0f} questions/s** ({p['batches']} batches; encoded/raw bytes "
-                      f"1/{p['raw_bytes'] / max(1, p['encoded_bytes']):.0f})."]
+                      f"**{p['questions_per_s']:,.0f} questions/s**."]
     lines += ["", "| target | burst | value | goal | met | missed by |", "|---|---|---|---|---|---|"]
     for t in target_rows(report):
         missed = "" if t["met"] else f"{t['miss_by']:+.1%}"

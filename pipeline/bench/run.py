@@ -2,12 +2,13 @@
 
 Contenders (all warm, same model, engine arguments and greedy sampling):
   standalone-rr      one plain vLLM process per shard, prompts split round-robin
-  standalone-routed  the same processes, prompts split by the pipeline's prefix router
-  standalone-arrival the same processes, each document's rows on the shard the pipeline's
-                     cluster-job placement gives it, each shard's rows in arrival order
-  standalone-sorted  the same placement, each shard's rows sorted by document
-  pipeline           this pipeline with its configuration (the bigjob burst: as a file job
-                     on the cluster path, jobs.path: cluster)
+  standalone-routed  the same processes, each document's rows on the shard the pipeline's
+                     placement gives it, each shard's rows grouped by document (as its
+                     answer tasks take them)
+  standalone-arrival the same placement, each shard's rows in arrival order
+  standalone-sorted  standalone-routed's split (its name on the big job)
+  pipeline           this pipeline with its configuration (``Pipeline.stream``; the bigjob
+                     burst: as a file job)
 Protocol: for each burst, ``pairs`` rounds; in each round every contender runs the same
 rows (fresh documents per round) from an empty prefix cache, in an order that reverses
 every round. The clock covers the burst only. A fake-engine run measures the plumbing.
@@ -40,8 +41,8 @@ __all__ = ["CONTENDERS", "BenchOptions", "run_bench", "run_plumbing"]
 
 
 def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
-    """Questions/s through routing, batching, compression, Dask and the result path,
-    with an engine that answers at once."""
+    """Questions/s through ``Pipeline.stream``'s path (windows, placement, Dask, the result
+    path) with an engine that answers at once."""
     rows = document_questions(max(1, questions // 4), 4, filler_sentences=12, seed=seed, order="interleaved")
     cfg = config.replace(scheduler={"dashboard_address": None})
     with Pipeline(cfg, engine="fake") as p:
@@ -50,9 +51,7 @@ def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
         t0 = time.perf_counter()
         n = sum(1 for _ in p.stream(rows))
         wall = time.perf_counter() - t0
-        return {"questions": n, "wall_s": wall, "questions_per_s": n / wall,
-                "encoded_bytes": p.transfer.encoded_bytes, "raw_bytes": p.transfer.raw_bytes,
-                "batches": p.transfer.batches}
+        return {"questions": n, "wall_s": wall, "questions_per_s": n / wall}
 
 
 def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bool | None = None) -> dict:
@@ -68,7 +67,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
     if own:
         pipeline = Pipeline(config).start()
     # Throughput side by side: the pipeline's runs fill its engines at once, as the reference does
-    # (the first-answer ramp trades ~1.7 s of a burst for a first answer within ~2 s; README).
+    # (the first-answer ramp trades ~1.7 s of a burst for a first answer within ~2 s; intake.first_answer_rows in docs/configuration.md).
     job = pipeline.config.replace(intake={"first_answer_rows": 0})
     try:
         stats = pipeline.worker_stats()
@@ -78,7 +77,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
             roles = Roles(shards.pids)
             engine_envs = engine_env_report(pipeline, shards)
             results: list[RunResult] = []
-            bs, n_shards = pipeline.router.block_size, len(pipeline.config.shards)
+            bs, n_shards = pipeline.block_size, len(pipeline.config.shards)
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
                                   pipeline.task, pipeline.tokenizer, bs, n_shards)
             run_standalone("standalone-rr", shards, warm, None, "warm", -1)

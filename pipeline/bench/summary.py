@@ -46,8 +46,6 @@ def summarize(results: list[RunResult]) -> dict:
                 # finish spread.
                 "engine_idle_s": (statistics.median(min(r.engine_idle_s.values()) for r in cr)
                                   if all(r.engine_idle_s for r in cr) else None),
-                "encoded_over_raw": (statistics.median(r.encoded_bytes / r.raw_bytes for r in cr)
-                                     if cr[0].raw_bytes else None),
             }
         ratios = {}
         for ref in ("standalone-routed", "standalone-rr", "standalone-arrival", "standalone-sorted"):

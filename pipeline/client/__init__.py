@@ -1,6 +1,6 @@
 """Code that runs in the user's process: the Python program that holds a ``Pipeline``, or
-``python -m pipeline run``. It reads rows, routes them to shards (``router``, ``dispatch``),
-keeps one job's state (``job_state``), sends batches to the workers and gathers their results
-(``pipeline``), watches for lost workers (``recovery``), tokenizes prefixes (``tokenizer``) and
-shows the engines' start (``start_progress``). Nothing is imported here: import the module.
+``python -m pipeline run``. The ``pipeline`` (start the cluster and engines, ``run``/``stream``
+over a Python iterable: ``iterable_job``; ``map_dataframe``: ``dataframes``), watching for lost
+workers (``recovery``) and loading the tokenizer (``tokenizer``). Every job runs on the cluster
+(pipeline/jobs/cluster_job.py). Nothing is imported here: import the module.
 """

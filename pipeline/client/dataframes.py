@@ -11,30 +11,16 @@ holds the answers, one pandas DataFrame per input partition, kept in the cluster
 partitions, same index, same divisions. Computing it, or writing it, reads the kept answers and
 does not run the model again.
 
-Where the rows go (``jobs.path``, as for file jobs): by default the job runs on the cluster
-(``FrameSteps`` below, pipeline/jobs/cluster_job.py): the workers compute the input partitions,
-build the prompts, group every row of the job by document, answer and merge each partition's
-answers; no row passes through this process. With ``jobs.path: client`` it takes the
-client-side feed: the cluster computes the input partitions, ``prefetch`` ahead; the client
-pulls one partition at a time and feeds its rows to the router; client memory is then bounded
-by about ``1 + prefetch`` partitions and the read-ahead window.
+The job runs on the cluster (``FrameSteps`` below, pipeline/jobs/cluster_job.py): the workers
+compute the input partitions, build the prompts, group every row of the job by document, answer
+and merge each partition's answers; no row passes through this process.
 """
 from __future__ import annotations
 
-from collections import deque
-from typing import Iterator
-
-import pyarrow as pa
-
-from pipeline.client.in_order import InOrder
 from pipeline.jobs.answer_files import PANDAS_TYPES as _DTYPES
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.results import JSON_FIELD, RESULT_FIELDS, RowResult
-from pipeline.sampling import ROW_COLUMNS
+from pipeline.results import JSON_FIELD, RESULT_FIELDS
 from tasks import get_task_kind, task_columns
-
-# Rows of a pulled partition turned into Python values at a time (the rest stays in Arrow buffers).
-ROWS_AT_ONCE = 4096
 
 
 class DataFrameInputError(ValueError):
@@ -46,7 +32,7 @@ def output_columns(wants_json: bool) -> list[str]:
 
 
 def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None = None,
-                  sampling: dict | None = None, truncate_prompts: bool = False, prefetch: int = 2):
+                  sampling: dict | None = None, truncate_prompts: bool = False):
     """Answer every row of ``df`` (a Dask or pandas DataFrame with the task's columns); a Dask
     DataFrame of the output columns with ``df``'s index and partitions (module docstring).
     ``pipeline``: a started ``Pipeline``."""
@@ -78,21 +64,12 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     parts = df.to_delayed()
     if len(parts) != df.npartitions:
         raise DataFrameInputError(f"the DataFrame has {df.npartitions} partitions but Dask gave {len(parts)}")
-    if _on_cluster(config):
-        from pipeline.jobs.cluster_job import ClusterJob   # start time: loaded by DataFrame jobs only
+    from pipeline.jobs.cluster_job import ClusterJob   # start time: loaded by DataFrame jobs only
 
-        steps = FrameSteps(parts, RowColumns.of(columns, names), out_columns, rows_total)
-        ClusterJob(steps, config, truncate_prompts).run(pipeline, progress=False)
-        futures = steps.frames
-    else:
-        futures = _on_client(pipeline, config, parts, names, columns, out_columns, meta, truncate_prompts,
-                             prefetch, rows_total)
+    steps = FrameSteps(parts, RowColumns.of(columns, names), out_columns, rows_total)
+    ClusterJob(steps, config, truncate_prompts).run(pipeline, progress=False)
+    futures = steps.frames
     return dd.from_delayed(futures, meta=meta, divisions=df.divisions, verify_meta=False)
-
-
-def _on_cluster(config) -> bool:
-    """Whether the job runs on the cluster (``jobs.path``; module docstring)."""
-    return config.jobs.path != "client"
 
 
 class _FramePart:
@@ -106,6 +83,8 @@ class FrameSteps:
     memory, each partition's answers merged into a pandas DataFrame with the input's index
     (``frames``: one future per partition, in order, once the job has run)."""
     resumed = 0
+    answered = None
+    shown = None
 
     def __init__(self, parts: list, columns: RowColumns, out_columns: list[str], rows_total: int | None):
         from pipeline.jobs.cluster_tasks import kept_answer_task
@@ -178,63 +157,3 @@ class FrameSteps:
                 f.result()   # raises the task's error
         self.frames = merges
         return []
-
-
-def _on_client(pipeline, config, parts: list, names: list, columns, out_columns: list[str], meta,
-               truncate_prompts: bool, prefetch: int, rows_total: int | None) -> list:
-    """The client-side feed (module docstring): the output partitions' futures, in order. The
-    cluster computes the input partitions, ``prefetch`` ahead; each one's rows go to the
-    pipeline, and once all of them are answered (and every earlier partition's) its output
-    partition is made here and kept on the cluster."""
-    import pandas as pd   # start time: loaded by DataFrame jobs only
-    from dask import delayed
-
-    client = pipeline.client
-    read = [c for c in columns.all if c in names] + [c for c in ROW_COLUMNS if c in names and c not in columns.all]
-    parts = [delayed(_columns)(part, read) for part in parts]
-    futures: list = []
-
-    def whole(index, results: list[RowResult]) -> None:
-        cols = {n: pd.Series([getattr(r, n) for r in results], dtype=_DTYPES[n], index=index) for n in out_columns}
-        futures.append(client.scatter(pd.DataFrame(cols, index=index) if cols else meta, hash=False))
-
-    order = InOrder(whole=whole)
-    for r in pipeline.stream(_rows(client, order, parts, prefetch), task=get_task_kind(config, pipeline.tokenizer),
-                             sampling=config.sampling, truncate_prompts=truncate_prompts, rows_total=rows_total):
-        order.place(r)
-    missing = order.close()
-    if missing or len(futures) != len(parts):
-        raise RuntimeError(f"{missing} rows got no result from the pipeline")
-    return futures
-
-
-def _columns(frame, names: list[str]):
-    return frame[names]
-
-
-def _rows(client, order: InOrder, parts: list, prefetch: int) -> Iterator[dict]:
-    """The rows of each input partition (computed on the cluster, ``prefetch`` ahead), each
-    partition a group of ``order`` (its index, for its output partition)."""
-    pending: deque = deque()
-    todo = iter(parts)
-    for _ in range(len(parts)):
-        while len(pending) < 1 + max(0, prefetch):
-            nxt = next(todo, None)
-            if nxt is None:
-                break
-            pending.append(client.compute(nxt))
-        frame = pending.popleft().result()
-        group = order.open(frame.index, len(frame))
-        if not len(frame):
-            order.drain()
-            continue
-        table = pa.Table.from_pandas(frame, preserve_index=False)   # missing values -> None
-        del frame
-        names = table.column_names
-        k = 0
-        for batch in table.to_batches(max_chunksize=ROWS_AT_ONCE):   # Python objects for a slice at a time
-            values = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-            for row in zip(*values):
-                order.send(group, k)
-                k += 1
-                yield dict(zip(names, row))

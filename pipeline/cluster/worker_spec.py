@@ -15,7 +15,7 @@ from pipeline.cluster.security import dask_security, protocol, tls_args
 from pipeline.config import Config, ShardConfig
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, SHARD_RESOURCE_AMOUNT, answer_slots
 
-# What vLLM inside Dask workers needs (see README, "Why these Dask settings").
+# What vLLM inside Dask workers needs (docs/architecture.md, "What runs where").
 DASK_SETTINGS = {
     "distributed.worker.daemon": False,             # vLLM spawns its engine-core process
     "distributed.scheduler.work-stealing": False,   # stealing would break prefix affinity

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 import time
 import uuid
 from dataclasses import replace
 
+import dask
 import numpy as np
 from distributed import as_completed
 
@@ -56,6 +58,10 @@ from tasks import Chat, get_task_kind
 # an earlier job queued), and answer tasks leave each worker a thread for the others' reads.
 PLAN_PRIORITY = 100
 MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
+
+
+class JobLeft(Exception):
+    """The job was let go before its end (``ClusterJob.run``'s ``stop``): its tasks are cancelled."""
 
 
 def _slots_everywhere(client) -> set[str]:
@@ -83,6 +89,8 @@ class FileSteps:
     """A Parquet file job's steps: partitions of the input files read on the workers, answers
     committed to answer files, each partition merged into a part, then OUTPUT."""
     answer = staticmethod(answer_task)
+    answered = None   # (a stream's steps take each bucket's answers as it ends: pipeline/client/iterable_job.py)
+    shown = None      # (and show the stream's figures on the dashboard, not its window's)
 
     def __init__(self, source, sink: ClusterParts, check_keys: bool = False, lines=None):
         self.source, self.sink = source, sink
@@ -192,11 +200,17 @@ class ClusterJob:
         """Rows committed (answer files and merged parts)."""
         return self.steps.committed()
 
-    def run(self, pipeline, progress: bool | None = None) -> JobSummary:
+    def run(self, pipeline, progress: bool | None = None, watched: bool | None = None,
+            stop: threading.Event | None = None) -> JobSummary:
+        """``progress``: show a bar (default: on a terminal); ``watched``: someone watches the job
+        for its first answers (``intake.first_answer_rows``; default: ``progress``); ``stop``: set,
+        the job is let go (its tasks cancelled) and ``JobLeft`` raised."""
         from tqdm import tqdm   # start time: loaded when a job runs
 
         if progress is None:
             progress = sys.stderr.isatty()
+        if watched is None:
+            watched = progress
         client = pipeline.client
         summary = JobSummary(resumed=self.steps.resumed)
         todo = self.steps.partitions()
@@ -206,7 +220,7 @@ class ClusterJob:
                                task=self.steps.task_kind(self.config, pipeline.tokenizer),
                                sampling=self.config.sampling.as_sampling(self.config.engine.seed),
                                truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
-                               first_rows=self.config.intake.first_rows(progress))
+                               first_rows=self.config.intake.first_rows(watched))
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 
@@ -221,7 +235,9 @@ class ClusterJob:
         try:
             with tqdm(total=self.rows_total, initial=self.steps.resumed, unit="row", desc="rows",
                       disable=not progress, dynamic_ncols=True) as bar:
-                unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar)
+                # (its tasks in one Dask span, named as the job: the dashboard's standard pages group them)
+                with dask.annotate(span={"name": (job_id,), "ids": (uuid.uuid4().hex,)}):
+                    unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar, stop)
         finally:
             client.unsubscribe_topic(spec.topic)
             for f in futures:
@@ -235,7 +251,7 @@ class ClusterJob:
         return summary
 
     def _run(self, pipeline, spec: JobSpec, todo, summary: JobSummary, answered: dict, futures: list,
-             bar) -> dict[int, str]:
+             bar, stop: threading.Event | None = None) -> dict[int, str]:
         """Read, place, split, answer, complete; the partitions that could not be read, and why."""
         client, jobs = pipeline.client, self.config.jobs
         job = spec.job_id
@@ -304,6 +320,8 @@ class ClusterJob:
         pending = as_completed(list(watched.values()) + figures)
         moved_away: set[str] = set()   # answer tasks cancelled here: their buckets moved
         while not pending.is_empty():
+            if stop is not None and stop.is_set():
+                raise JobLeft()
             for f in pending.next_batch(block=False) if pending.has_ready() else []:
                 if f.cancelled():
                     if f.key in moved_away:   # its bucket went to another shard
@@ -321,6 +339,8 @@ class ClusterJob:
                         unreadable[partition_of[f.key].index] = result.unreadable
                 else:
                     pieces[of_answer[f.key]] = []   # (answered: its rows are no longer needed)
+                    if self.steps.answered is not None:
+                        self.steps.answered(client, answers[of_answer[f.key]])
                 f.release()
             if self.rows_total is None and reads_done == len(figures):
                 self.rows_total = bar.total = rows_read + self.steps.rows_merged()
@@ -331,6 +351,7 @@ class ClusterJob:
                 if event.kind == GONE:
                     for i, moved in self._move(client, spec, event.shard, bucket, answers, pieces, watch,
                                                moved_away).items():
+                        summary.buckets_moved += 1
                         old = watched[i]
                         old.cancel()
                         moved_away.add(old.key)
@@ -414,5 +435,6 @@ class ClusterJob:
         summary.rows_total = self.rows_total - summary.resumed if self.rows_total is not None else None
         job = summary.as_dict()
         job["rows"] = max(summary.rows, live_rows)
-        pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time(), "pending_rows": None,
-                                                         "shards": {}})
+        if self.steps.shown is not None:   # (a stream's window: shown as part of the stream)
+            job = self.steps.shown(job)
+        pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time()})

@@ -37,8 +37,6 @@ def run(args, config: Config) -> int:
         raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
     if args.engine:
         config = config.replace(engine={"kind": args.engine})
-    if args.job_path:
-        config = config.replace(jobs={"path": args.job_path})
     config = prompt_options(args, config)
     notify = (lambda line: None) if args.quiet else console.notify
     if not config.scheduler.address and (cluster_dir(config) / STATE_FILE).exists():

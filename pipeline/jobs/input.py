@@ -11,7 +11,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,18 +24,6 @@ from pipeline.results import RESULT_FIELDS
 from tasks import Columns
 
 CHAT_URL = "/v1/chat/completions"
-
-
-@dataclass
-class Chunk:
-    """Consecutive input rows: their keys, the rows the task gets (None when the row already
-    failed a check here) and why those rows failed (each an ``ErrorKind.INPUT`` error), and
-    what the output carries over."""
-    start: int                       # position of the first row in the whole input
-    keys: list
-    rows: list[dict | None]
-    errors: list[str | None]         # the reason only: "question is not valid UTF-8 text (byte 3)"
-    carry: Any = None                # Parquet: the passthrough columns (a RecordBatch)
 
 
 def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
@@ -186,15 +173,6 @@ class ParquetSource:
     def key_type(self) -> pa.DataType:
         return self.schema.field("id").type if self.key else pa.int64()
 
-    def key_batches(self) -> Iterator[list]:
-        """The row keys in input order (ids, or positions without an id column)."""
-        if self.key is None:
-            for start in range(0, self.num_rows, 65536):
-                yield list(range(start, min(start + 65536, self.num_rows)))
-            return
-        for batch in self._batches(0, 65536, columns=["id"]):
-            yield batch.column(0).to_pylist()
-
     def key_arrays(self) -> Iterator[pa.Array]:
         """The key column a batch at a time, for the duplicate check (nothing without an id column)."""
         if self.key is None:
@@ -206,51 +184,10 @@ class ParquetSource:
             except (pa.ArrowException, OSError) as exc:
                 raise JobError(f"cannot read the id column of {self.spec}: {_one_line(exc)}") from None
 
-    def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
-        position = start
-        for batch in self._batches(start, batch_rows):
-            n = batch.num_rows
-            keys = batch.column("id").to_pylist() if self.key else list(range(position, position + n))
-            rows, errors = self.task_rows(batch)
-            carry = batch.select(self.passthrough + (["id"] if self.key else []))
-            yield Chunk(start=position, keys=keys, rows=rows, errors=errors, carry=carry)
-            position += n
-
-    def task_rows(self, batch: pa.RecordBatch) -> tuple[list[dict | None], list[str | None]]:
-        """The rows the task gets from ``batch`` and why the others failed (``RowColumns.task_rows``)."""
-        return self.row_columns.task_rows(batch)
-
     @property
     def row_groups(self) -> list[list[int]]:
         """Per file, the rows of each of its row groups."""
         return self._row_groups
-
-    def _batches(self, start: int, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-        """Record batches from row ``start`` on, skipping whole files and row groups before it."""
-        offset = 0
-        for f, groups in zip(self.files, self._row_groups):
-            size = sum(groups)
-            if offset + size <= start:
-                offset += size
-                continue
-            skip_groups, skip_rows = 0, start - offset if start > offset else 0
-            while skip_groups < len(groups) and skip_rows >= groups[skip_groups]:
-                skip_rows -= groups[skip_groups]
-                skip_groups += 1
-            try:
-                reader = pq.ParquetFile(f, filesystem=self.fs)
-                for batch in reader.iter_batches(batch_size=batch_rows, columns=columns,
-                                                 row_groups=range(skip_groups, len(groups))):
-                    if skip_rows:
-                        cut = min(skip_rows, batch.num_rows)
-                        batch, skip_rows = batch.slice(cut), skip_rows - cut
-                        if not batch.num_rows:
-                            continue
-                    yield batch
-            except (pa.ArrowException, OSError) as exc:
-                raise JobError(f"cannot read {f}: {_one_line(exc)}. The rows before it are answered and kept; "
-                               f"fix or replace the file and run the same command again to resume") from None
-            offset += size
 
 
 def _one_line(exc: BaseException) -> str:
@@ -331,30 +268,9 @@ class OpenAIBatchSource:
                 raise JobError(f"cannot read {self.path}: {exc.strerror or exc}") from None
         return len(self._keys)
 
-    def key_batches(self) -> Iterator[list]:
-        self.num_rows
-        yield self._keys
-
     def key_arrays(self) -> Iterator[pa.Array]:
         self.num_rows
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())
-
-    def chunks(self, start: int, batch_rows: int) -> Iterator[Chunk]:
-        chunk = Chunk(start=start, keys=[], rows=[], errors=[])
-        for request, error in self._lines(start):
-            key = request.get("custom_id") if isinstance(request, dict) else None
-            row = None
-            if error is None:
-                row, error = _chat_request(request)
-            chunk.keys.append(key)
-            chunk.rows.append(row)
-            chunk.errors.append(error)
-            if len(chunk.keys) == batch_rows:
-                yield chunk
-                chunk = Chunk(start=chunk.start + batch_rows, keys=[], rows=[], errors=[])
-        if chunk.keys:
-            yield chunk
-
 
 def parse_line(raw: bytes) -> tuple[Any, str | None]:
     """A JSONL line's request (parsed JSON) and None, or None and why it is not one."""

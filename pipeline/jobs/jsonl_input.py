@@ -20,16 +20,8 @@ from fsspec.utils import read_block
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import _chat_request, parse_line
 from pipeline.jobs.partitions import ByteBlock
-from pipeline.jobs.prompt_table import PromptRows, prompt_rows_from
-from pipeline.results import ErrorKind
-from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
-from tasks import RowError
+from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
 
-# The rows' own sampling columns, every one on every block (the blocks' pieces are put together)
-SAMPLING_TYPES = {"max_tokens": pa.int64(), "temperature": pa.float64(), "top_p": pa.float64(),
-                  "top_k": pa.int64(), "stop": pa.list_(pa.string()), "seed": pa.int64(),
-                  "json_schema": pa.string(), "choice": pa.list_(pa.string())}
-assert tuple(SAMPLING_TYPES) == ROW_COLUMNS
 
 
 def block_lines(source, block: ByteBlock) -> list[bytes]:
@@ -75,27 +67,7 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
         keep = pc.invert(pc.is_in(positions, value_set=done))
         requests = [r for r, k in zip(requests, keep.to_pylist()) if k]
         positions = positions.filter(keep)
-    prefixes, suffixes, errors = [], [], []
-    sampling: dict[str, list] = {name: [] for name in ROW_COLUMNS}
-    for request, error in requests:
-        prefix = suffix = settings = None
-        row = None
-        if error is None:
-            row, error = _chat_request(request)
-        if row is not None:
-            try:
-                parts = task.split(row)
-                settings = checked({k: row.get(k) for k in ROW_COLUMNS})
-                prefix, suffix = parts.prefix, parts.suffix
-            except (RowError, SamplingError) as exc:
-                error = str(exc)
-        prefixes.append(prefix)
-        suffixes.append(suffix)
-        errors.append(None if error is None else f"{ErrorKind.INPUT}: {error}")
-        for name in ROW_COLUMNS:
-            sampling[name].append(getattr(settings, name) if settings is not None else None)
-    rows = prompt_rows_from(pa.array(prefixes, pa.large_string()), pa.array(suffixes, pa.large_string()),
-                            pa.array(errors, pa.string()), positions,
-                            {name: pa.array(values, SAMPLING_TYPES[name]) for name, values in sampling.items()})
+    rows = prompt_rows_of_dicts([_chat_request(r) if e is None else (None, e) for r, e in requests], positions, task,
+                                all_sampling=True)
     rows.read = read
     return rows

@@ -109,6 +109,42 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     return prompt_rows_from(prefix, suffix, error, positions, sampling, digests)
 
 
+# The rows' own sampling columns as Arrow types (``prompt_rows_of_dicts``: each row's checked settings)
+SAMPLING_TYPES = {"max_tokens": pa.int64(), "temperature": pa.float64(), "top_p": pa.float64(),
+                  "top_k": pa.int64(), "stop": pa.list_(pa.string()), "seed": pa.int64(),
+                  "json_schema": pa.string(), "choice": pa.list_(pa.string())}
+assert tuple(SAMPLING_TYPES) == ROW_COLUMNS
+
+
+def prompt_rows_of_dicts(rows: list[tuple[dict | None, str | None]], positions: pa.Array, task,
+                         all_sampling: bool = False) -> PromptRows:
+    """Rows given as Python values, each ``(row, None)`` or ``(None, why it cannot be read)``,
+    as prompt rows: the task's own split and each row's own sampling settings (checked), row by
+    row (an OpenAI batch file's requests, a Python iterable's rows). The sampling columns come
+    when a row has settings of its own (``all_sampling``: always)."""
+    prefixes, suffixes, errors = [], [], []
+    sampling: dict[str, list] = {name: [] for name in ROW_COLUMNS}
+    own = all_sampling
+    for row, error in rows:
+        prefix = suffix = settings = None
+        if row is not None:
+            try:
+                parts = task.split(row)
+                settings = checked({k: row.get(k) for k in ROW_COLUMNS})
+                prefix, suffix = parts.prefix, parts.suffix
+            except (RowError, SamplingError) as exc:
+                error = str(exc)
+        prefixes.append(prefix)
+        suffixes.append(suffix)
+        errors.append(None if error is None else f"{ErrorKind.INPUT}: {error}")
+        own = own or settings is not None
+        for name in ROW_COLUMNS:
+            sampling[name].append(getattr(settings, name) if settings is not None else None)
+    columns = {name: pa.array(values, SAMPLING_TYPES[name]) for name, values in sampling.items()} if own else {}
+    return prompt_rows_from(pa.array(prefixes, pa.large_string()), pa.array(suffixes, pa.large_string()),
+                            pa.array(errors, pa.string()), positions, columns)
+
+
 def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positions: pa.Array,
                      sampling: dict[str, pa.Array], digests: np.ndarray | None = None) -> PromptRows:
     """Prompt rows from each row's prefix, suffix, error (null where the row is fine), position

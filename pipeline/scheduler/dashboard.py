@@ -7,8 +7,8 @@
 
 Added by the scheduler preload (pipeline/scheduler/preload.py). They read what the scheduler
 holds: each worker's figures, which the engine plugin sends every second while it works as
-Dask events (topic ``pipeline-shard``), and the client's view (router, current job), which
-``Pipeline.stream`` keeps in the scheduler's metadata. Requests/s and output tokens/s are
+Dask events (topic ``pipeline-shard``), and the current job's figures, which the job's
+coordinator (pipeline/jobs/cluster_job.py) keeps in the scheduler's metadata. Requests/s and output tokens/s are
 the rates over a shard's snapshots of the last 10 seconds; so is the engine busy share
 (the part of that time in which the shard's engine had at least one request). The plots
 draw on a history of these figures kept on the scheduler (pipeline/scheduler/history.py).
@@ -22,7 +22,7 @@ from collections import deque
 
 from distributed.http.utils import RequestHandler
 
-from pipeline.names import ENGINE_DIED_TOPIC, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
+from pipeline.names import ENGINE_DIED_TOPIC, SHARD_RESOURCE_PREFIX, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
 from pipeline.scheduler.history import RATE_WINDOW_S, STALE_AFTER_S, HistoryPlugin, slide, window_rates
 
 PATH = "/pipeline"                    # the plots (dashboard_plots.PATH)
@@ -30,34 +30,43 @@ TABLE_PATH = PATH + "/table"
 JSON_PATH = PATH + "/status.json"
 
 
+def _serving(scheduler) -> dict[str, str]:
+    """Shard -> the address of the worker that serves it (its ``shard-<name>`` resource)."""
+    out = {}
+    for ws in getattr(scheduler, "workers", {}).values():
+        for resource in ws.resources:
+            if resource.startswith(SHARD_RESOURCE_PREFIX):
+                out[resource[len(SHARD_RESOURCE_PREFIX):]] = ws.address
+    return out
+
+
 def status(scheduler) -> dict:
     """Per-shard figures (workers' latest snapshots, rates over the last RATE_WINDOW_S) merged
-    with the client's view."""
+    with the current job's figures."""
     recent: dict[str, deque[dict]] = {}
     received: dict[str, float] = {}    # shard -> when its latest snapshot was logged (the scheduler's clock)
     for at, msg in scheduler.get_events(SNAPSHOT_TOPIC):
         received[msg["shard"]] = at
         slide(recent.setdefault(msg["shard"], deque()), msg, RATE_WINDOW_S)
     view = scheduler.get_metadata([VIEW_METADATA_KEY], default=None) or {}
-    routed = view.get("shards", {})
+    serving = _serving(scheduler)   # (a shard whose worker has sent no figures yet is listed too)
     shards = {}
-    for name in sorted(set(recent) | set(routed)):
+    for name in sorted(set(recent) | set(serving)):
         snaps = recent.get(name, ())
-        s = dict(snaps[-1]) if snaps else {}
+        s = dict(snaps[-1]) if snaps else {"worker": serving[name]}
         if snaps:
             idle = time.time() - received[name] > STALE_AFTER_S   # it stopped sending
             rates = window_rates(() if idle else snaps)
             del rates["cache_hit_share"]   # the table's is the snapshot's: since the engine started
             s.update(rates)
-        s.update(routed.get(name, {}))
         shards[name] = s
     died = [msg for _, msg in scheduler.get_events(ENGINE_DIED_TOPIC)][-10:]
-    return {"shards": shards, "job": view.get("job"), "pending_rows": view.get("pending_rows"),
+    return {"shards": shards, "job": view.get("job"),
             "engine_deaths": died}
 
 
 COLUMNS = [  # (key, heading, format)
-    ("worker", "worker", "{}"), ("routing", "routing", "{}"),
+    ("worker", "worker", "{}"),
     ("queued", "requests queued", "{:d}"), ("in_flight", "in flight", "{:d}"),
     ("prefill_outstanding", "prefill tokens outstanding", "{:,d}"),
     ("cache_hit_share", "prefix-cache hit share", "{:.3f}"),
@@ -66,8 +75,7 @@ COLUMNS = [  # (key, heading, format)
     ("requests", "requests done", "{:,d}"),
     ("gc_collections", "GC collections", "{:,d}"), ("gc_pause_s", "GC pause total (s)", "{:.3f}"),
     ("gc_max_pause_s", "GC max pause (ms)", "ms"),
-    ("documents_bound", "documents owned (router)", "{:,d}"), ("prefix_blocks_held", "prefix blocks held (router)", "{:,d}"),
-    ("rows_bound", "rows bound", "{:,d}"), ("engine_builds", "engine builds", "{:d}"),
+    ("engine_builds", "engine builds", "{:d}"),
 ]
 
 
@@ -88,10 +96,9 @@ def render(st: dict) -> str:
     job = st.get("job") or {}
     job_html = "<p>No job has run yet.</p>"
     if job:
-        items = ["rows answered", "rows_total", "rows_with_error", "batches", "workers_lost", "batches_interrupted",
-                 "rows_rerouted", "rows_failed", "duplicates_dropped"]
+        items = ["rows answered", "rows_total", "rows_with_error", "workers_lost", "buckets_moved"]
         job_html = (f"<p>Job <code>{html.escape(job['job'])}</code> (a Dask span of that name groups its tasks"
-                    f" on the standard pages); rows waiting unbound: {st.get('pending_rows')}</p><ul>"
+                    f" on the standard pages)</p><ul>"
                     + "".join(f"<li>{html.escape(k.replace('_', ' '))}: {job.get(k.split()[0], job.get(k))}</li>"
                               for k in items)
                     + "".join(f"<li>{html.escape(e['kind'])}: {html.escape(e['shard'])} ({html.escape(str(e['worker']))})</li>"

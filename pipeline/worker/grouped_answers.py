@@ -1,13 +1,12 @@
 """Runs on a shard's worker: rows answered by the resident engine, grouped by document: a
-cluster job's bucket, or a batch the client feeds (``Pipeline.stream``; ``batch_rows``).
+cluster job's bucket.
 
 The rows come sorted by document. Each document's prefix is tokenized once and its questions
 are admitted one after the other, so they reach the engine together and the document is
 prefilled once; documents follow one another, so none is evicted between its own questions.
 The engine takes the worker's ``intake.max_in_flight`` requests at a time. A bucket's admission
 is bounded besides: (``TokenGate``) no new document while the requests in flight hold
-``intake.kv_budget_share`` of the engine's KV cache (a client-fed batch was bound within that
-budget by the client). Progress goes to the job's event topic as rows complete.
+``intake.kv_budget_share`` of the engine's KV cache. Progress goes to the job's event topic as rows complete.
 """
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ import pyarrow as pa
 
 from pipeline.jobs.prompt_table import prefixes_of
 from pipeline.worker.admission import TokenGate
-from pipeline.prefix_memory import text_digests
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
 from pipeline.token_estimate import estimated_tokens
@@ -32,7 +30,7 @@ PROGRESS_EVERY_S = 1.0
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
                          progress=None, commit=None, commit_rows: int = 10_000,
                          commit_s: float = 30.0, first_rows: int = 0,
-                         prefixes: dict[int, str] | None = None, bounded: bool = True,
+                         prefixes: dict[int, str] | None = None,
                          job: str | None = None) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
@@ -42,11 +40,10 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     loop's thread pool, so the engine's event loop goes on meanwhile); the first that fails stops
     the rows at once (those in flight aborted, no more started) and its error is raised. ``first_rows``: until the
     first answer, only this many requests are admitted (0: no limit), so that answer is not
-    decoded in lockstep with a full engine's worth of others (README, "Start-up and first answer").
+    decoded in lockstep with a full engine's worth of others (``intake.first_answer_rows``, docs/configuration.md).
     ``job``: the job the rows belong to; jobs share the engine fairly (pipeline/worker/admission.py).
-    ``bounded`` (a bucket): at most ``2 x intake.max_in_flight`` rows wait for the engine at a
-    time, and the token gate holds back documents; False (a client-fed batch, bound by the
-    client): every row is started at once and waits its turn for the engine."""
+    At most ``2 x intake.max_in_flight`` rows wait for the engine at a time, and the token gate
+    holds back documents."""
     engine, config = plugin.engine, plugin.config
     job = job or bucket_id   # whose turn it is at the engine (pipeline/worker/admission.py)
     n = rows.num_rows
@@ -62,8 +59,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     # each document's questions, in estimated tokens (with their answers), for the token gate
     asked = np.add.reduceat(estimated_tokens(np.fromiter(map(len, suffixes), np.int64, n)) + decode,
                             starts).tolist() if n else []
-    gate = plugin.token_gate if bounded else None
-    window = 2 * config.intake.max_in_flight if bounded else n + 1   # rows started, not yet answered
+    gate = plugin.token_gate
+    window = 2 * config.intake.max_in_flight   # rows started, not yet answered
     waiting = 0          # rows started that wait for the engine
     room = asyncio.Event()
     results: list[RowResult | None] = [None] * n
@@ -182,17 +179,6 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     if progress is not None:
         progress(done, errors)
     return results
-
-
-def batch_rows(rows: pa.Table) -> tuple[pa.Table, dict[int, str]]:
-    """A client-fed batch's rows (pipeline/codec.py: position, prefix as a dictionary, suffix,
-    own sampling columns) as ``answer_grouped`` takes them: each row's prefix digest in place of
-    its prefix, and each prefix's text by its digest (each distinct prefix digested once)."""
-    prefix = rows.column("prefix").combine_chunks()
-    texts = prefix.dictionary
-    digests = text_digests(texts)
-    out = rows.drop_columns(["prefix"]).add_column(1, "digest", pa.array(digests[prefix.indices.to_numpy()]))
-    return out, dict(zip(digests.tolist(), texts.to_pylist()))
 
 
 def start_eagerly(coro) -> tuple[asyncio.Task | None, object]:

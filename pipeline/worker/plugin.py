@@ -3,10 +3,10 @@ and the task function that feeds it.
 
 Life cycle: the engine is built once, off the event loop, when the plugin is set
 up; then ``gc.collect()`` + ``gc.freeze()`` move the start-up heap out of the
-collector's way. A client-fed batch task decodes its compressed payload (Arrow rows) and
-answers them as a cluster job's bucket task does (pipeline/worker/grouped_answers.py), its
-rows all started at once; the engine takes them in turn, bounded by one per-worker semaphore
-(``intake.max_in_flight``) shared by every batch and bucket.
+collector's way. A cluster job's answer task hands its bucket's rows to ``answer_grouped``
+(pipeline/worker/grouped_answers.py); the engine takes them in turn, bounded by
+``intake.max_in_flight`` requests per worker, shared fairly by the jobs
+(pipeline/worker/admission.py).
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ import time
 from distributed import WorkerPlugin, get_worker
 from tornado.ioloop import PeriodicCallback
 
-from pipeline import codec, engine_env
+from pipeline import engine_env
 from pipeline.worker import metrics, reaper
 from pipeline.config import Config
 from pipeline.worker.engine import BadSampling, Engine, EngineDead, build_engine
 from pipeline.worker.gcstats import GcPauses
 from pipeline.worker.admission import FairAdmission, TokenGate
-from pipeline.worker.grouped_answers import answer_grouped, batch_rows
+from pipeline.worker.grouped_answers import answer_grouped
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt
@@ -162,24 +162,10 @@ class EnginePlugin(WorkerPlugin):
             sys.stderr.flush()
             os._exit(0)
 
-    async def run_batch(self, payload: bytes) -> bytes:
-        """A client-fed batch (pipeline/codec.py): its rows answered as a bucket's are, grouped
-        by document (each started at once: the client bound the batch within the shard's
-        budget); the results compressed."""
-        batch = codec.decode_batch(payload)
-        head = batch.header
-        rows, prefixes = batch_rows(batch.rows)
-        results = await self.answer_grouped(rows, head.batch_id, head.sampling or self.default_sampling,
-                                            head.truncate_prompts, prefixes=prefixes, bounded=False,
-                                            task=head.batch_id,   # (the batch's task key)
-                                            job=head.batch_id.rsplit("-batch-", 1)[0])   # (its stream's)
-        out = codec.BatchResult(batch_id=head.batch_id, shard=self.shard, results=results)
-        return codec.encode(out, self.config.intake.compression_level)
-
     async def answer_grouped(self, rows, bucket_id: str, sampling: Sampling, truncate: bool,
                              progress=None, task: str | None = None, **commit) -> list[RowResult]:
         """Rows answered grouped by document (pipeline/worker/grouped_answers.py): a cluster
-        job's bucket, or a client-fed batch. ``task``: the key of the Dask task asking; if Dask
+        job's bucket. ``task``: the key of the Dask task asking; if Dask
         releases it meanwhile (its client cancelled it or is gone), the rows stop there: the
         requests in flight are aborted and no more start (``transition``)."""
         if self.engine is None:
@@ -222,11 +208,6 @@ class EnginePlugin(WorkerPlugin):
             return False
         ts = tasks.get(key)
         return ts is None or ts.state in LET_GO
-
-    @property
-    def default_sampling(self) -> Sampling:
-        """For a batch that brings no settings: this worker's config's."""
-        return self.config.sampling.as_sampling(self.config.engine.seed)
 
     async def _one(self, job: str, batch_id: str, index: int, prefix_ids: list[int], suffix: str,
                    truncate: bool, sampling: Sampling) -> RowResult:
@@ -301,11 +282,6 @@ def shard_plugin() -> EnginePlugin:
         return worker.plugins[PLUGIN_NAME]
     except KeyError:
         raise RuntimeError(f"worker {worker.name} has no engine plugin; was the pipeline started?") from None
-
-
-async def run_batch(payload: bytes) -> bytes:
-    """The Dask task: one compressed batch in, one compressed batch result out."""
-    return await shard_plugin().run_batch(payload)
 
 
 def worker_stats(dask_worker) -> dict:

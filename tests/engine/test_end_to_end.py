@@ -79,7 +79,7 @@ def test_scattered_questions_share_their_document_on_one_shard(pipeline):
     ones are served the document from the prefix cache."""
     rows = document_questions(10, 3, seed=15, order="shuffled")
     results = pipeline.run(rows)
-    block = pipeline.router.block_size
+    block = pipeline.block_size
     by_doc = defaultdict(list)
     for row, r in zip(rows, results):
         by_doc[row["doc_id"]].append((row, r))

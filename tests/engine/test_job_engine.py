@@ -54,10 +54,10 @@ def test_openai_batch_file_answered_through_the_chat_template(pipeline, tmp_path
     assert body["usage"]["prompt_tokens"] == tokens
 
 
-def test_cluster_path_answers_every_row_from_the_same_prompts(pipeline, tmp_path):
-    """jobs.path: cluster on the real engine: the workers build the prompts (column-wise), group
-    each document's questions on one shard, and the engine gets exactly the client path's
-    prompts (the same prompt tokens, row for row)."""
+def test_a_file_job_answers_every_row_from_the_tasks_prompts(pipeline, tmp_path):
+    """A file job on the real engine: the workers build the prompts (column-wise), group each
+    document's questions on one shard, and the engine gets exactly the task's prompts (the
+    prompt tokens of its prefix and suffix, row for row)."""
     from collections import defaultdict
 
     from pipeline.jobs.job import prepare_job
@@ -65,17 +65,15 @@ def test_cluster_path_answers_every_row_from_the_same_prompts(pipeline, tmp_path
     rows = document_questions(6, 3, seed=41, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    outputs = {}
-    for path in ("cluster", "client"):
-        config = pipeline.config.replace(jobs={"path": path})
-        summary = prepare_job(src, tmp_path / f"{path}.parquet", config=config, notify=lambda m: None).run(
-            pipeline, progress=False)
-        assert summary.rows == len(rows) and summary.errors == 0
-        outputs[path] = pq.read_table(tmp_path / f"{path}.parquet").to_pylist()
-    cluster, client = outputs["cluster"], outputs["client"]
+    summary = prepare_job(src, tmp_path / "out.parquet", config=pipeline.config, notify=lambda m: None).run(
+        pipeline, progress=False)
+    assert summary.rows == len(rows) and summary.errors == 0
+    cluster = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [o["id"] for o in cluster] == [r["id"] for r in rows]
     assert all(o["answer"] for o in cluster)
-    assert [o["prompt_tokens"] for o in cluster] == [o["prompt_tokens"] for o in client]
+    tokens = [sum(len(pipeline.tokenizer.encode(t, add_special_tokens=False)) for t in (p.prefix, p.suffix))
+              for p in map(pipeline.task.split, rows)]
+    assert [o["prompt_tokens"] for o in cluster] == tokens
     shards = defaultdict(set)
     for r, o in zip(rows, cluster):
         shards[r["document"]].add(o["shard"])

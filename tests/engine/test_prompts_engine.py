@@ -26,7 +26,7 @@ def _job(pipeline, tmp_path, name, src=SAMPLE, **settings):
 def _ideal_cached_tokens(pipeline, task, rows) -> int:
     """Prompt tokens served from cache if every later question on a document hits all of its
     prefix's full KV blocks (perfect affinity)."""
-    block = pipeline.router.block_size
+    block = pipeline.block_size
     seen, total = set(), 0
     for r in rows:
         prefix = task.split(r).prefix

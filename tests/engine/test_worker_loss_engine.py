@@ -1,6 +1,6 @@
 """A worker killed mid-job on the real engine: every row answered once, on its own row, and the
 killed worker's vLLM engine-core process does not outlive it. Then, on the same cluster, an
-engine-core process killed mid-way through a cluster job (``jobs.path: cluster``): its worker
+engine-core process killed mid-way through a file job: its worker
 restarts with a fresh engine and the bucket is answered again there, every row once. Then
 closing the pipeline stops every engine cleanly, before Dask's nanny would have to kill a worker.
 
@@ -31,7 +31,8 @@ pytestmark = pytest.mark.own_cluster
 def test_real_worker_and_engine_kills_answer_every_row_once_and_reap_the_engine(tmp_path):
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"enforce_eager": True, "max_num_seqs": 16},
-                                   intake={"batch_size": 4, "queue_per_shard": 16, "max_in_flight": 8})
+                                   intake={"max_in_flight": 8},
+                                   jobs={"bucket_rows": 4})   # (answers come back bucket by bucket: the kill lands mid-job)
     rows = document_questions(12, 4, seed=31, order="shuffled")
     p = Pipeline(config).start()
     try:
@@ -93,7 +94,7 @@ def _engine_killed_mid_cluster_job(p, tmp_path):
     rows = document_questions(16, 4, seed=32, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    config = p.config.replace(jobs={"path": "cluster", "partition_rows": 16})
+    config = p.config.replace(jobs={"partition_rows": 16})
     job = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None, part_rows=4)
     addr = next(a for a, w in current_workers(p.client).items() if "shard-cpu0" in (w.get("resources") or {}))
     worker_pid = p.client.run(os.getpid, workers=[addr])[addr]

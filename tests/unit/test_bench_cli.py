@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.__main__ import _parser, main
+from pipeline.__main__ import _parser
 from pipeline.bench.cli import bench_config
 from pipeline.bench.contenders import Prepared, run_pipeline
 from pipeline.config import ConfigError, load_config
@@ -15,24 +15,11 @@ from pipeline.config import ConfigError, load_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_router_bench_is_a_subcommand(capsys):
-    args = _parser().parse_args(["router-bench", "--shards", "4", "--documents", "50", "--block-size", "8"])
-    assert (args.command, args.shards, args.documents, args.questions_per_doc, args.block_size,
-            args.max_blocks) == ("router-bench", 4, 50, 4, 8, 1_000_000)
-    assert main(["router-bench", "--shards", "4", "--documents", "50"]) == 0
-    out = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
-    assert out["shards"] == "4" and out["requests"] == "200" and float(out["us_per_request"]) > 0
-    with pytest.raises(SystemExit) as exc:
-        main(["router-bench", "--help"])
-    assert exc.value.code == 0
-    assert "--max-blocks" in capsys.readouterr().out
-
-
 def test_bench_options_and_defaults():
     a = _parser().parse_args(["bench"])
     assert (a.pairs, a.bursts, a.documents, a.questions_per_doc, a.skewed_requests, a.filler_sentences,
-            a.contenders, a.engine_mode, a.engine_env, a.null_questions, a.out, a.write_docs, a.experiments) == \
-        (5, "no_reuse,reuse,skewed", 64, 4, 256, 50, None, "config", [], 20_000, "bench-out", False, False)
+            a.contenders, a.engine_mode, a.engine_env, a.null_questions, a.out, a.write_docs) == \
+        (5, "no_reuse,reuse,skewed", 64, 4, 256, 50, None, "config", [], 20_000, "bench-out", False)
 
 
 def test_bench_config_is_a_new_config():
@@ -59,10 +46,9 @@ class FakePipeline:
     def __init__(self, config):
         self.config = config
         self.ran_with = []
-        self.reset_cache()
 
     def reset_cache(self):
-        self.transfer = SimpleNamespace(encoded_bytes=1, raw_bytes=40, batches=1)
+        pass
 
     def worker_stats(self):
         return [{"shard": "s0", "gc": {}, "metrics": {"engine_busy_s": 0.0}}]
@@ -78,11 +64,11 @@ def test_run_pipeline_runs_with_the_config_passed_and_leaves_the_pipelines():
     config = load_config()
     pipeline = FakePipeline(config)
     prep = Prepared([{"expected": "x"}, {"expected": "y"}], [[1, 2], [1, 2]], [[3], [4]], 4, 4)
-    job = config.replace(intake={"first_answer_rows": 0, "batch_size": 8})
+    job = config.replace(intake={"first_answer_rows": 0})
     r = run_pipeline(pipeline, job, prep, "reuse", 0)
     assert pipeline.ran_with == [job] and pipeline.config is config
     assert (r.requests, r.answered, r.correct, r.prompt_tokens, r.cached_tokens) == (2, 2, 2, 20, 8)
-    assert (r.encoded_bytes, r.raw_bytes) == (1, 40) and r.per_shard == {"s0": 2}
+    assert r.per_shard == {"s0": 2}
     run_pipeline(pipeline, config, prep, "reuse", 1)
     assert pipeline.ran_with == [job, config]
 
@@ -167,14 +153,14 @@ def test_standalone_assignment_by_contender():
 
     rows = _doc_rows(10, 2, seed=1)
     split = lambda row: SimpleNamespace(prefix=row["document"], suffix=row["question"])
-    pipeline = SimpleNamespace(task=SimpleNamespace(split=split), config=SimpleNamespace(sampling=SimpleNamespace(max_tokens=32)),
-                               static_assignment=lambda rs: {"a": [0], "b": list(range(1, len(rs)))})
+    pipeline = SimpleNamespace(task=SimpleNamespace(split=split), config=SimpleNamespace(sampling=SimpleNamespace(max_tokens=32)))
     shards = ["a", "b"]
     assert standalone_assignment("standalone-rr", shards, rows, None) == \
         {"a": list(range(0, 20, 2)), "b": list(range(1, 20, 2))}
-    assert standalone_assignment("standalone-routed", shards, rows, pipeline) == {"a": [0], "b": list(range(1, 20))}
     prefixes, suffixes = [r["document"] for r in rows], [r["question"] for r in rows]
-    for name, by_doc in (("standalone-arrival", False), ("standalone-sorted", True)):
+    # routed: the pipeline's own placement, each shard's rows grouped by document as its answer
+    # tasks take them (sorted: the same split, its name on the big job)
+    for name, by_doc in (("standalone-arrival", False), ("standalone-sorted", True), ("standalone-routed", True)):
         assert standalone_assignment(name, shards, rows, pipeline) == \
             placed_assignment(prefixes, suffixes, shards, 4 * 32, by_document=by_doc)
     with pytest.raises(ValueError, match="unknown standalone contender"):

@@ -134,7 +134,7 @@ def test_output_apart_from_the_input_from_python(tmp_path):
     from pipeline.jobs.errors import JobError
     from pipeline.jobs.job import prepare_job
 
-    config = load_config().replace(engine={"kind": "fake"}, jobs={"path": "client"})
+    config = load_config().replace(engine={"kind": "fake"})
     folder = tmp_path / "in"
     folder.mkdir()
     write_rows(folder / "a.parquet", document=["d"], question=["q"])

@@ -1,7 +1,7 @@
-"""File jobs on the cluster path (``jobs.path: cluster``) with the fake engine: the workers read,
-group by document, answer and write. The output is the client path's, row for row; every
-document is answered on one shard; an interrupted or partly unreadable job resumes to the same
-output, answering only what is missing."""
+"""File jobs on the cluster with the fake engine: the workers read, group by document, answer
+and write. The output is ``Pipeline.run``'s on the same rows, row for row; every document is
+answered on one shard; an interrupted or partly unreadable job resumes to the same output,
+answering only what is missing."""
 import json
 import re
 from pathlib import Path
@@ -15,7 +15,7 @@ from pipeline.bench.workloads import document_questions
 from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
 from pipeline.jobs.cluster_job import ClusterJob
 
-VARYING = ("latency_s", "shard", "cached_tokens")   # where the two paths may differ
+COMPARED = ("answer", "error", "prompt_tokens", "completion_tokens", "finish_reason")
 
 
 @pytest.fixture(scope="module")
@@ -36,27 +36,21 @@ def rows_with_bad_ones(n_docs=12, per_doc=4):
     return rows
 
 
-def job(p, src, out, path, **options):
-    return prepare_job(src, out, config=p.config.replace(jobs={"path": path}), notify=lambda m: None, **options)
+def job(p, src, out, **options):
+    return prepare_job(src, out, config=p.config, notify=lambda m: None, **options)
 
 
-def without(rows, keys=VARYING):
-    return [{k: v for k, v in r.items() if k not in keys} for r in rows]
-
-
-def test_cluster_output_is_the_client_paths_row_for_row(null_pipeline, tmp_path):
+def test_file_output_is_pipeline_runs_row_for_row(null_pipeline, tmp_path):
     rows = rows_with_bad_ones()
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=10)
-    on_cluster = job(null_pipeline, src, tmp_path / "cluster.parquet", "cluster")
+    on_cluster = job(null_pipeline, src, tmp_path / "cluster.parquet")
     assert isinstance(on_cluster, ClusterJob) and len(on_cluster.sink.partitions) == 5
     summary = on_cluster.run(null_pipeline, progress=False)
-    job(null_pipeline, src, tmp_path / "client.parquet", "client").run(null_pipeline, progress=False)
-    cluster = pq.read_table(tmp_path / "cluster.parquet")
-    client = pq.read_table(tmp_path / "client.parquet")
-    assert cluster.schema == client.schema
-    assert without(cluster.to_pylist()) == without(client.to_pylist())
-    out = cluster.to_pylist()
+    out = pq.read_table(tmp_path / "cluster.parquet").to_pylist()
+    from_python = null_pipeline.run(rows)
+    assert [{k: o[k] for k in COMPARED} for o in out] == [{k: getattr(r, k) for k in COMPARED} for r in from_python]
+    assert [o["id"] for o in out] == [r.id for r in from_python]
     assert [o["id"] for o in out] == [r["id"] for r in rows]
     assert out[3]["error"] == "input: document is null" and out[10]["error"] == "input: question is empty"
     assert summary.rows == len(rows) and summary.errors == 2
@@ -76,12 +70,12 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     rows = rows_with_bad_ones(8, 3)
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=8)
-    job(null_pipeline, src, tmp_path / "whole.parquet", "cluster").run(null_pipeline, progress=False)
+    job(null_pipeline, src, tmp_path / "whole.parquet").run(null_pipeline, progress=False)
     whole = pq.read_table(tmp_path / "whole.parquet")
 
     # a run that committed partition 0's answers and half of partition 1's, and was killed
     # while writing another file
-    first = job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    first = job(null_pipeline, src, tmp_path / "out.parquet")
     files = AnswerFiles(first.sink.dir)
     answers = whole.select(list(ANSWER_SCHEMA.names[1:-1])).add_column(0, "position", pa.array(range(len(rows))))
     answers = answers.append_column("answer_json", pa.nulls(len(rows), pa.string()))   # (no JSON asked for)
@@ -92,13 +86,16 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     (Path(files.answers_dir(1)) / ".old-b000002.parquet.tmp").write_bytes(b"PAR1 torn")
 
     notes = []
-    again = prepare_job(src, tmp_path / "out.parquet", config=null_pipeline.config.replace(jobs={"path": "cluster"}),
+    again = prepare_job(src, tmp_path / "out.parquet", config=null_pipeline.config,
                         notify=notes.append)
     assert again.done == 20 and notes == [f"resuming: 20 of {len(rows)} rows are already in {again.sink.dir}; "
                                           f"answering the rest"]
     assert not list(Path(files.answers_dir(1)).glob(".*.tmp"))
     summary = again.run(null_pipeline, progress=False)
     assert summary.rows == len(rows) - 20 and summary.resumed == 20
+    def without(rows):   # (where two runs may differ)
+        return [{k: v for k, v in r.items() if k not in ("latency_s", "shard", "cached_tokens")} for r in rows]
+
     assert without(pq.read_table(tmp_path / "out.parquet").to_pylist()) == without(whole.to_pylist())
 
 
@@ -107,12 +104,12 @@ def test_unreadable_file_stops_the_job_after_committing_the_rest(null_pipeline, 
     folder = tmp_path / "in"
     good = corrupt_second_file(folder, rows, 24)
 
-    first = job(null_pipeline, folder, tmp_path / "out.parquet", "cluster")
+    first = job(null_pipeline, folder, tmp_path / "out.parquet")
     with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*run the same command again to resume"):
         first.run(null_pipeline, progress=False)
     assert not (tmp_path / "out.parquet").exists() and first.done == 24
     (folder / "b.parquet").write_bytes(good)   # fixed
-    summary = job(null_pipeline, folder, tmp_path / "out.parquet", "cluster").run(null_pipeline, progress=False)
+    summary = job(null_pipeline, folder, tmp_path / "out.parquet").run(null_pipeline, progress=False)
     assert summary.rows == len(rows) - 24
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
 
@@ -125,12 +122,12 @@ def test_ids_used_twice_are_refused_by_the_workers_before_any_answer(null_pipeli
     rows[37] = {**rows[37], "id": rows[1]["id"]}
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    refused = job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    refused = job(null_pipeline, src, tmp_path / "out.parquet")
     with pytest.raises(JobError, match=rf"1 id value\(s\) used by more than one row: {rows[1]['id']!r} \(2 times\)"
                                        r".*--allow-duplicate-ids"):
         refused.run(null_pipeline, progress=False)
     assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "out.parquet.partial").exists()
-    summary = job(null_pipeline, src, tmp_path / "out.parquet", "cluster", allow_duplicate_ids=True).run(
+    summary = job(null_pipeline, src, tmp_path / "out.parquet", allow_duplicate_ids=True).run(
         null_pipeline, progress=False)
     assert summary.rows == 40
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
@@ -142,10 +139,10 @@ def test_a_folder_in_the_partial_outputs_place_is_not_taken_over(null_pipeline, 
     (tmp_path / "out.parquet.partial").mkdir()
     (tmp_path / "out.parquet.partial" / "notes.txt").write_text("mine")
     with pytest.raises(JobError, match=r"out\.parquet\.partial exists but is not a partial output of this program"):
-        job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+        job(null_pipeline, src, tmp_path / "out.parquet")
     (tmp_path / "out.parquet.partial" / "_job.json").write_text("{not json")
     with pytest.raises(JobError, match=r"not a partial output of this program \(unreadable _job\.json\)"):
-        job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+        job(null_pipeline, src, tmp_path / "out.parquet")
     assert (tmp_path / "out.parquet.partial" / "notes.txt").read_text() == "mine"
 
 
@@ -168,18 +165,16 @@ def batch_file(path, n=24):
     return path
 
 
-def test_openai_batch_jsonl_on_the_cluster_is_the_client_paths_line_for_line(null_pipeline, tmp_path):
+def test_openai_batch_jsonl_on_the_cluster_line_for_line(null_pipeline, tmp_path):
     """The workers read the file in blocks of bytes (cut at line ends); every line is answered
-    once, with the client path's errors, and OUTPUT has the client path's lines in input order."""
+    once, with its own error where it has one, in input order."""
     src = batch_file(tmp_path / "batch.jsonl")
     config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
     on_cluster = prepare_job(src, tmp_path / "cluster.jsonl", config=config, notify=lambda m: None)
     assert isinstance(on_cluster, ClusterJob) and len(on_cluster.sink.partitions) > 4
     summary = on_cluster.run(null_pipeline, progress=False)
-    job(null_pipeline, src, tmp_path / "client.jsonl", "client").run(null_pipeline, progress=False)
     cluster = [without_created(x) for x in (tmp_path / "cluster.jsonl").read_text().splitlines()]
-    client = [without_created(x) for x in (tmp_path / "client.jsonl").read_text().splitlines()]
-    assert cluster == client and len(cluster) == 24
+    assert len(cluster) == 24
     assert [o["custom_id"] for o in cluster][:8] == ["r0", "r1", None, None, "r4", "r5", "r6", 7]
     errors = [o["error"] for o in cluster]
     assert errors[2].startswith("input: line is not valid JSON") and "temperature" in errors[5]
@@ -271,7 +266,7 @@ def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_spli
     pq.write_table(pa.Table.from_pylist(rows), src)
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"kind": "fake", "null_latency_s": 0.05},
-                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
+                                   intake={"max_in_flight": 2}, jobs={"partition_rows": 60})
     planning = ("-read-", "-split-", "-piece-", "-figures-", "-documents-", "-place")
     seen: list[dict] = []
     done = threading.Event()
@@ -319,7 +314,7 @@ def test_each_worker_reads_one_partition_at_a_time(null_pipeline, tmp_path):
     workers = null_pipeline.client.scheduler_info(n_workers=-1)["workers"].values()
     assert all(w["resources"].get("read-slots") == 1 for w in workers)
     with get_task_stream(null_pipeline.client) as stream:
-        summary = job(null_pipeline, src, tmp_path / "out.parquet", "cluster").run(null_pipeline, progress=False)
+        summary = job(null_pipeline, src, tmp_path / "out.parquet").run(null_pipeline, progress=False)
     reads: dict[str, list] = {}
     for t in stream.data:
         if re.search(r"-read-\d+$", str(t["key"])):
@@ -340,7 +335,7 @@ def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "fake"},
-                                   jobs={"path": "cluster", "partition_rows": 40, "bucket_rows": 40,
+                                   jobs={"partition_rows": 40, "bucket_rows": 40,
                                          "worker_memory": "64kB"})
 
     def written(dask_worker):
@@ -365,7 +360,7 @@ def slow_null_job(tmp_path, seed: int):
     pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"kind": "fake", "null_latency_s": 0.05},
-                                   intake={"max_in_flight": 2}, jobs={"path": "cluster", "partition_rows": 60})
+                                   intake={"max_in_flight": 2}, jobs={"partition_rows": 60})
     return rows, src, config
 
 
@@ -456,14 +451,14 @@ def test_resume_refuses_an_input_file_changed_under_its_committed_answers(null_p
     rows = rows_with_bad_ones(4, 3)
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    first = job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+    first = job(null_pipeline, src, tmp_path / "out.parquet")
     answers = pa.table({"position": [0], "answer": ["kept"]})
     full = pa.Table.from_arrays([answers.column(f.name) if f.name in answers.column_names else pa.nulls(1, f.type)
                                  for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
     AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", full)
     pq.write_table(pa.Table.from_pylist(list(reversed(rows))), src)   # same rows, another order
     with pytest.raises(JobError, match=r"in\.parquet changed since this job started.*holds answers for its rows"):
-        job(null_pipeline, src, tmp_path / "out.parquet", "cluster")
+        job(null_pipeline, src, tmp_path / "out.parquet")
 
 
 def test_a_shard_gone_for_good_has_its_buckets_answered_by_the_others(tmp_path):
@@ -482,7 +477,7 @@ def test_a_shard_gone_for_good_has_its_buckets_answered_by_the_others(tmp_path):
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"kind": "fake", "null_latency_s": 0.05}, intake={"max_in_flight": 2},
                                    recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": 1.0},
-                                   jobs={"path": "cluster", "bucket_rows": 40})
+                                   jobs={"bucket_rows": 40})
     with Pipeline(config) as p:
         nanny = p._cluster.workers["cpu1"]
 
@@ -514,7 +509,7 @@ def test_a_second_job_beside_a_long_one_is_answered_before_it_ends(tmp_path):
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{name}.parquet")
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"kind": "fake", "null_latency_s": 0.25},
-                                   jobs={"path": "cluster", "bucket_rows": 8})
+                                   jobs={"bucket_rows": 8})
     with Pipeline(config) as p:
         # ~60 buckets of 8 rows per shard, 3 at a time, 0.25 s each: ~5 s
         long_job = prepare_job(tmp_path / "long.parquet", tmp_path / "long.out.parquet", config=config,
@@ -548,9 +543,9 @@ def test_a_job_stopped_after_its_last_merge_writes_output_on_rerun(null_pipeline
 
     monkeypatch.setattr(cluster_job, "finish_task", stopped)
     with pytest.raises(RuntimeError, match="stopped before OUTPUT"):
-        job(null_pipeline, src, out, "cluster").run(null_pipeline, progress=False)
+        job(null_pipeline, src, out).run(null_pipeline, progress=False)
     monkeypatch.undo()
-    again = job(null_pipeline, src, out, "cluster")
+    again = job(null_pipeline, src, out)
     assert again.done == len(rows) and not again.steps.partitions()   # every partition merged already
     again.run(null_pipeline, progress=False)
     assert [o["id"] for o in pq.read_table(out).to_pylist()] == [r["id"] for r in rows]

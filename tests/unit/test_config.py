@@ -76,11 +76,11 @@ def test_bad_yaml_and_missing_file(tmp_path):
 
 
 def test_cli_reports_config_error_without_traceback(tmp_path):
-    p = _write(tmp_path, "shards: [{name: a, device: 0}]\nintake: {batch_size: 0}\n")
+    p = _write(tmp_path, "shards: [{name: a, device: 0}]\nintake: {max_in_flight: 0}\n")
     proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    assert "intake.batch_size" in proc.stderr
+    assert "intake.max_in_flight" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -153,7 +153,7 @@ def test_the_fake_engine_reads_naturally_and_its_old_name_null_still_loads_with_
         warnings.simplefilter("error")
         config = load_config(_write(tmp_path, "engine: {kind: fake}\n"))
         assert config.engine.kind == "fake"
-        assert config.replace(jobs={"path": "client"}).engine.kind == "fake"   # (what workers get: no note)
+        assert config.replace(sampling={"max_tokens": 8}).engine.kind == "fake"   # (what workers get: no note)
     with pytest.raises(ConfigError, match=r"engine.kind: Input should be 'vllm' or 'fake' \(got 'nul'\)"):
         load_config(_write(tmp_path, "engine: {kind: nul}\n"))
 

@@ -36,7 +36,7 @@ def browser():
 def slow_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
                                    engine={"null_latency_s": 0.1},
-                                   intake={"max_in_flight": 2, "batch_size": 8, "queue_per_shard": 16})
+                                   intake={"max_in_flight": 2})
     with Pipeline(config, engine="fake") as p:
         yield p
 

@@ -18,7 +18,7 @@ MAX_TOKENS = 32
 def null_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": None}, engine={"max_model_len": MAX_MODEL_LEN},
                                    sampling={"max_tokens": MAX_TOKENS},
-                                   intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16})
+                                   intake={"read_ahead_rows": 50})
     with Pipeline(config, engine="fake") as p:
         yield p
 
@@ -129,22 +129,6 @@ def test_folder_and_glob_inputs_read_as_one_dataset_in_name_order(null_pipeline,
         assert pq.read_table(tmp_path / name).column("id").to_pylist() == [r["id"] for r in rows]
 
 
-def test_resume_refuses_partial_results_of_another_input(null_pipeline, tmp_path):
-    rows = short_rows(3, 2)
-    src = tmp_path / "in.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), src)
-    client_path = load_config().replace(jobs={"path": "client"})   # (a cluster job: test_cluster_job.py)
-    job = prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None, config=client_path)
-    assert job.done == 0
-    # A part committed for a row this input does not have at that position.
-    job.sink.commit([pa.RecordBatch.from_pylist(
-        [{"expected": "x", "doc_id": "d", "id": "not-an-input-id", "answer": "", "error": None, "prompt_tokens": 1,
-          "cached_tokens": 0, "completion_tokens": 0, "shard": "cpu0", "latency_s": 0.0}],
-        schema=job.sink.schema)])
-    with pytest.raises(JobError, match="does not match this input: its row 0 has id 'not-an-input-id'"):
-        prepare_job(src, tmp_path / "out.parquet", notify=lambda m: None)
-
-
 def test_openai_batch_jsonl_in_and_out(null_pipeline, tmp_path):
     lines = [
         {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
@@ -182,28 +166,6 @@ def test_openai_batch_duplicate_custom_ids_refused(tmp_path):
         prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None)
 
 
-def test_openai_batch_resume_drops_a_torn_line_and_ends_like_an_uninterrupted_run(null_pipeline, tmp_path):
-    src = tmp_path / "batch.jsonl"
-    src.write_text("".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                                       "body": {"messages": [{"role": "user", "content": f"Say {i}"}]}}) + "\n"
-                           for i in range(6)))
-    run_job(null_pipeline, src, tmp_path / "reference.jsonl", progress=False)
-    reference = (tmp_path / "reference.jsonl").read_text().splitlines()
-
-    on_client = null_pipeline.config.replace(jobs={"path": "client"})   # (the client path's own output file)
-    job = prepare_job(src, tmp_path / "out.jsonl", notify=lambda m: None, config=on_client)
-    job.sink.commit(reference[:2])                                    # two lines committed, then
-    with open(job.sink.path, "a") as f:                               # killed while writing the third
-        f.write(reference[2][:25])
-    notes = []
-    resumed = prepare_job(src, tmp_path / "out.jsonl", notify=notes.append, config=on_client)
-    assert resumed.done == 2 and any("resuming: 2 of 6 rows" in n for n in notes)
-    summary = resumed.run(null_pipeline, progress=False)
-    assert summary.rows == 4 and summary.resumed == 2
-    assert [without_time(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()] == \
-        [without_time(x) for x in reference]
-
-
 def without_time(line):
     """An output line without the one field that differs between two runs: the job's start time."""
     out = json.loads(line)
@@ -222,22 +184,6 @@ def test_parquet_resume_discards_a_half_written_part(null_pipeline, tmp_path):
     assert job.done == 0 and not list(job.sink.dir.glob(".part-*"))
     job.run(null_pipeline, progress=False)
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
-
-
-def test_file_corrupt_midway_stops_the_job_keeping_every_row_before_it(null_pipeline, tmp_path, corrupt_second_file):
-    rows = short_rows(10, 4)
-    folder = tmp_path / "in"
-    corrupt_second_file(folder, rows, 30)
-
-    # the client path: rows in input order up to the bad page (the cluster path commits every other
-    # partition: test_cluster_job.py)
-    job = prepare_job(folder, tmp_path / "out.parquet", part_rows=4, notify=lambda m: None,
-                      config=load_config().replace(jobs={"path": "client"}))  # footers pass
-    with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*rows before it are answered and kept"):
-        job.run(null_pipeline, progress=False)
-    assert not (tmp_path / "out.parquet").exists()
-    kept = pq.read_table(tmp_path / "out.parquet.partial").column("id").to_pylist()
-    assert kept == [r["id"] for r in rows[:30]]
 
 
 def test_a_chat_renders_exactly_as_the_document_question_task_with_the_models_template(null_pipeline):

@@ -14,8 +14,7 @@ from pipeline.bench.workloads import document_questions
 @pytest.fixture(scope="module")
 def null_pipeline():
     config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
-                                   intake={"read_ahead_rows": 50, "batch_size": 8, "queue_per_shard": 16,
-                                           "fast_batch_s": 0})
+                                   intake={"read_ahead_rows": 50})
     with Pipeline(config, engine="fake") as p:
         yield p
 
@@ -42,37 +41,9 @@ def test_generator_input_is_read_ahead_in_a_bounded_window(null_pipeline):
         answered += 1
         high_water = max(high_water, pulled - answered)
     assert answered == pulled == 300
-    # unbound (50) + bound-but-unanswered (2 shards x 16, a group may overshoot by a
-    # batch) + one result batch being yielded: far below the 300 rows of the input
-    assert high_water <= 50 + 2 * (16 + 8) + 8
-
-
-def test_static_assignment_routes_with_a_router_of_its_own(null_pipeline):
-    # What the bench's standalone-routed contender is sent: the same split of the same rows
-    # whatever ran before, and the pipeline's own router left as it was. (A fresh router is
-    # empty, so ``len`` 0; taken for "no router given", the pipeline's own was used and charged.)
-    rows = document_questions(24, 3, seed=7, order="shuffled")
-    router = null_pipeline.router
-    held, owed = len(router), dict(router.outstanding)
-    first = null_pipeline.static_assignment(rows)
-    assert sorted(i for idx in first.values() for i in idx) == list(range(len(rows)))
-    assert null_pipeline.static_assignment(rows) == first
-    assert null_pipeline.router is router and len(router) == held and router.outstanding == owed
-
-
-def _beside(p, **sections):
-    """A second pipeline on the same cluster and engines, with other client-side settings."""
-    return Pipeline(p.config.replace(**sections), engine="fake", client=p.client)
-
-
-def test_batches_grow_when_the_engine_is_fast(null_pipeline):
-    rows = document_questions(400, 4, seed=3, order="shuffled")
-    with _beside(null_pipeline, intake={"fast_batch_s": 5.0, "read_ahead_rows": 2000}) as p:
-        results = p.run(rows)
-        batches = p.transfer.batches
-    assert [r.id for r in results] == [row["id"] for row in rows]
-    # 1600 rows in batches of 8 would be 200 batches; doubling up to 32 x 8 rows takes far fewer
-    assert batches < 100, batches
+    # the window being answered (50 rows) and the next one, read meanwhile: far below the
+    # 300 rows of the input
+    assert high_water <= 2 * 50
 
 
 def test_rows_without_id_get_their_position_and_bad_rows_an_error(null_pipeline):
@@ -94,15 +65,7 @@ def _documents_stay_on_one_shard(p, seed):
 
 
 def test_documents_stay_on_one_shard(null_pipeline):
-    assert null_pipeline.config.routing.prefix_units == "tokens"
     _documents_stay_on_one_shard(null_pipeline, seed=3)
-
-
-def test_documents_stay_on_one_shard_when_routed_by_characters(null_pipeline):
-    with _beside(null_pipeline, routing={"prefix_units": "characters"}) as p:
-        _documents_stay_on_one_shard(p, seed=4)
-        # at the ratio the model's tokenizer measured on the first documents
-        assert 3.0 < p.chars_per_token < 6.0   # English text, SmolLM2's tokenizer
 
 
 def _get(url):
@@ -129,15 +92,14 @@ def test_dashboard_page_shows_each_shard_and_the_job(null_pipeline):
             break
         time.sleep(0.5)
     assert set(shards) == {"cpu0", "cpu1"}
-    # every row was counted by the worker that answered it, and by the router's view
+    # every row was counted by the worker that answered it
     assert sum(s["requests"] for s in shards.values()) >= len(rows)
-    assert sum(s["documents_bound"] for s in shards.values()) == 12
-    assert all(s["routing"] == "in" and s["queued"] == 0 and s["in_flight"] == 0 for s in shards.values())
+    assert all(s["queued"] == 0 and s["in_flight"] == 0 for s in shards.values())
     assert status["job"]["rows"] == len(rows) and status["job"]["job"] == null_pipeline.last_report.job
     code, page = _get(base + "/pipeline/table")
     assert code == 200
     for text in ("cpu0", "cpu1", "prefill tokens outstanding", "prefix-cache hit share", "requests/s",
-                 "output tokens/s", "GC max pause", "documents owned (router)", null_pipeline.last_report.job):
+                 "output tokens/s", "GC max pause", null_pipeline.last_report.job):
         assert text in page
 
 
@@ -187,7 +149,7 @@ def test_every_listening_socket_is_on_loopback(null_pipeline):
 def test_shard_watch_sees_no_worker_come_and_go_when_none_did(null_pipeline):
     """Dask's client refreshes its cached scheduler identity in the background without the
     worker list; the watch must not read that cache (it once saw every worker 'lost' and
-    'rejoined' at the same address, which made the router forget each shard's cache)."""
+    'rejoined' at the same address)."""
     from distributed import Client
 
     from pipeline.client.recovery import ShardWatch
@@ -230,17 +192,17 @@ def test_the_null_engine_reports_what_a_prefix_cache_of_its_size_serves():
     assert shares[32] < 0.05    # two blocks: the chat template's first 32 tokens
 
 
-def test_a_stream_left_early_stops_its_batches_on_the_workers():
+def test_a_stream_left_early_stops_its_tasks_on_the_workers():
     """A caller that stops iterating ``stream`` (a break, an exception) leaves no work behind:
-    its batches still on the cluster are cancelled and the workers stop answering them, rather
+    its tasks still on the cluster are cancelled and the workers stop answering them, rather
     than hold the engines for rows nobody will read."""
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"null_latency_s": 4.0},
-                                   intake={"batch_size": 8, "fast_batch_s": 0})
+    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"null_latency_s": 2.0},
+                                   intake={"max_in_flight": 4}, jobs={"bucket_rows": 4})
     rows = document_questions(50, 4, seed=3, order="shuffled")
     with Pipeline(config, engine="fake") as p:
-        for _ in p.stream(rows):   # (every batch is submitted before the first answer comes)
+        for _ in p.stream(rows):   # (buckets of 4 rows, 4 requests at once per shard, 2 s each)
             break
-        deadline = time.monotonic() + 3.0   # (without the cancel: busy for another 8 s)
+        deadline = time.monotonic() + 3.0   # (without the cancel: busy for another ~90 s)
         while any(s["metrics"]["in_flight"] or s["metrics"]["queued"] for s in p.worker_stats()):
             assert time.monotonic() < deadline, [s["metrics"] for s in p.worker_stats()]
             time.sleep(0.1)

@@ -1,5 +1,5 @@
 """The resident local cluster's bookkeeping, without a cluster: state file, config mismatch,
-stale state; and the worker-side prefix memory that carries routing knowledge across jobs."""
+stale state; and the worker-side prefix memory that carries what engines hold across jobs."""
 import os
 import socket
 import subprocess
@@ -12,9 +12,7 @@ from pipeline.cluster import resident, resident_state, worker_spec
 from pipeline.config import ConfigError
 from pipeline.names import CLUSTER_DIR_ENV
 from pipeline.config import load_config
-from pipeline.client.dispatch import Dispatcher
 from pipeline.prefix_memory import PrefixMemory, prefix_digest
-from pipeline.client.router import PrefixRouter
 
 
 @pytest.fixture
@@ -56,8 +54,8 @@ def test_state_file_round_trips_and_knows_its_processes(folder, listening):
 def test_a_running_cluster_with_the_same_config_is_used(folder, listening):
     config = load_config()
     _state(config, listening).save(folder)
-    # routing, batching and recovery are the client's: they may differ
-    client_side = config.replace(routing={"min_match": 0.9}, intake={"batch_size": 8}, recovery={"max_row_attempts": 5})
+    # read-ahead and recovery are the client's: they may differ
+    client_side = config.replace(intake={"read_ahead_rows": 8}, recovery={"max_row_attempts": 5})
     found = resident.find(client_side, "m", notify=pytest.fail)
     assert found is not None and found.address == listening
 
@@ -113,10 +111,6 @@ def test_dask_settings_become_the_variables_dask_reads():
 
 # -- knowledge across jobs ------------------------------------------------------------
 
-def _doc(n, length=200):
-    return [n * 1000 + i for i in range(length)]
-
-
 def test_prefix_memory_is_bounded_and_drops_the_least_recently_served():
     m = PrefixMemory(max_tokens=500)
     m.served_digest(prefix_digest("doc a"), 200)
@@ -134,46 +128,6 @@ def test_prefix_digests_are_the_same_in_every_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "123"}).stdout
     assert int(out) == prefix_digest("Ünï doc \ud800")
-
-
-def test_a_router_seeded_with_what_a_shard_holds_sends_its_documents_there():
-    router = PrefixRouter(["s0", "s1"], block_size=16)
-    router.seed("s1", _doc(1))
-    router.seed("s0", _doc(2))
-    assert router.outstanding == {"s0": 0.0, "s1": 0.0}   # knowledge, not work
-    assert router.route(_doc(2), 5).shard == "s0"
-    r1 = router.route(_doc(1), 5)
-    assert r1.shard == "s1" and r1.cached_tokens == 192
-
-
-def _four_documents_three_questions(first_rows):
-    d = Dispatcher(PrefixRouter(["s0", "s1"], block_size=16), batch_size=4, queue_per_shard=16, first_rows=first_rows)
-    for doc in range(4):
-        for q in range(3):
-            d.add(doc * 3 + q, f"doc{doc}", f"q{q}", _doc(doc))
-    return d
-
-
-def test_until_the_first_answer_each_shard_gets_one_row_then_full_batches():
-    d = _four_documents_three_questions(first_rows=1)
-    first = d.bind()
-    assert sorted(len(items) for _, groups in first for items in groups.values()) == [1, 1]
-    assert {shard for shard, _ in first} == {"s0", "s1"}
-    assert d.bind() == []                        # nothing more until an answer is back
-    owner = {prefix: shard for shard, groups in first for prefix in groups}
-    d.completed([i for _, groups in first for items in groups.values() for i, _ in items][:1])
-    rest = d.bind()
-    rows = [i for _, groups in rest for items in groups.values() for i, _ in items]
-    assert sorted(rows + [i for _, g in first for items in g.values() for i, _ in items]) == list(range(12))
-    for shard, groups in rest:                    # a document's later questions follow its first
-        for prefix in groups:
-            assert owner.get(prefix, shard) == shard
-    assert sum(d.prefixes_bound.values()) == 4    # each document counted once
-
-
-def test_without_the_first_answer_ramp_everything_binds_at_once():
-    d = _four_documents_three_questions(first_rows=0)
-    assert sum(len(items) for _, groups in d.bind() for items in groups.values()) == 12
 
 
 def test_an_engine_start_error_becomes_one_line():

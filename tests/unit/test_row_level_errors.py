@@ -4,7 +4,11 @@ import asyncio
 
 import pytest
 
-from pipeline import codec, load_config
+import pyarrow as pa
+
+from pipeline import load_config
+from pipeline.jobs.prompt_table import prompt_rows_from
+from pipeline.sampling import Sampling
 from pipeline.worker.engine import Generation
 from pipeline.worker.gcstats import GcPauses
 from pipeline.worker.metrics import ShardMetrics
@@ -82,12 +86,13 @@ def test_an_engine_failure_fails_only_its_own_row():
     plugin.metrics, plugin._dead = ShardMetrics("s0", GcPauses()), False
 
     async def run():
-        plugin._intake = FairAdmission(4)
-        rows = codec.rows_of_groups({"doc ": [(7, "fine?"), (8, "boom!")]})
-        return codec.decode_result(await plugin.run_batch(codec.encode_batch(codec.RowsBatch(
-            codec.BatchHeader(batch_id="b"), rows))))
+        plugin._intake, plugin.token_gate = FairAdmission(4), None
+        rows = prompt_rows_from(pa.array(["doc ", "doc "], pa.large_string()),
+                                pa.array(["fine?", "boom!"], pa.large_string()), pa.nulls(2, pa.string()),
+                                pa.array([7, 8], pa.int64()), {}).rows
+        return await plugin.answer_grouped(rows, "b", Sampling(), False)
 
-    results = {r.index: r for r in asyncio.run(run()).results}
+    results = {r.index: r for r in asyncio.run(run())}
     assert results[7].answer == "answer" and results[7].error is None
     assert results[8].answer is None and results[8].error == "engine: ValueError: sampling failed"
     assert results[8].error_kind is ErrorKind.ENGINE and results[8].error_group == "engine: ValueError"

@@ -5,8 +5,8 @@ tests/unit/test_multinode.py kills a `dask worker` together with its nanny, so t
 shard's rows must move to the survivor.
 
 The fake engine answers after a short sleep so that the job is still running when the kill
-lands; the recovery path (Dask's retry, the client's shard watch, re-routing) is the same
-as with vLLM.
+lands (the stream's buckets of 16 rows end one by one); the recovery path
+(Dask's retry, the client's shard watch, buckets moved) is the same as with vLLM.
 """
 import os
 import signal
@@ -30,7 +30,7 @@ def _config(rejoin_timeout_s):
     return load_config().replace(
         scheduler={"dashboard_address": None},
         engine={"kind": "fake", "null_latency_s": 0.05},
-        intake={"batch_size": 8, "queue_per_shard": 32, "max_in_flight": 2, "concurrent_batches": 2},
+        intake={"max_in_flight": 2, "concurrent_batches": 2}, jobs={"bucket_rows": 16},
         recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": rejoin_timeout_s})
 
 
@@ -57,7 +57,7 @@ def _assert_every_row_once(rows, results):
     assert all(r.error is None for r in results), [r.error for r in results if r.error][:3]
 
 
-def test_killed_worker_is_restarted_by_its_nanny_and_its_batches_run_again():
+def test_killed_worker_is_restarted_by_its_nanny_and_its_tasks_run_again():
     rows = document_questions(100, 4, seed=5, order="shuffled")
     assert len(rows) == ROWS
     with Pipeline(_config(rejoin_timeout_s=120)) as p:
@@ -65,17 +65,16 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_batches_run_again():
         def kill():
             os.kill(worker_pid, signal.SIGKILL)
 
-        results = _run_killing(p, rows, 60, kill)
+        results = _run_killing(p, rows, 100, kill)
         report = p.last_report
         print("nanny restart:", report.summary())
         _assert_every_row_once(rows, results)
         kinds = [(e.kind, e.shard) for e in report.events]
         assert (LOST, "cpu1") in kinds and (REJOINED, "cpu1") in kinds and (GONE, "cpu1") not in kinds
-        assert report.workers_lost == 1 and report.batches_interrupted >= 1
-        assert report.rows == ROWS and report.duplicates_dropped == 0
+        assert report.workers_lost == 1 and report.rows == ROWS
         # the restarted worker is a new process, and it answered rows after the kill
         assert _worker_pid(p, "cpu1") != worker_pid
-        assert Counter(r.shard for r in results[60:])["cpu1"] > 0
+        assert Counter(r.shard for r in results[100:])["cpu1"] > 0
         # the next job runs on both shards as usual
         again = p.run(document_questions(10, 2, seed=6))
         assert {r.shard for r in again} == {"cpu0", "cpu1"} and all(r.error is None for r in again)
@@ -104,7 +103,6 @@ def test_engine_that_dies_in_a_live_worker_is_reported_and_the_worker_restarted(
         report = p.last_report
         print("engine died:", report.summary())
         _assert_every_row_once(rows, results)
-        assert report.batches_failed >= 1 and report.rows_rerouted >= 1
         died = p.client.get_events("pipeline-engine-died")
         assert died and died[0][1]["shard"] == "cpu1" and "engine core died" in died[0][1]["error"]
         deadline = time.monotonic() + 60  # the worker restarts with a fresh engine

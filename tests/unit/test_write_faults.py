@@ -38,7 +38,7 @@ def pipeline():
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"kind": "fake", "null_latency_s": 0.02},
                                    intake={"max_in_flight": IN_FLIGHT},
-                                   jobs={"path": "cluster", "partition_rows": 10_000})
+                                   jobs={"partition_rows": 10_000})
     with Pipeline(config) as p:
         yield p
 

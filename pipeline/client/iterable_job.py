@@ -1,0 +1,299 @@
+"""``Pipeline.stream`` and ``Pipeline.run``: rows from a Python iterable, answered on the cluster
+the way a file job's are (pipeline/jobs/cluster_job.py: place by document, split, answer
+grouped by document).
+
+The iterable is read here a window at a time (``intake.read_ahead_rows`` rows, or
+``intake.read_ahead_chars`` characters of prompt text, whichever comes first; for a watched
+stream the first windows smaller, so that the first answers come soon), so this process holds at most the window being
+read and the one being answered, however long the input. Each
+row becomes its prompt (the task's own split, its own sampling settings checked) as it is read;
+a row that cannot be answered as it is gets its error at once. A window's prompt rows go to the
+cluster as the tasks of one cluster job (``IterableSteps``), whose answer tasks keep their
+answers in memory; each bucket's answers come back here as the bucket completes and are
+yielded then. A document's questions are grouped within a window; the next window is read
+while one is answered.
+
+A worker lost mid-job costs no row: the window's rows are part of its tasks' graph, so Dask
+computes what the worker held again, and a shard that does not come back is given up on as in
+any cluster job (``recovery.rejoin_timeout_s``).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.jobs.cluster_tasks import ReadFigures, error_groups, frame_positions, kept_answer_task
+from pipeline.jobs.partitions import PARTITION_BITS
+from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
+from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
+from pipeline.summary import JobSummary
+from tasks import get_task_kind
+
+# Rows of a window in one partition: each partition's prompt rows travel in one task.
+PARTITION_ROWS = 16_384
+# A watched stream's first window's rows: its first answers come once this many are answered
+# (each window's answers come back as its buckets end); its windows then grow to the full size.
+FIRST_WINDOW_ROWS = 64
+_END = object()
+
+
+@dataclass
+class Window:
+    """Rows ``start``.. of the iterable as prompt rows, one ``PromptRows`` per partition (each
+    row's position: its partition's number and its place there, ``frame_positions``)."""
+    start: int
+    parts: list[PromptRows] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)   # rows of each partition
+    ids: list = field(default_factory=list)          # each row's id (its ``id`` field, else its index)
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    def index(self, positions: np.ndarray) -> np.ndarray:
+        """The iterable's indices of rows at ``positions``."""
+        starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64) + self.start
+        return starts[positions >> PARTITION_BITS] + (positions & ((1 << PARTITION_BITS) - 1))
+
+
+def windows(rows: Iterable[Mapping[str, Any]], task, max_rows: int, max_chars: int,
+            part_rows: int = PARTITION_ROWS, first_rows: int = FIRST_WINDOW_ROWS) -> Iterator[Window]:
+    """The rows a window at a time (module docstring): the first of ``first_rows`` rows, each
+    next twice the one before, up to ``max_rows``."""
+    it = iter(rows)
+    start = 0
+    size = min(first_rows, max_rows)
+    while True:
+        window = Window(start)
+        chars = 0
+        batch: list[tuple[dict | None, str | None]] = []
+        for row in it:
+            index = start + window.rows
+            if isinstance(row, Mapping):
+                window.ids.append(row.get("id", index))
+                batch.append((row, None))
+            else:
+                window.ids.append(index)
+                batch.append((None, f"row {index} is not a mapping of column names to values "
+                                    f"(got {type(row).__name__})"))
+            if len(batch) == part_rows:
+                chars += _add_part(window, batch, task)
+                batch = []
+            if window.rows >= size or chars >= max_chars:
+                break
+        if batch:
+            _add_part(window, batch, task)
+        if not window.rows:
+            return
+        yield window
+        start += window.rows
+        size = min(2 * size, max_rows)
+
+
+def _add_part(window: Window, batch: list, task) -> int:
+    """``batch`` as the window's next partition; its prompt text's characters."""
+    number = len(window.parts)
+    rows = prompt_rows_of_dicts(batch, frame_positions(number, len(batch)), task)
+    window.parts.append(rows)
+    window.sizes.append(len(batch))
+    docs = rows.documents
+    return int(pc.sum(docs.column("prefix_bytes")).as_py() or 0) + \
+        int(pc.sum(docs.column("suffix_bytes")).as_py() or 0)
+
+
+def _read(read):
+    """A stream partition's read: its prompt rows and figures, made on the client (the task's
+    argument; Dask computes it again wherever a lost worker held it)."""
+    return read
+
+
+class _Part:
+    def __init__(self, index: int):
+        self.index = index
+
+
+class IterableSteps:
+    """A window's steps on the cluster (pipeline/jobs/cluster_job.py): its partitions' prompt
+    rows, made here, are the reads; answers are kept in memory and each bucket's go to
+    ``on_answers`` (a table of ``ANSWER_SCHEMA`` rows, positions as the window's) as it ends."""
+    resumed = 0
+    answer = staticmethod(kept_answer_task)
+
+    def __init__(self, window: Window, task, on_answers, shown):
+        self.window, self.task, self.on_answers, self.shown = window, task, on_answers, shown
+        self.rows_total = window.rows
+
+    def committed(self) -> int:
+        return 0
+
+    def partitions(self) -> list:
+        return [_Part(i) for i in range(len(self.window.parts))]
+
+    def spec(self, **fields):
+        from pipeline.jobs.cluster_tasks import JobSpec
+
+        return JobSpec(source=None, folder=None, schema=None, **fields)
+
+    def read(self, client, spec, part, key: str, resources: dict | None = None):
+        from pipeline.jobs.cluster_job import PLAN_PRIORITY
+
+        rows = self.window.parts[part.index]
+        errors = rows.errors.column("error")
+        figures = ReadFigures(rows=self.window.sizes[part.index], errors=len(errors),
+                              errors_by_kind=error_groups(errors))
+        return client.submit(_read, (rows, figures), key=key, priority=PLAN_PRIORITY)
+
+    def split(self, client, spec, read, place, part, key: str, resources: dict | None = None):
+        from pipeline.jobs.cluster_job import PLAN_PRIORITY
+        from pipeline.jobs.cluster_tasks import split_task
+
+        return client.submit(split_task, read, place, key=key, priority=PLAN_PRIORITY)
+
+    def key_checks(self, client, spec) -> list:   # (rows are keyed by their index)
+        return []
+
+    def rows_merged(self) -> int:
+        return 0
+
+    def rows_counted(self, rows: int) -> None:
+        pass
+
+    def task_kind(self, config, tokenizer):
+        return self.task if self.task is not None else get_task_kind(config, tokenizer)
+
+    def answered(self, client, answer) -> None:
+        """A bucket's answer task ended: its answers, to ``on_answers``."""
+        _, by_partition = answer.result()
+        if by_partition:
+            self.on_answers(pa.concat_tables(list(by_partition.values())))
+
+    def complete(self, client, spec, todo: list, unreadable: dict, answers: dict) -> list:
+        return []
+
+
+def results_of(table: pa.Table, window: Window) -> list[RowResult]:
+    """Answer rows (``ANSWER_SCHEMA``) as ``RowResult`` s with the iterable's indices and ids."""
+    index = window.index(table.column("position").to_numpy())
+    columns = {n: table.column(n).to_pylist() for n in RESULT_FIELDS[1:]}
+    out = []
+    for k, i in enumerate(index.tolist()):
+        r = RowResult(i, window.ids[i - window.start], **{n: columns[n][k] for n in RESULT_FIELDS[1:]})
+        if r.error is not None:
+            kind = r.error.split(":", 1)[0]
+            r.error_kind = ErrorKind(kind) if kind in ErrorKind._value2member_map_ else None
+        out.append(r)
+    return out
+
+
+class IterableJob:
+    """One ``Pipeline.stream`` call (its arguments are ``stream``'s): windows read in a thread,
+    each run as a cluster job in another, results handed to ``results()`` as they come."""
+
+    def __init__(self, pipeline, rows: Iterable[Mapping[str, Any]], task, sampling, truncate_prompts: bool,
+                 watched: bool, rows_total: int | None):
+        self.p = pipeline
+        config = pipeline.config
+        if isinstance(sampling, Mapping):
+            sampling = config.replace(sampling=dict(sampling)).sampling
+        self.config = config.replace(sampling=sampling.model_dump()) if sampling is not None else config
+        self.rows, self.truncate, self.watched = rows, truncate_prompts, watched
+        if isinstance(task, str):   # (a task's name, as in the config: its prompt settings the config's)
+            self.config = self.config.for_job(task=task)
+            task = get_task_kind(self.config, pipeline.tokenizer)
+        self.task = task if task is not None else pipeline.task
+        self.report = JobSummary()
+        self.report.rows_total = rows_total
+        self._out: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._job_id: str | None = None   # the first window's: the stream's on the dashboard
+        self._errors = 0                  # rows answered with an error by the windows run so far
+
+    def results(self) -> Iterator[RowResult]:
+        runner = threading.Thread(target=self._run, name="pipeline-stream", daemon=True)
+        t0 = time.perf_counter()
+        runner.start()
+        try:
+            while True:
+                item = self._out.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                for r in item:
+                    if self.report.first_answer_s is None:
+                        self.report.first_answer_s = time.perf_counter() - t0
+                    self.report.add(r)
+                    yield r
+        finally:
+            self._stop.set()
+            runner.join()
+            self.report.seconds = time.perf_counter() - t0
+
+    def _run(self) -> None:
+        from pipeline.jobs.cluster_job import ClusterJob, JobLeft
+
+        intake = self.config.intake
+        # (a thread of its own, not a pool: a caller's iterable that blocks must not hold this one)
+        reader = ThreadPoolExecutor(1, thread_name_prefix="pipeline-stream-read")
+        try:
+            # (watched: small windows first, for early answers; else every window full, for throughput)
+            first = FIRST_WINDOW_ROWS if self.watched else intake.read_ahead_rows
+            it = windows(self.rows, self.task, intake.read_ahead_rows, intake.read_ahead_chars, first_rows=first)
+            nxt = reader.submit(next, it, None)
+            while not self._stop.is_set():
+                window = nxt.result()
+                if window is None:
+                    break
+                nxt = reader.submit(next, it, None)   # (read while this one is answered)
+                try:
+                    self._window(ClusterJob, window)
+                except JobLeft:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self._out.put(exc)
+        finally:
+            reader.shutdown(wait=False, cancel_futures=True)
+            self._out.put(_END)
+
+    def _window(self, job_class, window: Window) -> None:
+        errors = pa.concat_tables([p.errors for p in window.parts])
+        if errors.num_rows:   # (rows that failed reading: answered at once)
+            from pipeline.jobs.answer_files import error_table
+
+            self._out.put(results_of(error_table(errors.column("position"), errors.column("error")), window))
+
+        def on_answers(table: pa.Table) -> None:
+            self._out.put(results_of(table, window))
+
+        before = self.report.rows_read, self._errors, list(self.report.events)
+
+        def shown(job: dict) -> dict:   # (the dashboard's view: the stream's figures, not the window's)
+            rows, errors, events = before
+            total = self.report.rows_total
+            job.update(job=self._job_id or job["job"], rows=rows + job["rows"], rows_read=rows + window.rows,
+                       rows_total=total if total is not None else rows + window.rows,
+                       rows_with_error=errors + job["rows_with_error"], events=[*map(_event, events), *job["events"]])
+            return job
+
+        steps = IterableSteps(window, self.task, on_answers, shown)
+        job = job_class(steps, self.config, self.truncate)
+        summary = job.run(self.p, progress=False, watched=self.watched, stop=self._stop)
+        self.report.job = summary.job
+        self._job_id = self._job_id or summary.job
+        self._errors += summary.errors
+        self.report.events += summary.events
+        self.report.buckets_moved += summary.buckets_moved
+        self.report.rows_read += window.rows
+
+
+def _event(e) -> dict:
+    return {"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at}
