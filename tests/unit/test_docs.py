@@ -1,0 +1,218 @@
+"""The docs against the code: commands, options and config keys that README.md and docs/*.md
+name must exist, the configuration reference must name every key, and every YAML config example
+must validate. docs/BENCHMARKS.md is generated (``python -m pipeline bench --write-docs``) and
+left out. Fast: no cluster, no engine."""
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from pipeline.__main__ import _parser
+from pipeline.config import Config, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = {"BENCHMARKS.md"}
+DOCS = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in GENERATED)
+NOT_A_CONFIG = "# not a config"
+
+# Names of things this version no longer has (the client-side feed and its knobs). A page that
+# names one describes something a user cannot do.
+REMOVED = [
+    r"jobs\.path", r"--job-path", r"router-bench", r"--experiments", r"\brouter\b", r"late[ _]binding",
+    r"\bdispatcher\b", r"in-order buffer", r"codec\.py", r"store_output", r"static_assignment",
+    r"Pipeline\.transfer", r"prefix_units", r"decode_weight", r"min_match", r"imbalance_(abs|ratio)",
+    r"queue_per_shard", r"fast_batch_s", r"prefix_cache_entries", r"compression_level",
+    r"routing\.block_size", r"intake\.batch_size",
+]
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# -- the config model ---------------------------------------------------------------------------
+def _model_of(annotation) -> type[BaseModel] | None:
+    """The config section class behind a field's annotation (``list[ShardConfig]`` included)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) is list:
+        (inner,) = typing.get_args(annotation)
+        return _model_of(inner)
+    return None
+
+
+def _is_list(annotation) -> bool:
+    return typing.get_origin(annotation) is list
+
+
+SECTIONS = {name: _model_of(f.annotation) for name, f in Config.model_fields.items()
+            if _model_of(f.annotation) is not None}
+
+
+def _leaf_keys() -> list[str]:
+    """Every key a config file can set: ``engine.max_num_seqs``, ``shards[].devices``, ``task``."""
+    keys = []
+    for name, field in Config.model_fields.items():
+        section = _model_of(field.annotation)
+        if section is None:
+            keys.append(name)
+            continue
+        prefix = f"{name}[]." if _is_list(field.annotation) else f"{name}."
+        keys += [prefix + key for key in section.model_fields]
+    return keys
+
+
+LEAF_KEYS = _leaf_keys()
+LIST_SECTIONS = {name for name, f in Config.model_fields.items() if _is_list(f.annotation)}
+# A section name, a dot (or "[]." for a list of sections), a key; not part of a longer dotted
+# name or a path (pipeline/worker/engine.py, distributed.scheduler.allowed-failures).
+DOTTED = re.compile(r"(?<![\w./\-\[])(" + "|".join(sorted(SECTIONS, key=len, reverse=True))
+                    + r")(\[\])?\.([A-Za-z_][A-Za-z0-9_]*)(?![\w\-])")
+
+
+def _dotted_keys(text: str):
+    for m in DOTTED.finditer(text):
+        section, listed, key = m.groups()
+        if key == "py" or (section in LIST_SECTIONS) != bool(listed):
+            continue   # a file name; a shard by its name (`shards.big: ...` in an error message)
+        yield m.group(0), section, key
+
+
+def test_config_model_walk_finds_known_keys():
+    # The walk itself: if these are not found, the checks below check nothing.
+    for key in ("engine.max_num_seqs", "intake.read_ahead_rows", "shards[].devices", "routing.max_blocks",
+                "storage_options", "task"):
+        assert key in LEAF_KEYS
+    assert "jobs.path" not in LEAF_KEYS
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_rel)
+def test_dotted_config_keys_exist(path):
+    bad = sorted({name for name, section, key in _dotted_keys(_text(path))
+                  if key not in SECTIONS[section].model_fields})
+    assert not bad, f"{_rel(path)} names config keys the model (pipeline/config.py) lacks: {', '.join(bad)}"
+
+
+def test_dotted_key_check_catches_a_removed_key():
+    found = [(s, k) for _, s, k in _dotted_keys("set `routing.late_binding: false` or `intake.batch_size`")]
+    assert found == [("routing", "late_binding"), ("intake", "batch_size")]
+    assert not any(k in SECTIONS[s].model_fields for s, k in found)
+    assert list(_dotted_keys("see pipeline/worker/engine.py and distributed.scheduler.allowed-failures")) == []
+
+
+def test_configuration_reference_names_every_key():
+    text = _text(ROOT / "docs" / "configuration.md")
+    named = set(re.findall(r"`([A-Za-z_][\w\[\].]*)", text))
+    missing = [key for key in LEAF_KEYS if key not in named]
+    assert not missing, f"docs/configuration.md does not name these config keys: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_rel)
+def test_no_removed_names(path):
+    text = _text(path)
+    found = [pattern for pattern in REMOVED if re.search(pattern, text)]
+    assert not found, f"{_rel(path)} names what no longer exists: {', '.join(found)}"
+
+
+# -- commands and options -------------------------------------------------------------------------
+def _subcommands() -> dict:
+    parser = _parser()
+    return parser._subparsers._group_actions[0].choices
+
+
+COMMAND = re.compile(r"python -m pipeline\s+([A-Za-z][\w-]*)(.*)")
+
+
+def _command_lines(text: str):
+    """Each line (a ``\\`` continuation joined to the next) naming ``python -m pipeline CMD``:
+    the command and what follows it up to the end of its inline code span or line."""
+    lines = text.splitlines()
+    joined, buf = [], ""
+    for line in lines:
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        joined.append(buf + line)
+        buf = ""
+    if buf:
+        joined.append(buf)
+    for line in joined:
+        for part in line.split("python -m pipeline")[1:]:
+            m = COMMAND.match("python -m pipeline" + part)
+            if m is None:
+                continue
+            command, rest = m.groups()
+            rest = rest.split("`")[0]
+            yield command, re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", rest)
+
+
+def test_documented_commands_exist():
+    commands = _subcommands()
+    problems, seen = [], 0
+    for path in DOCS:
+        for command, options in _command_lines(_text(path)):
+            seen += 1
+            if command not in commands:
+                problems.append(f"{_rel(path)}: python -m pipeline {command}: no such command")
+                continue
+            accepted = commands[command]._option_string_actions
+            problems += [f"{_rel(path)}: python -m pipeline {command} {option}: no such option"
+                         for option in options if option not in accepted]
+    assert seen > 10, "found too few commands: the pattern is broken"
+    assert not problems, "\n".join(problems)
+
+
+def test_command_check_catches_a_removed_option():
+    commands = _subcommands()
+    found = list(_command_lines("`python -m pipeline run a b --job-path client` and `python -m pipeline router-bench`"))
+    assert found == [("run", ["--job-path"]), ("router-bench", [])]
+    assert "--job-path" not in commands["run"]._option_string_actions
+    assert "router-bench" not in commands
+
+
+# -- YAML examples --------------------------------------------------------------------------------
+def _yaml_blocks(text: str):
+    for m in re.finditer(r"^```ya?ml[^\n]*\n(.*?)^```", text, re.S | re.M):
+        yield m.group(1)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+YAML_BLOCKS = [(path, i, block) for path in DOCS for i, block in enumerate(_yaml_blocks(_text(path)))]
+
+
+def test_yaml_blocks_found():
+    assert len(YAML_BLOCKS) >= 3
+
+
+@pytest.mark.parametrize("path,index,block", YAML_BLOCKS, ids=[f"{_rel(p)}#{i}" for p, i, _ in YAML_BLOCKS])
+def test_yaml_config_examples_validate(path, index, block):
+    data = yaml.safe_load(block)
+    if block.lstrip().startswith(NOT_A_CONFIG):
+        return
+    assert isinstance(data, dict), (f"{_rel(path)} yaml block {index} is not a mapping; "
+                                    f"mark a block that is not a config with '{NOT_A_CONFIG}' on its first line")
+    base = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    parse_config(_merge(base, data), source=f"{_rel(path)} yaml block {index}")
+
+
+def test_readme_is_short():
+    lines = _text(ROOT / "README.md").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; keep it under 200 (topics go to docs/)"
