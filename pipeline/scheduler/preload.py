@@ -16,6 +16,7 @@ import dask
 from distributed import Scheduler
 from tornado.ioloop import PeriodicCallback
 
+import pipeline.cluster.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline.names import EXIT_WITH_PARENT_ENV
 from pipeline.scheduler import dashboard
 

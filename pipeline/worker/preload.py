@@ -19,6 +19,7 @@ import sys
 import click
 from distributed import Worker
 
+import pipeline.cluster.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline.config import load_config
 from pipeline.names import ANSWER_SLOTS_RESOURCE, LOG_ENV_ADDED, LOG_FILE_ENV, READ_SLOTS_RESOURCE, \
     SHARD_RESOURCE_AMOUNT, answer_slots
