@@ -14,10 +14,12 @@ The steps, each a set of Dask tasks:
    (pipeline/worker/grouped_answers.py);
 5. complete: each partition's answers merged in input order.
 
-What the input and output are is the job's ``steps``: ``FileSteps`` here (Parquet files or an
-OpenAI batch JSONL file in; answer files committed as they come, pipeline/jobs/answer_files.py;
-parts merged with the input's own columns, then OUTPUT), ``FrameSteps`` for a Dask DataFrame
-(pipeline/client/dataframes.py: answers kept in the cluster's memory).
+What the input and output are is the job's ``steps``: ``FileSteps`` (pipeline/jobs/file_steps.py:
+Parquet files or an OpenAI batch JSONL file in; answer files committed as they come,
+pipeline/jobs/answer_files.py; parts merged with the input's own columns, then OUTPUT),
+``FrameSteps`` for a Dask DataFrame (pipeline/client/dataframes.py: answers kept in the
+cluster's memory), ``IterableSteps`` for ``Pipeline.stream`` (pipeline/client/iterable_job.py:
+a window of a Python iterable's rows, each bucket's answers handed back as it ends).
 
 A worker lost mid-job costs no row: Dask reruns its tasks (a file job's answer task skips the
 rows it committed before). A partition that cannot be read is left for a rerun, after the
@@ -31,25 +33,20 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import dask
-import numpy as np
 from distributed import as_completed
 
 from pipeline.client.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
-from pipeline.jobs.answer_files import ClusterParts
-from pipeline.jobs.cluster_tasks import JobSpec, Stopped, answer_task, buckets_of, documents_of, figures_of, \
-    figures_of_answer, file_split_task, finish_task, merge_task, piece_of, place_task, read_task
+from pipeline.jobs.cluster_tasks import JobSpec, Stopped, buckets_of, documents_of, figures_of, \
+    figures_of_answer, piece_of, place_task
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
-    partition_key_hashes, repeated_hashes, suspect_keys
 from pipeline.jobs.placement import Bucket
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
-from tasks import Chat, get_task_kind
 
 
 # Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
@@ -57,7 +54,19 @@ from tasks import Chat, get_task_kind
 # priority as every other job's (so a new job's first buckets run next, not after every bucket
 # an earlier job queued), and answer tasks leave each worker a thread for the others' reads.
 PLAN_PRIORITY = 100
-MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
+
+
+@dataclass
+class _Plan:
+    """A job's tasks as ``ClusterJob._plan`` submitted them (futures), for ``_watch``."""
+    figures: list           # each read's figures, in partition order
+    partition_of: dict      # a read's figures' key -> its partition
+    bucket: dict            # bucket index -> Bucket
+    pieces: dict            # bucket index -> its shard's pieces of every partition
+    answers: dict           # bucket index -> its answer task
+    watched: dict           # bucket index -> its answer's figures
+    of_answer: dict         # an answer's figures' key -> its bucket index
+    split_done: list        # each split, ended (before the merges)
 
 
 class JobLeft(Exception):
@@ -83,100 +92,6 @@ def _cancelled(client, key: str) -> str:
                 f"`python -m pipeline down`, then `up`), run the same command again to resume")
     return (f"task {key} was cancelled by the cluster; the answers committed so far are kept; run the same command "
             f"again to resume")
-
-
-class FileSteps:
-    """A Parquet file job's steps: partitions of the input files read on the workers, answers
-    committed to answer files, each partition merged into a part, then OUTPUT."""
-    answer = staticmethod(answer_task)
-    answered = None   # (a stream's steps take each bucket's answers as it ends: pipeline/client/iterable_job.py)
-    shown = None      # (and show the stream's figures on the dashboard, not its window's)
-
-    def __init__(self, source, sink: ClusterParts, check_keys: bool = False, lines=None):
-        self.source, self.sink = source, sink
-        # (a JSONL job's rows are counted as its blocks are read: known from the start only when
-        # an earlier run of it counted them, ``rows_counted``)
-        self.rows_total = sink.meta.get("rows") if any(p.rows is None for p in sink.partitions) else \
-            sum(p.rows for p in sink.partitions)
-        self.resumed = sink.resumed
-        self.check_keys = check_keys   # the workers check that no id is used twice (pipeline/jobs/key_check.py)
-        self.lines = lines   # an OpenAI batch job's output lines (openai_batch.ResponseLines); None: Parquet
-
-    def committed(self) -> int:
-        return self.sink.refresh()
-
-    def partitions(self) -> list:
-        return [p for p in self.sink.partitions if not self.sink.files.merged(p.index)]
-
-    def spec(self, **fields) -> JobSpec:
-        return JobSpec(source=self.source, folder=self.sink.folder, schema=self.sink.schema,
-                       starts=tuple(p.start for p in self.sink.partitions), **fields)
-
-    def read(self, client, spec: JobSpec, part, key: str, resources: dict | None = None):
-        """``resources``: the read slot the task takes on its worker (``jobs.reads_per_worker``)."""
-        return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY, resources=resources)
-
-    def task_kind(self, config, tokenizer):
-        """An OpenAI batch job's requests are chats; any other job's rows are the config's task's."""
-        return Chat(tokenizer) if self.lines is not None else get_task_kind(config, tokenizer)
-
-    def rows_counted(self, rows: int) -> None:
-        """Every partition read: the input has ``rows`` rows (a JSONL job's partial output
-        records it, for a resumed run's progress and note)."""
-        if self.sink.meta.get("rows") != rows:
-            self.sink.record(rows=rows)
-
-    def rows_merged(self) -> int:
-        """Rows of the partitions an earlier run merged (not read again)."""
-        files = self.sink.files
-        return sum(files.folder.num_rows(files.part_path(p.index)) for p in self.sink.partitions
-                   if files.merged(p.index))
-
-    def split(self, client, spec: JobSpec, read, place, part, key: str, resources: dict | None = None):
-        """``resources``: the read slot, as ``read``'s (a split reads its partition's texts again)."""
-        return client.submit(file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY,
-                             resources=resources)
-
-    def key_checks(self, client, spec: JobSpec) -> list:
-        """With ``check_keys``: the tasks that find the hashes of ids used twice, over every
-        partition (those merged by an earlier run too), one task per range of hash values."""
-        if not self.check_keys:
-            return []
-        rows = self.rows_total if self.rows_total is not None else self.source.size // MIN_LINE_BYTES
-        job, ranges = spec.job_id, hash_ranges(rows)
-        hashes = [client.submit(partition_key_hashes, self.source, p, ranges, key=f"{job}-keys-{p.index}",
-                                priority=PLAN_PRIORITY) for p in self.sink.partitions]
-        return [client.submit(repeated_hashes, *(client.submit(hash_range, h, k, key=f"{job}-keys-{i}-{k}",
-                                                               priority=PLAN_PRIORITY)
-                                                 for i, h in enumerate(hashes)),
-                              key=f"{job}-repeated-{k}", priority=PLAN_PRIORITY) for k in range(ranges)]
-
-    def refuse_duplicates(self, client, spec: JobSpec, checks: list) -> None:
-        """Raise ``JobError`` if an id is used twice (``key_checks``); before any row is answered.
-        A folder this run started is removed: it holds nothing yet."""
-        again = np.concatenate(client.gather(checks)) if checks else []
-        if not len(again):
-            return
-        suspects = [client.submit(suspect_keys, self.source, p, again, key=f"{spec.job_id}-suspects-{p.index}",
-                                  priority=PLAN_PRIORITY) for p in self.sink.partitions]
-        found, shown = client.submit(duplicate_report, *suspects, key=f"{spec.job_id}-duplicates").result()
-        if not found:   # (hashes alike, ids not)
-            return
-        if not self.sink.resumed:
-            self.sink.folder.remove()
-        raise JobError(duplicates_message(self.source.key, found, shown))
-
-    def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, answers: dict) -> list:
-        """Each readable partition merged; then, if every one was, OUTPUT. The futures submitted."""
-        merges = [client.submit(merge_task, spec, p, key=f"{spec.job_id}-merge-{p.index}") for p in todo
-                  if p.index not in unreadable]
-        client.gather(merges)
-        if unreadable:
-            return merges
-        finish = client.submit(finish_task, spec, self.sink.partitions, str(self.sink.final), self.lines,
-                               key=f"{spec.job_id}-finish")
-        finish.result()
-        return merges + [finish]
 
 
 class ClusterJob:
@@ -253,8 +168,7 @@ class ClusterJob:
     def _run(self, pipeline, spec: JobSpec, todo, summary: JobSummary, answered: dict, futures: list,
              bar, stop: threading.Event | None = None) -> dict[int, str]:
         """Read, place, split, answer, complete; the partitions that could not be read, and why."""
-        client, jobs = pipeline.client, self.config.jobs
-        job = spec.job_id
+        client = pipeline.client
         if not todo:   # (every partition merged by an earlier run: only the end is left)
             futures += self.steps.complete(client, spec, [], {}, {})
             return {}
@@ -264,6 +178,17 @@ class ClusterJob:
         shards = [s for s in self.config.shard_names if s in watch.workers]   # those with a worker now
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")
+        plan = self._plan(client, spec, todo, shards, futures)
+        unreadable = self._watch(pipeline, spec, plan, watch, summary, answered, futures, bar, stop)
+        bar.update(max(0, summary.resumed + summary.rows - bar.n))
+        client.gather(plan.split_done)
+        futures += self.steps.complete(client, spec, todo, unreadable, plan.answers)
+        return unreadable
+
+    def _plan(self, client, spec: JobSpec, todo: list, shards: list[str], futures: list) -> "_Plan":
+        """The job's tasks, submitted: each partition read, its documents placed on ``shards``
+        in buckets, split into per-shard pieces, and each bucket's answer task."""
+        jobs, job = self.config.jobs, spec.job_id
         held = held_documents(client, shards)
         self._slots = _slots_everywhere(client)
         slot = {"resources": {READ_SLOTS_RESOURCE: 1}} if READ_SLOTS_RESOURCE in self._slots else {}
@@ -307,17 +232,22 @@ class ClusterJob:
         for b in buckets:
             self._rank[b.index] = per_shard.get(b.shard, 0)
             per_shard[b.shard] = self._rank[b.index] + 1
-        bucket = {b.index: b for b in buckets}
         answers = {b.index: self._answer(client, spec, b, pieces[b.index]) for b in buckets}
         watched = {i: self._figures(client, a) for i, a in answers.items()}   # each answer's figures
-        of_answer = {f.key: i for i, f in watched.items()}
         futures += answers.values()
         futures += watched.values()
+        return _Plan(figures=figures, partition_of={f.key: p for f, p in zip(figures, todo)},
+                     bucket={b.index: b for b in buckets}, pieces=pieces, answers=answers, watched=watched,
+                     of_answer={f.key: i for i, f in watched.items()}, split_done=split_done)
+
+    def _watch(self, pipeline, spec: JobSpec, plan: "_Plan", watch: ShardWatch, summary: JobSummary,
+               answered: dict, futures: list, bar, stop: threading.Event | None) -> dict[int, str]:
+        """Take each read's and answer's figures as they come, move the buckets of a shard given
+        up on, show progress; the partitions that could not be read, and why."""
+        client = pipeline.client
         unreadable: dict[int, str] = {}   # partition -> why it could not be read
-        read_errors = 0
-        rows_read = reads_done = 0
-        partition_of = {f.key: p for f, p in zip(figures, todo)}
-        pending = as_completed(list(watched.values()) + figures)
+        read_errors = rows_read = reads_done = 0
+        pending = as_completed(list(plan.watched.values()) + plan.figures)
         moved_away: set[str] = set()   # answer tasks cancelled here: their buckets moved
         while not pending.is_empty():
             if stop is not None and stop.is_set():
@@ -331,43 +261,41 @@ class ClusterJob:
                 if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
                     raise JobError(result.why)
                 self._take(result, summary)
-                if f.key in partition_of:
+                if f.key in plan.partition_of:
                     read_errors += result.errors
                     rows_read += result.rows
                     reads_done += 1
                     if result.unreadable is not None:
-                        unreadable[partition_of[f.key].index] = result.unreadable
+                        unreadable[plan.partition_of[f.key].index] = result.unreadable
                 else:
-                    pieces[of_answer[f.key]] = []   # (answered: its rows are no longer needed)
+                    i = plan.of_answer[f.key]
+                    plan.pieces[i] = []   # (answered: its rows are no longer needed)
                     if self.steps.answered is not None:
-                        self.steps.answered(client, answers[of_answer[f.key]])
+                        self.steps.answered(client, plan.answers[i])
                 f.release()
-            if self.rows_total is None and reads_done == len(figures):
+            if self.rows_total is None and reads_done == len(plan.figures):
                 self.rows_total = bar.total = rows_read + self.steps.rows_merged()
                 if not unreadable:
                     self.steps.rows_counted(self.rows_total)
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:
-                    for i, moved in self._move(client, spec, event.shard, bucket, answers, pieces, watch,
-                                               moved_away).items():
+                    for i, moved in self._move(client, spec, event.shard, plan.bucket, plan.answers, plan.pieces,
+                                               watch, moved_away).items():
                         summary.buckets_moved += 1
-                        old = watched[i]
+                        old = plan.watched[i]
                         old.cancel()
                         moved_away.add(old.key)
-                        watched[i] = self._figures(client, moved)
-                        of_answer[watched[i].key] = i
-                        pending.add(watched[i])
-                        futures += [moved, watched[i]]
+                        plan.watched[i] = self._figures(client, moved)
+                        plan.of_answer[plan.watched[i].key] = i
+                        pending.add(plan.watched[i])
+                        futures += [moved, plan.watched[i]]
             live = read_errors + sum(answered.values())   # rows answered so far, as the tasks report them
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
             with pending.thread_condition:   # (the last one taken: on at once, to the merges)
                 if not pending.has_ready() and not pending.is_empty():
                     pending.thread_condition.wait(timeout=0.5)
-        bar.update(max(0, summary.resumed + summary.rows - bar.n))
-        client.gather(split_done)
-        futures += self.steps.complete(client, spec, todo, unreadable, answers)
         return unreadable
 
     def _answer(self, client, spec: JobSpec, b: Bucket, pieces: list, attempt: int = 0):

@@ -33,7 +33,8 @@ from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import check_output_apart, open_source
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
-from pipeline.jobs.cluster_job import ClusterJob, FileSteps
+from pipeline.jobs.cluster_job import ClusterJob
+from pipeline.jobs.file_steps import FileSteps
 from pipeline.jobs.output import META
 from pipeline.jobs.partitions import plan_blocks, plan_partitions
 from pipeline.jobs.storage import filesystem, is_url, local_path
@@ -63,14 +64,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     source = open_source(input_path, format, task_columns(config), config.storage_options)
     check_output_apart(source, output_path, config.storage_options)   # before anything is written
     check_key_type(source)
-    notes = []
-    if source.key is None:
-        notes.append(f"note: {input_path} has no id column; each row is keyed by its position in the input "
-               f"(files in name order, then row order), and the output's id column holds it. "
-               f"Resuming an interrupted job therefore needs the same input, unchanged.")
-    if source.dropped:
-        notes.append(f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
-               f"and are not copied to the output")
+    notes = _input_notes(source, input_path)
     remote = is_url(output_path)
     final = str(output_path) if remote else Path(local_path(output_path))
     partial = _partial_meta(final, config.storage_options)   # an earlier run's, if any (read once)
@@ -96,15 +90,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     keys_on_workers = source.key is not None and not allow_duplicate_ids and len(partitions) > 1
     if not keys_on_workers:
         check_duplicates(source, allow_duplicate_ids)
-    # answer_json only when the job asks for JSON answers
-    wants_json = config.sampling.json_schema is not None or jsonl or \
-        "json_schema" in source.row_columns.sampling_columns
-    fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
-    if jsonl:   # (the parts: each row's custom_id as JSON text, then its results)
-        schema = pa.schema([pa.field("id", pa.string()), *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
-    else:
-        schema = pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
-                            *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
+    schema = _output_schema(source, config)
     sink = ClusterParts.on_store(final, meta, schema, partitions, config.storage_options) if remote else \
         ClusterParts.local(final, meta, schema, partitions)
     done = sink.open()
@@ -118,6 +104,32 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
                           sink.meta["started"]) if jsonl else None
     return ClusterJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
+
+
+def _input_notes(source, input_path) -> list[str]:
+    """What the user should know about the input before the job runs."""
+    notes = []
+    if source.key is None:
+        notes.append(f"note: {input_path} has no id column; each row is keyed by its position in the input "
+                     f"(files in name order, then row order), and the output's id column holds it. "
+                     f"Resuming an interrupted job therefore needs the same input, unchanged.")
+    if source.dropped:
+        notes.append(f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
+                     f"and are not copied to the output")
+    return notes
+
+
+def _output_schema(source, config: "Config") -> pa.Schema:
+    """The output parts' columns: the input's own (an OpenAI batch job's: each row's custom_id
+    as JSON text), then the results (``answer_json`` only when the job asks for JSON answers)."""
+    jsonl = source.format == "openai"
+    wants_json = config.sampling.json_schema is not None or jsonl or \
+        "json_schema" in source.row_columns.sampling_columns
+    fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
+    if jsonl:
+        return pa.schema([pa.field("id", pa.string()), *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
+    return pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
+                      *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
 
 
 def run_job(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None, task: str | None = None,

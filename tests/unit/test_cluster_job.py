@@ -232,7 +232,7 @@ def test_a_resumed_openai_batch_job_knows_its_total_from_the_run_that_counted_it
                                                                                   monkeypatch):
     """A JSONL file's rows are counted as its blocks are read; the partial output records the
     count, so a resumed run's note and progress bar have the total from the start."""
-    import pipeline.jobs.cluster_job as cluster_job
+    import pipeline.jobs.file_steps as file_steps
 
     src = batch_file(tmp_path / "batch.jsonl")
     config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
@@ -242,7 +242,7 @@ def test_a_resumed_openai_batch_job_knows_its_total_from_the_run_that_counted_it
     def stopped(*args):
         raise RuntimeError("stopped before OUTPUT was written")
 
-    monkeypatch.setattr(cluster_job, "finish_task", stopped)
+    monkeypatch.setattr(file_steps, "finish_task", stopped)
     with pytest.raises(RuntimeError, match="stopped before OUTPUT"):
         first.run(null_pipeline, progress=False)
     monkeypatch.undo()
@@ -532,7 +532,7 @@ def test_a_second_job_beside_a_long_one_is_answered_before_it_ends(tmp_path):
 
 
 def test_a_job_stopped_after_its_last_merge_writes_output_on_rerun(null_pipeline, tmp_path, monkeypatch):
-    import pipeline.jobs.cluster_job as cluster_job
+    import pipeline.jobs.file_steps as file_steps
 
     rows = rows_with_bad_ones(4, 3)
     src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
@@ -541,7 +541,7 @@ def test_a_job_stopped_after_its_last_merge_writes_output_on_rerun(null_pipeline
     def stopped(*args):
         raise RuntimeError("stopped before OUTPUT was written")
 
-    monkeypatch.setattr(cluster_job, "finish_task", stopped)
+    monkeypatch.setattr(file_steps, "finish_task", stopped)
     with pytest.raises(RuntimeError, match="stopped before OUTPUT"):
         job(null_pipeline, src, out).run(null_pipeline, progress=False)
     monkeypatch.undo()

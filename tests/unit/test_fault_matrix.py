@@ -43,7 +43,7 @@ import yaml
 
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
-from pipeline.jobs import cluster_job
+from pipeline.jobs import file_steps
 from pipeline.worker.plugin import worker_stats
 
 pytestmark = pytest.mark.own_cluster   # every case runs on a cluster of this module's own
@@ -417,13 +417,13 @@ def run_in_process(fault: Fault, ctx: Ctx, monkeypatch, first_run: bool) -> Outc
     """The job run in this process, on the embedded pipeline (a fault injected in the first run)."""
     outcome = Outcome()
     seen: dict = {}
-    original = getattr(cluster_job.FileSteps.complete, "original", cluster_job.FileSteps.complete)
+    original = getattr(file_steps.FileSteps.complete, "original", file_steps.FileSteps.complete)
 
     def complete(self, *args, **kwargs):   # every answer task has ended: what the answer files hold
         outcome.answer_positions = committed_positions(ctx.partial)
         return original(self, *args, **kwargs)
     complete.original = original
-    monkeypatch.setattr(cluster_job.FileSteps, "complete", complete)
+    monkeypatch.setattr(file_steps.FileSteps, "complete", complete)
     t0 = time.monotonic()
     job = prepare_job(ctx.src, ctx.out, config=ctx.p.config, part_rows=PART_ROWS, notify=outcome.notes.append)
     outcome.notes += job.sink.notes
