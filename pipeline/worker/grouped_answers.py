@@ -36,149 +36,186 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
     ``progress(done_rows, error_rows)`` is called now and then, and at the end.
-    ``commit(results)`` gets the results as they complete, at least ``commit_rows`` at a time or every ``commit_s`` seconds, and the rest at the end (in the
-    loop's thread pool, so the engine's event loop goes on meanwhile); the first that fails stops
-    the rows at once (those in flight aborted, no more started) and its error is raised. ``first_rows``: until the
-    first answer, only this many requests are admitted (0: no limit), so that answer is not
-    decoded in lockstep with a full engine's worth of others (``intake.first_answer_rows``, docs/configuration.md).
-    ``job``: the job the rows belong to; jobs share the engine fairly (pipeline/worker/admission.py).
-    At most ``2 x intake.max_in_flight`` rows wait for the engine at a time, and the token gate
-    holds back documents."""
-    engine, config = plugin.engine, plugin.config
-    job = job or bucket_id   # whose turn it is at the engine (pipeline/worker/admission.py)
-    n = rows.num_rows
-    positions = rows.column("position").to_numpy()
-    digests = rows.column("digest").to_numpy()
-    suffixes = rows.column("suffix").to_pylist()
-    if prefixes is None:
-        prefixes = prefixes_of(rows)
-    own = _row_sampling(rows)
-    starts = np.flatnonzero(np.concatenate(([True], digests[1:] != digests[:-1]))) if n else np.array([], int)
-    ends = np.append(starts[1:], n)
-    decode = sampling.max_tokens or config.sampling.max_tokens
-    # each document's questions, in estimated tokens (with their answers), for the token gate
-    asked = np.add.reduceat(estimated_tokens(np.fromiter(map(len, suffixes), np.int64, n)) + decode,
-                            starts).tolist() if n else []
-    gate = plugin.token_gate
-    window = 2 * config.intake.max_in_flight   # rows started, not yet answered
-    waiting = 0          # rows started that wait for the engine
-    room = asyncio.Event()
-    results: list[RowResult | None] = [None] * n
-    done = errors = 0
-    last = time.monotonic()
-    failure: list[BaseException] = []
-    answered_one = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    ready: list[RowResult] = []          # answered, not yet handed to commit
-    commits: list[asyncio.Future] = []
-    committed_at = time.monotonic()
+    ``commit(results)`` gets the results as they complete, at least ``commit_rows`` at a time or
+    every ``commit_s`` seconds, and the rest at the end (in the loop's thread pool, so the
+    engine's event loop goes on meanwhile); the first that fails stops the rows at once (those in
+    flight aborted, no more started) and its error is raised. ``first_rows``: until the first
+    answer, only this many requests are admitted (0: no limit), so that answer is not decoded in
+    lockstep with a full engine's worth of others (``intake.first_answer_rows``,
+    docs/configuration.md). ``job``: the job the rows belong to; jobs share the engine fairly
+    (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
+    at a time, and the token gate holds back documents."""
+    book = Bookkeeping(rows.num_rows, progress, commit, commit_rows, commit_s)
+    admission = Admission(plugin, rows, bucket_id, job or bucket_id, sampling, truncate, first_rows,
+                          prefixes if prefixes is not None else prefixes_of(rows), book)
+    try:
+        await admission.run()
+    except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
+        book.stop()
+        raise
+    return await book.finish()
 
-    def hand_over() -> None:
-        nonlocal ready, committed_at
-        if commit is not None and ready and not failure:
-            future = loop.run_in_executor(None, committing, ready)
-            future.add_done_callback(commit_done)
-            commits.append(future)
-        ready, committed_at = [], time.monotonic()
 
-    def committing(rows: list[RowResult]) -> None:
-        """(In an executor thread.) A failed commit is seen at once by the loop that starts rows,
-        even where it never waits (an engine that answers at once): no more rows start."""
-        try:
-            commit(rows)
-        except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
-            failure.append(exc)
-            raise
+class Bookkeeping:
+    """A bucket's results as they come: kept in the rows' order, handed to ``commit`` in
+    batches (in the loop's thread pool), progress reported; the first failure (a row's or a
+    commit's) kept, and a failed commit stops the rows in flight (``tasks``)."""
 
-    def commit_done(future: asyncio.Future) -> None:
-        """A failed commit stops the answering: the requests in flight are aborted (what they
-        would answer could not be committed). Its exception is retrieved here, so none goes unseen."""
-        if not future.cancelled() and future.exception() is not None:
-            for task in list(tasks):
-                task.cancel()
+    def __init__(self, n: int, progress, commit, commit_rows: int, commit_s: float):
+        self.progress, self.commit, self.commit_rows, self.commit_s = progress, commit, commit_rows, commit_s
+        self.results: list[RowResult | None] = [None] * n
+        self.done = self.errors = 0
+        self.failure: list[BaseException] = []
+        self.answered_one = asyncio.Event()
+        self.tasks: set[asyncio.Task] = set()   # rows waiting for the engine
+        self.stopped = False
+        self._loop = asyncio.get_running_loop()
+        self._ready: list[RowResult] = []       # answered, not yet handed to commit
+        self._commits: list[asyncio.Future] = []
+        self._committed_at = self._progress_at = time.monotonic()
 
-    def answered(k: int, r: RowResult) -> None:
-        nonlocal done, errors, last
-        results[k] = r
-        answered_one.set()
-        ready.append(r)
+    def answered(self, k: int, r: RowResult) -> None:
+        self.results[k] = r
+        self.answered_one.set()
+        self._ready.append(r)
         now = time.monotonic()
-        if len(ready) >= commit_rows or now - committed_at >= commit_s:
-            hand_over()
-        done += 1
-        errors += r.error is not None
-        if progress is not None and (now - last >= PROGRESS_EVERY_S or done == 1):
-            last = now
-            progress(done, errors)
+        if len(self._ready) >= self.commit_rows or now - self._committed_at >= self.commit_s:
+            self._hand_over()
+        self.done += 1
+        self.errors += r.error is not None
+        if self.progress is not None and (now - self._progress_at >= PROGRESS_EVERY_S or self.done == 1):
+            self._progress_at = now
+            self.progress(self.done, self.errors)
 
-    def settled(k: int, task: asyncio.Task) -> None:
+    def settled(self, k: int, task: asyncio.Task) -> None:
         """A row that waited for the engine is answered (or failed, or was cancelled). Once the
         answering has stopped, nothing more is handed to ``commit`` (a row answered just before
         is answered again by the task's rerun, never written twice)."""
-        nonlocal waiting
-        waiting -= 1
-        room.set()
-        if task.cancelled() or stopped:
+        if task.cancelled() or self.stopped:
             return
         try:
-            answered(k, task.result())
+            self.answered(k, task.result())
         except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
-            failure.append(exc)
+            self.failure.append(exc)
 
-    tasks: set[asyncio.Task] = set()
-    stopped = False
-    try:
-        for lo, hi, questions in zip(starts.tolist(), ends.tolist(), asked):
-            if failure:
+    def stop(self) -> None:
+        """The answering was cancelled: the rows in flight stop too."""
+        self.stopped = True
+        for task in list(self.tasks):
+            task.cancel()
+
+    async def finish(self) -> list[RowResult]:
+        """Every row started has ended: the failure, if any, raised; else the rest committed."""
+        if self.failure:
+            await asyncio.gather(*self._commits, return_exceptions=True)
+            raise self.failure[0]
+        self._hand_over()
+        await asyncio.gather(*self._commits)
+        if self.progress is not None:
+            self.progress(self.done, self.errors)
+        return self.results
+
+    def _hand_over(self) -> None:
+        if self.commit is not None and self._ready and not self.failure:
+            future = self._loop.run_in_executor(None, self._committing, self._ready)
+            future.add_done_callback(self._commit_done)
+            self._commits.append(future)
+        self._ready, self._committed_at = [], time.monotonic()
+
+    def _committing(self, rows: list[RowResult]) -> None:
+        """(In an executor thread.) A failed commit is seen at once by the loop that starts rows,
+        even where it never waits (an engine that answers at once): no more rows start."""
+        try:
+            self.commit(rows)
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
+            self.failure.append(exc)
+            raise
+
+    def _commit_done(self, future: asyncio.Future) -> None:
+        """A failed commit stops the answering: the requests in flight are aborted (what they
+        would answer could not be committed). Its exception is retrieved here, so none goes unseen."""
+        if not future.cancelled() and future.exception() is not None:
+            for task in list(self.tasks):
+                task.cancel()
+
+
+class Admission:
+    """A bucket's rows started on the engine, a document at a time: its prefix tokenized once,
+    its questions one after the other; no new document while the token gate says the engine's
+    KV cache is spoken for; at most ``2 x intake.max_in_flight`` rows waiting; until the first
+    answer, ``first_rows`` of them. Each result goes to ``book``."""
+
+    def __init__(self, plugin, rows: pa.Table, bucket_id: str, job: str, sampling, truncate: bool,
+                 first_rows: int, prefixes: dict[int, str], book: Bookkeeping):
+        self.plugin, self.bucket_id, self.job, self.sampling, self.truncate = plugin, bucket_id, job, sampling, truncate
+        self.first_rows, self.prefixes, self.book = first_rows, prefixes, book
+        n = rows.num_rows
+        self.positions = rows.column("position").to_numpy()
+        self.digests = rows.column("digest").to_numpy()
+        self.suffixes = rows.column("suffix").to_pylist()
+        self.own = _row_sampling(rows)
+        starts = np.flatnonzero(np.concatenate(([True], self.digests[1:] != self.digests[:-1]))) if n \
+            else np.array([], int)
+        decode = sampling.max_tokens or plugin.config.sampling.max_tokens
+        # each document's rows, and its questions in estimated tokens (with their answers), for the token gate
+        asked = np.add.reduceat(estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n)) + decode,
+                                starts).tolist() if n else []
+        self.documents = list(zip(starts.tolist(), np.append(starts[1:], n).tolist(), asked))
+        self.window = 2 * plugin.config.intake.max_in_flight   # rows started, not yet answered
+        self.waiting = 0          # rows started that wait for the engine
+        self.room = asyncio.Event()
+
+    async def run(self) -> None:
+        """Every row started (or a failure seen); returns once every row started has ended."""
+        gate = self.plugin.token_gate
+        for lo, hi, questions in self.documents:
+            if self.book.failure:
                 break
-            prefix = prefixes[int(digests[lo])]
-            prefix_ids = engine.encode(prefix)
-            if plugin.prefixes is not None:
-                plugin.prefixes.served_digest(int(digests[lo]), len(prefix_ids))   # (the rows' digest is the prefix's)
+            prefix_ids = self.plugin.engine.encode(self.prefixes[int(self.digests[lo])])
+            if self.plugin.prefixes is not None:   # (the rows' digest is the prefix's)
+                self.plugin.prefixes.served_digest(int(self.digests[lo]), len(prefix_ids))
             tokens = len(prefix_ids) + questions
             if gate is not None:
-                await gate.acquire(tokens, job)
-            document: list[asyncio.Task] = []
-            for k in range(lo, hi):
-                if first_rows and k >= first_rows and not answered_one.is_set():
-                    await answered_one.wait()
-                while waiting >= window:
-                    room.clear()
-                    await room.wait()
-                if failure:   # (a commit failed meanwhile)
-                    break
-                s = own[k] if own is not None else None
-                try:
-                    task, r = start_eagerly(plugin._one(job, bucket_id, int(positions[k]), prefix_ids, suffixes[k], truncate,
-                                                        s.over(sampling) if s is not None else sampling))
-                    if task is None:
-                        answered(k, r)
-                        continue
-                except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
-                    failure.append(exc)
-                    break
-                waiting += 1
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                task.add_done_callback(functools.partial(settled, k))
-                document.append(task)
+                await gate.acquire(tokens, self.job)
+            started = await self._start_document(lo, hi, prefix_ids)
             if gate is not None:
-                _release_when_done(gate, tokens, job, document)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-    except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
-        stopped = True
-        for task in list(tasks):
-            task.cancel()
-        raise
-    if failure:
-        await asyncio.gather(*commits, return_exceptions=True)
-        raise failure[0]
-    hand_over()
-    await asyncio.gather(*commits)
-    if progress is not None:
-        progress(done, errors)
-    return results
+                _release_when_done(gate, tokens, self.job, started)
+        if self.book.tasks:
+            await asyncio.gather(*self.book.tasks, return_exceptions=True)
+
+    async def _start_document(self, lo: int, hi: int, prefix_ids: list[int]) -> list[asyncio.Task]:
+        """Rows ``lo``..``hi`` (one document's) started; those that wait for the engine."""
+        book, started = self.book, []
+        for k in range(lo, hi):
+            if self.first_rows and k >= self.first_rows and not book.answered_one.is_set():
+                await book.answered_one.wait()
+            while self.waiting >= self.window:
+                self.room.clear()
+                await self.room.wait()
+            if book.failure:   # (a commit failed meanwhile)
+                break
+            s = self.own[k] if self.own is not None else None
+            try:
+                task, r = start_eagerly(self.plugin._one(
+                    self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.suffixes[k], self.truncate,
+                    s.over(self.sampling) if s is not None else self.sampling))
+                if task is None:
+                    book.answered(k, r)
+                    continue
+            except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
+                book.failure.append(exc)
+                break
+            self.waiting += 1
+            book.tasks.add(task)
+            task.add_done_callback(book.tasks.discard)
+            task.add_done_callback(functools.partial(self._settled, k))
+            started.append(task)
+        return started
+
+    def _settled(self, k: int, task: asyncio.Task) -> None:
+        self.waiting -= 1
+        self.room.set()
+        self.book.settled(k, task)
 
 
 def start_eagerly(coro) -> tuple[asyncio.Task | None, object]:
