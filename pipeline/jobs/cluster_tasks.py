@@ -21,9 +21,6 @@ A partition is a Parquet file's rows (``Partition``) or a JSONL file's block of 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import threading
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,13 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from distributed import get_worker
 
-from pipeline.jobs.answer_files import AnswerFiles, error_table, results_table
+from pipeline.jobs.answer_files import AnswerFiles, BucketCommits, error_table, results_table
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.job_folder import permanent_write_error
-from pipeline.jobs.partitions import PARTITION_BITS, Partition
+from pipeline.jobs.partitions import PARTITION_BITS, Partition, by_partition, runs
 from pipeline.jobs.placement import Bucket, Placement, place_documents
 from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PartitionTexts, PromptRows, \
-    on_first_rows, prefixes_of, prompt_rows, read_partition
+    prefixes_of, prompt_rows, read_partition
+from pipeline.jobs.text_arrays import on_first_rows
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling
 from pipeline.worker.plugin import shard_plugin
@@ -150,7 +148,7 @@ def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement,
         rows, prefix = rows.remove_column(rows.column_names.index("prefix")), rows.column("prefix")
     out = {}
     # (a shard's buckets are consecutive numbers, so its rows are one run of the sorted order)
-    for s, lo, hi in _runs(shard_of_bucket[bucket[order]]):
+    for s, lo, hi in runs(shard_of_bucket[bucket[order]]):
         take = order[lo:hi]
         # (compact copies: they travel; the text of rows that do not carry it is not copied)
         if texts is not None:   # (each carried text joined once, in the piece's order)
@@ -184,13 +182,6 @@ def bucket_slice(piece: pa.Table | None, bucket: int) -> pa.Table | None:
         return None
     lo, hi = np.searchsorted(piece.column("bucket").to_numpy(), [bucket, bucket + 1])
     return piece.slice(lo, hi - lo).drop_columns(["bucket"]) if hi > lo else None
-
-
-def _runs(keys: np.ndarray):
-    """(key, start, stop) of each run of equal values in sorted ``keys``."""
-    cuts = np.flatnonzero(np.diff(keys)) + 1
-    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(keys)])).tolist()):
-        yield int(keys[lo]), lo, hi
 
 
 def _carry_split_documents(placement: Placement, digests: np.ndarray, bucket: np.ndarray, carries: np.ndarray,
@@ -265,51 +256,6 @@ def write_failure(exc: BaseException, where: str) -> str:
             f"committed so far are kept; make it writable (or free space) and run the same command again to resume")
 
 
-class BucketCommits:
-    """An answer task's answers on their way to answer files, one file per input partition
-    each time: a partition's answers are written once ``rows`` of them wait, every partition's
-    once ``seconds`` have passed since the last such write, and the rest at ``close``. So an
-    answer file holds many rows even where a bucket's rows come from many partitions (a
-    shuffled input: each bucket's from every one). ``add`` runs in executor threads, several
-    at once; ``on_written(table)`` is called with each file's rows."""
-
-    def __init__(self, files: AnswerFiles, starts: tuple[int, ...], name: str, first_seq: int, rows: int,
-                 seconds: float, on_written):
-        self.files, self.starts, self.name = files, np.asarray(starts), name
-        self.rows, self.seconds, self.on_written = rows, seconds, on_written
-        self._seq = itertools.count(first_seq)
-        self._waiting: dict[int, list[pa.Table]] = {}   # partition -> its answers not yet written
-        self._lock = threading.Lock()
-        self._written_at = time.monotonic()
-
-    def add(self, results: list[RowResult]) -> None:
-        table = results_table(results)
-        partition = np.searchsorted(self.starts, table.column("position").to_numpy(), side="right") - 1
-        with self._lock:
-            for number, piece in _by_partition(table, partition).items():
-                self._waiting.setdefault(number, []).append(piece)
-            every = time.monotonic() - self._written_at >= self.seconds
-            if every:
-                self._written_at = time.monotonic()
-            due = [n for n, w in self._waiting.items() if every or sum(t.num_rows for t in w) >= self.rows]
-            out = {n: self._waiting.pop(n) for n in due}
-        self._write(out)
-
-    def close(self) -> None:
-        with self._lock:
-            out, self._waiting = self._waiting, {}
-        self._write(out)
-
-    def _write(self, out: dict[int, list[pa.Table]]) -> None:
-        for number, pieces in sorted(out.items()):
-            table = pa.concat_tables(pieces)
-            if len(pieces) > 1:
-                table = table.take(pc.sort_indices(table, [("position", "ascending")]))
-            self.files.write(number, f"{self.name}-{next(self._seq):05d}", table)
-            with self._lock:
-                self.on_written(table)
-
-
 async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
                            task_key: str | None = None) -> tuple[dict, dict]:
     """One bucket answered as ``answer_task`` does, its answers kept in memory, not written: the
@@ -320,7 +266,7 @@ async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | No
                                           _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key,
                                           job=spec.job_id)
     table = results_table(results)
-    return _figures(table, bucket.shard), _by_partition(table, partition_of(table.column("position").to_numpy()))
+    return _figures(table, bucket.shard), by_partition(table, partition_of(table.column("position").to_numpy()))
 
 
 def figures_of_answer(answer: tuple[dict, object]) -> dict:
@@ -364,15 +310,6 @@ def frame_positions(number: int, rows: int) -> pa.Array:
 def partition_of(positions: np.ndarray) -> np.ndarray:
     """A DataFrame job's partition numbers of these positions."""
     return positions >> PARTITION_BITS
-
-
-def _by_partition(table: pa.Table, partition: np.ndarray) -> dict[int, pa.Table]:
-    """``table`` cut by ``partition`` (one number per row), each piece sorted by position."""
-    if not table.num_rows:
-        return {}
-    order = np.lexsort((table.column("position").to_numpy(), partition))
-    table = table.take(pa.array(order))
-    return {number: table.slice(lo, hi - lo) for number, lo, hi in _runs(partition[order])}
 
 
 def error_groups(errors) -> dict:

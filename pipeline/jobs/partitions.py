@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+
 
 PARTITION_BITS = 32   # a position made of a partition's number and a row's place in it (JSONL, DataFrames)
 
@@ -89,3 +92,19 @@ def plan_blocks(size: int, block_bytes: int) -> list[ByteBlock]:
         raise ValueError("block_bytes must be at least 1")
     return [ByteBlock(i, offset, min(block_bytes, size - offset))
             for i, offset in enumerate(range(0, max(size, 1), block_bytes))]
+
+
+def runs(keys: np.ndarray):
+    """(key, start, stop) of each run of equal values in sorted ``keys``."""
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(keys)])).tolist()):
+        yield int(keys[lo]), lo, hi
+
+
+def by_partition(table: pa.Table, partition: np.ndarray) -> dict[int, pa.Table]:
+    """``table`` cut by ``partition`` (one number per row), each piece sorted by position."""
+    if not table.num_rows:
+        return {}
+    order = np.lexsort((table.column("position").to_numpy(), partition))
+    table = table.take(pa.array(order))
+    return {number: table.slice(lo, hi - lo) for number, lo, hi in runs(partition[order])}

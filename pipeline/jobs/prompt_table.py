@@ -35,6 +35,7 @@ from dask.sizeof import sizeof
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.row_checks import RowColumns
+from pipeline.jobs.text_arrays import on_first_rows, only_on, packed
 from pipeline.prefix_memory import digest_codes, text_digests, value_bounds
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
@@ -247,43 +248,6 @@ class PartitionTexts:
         return texts
 
 
-def on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
-    """A column of ``n`` rows holding ``texts[i]`` (no nulls) on row ``first[i]``, null on every
-    other: where ``first`` ascends (the values come in the order of their rows, the usual case),
-    a view of their text, not a copy."""
-    texts = texts.cast(pa.large_string())
-    order = np.argsort(first, kind="stable")
-    if (order != np.arange(len(order))).any():
-        texts, first = texts.take(pa.array(order)), first[order]
-    starts = np.zeros(n + 1, np.int64)
-    starts[first + 1] = 1
-    bounds = value_bounds(texts)[np.cumsum(starts)]   # row r: from the start of the values before it
-    valid = np.zeros(n, bool)
-    valid[first] = True
-    return pa.Array.from_buffers(pa.large_string(), n, [pa.array(valid).buffers()[1], pa.py_buffer(bounds),
-                                                        texts.buffers()[2]], null_count=n - len(first))
-
-
-def _only_on(texts: pa.Array, rows: np.ndarray) -> pa.Array:
-    """``texts`` with every row but ``rows`` (ascending, valid ones) null: a view of the same text."""
-    valid = np.zeros(texts.offset + len(texts), bool)
-    valid[texts.offset + rows] = True
-    _, offsets, data = texts.buffers()
-    return pa.Array.from_buffers(texts.type, len(texts), [pa.array(valid).buffers()[1], offsets, data],
-                                 null_count=len(texts) - len(rows), offset=texts.offset)
-
-
-def _packed(texts: pa.Array, rows: np.ndarray) -> pa.Array:
-    """The values of ``texts`` (large_string) on ``rows`` (ascending; every other row null), as
-    an array of their own: a view where nothing lies between them (null rows take no bytes),
-    else a copy."""
-    bounds = value_bounds(texts)
-    if len(rows) and np.array_equal(bounds[rows[1:]], bounds[rows[:-1] + 1]):
-        own = np.append(bounds[rows], bounds[rows[-1] + 1])
-        return pa.Array.from_buffers(pa.large_string(), len(rows), [None, pa.py_buffer(own), texts.buffers()[2]])
-    return texts.take(pa.array(rows))
-
-
 def prefixes_of(rows: pa.Table) -> dict[int, str]:
     """Each document's prefix text by its digest, from the rows that carry it."""
     carriers = rows.filter(pc.is_valid(rows.column("prefix")))
@@ -315,8 +279,8 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     values, codes, first = fields.values, fields.codes, fields.first
     error = fields.error()
     if codes is not None:   # (the join copies each distinct document once; the rest are views)
-        only_first = _only_on(values[0], first)   # each distinct document on its first row only
-        prefix = pa.DictionaryArray.from_arrays(codes, _packed(_join(task._prefix_pieces, [only_first], n), first))
+        only_first = only_on(values[0], first)   # each distinct document on its first row only
+        prefix = pa.DictionaryArray.from_arrays(codes, packed(_join(task._prefix_pieces, [only_first], n), first))
     else:
         prefix = _join(task._prefix_pieces, values[:fields.cut], n)
     suffix = _join(task._suffix_pieces, values[fields.cut:], n)
@@ -350,7 +314,7 @@ class _FieldValues:
             reason = pc.if_else(pc.is_null(codes if coded else value),
                                 pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
             if task.strict_text:   # (a document checked once, on its first row)
-                blank = _blank(_only_on(value, self.first)).take(pa.array(self.first)).take(codes) if coded \
+                blank = _blank(only_on(value, self.first)).take(pa.array(self.first)).take(codes) if coded \
                     else _blank(value)
                 reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
                                                         pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))

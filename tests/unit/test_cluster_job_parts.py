@@ -396,7 +396,7 @@ def test_a_buckets_answers_are_written_in_files_of_many_rows_each_every_row_once
     partition's, written once ``rows`` of them wait (or, after ``seconds``, all that wait), the
     rest at the end: every row once, sorted by position, counted as written."""
     from pipeline.jobs.answer_files import AnswerFiles
-    from pipeline.jobs.cluster_tasks import BucketCommits
+    from pipeline.jobs.answer_files import BucketCommits
     from pipeline.results import RowResult
 
     files = AnswerFiles(tmp_path)
