@@ -4,14 +4,15 @@ grouped by document).
 
 The iterable is read here a window at a time (``intake.read_ahead_rows`` rows, or
 ``intake.read_ahead_chars`` characters of prompt text, whichever comes first; for a watched
-stream the first windows smaller, so that the first answers come soon), so this process holds at most the window being
-read and the one being answered, however long the input. Each
-row becomes its prompt (the task's own split, its own sampling settings checked) as it is read;
-a row that cannot be answered as it is gets its error at once. A window's prompt rows go to the
-cluster as the tasks of one cluster job (``IterableSteps``), whose answer tasks keep their
-answers in memory; each bucket's answers come back here as the bucket completes and are
-yielded then. A document's questions are grouped within a window; the next window is read
-while one is answered.
+stream the first windows smaller, so that the first answers come soon). Each row becomes its
+prompt (the task's own split, its own sampling settings checked) as it is read; a row that
+cannot be answered as it is gets its error at once. A window's prompt rows go to the cluster as
+the tasks of one cluster job (``IterableSteps``), whose answer tasks keep their answers in
+memory; each bucket's answers come back here as the bucket completes and are yielded then. A
+document's questions are grouped within a window; the next window is read while one is
+answered, and starts once the caller has taken all but a window of the results. So this process
+holds at most the window being read, the one being answered and a window of results, however
+long the input and however slow the caller.
 
 A worker lost mid-job costs no row: the window's rows are part of its tasks' graph, so Dask
 computes what the worker held again, and a shard that does not come back is given up on as in
@@ -213,6 +214,8 @@ class IterableJob:
         self.report = JobSummary()
         self.report.rows_total = rows_total
         self._out: queue.Queue = queue.Queue()
+        self._unread = 0                       # results handed over, not yet taken by the caller
+        self._taken = threading.Condition()
         self._stop = threading.Event()
         self._job_id: str | None = None   # the first window's: the stream's on the dashboard
         self._errors = 0                  # rows answered with an error by the windows run so far
@@ -233,6 +236,9 @@ class IterableJob:
                         self.report.first_answer_s = time.perf_counter() - t0
                     self.report.add(r)
                     yield r
+                with self._taken:
+                    self._unread -= len(item)
+                    self._taken.notify()
         finally:
             self._stop.set()
             runner.join()
@@ -254,6 +260,7 @@ class IterableJob:
                 if window is None:
                     break
                 nxt = reader.submit(next, it, None)   # (read while this one is answered)
+                self._wait_for_the_caller(intake.read_ahead_rows)
                 try:
                     self._window(ClusterJob, window)
                 except JobLeft:
@@ -264,15 +271,27 @@ class IterableJob:
             reader.shutdown(wait=False, cancel_futures=True)
             self._out.put(_END)
 
+    def _hand_over(self, results: list[RowResult]) -> None:
+        with self._taken:
+            self._unread += len(results)
+        self._out.put(results)
+
+    def _wait_for_the_caller(self, rows: int) -> None:
+        """Until the caller has taken all but ``rows`` of the results handed over: a slow caller
+        holds the next window back, so results do not pile up here."""
+        with self._taken:
+            while self._unread > rows and not self._stop.is_set():
+                self._taken.wait(timeout=0.5)
+
     def _window(self, job_class, window: Window) -> None:
         errors = pa.concat_tables([p.errors for p in window.parts])
         if errors.num_rows:   # (rows that failed reading: answered at once)
             from pipeline.jobs.answer_files import error_table
 
-            self._out.put(results_of(error_table(errors.column("position"), errors.column("error")), window))
+            self._hand_over(results_of(error_table(errors.column("position"), errors.column("error")), window))
 
         def on_answers(table: pa.Table) -> None:
-            self._out.put(results_of(table, window))
+            self._hand_over(results_of(table, window))
 
         before = self.report.rows_read, self._errors, list(self.report.events)
 
