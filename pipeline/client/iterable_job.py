@@ -172,8 +172,11 @@ class IterableSteps:
         return self.task if self.task is not None else get_task_kind(config, tokenizer)
 
     def answered(self, client, answer) -> None:
-        """A bucket's answer task ended: its answers, to ``on_answers``."""
-        _, by_partition = answer.result()
+        """A bucket's answer task ended: its answers, to ``on_answers`` (``TimeoutError``: they
+        were lost with their worker before they came here)."""
+        from pipeline.jobs.cluster_job import LOST_AFTER_S
+
+        _, by_partition = answer.result(timeout=LOST_AFTER_S)
         if by_partition:
             self.on_answers(pa.concat_tables(list(by_partition.values())))
 

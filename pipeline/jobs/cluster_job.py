@@ -54,6 +54,8 @@ from pipeline.token_estimate import CHARS_PER_TOKEN
 # priority as every other job's (so a new job's first buckets run next, not after every bucket
 # an earlier job queued), and answer tasks leave each worker a thread for the others' reads.
 PLAN_PRIORITY = 100
+# A task's result that does not come within this long of its task ending was lost with its worker.
+LOST_AFTER_S = 10.0
 
 
 @dataclass
@@ -257,9 +259,17 @@ class ClusterJob:
                     if f.key in moved_away:   # its bucket went to another shard
                         continue
                     raise JobError(_cancelled(client, f.key))
-                result = f.result()
-                if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
-                    raise JobError(result.why)
+                try:
+                    result = f.result(timeout=LOST_AFTER_S)
+                    if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
+                        raise JobError(result.why)
+                    if f.key not in plan.partition_of and self.steps.answered is not None:
+                        self.steps.answered(client, plan.answers[plan.of_answer[f.key]])
+                except TimeoutError:
+                    # (done, then lost with its worker before it was taken: Dask computes it again,
+                    # or its bucket moves once its shard is given up on)
+                    pending.add(f)
+                    continue
                 self._take(result, summary)
                 if f.key in plan.partition_of:
                     read_errors += result.errors
@@ -268,10 +278,7 @@ class ClusterJob:
                     if result.unreadable is not None:
                         unreadable[plan.partition_of[f.key].index] = result.unreadable
                 else:
-                    i = plan.of_answer[f.key]
-                    plan.pieces[i] = []   # (answered: its rows are no longer needed)
-                    if self.steps.answered is not None:
-                        self.steps.answered(client, plan.answers[i])
+                    plan.pieces[plan.of_answer[f.key]] = []   # (answered: its rows are no longer needed)
                 f.release()
             if self.rows_total is None and reads_done == len(plan.figures):
                 self.rows_total = bar.total = rows_read + self.steps.rows_merged()
