@@ -1,7 +1,7 @@
 """The plots page (/pipeline) in a real browser: a cluster on the fake engine runs a job of
 tens of seconds while headless Chromium loads the page, reads its Bokeh document and
 reloads it. Skipped, saying what to install, where Chromium, its driver or selenium is
-missing (README, "Dashboard")."""
+missing (docs/operating.md, "The dashboard")."""
 import sys
 import threading
 import time

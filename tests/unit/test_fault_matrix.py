@@ -1,4 +1,4 @@
-"""The fault matrix (README, "Jobs on the cluster"; docs: DESIGN "Faults"): one table of faults,
+"""The fault matrix (docs/operating.md, "Worker loss and recovery", "Failed writes"): one table of faults,
 each injected into a cluster job (fake engine, 2 shards, ~3 s of answering) once a few answer
 files are committed, and the same three checks every time (``check``):
 

@@ -24,7 +24,7 @@ from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
 DASK = str(Path(sys.executable).parent / "dask")
-# What the README's multi-node recipe sets (see "Several machines").
+# What docs/operating.md's multi-node recipe sets ("Several machines").
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
        "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
 
