@@ -287,16 +287,7 @@ class ClusterJob:
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:
-                    for i, moved in self._move(client, spec, event.shard, plan.bucket, plan.answers, plan.pieces,
-                                               watch, moved_away).items():
-                        summary.buckets_moved += 1
-                        old = plan.watched[i]
-                        old.cancel()
-                        moved_away.add(old.key)
-                        plan.watched[i] = self._figures(client, moved)
-                        plan.of_answer[plan.watched[i].key] = i
-                        pending.add(plan.watched[i])
-                        futures += [moved, plan.watched[i]]
+                    self._moved(client, spec, plan, event.shard, watch, moved_away, pending, futures, summary)
             live = read_errors + sum(answered.values())   # rows answered so far, as the tasks report them
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
@@ -317,6 +308,21 @@ class ClusterJob:
     @staticmethod
     def _figures(client, answer):
         return client.submit(figures_of_answer, answer, key=f"{answer.key}-figures", priority=PLAN_PRIORITY)
+
+    def _moved(self, client, spec: JobSpec, plan: "_Plan", gone: str, watch, moved_away: set, pending,
+               futures: list, summary: JobSummary) -> None:
+        """Shard ``gone`` was given up on: its unfinished buckets moved (``_move``), their new
+        answers' figures watched instead of the old ones'."""
+        for i, moved in self._move(client, spec, gone, plan.bucket, plan.answers, plan.pieces, watch,
+                                   moved_away).items():
+            summary.buckets_moved += 1
+            old = plan.watched[i]
+            old.cancel()
+            moved_away.add(old.key)
+            plan.watched[i] = self._figures(client, moved)
+            plan.of_answer[plan.watched[i].key] = i
+            pending.add(plan.watched[i])
+            futures += [moved, plan.watched[i]]
 
     def _move(self, client, spec: JobSpec, gone: str, bucket: dict, answers: dict, pieces: dict, watch,
               moved_away: set) -> dict:
