@@ -17,7 +17,7 @@ from tasks.template import TemplateError, template_columns
 
 class SamplingConfig(Section):
     """The job's sampling settings; input columns of the same names override them per row
-    (pipeline/sampling.py). They travel with every batch, so one running cluster serves jobs
+    (pipeline/sampling.py). They travel with every job, so one running cluster serves jobs
     with different settings."""
     max_tokens: int = Field(32, gt=0)
     temperature: float = Field(0.0, ge=0)
@@ -49,7 +49,7 @@ class SamplingConfig(Section):
         return self
 
     def as_sampling(self, engine_seed: int):
-        """These settings as they travel with a batch."""
+        """These settings as they travel with a job."""
         return Sampling(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                         top_k=self.top_k, stop=self.stop, seed=engine_seed if self.seed is None else self.seed,
                         json_schema=None if self.json_schema is None else schema_text(self.json_schema),

@@ -21,6 +21,12 @@ class ErrorKind(StrEnum):
     WORKER = "worker"   # the row's worker failed it ``recovery.max_row_attempts`` times
     OUTPUT = "output"   # the answer is not what was asked for (JSON that does not parse or match)
 
+    @classmethod
+    def of(cls, error: str) -> "ErrorKind | None":
+        """The kind an error text starts with (``"<kind>: ..."``), or None."""
+        kind = error.split(":", 1)[0]
+        return cls(kind) if kind in cls._value2member_map_ else None
+
 
 class RowResult(msgspec.Struct, array_like=True, gc=False):
     index: int                       # position of the row in the submitted rows

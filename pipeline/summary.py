@@ -19,6 +19,9 @@ class ShardEvent:
     worker: str | None
     at: float        # time.time()
 
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "shard": self.shard, "worker": self.worker, "at": self.at}
+
 
 @dataclass
 class JobSummary:
@@ -100,4 +103,4 @@ class JobSummary:
         return {"job": self.job, "rows": self.rows, "workers_lost": self.workers_lost,
                 "buckets_moved": self.buckets_moved, "rows_read": self.rows_read,
                 "rows_total": self.rows_total, "rows_with_error": self.errors,
-                "events": [{"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at} for e in self.events]}
+                "events": [e.as_dict() for e in self.events]}

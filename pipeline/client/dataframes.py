@@ -18,9 +18,10 @@ and merge each partition's answers; no row passes through this process.
 from __future__ import annotations
 
 from pipeline.jobs.answer_files import PANDAS_TYPES as _DTYPES
+from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.jobs.row_checks import RowColumns
 from pipeline.results import JSON_FIELD, RESULT_FIELDS
-from tasks import get_task_kind, task_columns
+from tasks import task_columns
 
 
 class DataFrameInputError(ValueError):
@@ -72,39 +73,18 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     return dd.from_delayed(futures, meta=meta, divisions=df.divisions, verify_meta=False)
 
 
-class _FramePart:
-    def __init__(self, index: int):
-        self.index = index
-
-
-class FrameSteps:
+class FrameSteps(KeptSteps):
     """A Dask DataFrame job's steps on the cluster (pipeline/jobs/cluster_job.py): each input
     partition computed and read on a worker (pipeline/jobs/frame_tasks.py), answers kept in
     memory, each partition's answers merged into a pandas DataFrame with the input's index
     (``frames``: one future per partition, in order, once the job has run)."""
-    resumed = 0
-    answered = None
-    shown = None
 
     def __init__(self, parts: list, columns: RowColumns, out_columns: list[str], rows_total: int | None):
-        from pipeline.jobs.cluster_tasks import kept_answer_task
-
-        self.answer = kept_answer_task
-        self.parts, self.columns, self.out_columns = parts, columns, out_columns
+        super().__init__(parts, source=columns)
+        self.out_columns = out_columns
         self.rows_total = rows_total
         self.frames: list = []
         self._tails: dict = {}   # partition -> what its merge needs of its read (``frame_tail_of``)
-
-    def committed(self) -> int:
-        return 0
-
-    def partitions(self) -> list:
-        return [_FramePart(i) for i in range(len(self.parts))]
-
-    def spec(self, **fields):
-        from pipeline.jobs.cluster_tasks import JobSpec
-
-        return JobSpec(source=self.columns, folder=None, schema=None, **fields)
 
     def read(self, client, spec, part, key: str, resources: dict | None = None):
         """(``resources`` is not asked for: a DataFrame's partition is read where the cluster
@@ -117,25 +97,6 @@ class FrameSteps:
         # (what the merge needs of the read, kept: the read itself is let go once split)
         self._tails[part.index] = client.submit(frame_tail_of, read, key=f"{key}-tail", priority=PLAN_PRIORITY)
         return read
-
-    def split(self, client, spec, read, place, part, key: str, resources: dict | None = None):
-        """(``resources`` is not asked for: a DataFrame's split reads nothing again.)"""
-        from pipeline.jobs.cluster_job import PLAN_PRIORITY
-        from pipeline.jobs.cluster_tasks import split_task
-
-        return client.submit(split_task, read, place, key=key, priority=PLAN_PRIORITY)
-
-    def key_checks(self, client, spec) -> list:   # (rows are keyed by the frame's index)
-        return []
-
-    def rows_merged(self) -> int:   # (every partition is read)
-        return 0
-
-    def rows_counted(self, rows: int) -> None:   # (nothing to resume: no record kept)
-        pass
-
-    def task_kind(self, config, tokenizer):
-        return get_task_kind(config, tokenizer)
 
     def complete(self, client, spec, todo: list, unreadable: dict, answers: dict) -> list:
         """Each partition's answers merged on the cluster (waited for, not fetched)."""

@@ -32,7 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.jobs.cluster_tasks import ReadFigures, error_groups, frame_positions, kept_answer_task
+from pipeline.jobs.cluster_tasks import ReadFigures, error_groups, frame_positions
+from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.jobs.partitions import PARTITION_BITS
 from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
@@ -117,32 +118,15 @@ def _read(read):
     return read
 
 
-class _Part:
-    def __init__(self, index: int):
-        self.index = index
-
-
-class IterableSteps:
+class IterableSteps(KeptSteps):
     """A window's steps on the cluster (pipeline/jobs/cluster_job.py): its partitions' prompt
     rows, made here, are the reads; answers are kept in memory and each bucket's go to
     ``on_answers`` (a table of ``ANSWER_SCHEMA`` rows, positions as the window's) as it ends."""
-    resumed = 0
-    answer = staticmethod(kept_answer_task)
 
     def __init__(self, window: Window, task, on_answers, shown):
-        self.window, self.task, self.on_answers, self.shown = window, task, on_answers, shown
+        super().__init__(window.parts, task=task)
+        self.window, self.on_answers, self.shown = window, on_answers, shown
         self.rows_total = window.rows
-
-    def committed(self) -> int:
-        return 0
-
-    def partitions(self) -> list:
-        return [_Part(i) for i in range(len(self.window.parts))]
-
-    def spec(self, **fields):
-        from pipeline.jobs.cluster_tasks import JobSpec
-
-        return JobSpec(source=None, folder=None, schema=None, **fields)
 
     def read(self, client, spec, part, key: str, resources: dict | None = None):
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
@@ -152,24 +136,6 @@ class IterableSteps:
         figures = ReadFigures(rows=self.window.sizes[part.index], errors=len(errors),
                               errors_by_kind=error_groups(errors))
         return client.submit(_read, (rows, figures), key=key, priority=PLAN_PRIORITY)
-
-    def split(self, client, spec, read, place, part, key: str, resources: dict | None = None):
-        from pipeline.jobs.cluster_job import PLAN_PRIORITY
-        from pipeline.jobs.cluster_tasks import split_task
-
-        return client.submit(split_task, read, place, key=key, priority=PLAN_PRIORITY)
-
-    def key_checks(self, client, spec) -> list:   # (rows are keyed by their index)
-        return []
-
-    def rows_merged(self) -> int:
-        return 0
-
-    def rows_counted(self, rows: int) -> None:
-        pass
-
-    def task_kind(self, config, tokenizer):
-        return self.task if self.task is not None else get_task_kind(config, tokenizer)
 
     def answered(self, client, answer) -> None:
         """A bucket's answer task ended: its answers, to ``on_answers`` (``TimeoutError``: they
@@ -192,8 +158,7 @@ def results_of(table: pa.Table, window: Window) -> list[RowResult]:
     for k, i in enumerate(index.tolist()):
         r = RowResult(i, window.ids[i - window.start], **{n: columns[n][k] for n in RESULT_FIELDS[1:]})
         if r.error is not None:
-            kind = r.error.split(":", 1)[0]
-            r.error_kind = ErrorKind(kind) if kind in ErrorKind._value2member_map_ else None
+            r.error_kind = ErrorKind.of(r.error)
         out.append(r)
     return out
 
@@ -303,7 +268,7 @@ class IterableJob:
             total = self.report.rows_total
             job.update(job=self._job_id or job["job"], rows=rows + job["rows"], rows_read=rows + window.rows,
                        rows_total=total if total is not None else rows + window.rows,
-                       rows_with_error=errors + job["rows_with_error"], events=[*map(_event, events), *job["events"]])
+                       rows_with_error=errors + job["rows_with_error"], events=[*(e.as_dict() for e in events), *job["events"]])
             return job
 
         steps = IterableSteps(window, self.task, on_answers, shown)
@@ -315,7 +280,3 @@ class IterableJob:
         self.report.events += summary.events
         self.report.buckets_moved += summary.buckets_moved
         self.report.rows_read += window.rows
-
-
-def _event(e) -> dict:
-    return {"kind": e.kind, "shard": e.shard, "worker": e.worker, "at": e.at}

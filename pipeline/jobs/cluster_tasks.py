@@ -316,9 +316,7 @@ def error_groups(errors) -> dict:
     """Rows per ``RowResult.error_group`` of these error texts (nulls: rows without an error)."""
     by_kind: dict = {}
     for text in errors.drop_null().to_pylist():
-        kind = text.split(":", 1)[0]
-        group = RowResult(0, error=text, error_kind=ErrorKind(kind) if kind in ErrorKind._value2member_map_
-                          else None).error_group
+        group = RowResult(0, error=text, error_kind=ErrorKind.of(text)).error_group
         by_kind[group] = by_kind.get(group, 0) + 1
     return by_kind
 

@@ -94,6 +94,13 @@ def plan_blocks(size: int, block_bytes: int) -> list[ByteBlock]:
             for i, offset in enumerate(range(0, max(size, 1), block_bytes))]
 
 
+@dataclass(frozen=True)
+class PartNumber:
+    """A partition known by its number only (a DataFrame's, a stream window's): what a job's
+    steps hand ``ClusterJob`` as the partitions to run."""
+    index: int
+
+
 def runs(keys: np.ndarray):
     """(key, start, stop) of each run of equal values in sorted ``keys``."""
     cuts = np.flatnonzero(np.diff(keys)) + 1
