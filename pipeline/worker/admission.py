@@ -2,9 +2,10 @@
 
 Several jobs share one engine (a resident cluster serves every client's jobs). First come,
 first served would make a small job wait behind every request a big job has queued, a minute
-or more on a real engine. Instead each job waits in a queue of its own, and a free place goes
-to the job that has had the fewest requests admitted on this engine ("least attained
-service"): a job that just arrived is served next, and two long jobs take turns.
+or more on a real engine. Instead a job below its share of the places goes in at once, each job
+waits in a queue of its own, and a free place goes to the job that has had the fewest requests
+admitted on this engine ("least attained service"): a job that just arrived is served at once,
+and two long jobs take turns.
 
 The same count is the request's priority in vLLM's scheduler (``scheduling_policy:
 priority``, lower first; pipeline/worker/engine.py), so a new job's requests also pass the
@@ -18,27 +19,41 @@ import collections
 
 
 class FairAdmission:
-    """At most ``slots`` requests in the engine at a time, shared between jobs.
+    """About ``slots`` requests in the engine at a time, shared between jobs.
 
     ``acquire(job)`` waits for a place and returns the request's priority (the job's admitted
     requests before it, the fewest first); ``release(job)`` frees the place. A job's own
-    requests keep their order."""
+    requests keep their order. A job with fewer requests in the engine than its share
+    (``slots`` / the jobs present) goes in at once, even when other jobs fill every place: a
+    job that arrives beside a big one does not wait for the big one's requests to end (on a CPU
+    engine, seconds). So at most about 2 × ``slots`` are in the engine; places are handed on
+    only once fewer than ``slots`` are."""
 
     def __init__(self, slots: int):
-        self.free = slots
+        self.slots = slots
+        self.in_engine = 0
+        self._held: dict[str, int] = {}      # job -> its requests in the engine
         self._waiting: dict[str, collections.deque[asyncio.Future]] = {}
         self._served: dict[str, int] = {}    # job -> requests admitted while it was active
         self._active: dict[str, int] = {}    # job -> its requests waiting or admitted
+
+    @property
+    def free(self) -> int:
+        """Places left below ``slots`` (0 when a job's share took it over)."""
+        return max(0, self.slots - self.in_engine)
 
     def jobs(self) -> int:
         """Jobs with requests waiting or in the engine."""
         return len(self._active)
 
+    def _below_share(self, job: str) -> bool:
+        return self._held.get(job, 0) < self.slots // len(self._active)
+
     async def acquire(self, job: str) -> int:
         self._active[job] = self._active.get(job, 0) + 1
         self._served.setdefault(job, 0)
-        if self.free > 0 and not self._waiting:
-            self.free -= 1
+        if not self._waiting.get(job) and ((self.in_engine < self.slots and not self._waiting)
+                                           or self._below_share(job)):
             return self._admit(job)
         place = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(job, collections.deque()).append(place)
@@ -57,20 +72,27 @@ class FairAdmission:
             raise
 
     def release(self, job: str) -> None:
-        """A request of ``job`` has left the engine; its place goes to the least-served job waiting."""
+        """A request of ``job`` has left the engine; places go to the least-served jobs waiting."""
+        self.in_engine -= 1
+        self._held[job] -= 1
+        if not self._held[job]:
+            del self._held[job]
         self._left(job)
         while self._waiting:
-            nxt = min(self._waiting, key=self._served.__getitem__)   # (ties: the job that waited first)
+            ready = [j for j in self._waiting if self.in_engine < self.slots or self._below_share(j)]
+            if not ready:
+                return
+            nxt = min(ready, key=self._served.__getitem__)   # (ties: the job that waited first)
             queue = self._waiting[nxt]
             place = queue.popleft()
             if not queue:
                 del self._waiting[nxt]
             if not place.cancelled():
                 place.set_result(self._admit(nxt))
-                return
-        self.free += 1
 
     def _admit(self, job: str) -> int:
+        self.in_engine += 1
+        self._held[job] = self._held.get(job, 0) + 1
         priority = self._served[job]
         self._served[job] = priority + 1
         return priority

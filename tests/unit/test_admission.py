@@ -26,26 +26,31 @@ def test_one_job_is_admitted_first_come_first_served_with_rising_priorities():
     assert asyncio.run(run()) == [("a", p) for p in range(6)]
 
 
-def test_a_job_that_arrives_beside_a_queued_one_is_admitted_next_and_ranks_first_in_the_engine():
-    """A big job fills the engine and queues 50 more; a small job's 3 requests take the next 3
-    places, with priorities below every one of the big job's (vLLM seats them first too)."""
+def test_a_job_that_arrives_beside_a_queued_one_goes_in_at_once_up_to_its_share_and_ranks_first():
+    """A big job fills the engine's 4 places and queues 50 more; a small job's first 2 requests
+    (its share: 4 places / 2 jobs) go in at once, over the limit, without waiting for a big
+    request to end; its 3rd takes the first place that frees below the limit, before the big
+    job's 5th. Its priorities are below every one of the big job's (vLLM seats them first)."""
     async def run():
         admission, log = FairAdmission(4), []
         big = [asyncio.ensure_future(_take(admission, "big", log)) for _ in range(54)]
         await asyncio.sleep(0)
         small = [asyncio.ensure_future(_take(admission, "small", log)) for _ in range(3)]
         await asyncio.sleep(0)
-        for _ in range(5):
+        steps = [list(log)]
+        for _ in range(4):
             admission.release("big")
             await asyncio.sleep(0)
+            steps.append(list(log))
         for t in big + small:
             t.cancel()
-        return log
+        return steps, admission.in_engine
 
-    log = asyncio.run(run())
-    assert log[:4] == [("big", p) for p in range(4)]
-    assert log[4:7] == [("small", 0), ("small", 1), ("small", 2)]   # before the big job's 5th
-    assert log[7] == ("big", 4)
+    steps, in_engine = asyncio.run(run())
+    assert steps[0] == [("big", p) for p in range(4)] + [("small", 0), ("small", 1)]
+    assert steps[1] == steps[2] == steps[0]           # 5, then 4 in the engine: nothing handed on
+    assert steps[3][:7] == steps[0] + [("small", 2)]  # 3: below the limit, the small job's 3rd
+    assert in_engine <= 4 + 2
 
 
 def test_two_long_jobs_take_turns_once_the_later_one_has_caught_up():
@@ -162,6 +167,9 @@ def test_a_small_job_beside_a_big_one_on_one_engine_is_answered_before_the_big_o
     assert [r.index for r in small] == [100, 101, 102, 103] and all(r.error is None for r in small)
     order = plugin.engine.done
     last_small = max(i for i, job in enumerate(order) if job == "small")
-    # only the big job's requests already in the engine end before the small job's (first come,
-    # first served: its 4 waiting ones too)
-    assert order[:last_small].count("big") <= arrived + config.intake.max_in_flight, order
+    # the small job's first requests (its share: 4 places / 2 jobs) went in at once: only the big
+    # job's requests already in the engine end before them (first come, first served: its 44
+    # waiting ones too); its others took the next places, beside at most a share of the big job's
+    share = config.intake.max_in_flight // 2
+    assert order[:order.index("small")].count("big") <= arrived + config.intake.max_in_flight, order
+    assert order[:last_small].count("big") <= arrived + config.intake.max_in_flight + share, order
