@@ -29,6 +29,9 @@ class SamplingConfig(Section):
     # text, or the path of a .json file), or exactly one of these strings.
     json_schema: dict[str, Any] | str | None = None
     choice: list[str] | None = None
+    n: int = Field(1, ge=1)                  # answers per row (the prompt prefilled once); >1: a choices column
+    logprobs: bool = False                   # keep each answer token's log-probability: a logprobs column
+    top_logprobs: int = Field(0, ge=0, le=20)   # and this many of the likeliest tokens at each place
 
     @field_validator("json_schema")
     @classmethod
@@ -53,7 +56,8 @@ class SamplingConfig(Section):
         return Sampling(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                         top_k=self.top_k, stop=self.stop, seed=engine_seed if self.seed is None else self.seed,
                         json_schema=None if self.json_schema is None else schema_text(self.json_schema),
-                        choice=self.choice)
+                        choice=self.choice, n=self.n if self.n > 1 else None,
+                        logprobs=self.logprobs or None, top_logprobs=self.top_logprobs or None)
 
 
 def json_schema_value(value: dict | str) -> dict:

@@ -9,9 +9,20 @@ from typing import Any
 import msgspec
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s",
-                 "finish_reason", "answer_json")
-# Written only by jobs that ask for JSON answers (sampling.json_schema, or a json_schema column).
+                 "finish_reason", "answer_json", "logprobs", "choices")
+# Written only by jobs that ask for them: JSON answers (sampling.json_schema, or a json_schema
+# column), log-probabilities (sampling.logprobs / top_logprobs), several answers (sampling.n > 1).
 JSON_FIELD = "answer_json"
+ASKED_FOR = {JSON_FIELD: ("json_schema",), "logprobs": ("logprobs", "top_logprobs"), "choices": ("n",)}
+
+
+def output_fields(sampling, row_columns=()) -> list[str]:
+    """The result columns a job's output has: the optional ones only when the job's sampling
+    settings (a ``Sampling``) or its rows' own sampling columns (``row_columns``) ask for them."""
+    asked = {JSON_FIELD: sampling.json_schema is not None, "logprobs": sampling.keeps_logprobs,
+             "choices": sampling.choices > 1}
+    return [n for n in RESULT_FIELDS[1:]
+            if n not in ASKED_FOR or asked[n] or any(c in row_columns for c in ASKED_FOR[n])]
 
 
 class ErrorKind(StrEnum):
@@ -41,6 +52,11 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
     error_kind: ErrorKind | None = None
     finish_reason: str | None = None  # "stop" (the answer ended) or "length" (it reached max_tokens)
     answer_json: str | None = None    # a JSON answer, parsed, checked against its schema, as compact JSON
+    # the answer's tokens' log-probabilities: [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]
+    logprobs: list | None = None
+    # every answer when several were asked for (sampling.n): [{"answer", "finish_reason",
+    # "completion_tokens", "answer_json", "error", "logprobs"}]; the row's own fields are the first's
+    choices: list | None = None
 
     @property
     def parsed(self) -> Any:

@@ -20,7 +20,10 @@ from typing import Any, Mapping
 import msgspec
 
 # Input columns that override the job's sampling settings for their row (null: the job's).
-ROW_COLUMNS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "json_schema", "choice")
+ROW_COLUMNS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "json_schema", "choice", "n", "logprobs",
+               "top_logprobs")
+# The most log-probabilities a token may list (vLLM's ``max_logprobs`` default; OpenAI's limit too).
+MAX_TOP_LOGPROBS = 20
 
 
 class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
@@ -33,6 +36,19 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     seed: int | None = None
     json_schema: str | None = None   # JSON text of a JSON schema: the answer is JSON matching it
     choice: list[str] | None = None  # the answer is exactly one of these
+    n: int | None = None             # answers per row (the prompt prefilled once)
+    logprobs: bool | None = None     # keep each answer token's log-probability
+    top_logprobs: int | None = None  # and this many of the likeliest tokens at each place
+
+    @property
+    def choices(self) -> int:
+        return self.n or 1
+
+    @property
+    def keeps_logprobs(self) -> bool:
+        """Log-probabilities asked for (``top_logprobs`` alone asks for them too, as OpenAI's has no
+        use without ``logprobs``)."""
+        return bool(self.logprobs) or bool(self.top_logprobs)
 
     def over(self, base: "Sampling | None") -> "Sampling":
         """These settings over ``base``'s (a row's over its job's); at most one constraint."""
@@ -137,7 +153,23 @@ _CHECKS = {
     "seed": lambda v, n: _int(v, n, -(2 ** 63), "an integer"),
     "json_schema": schema_text,
     "choice": _choice,
+    "n": lambda v, n: _int(v, n, 1, "an integer >= 1"),
+    "logprobs": lambda v, n: _flag(v, n),
+    "top_logprobs": lambda v, n: _top(v, n),
 }
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(name, "true or false", value)
+    return value
+
+
+def _top(value: Any, name: str) -> int:
+    value = _int(value, name, 0, f"an integer from 0 to {MAX_TOP_LOGPROBS}")
+    if value > MAX_TOP_LOGPROBS:
+        raise _bad(name, f"an integer from 0 to {MAX_TOP_LOGPROBS}", value)
+    return value
 
 
 def check_answer(answer: str, sampling: Sampling, stopped_at_limit: bool) -> tuple[str | None, str | None]:

@@ -20,16 +20,12 @@ from __future__ import annotations
 from pipeline.jobs.answer_files import PANDAS_TYPES as _DTYPES
 from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.results import JSON_FIELD, RESULT_FIELDS
+from pipeline.results import output_fields
 from tasks import task_columns
 
 
 class DataFrameInputError(ValueError):
     """The DataFrame cannot be answered as it is (e.g. a column the task needs is missing)."""
-
-
-def output_columns(wants_json: bool) -> list[str]:
-    return [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
 
 
 def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None = None,
@@ -56,8 +52,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     missing = columns.missing(names)
     if missing:
         raise DataFrameInputError(f"the DataFrame {missing}; it has: {', '.join(map(str, names)) or '(none)'}")
-    wants_json = config.sampling.json_schema is not None or "json_schema" in names
-    out_columns = output_columns(wants_json)
+    out_columns = output_fields(config.sampling.as_sampling(0), names)
     meta = pd.DataFrame({n: pd.Series(dtype=_DTYPES[n]) for n in out_columns},
                         index=df._meta.index[:0])
     # The user's partitions as they are (selecting columns first would let Dask's optimizer merge

@@ -38,13 +38,19 @@ from pipeline.jobs.partitions import Partition, by_partition
 from pipeline.jobs.storage import filesystem, store_error
 from pipeline.results import RESULT_FIELDS, RowResult
 
-RESULT_TYPES = {   # the output's result columns (the client path's too: pipeline/jobs/job.py)
+_TOKEN = [pa.field("token", pa.string()), pa.field("logprob", pa.float64())]
+LOGPROBS_TYPE = pa.list_(pa.struct([*_TOKEN, pa.field("top_logprobs", pa.list_(pa.struct(_TOKEN)))]))
+RESULT_TYPES = {   # the output's result columns (pipeline/results.py says what each holds)
     "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
     "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
-    "answer_json": pa.string(),
+    "answer_json": pa.string(), "logprobs": LOGPROBS_TYPE,
+    "choices": pa.list_(pa.struct([pa.field("answer", pa.string()), pa.field("finish_reason", pa.string()),
+                                   pa.field("completion_tokens", pa.int64()), pa.field("answer_json", pa.string()),
+                                   pa.field("error", pa.string()), pa.field("logprobs", LOGPROBS_TYPE)])),
 }
-# the same, as a DataFrame job's output has them (strings as pandas strings)
-PANDAS_TYPES = {n: "string" if pa.types.is_string(t) else t.to_pandas_dtype().__name__ for n, t in RESULT_TYPES.items()}
+# the same, as a DataFrame job's output has them (strings as pandas strings, lists as Python objects)
+PANDAS_TYPES = {n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t)
+                else t.to_pandas_dtype().__name__ for n, t in RESULT_TYPES.items()}
 ANSWER_SCHEMA = pa.schema([pa.field("position", pa.int64())] +
                           [pa.field(n, RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]])
 

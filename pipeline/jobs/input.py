@@ -294,11 +294,11 @@ def _chat_request(request: Any) -> tuple[dict | None, str | None]:
     body = request.get("body")
     if not isinstance(body, dict):
         return None, "body is missing or not an object"
-    if body.get("n", 1) != 1 or body.get("stream"):
-        return None, "body asks for n > 1 or stream; one non-streamed completion per request is supported"
+    if body.get("stream"):
+        return None, "body asks for stream; a batch's answers are not streamed"
     unsupported = [k for k in UNSUPPORTED_BODY_FIELDS if body.get(k)]
     if unsupported:
-        return None, f"body.{unsupported[0]} is not supported (one text answer per request)"
+        return None, f"body.{unsupported[0]} is not supported (text answers only)"
     try:
         return {"messages": body.get("messages"), **_body_sampling(body)}, None
     except ValueError as exc:
@@ -306,15 +306,15 @@ def _chat_request(request: Any) -> tuple[dict | None, str | None]:
 
 
 # Body fields that change what a response holds, which this pipeline does not produce.
-UNSUPPORTED_BODY_FIELDS = ("logprobs", "top_logprobs", "tools", "tool_choice", "functions", "function_call", "audio")
+UNSUPPORTED_BODY_FIELDS = ("tools", "tool_choice", "functions", "function_call", "audio")
 
 
 def _body_sampling(body: dict) -> dict:
     """The request's sampling fields, under the row columns' names (pipeline/sampling.py), as
     ``vllm run-batch`` reads them: max_completion_tokens (or max_tokens), temperature, top_p,
-    top_k, stop, seed, and a response_format (json_schema or json_object) or vLLM's
-    structured_outputs (json or choice). Checked with the row's other values."""
-    out = {k: body.get(k) for k in ("temperature", "top_p", "top_k", "stop", "seed")}
+    top_k, stop, seed, n, logprobs, top_logprobs, and a response_format (json_schema or
+    json_object) or vLLM's structured_outputs (json or choice). Checked with the row's other values."""
+    out = {k: body.get(k) for k in ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs", "top_logprobs")}
     out["max_tokens"] = body.get("max_completion_tokens", body.get("max_tokens"))
     fmt = body.get("response_format")
     if fmt is not None:

@@ -41,7 +41,7 @@ from pipeline.jobs.storage import filesystem, is_url, local_path
 from pipeline.jobs.openai_batch import ResponseLines
 from pipeline.config import Config, load_config
 from pipeline.model import DEFAULT_MODEL_NAME
-from pipeline.results import JSON_FIELD, RESULT_FIELDS
+from pipeline.results import RESULT_FIELDS, output_fields
 from pipeline.summary import JobSummary
 from tasks import task_columns
 
@@ -121,11 +121,10 @@ def _input_notes(source, input_path) -> list[str]:
 
 def _output_schema(source, config: "Config") -> pa.Schema:
     """The output parts' columns: the input's own (an OpenAI batch job's: each row's custom_id
-    as JSON text), then the results (``answer_json`` only when the job asks for JSON answers)."""
-    jsonl = source.format == "openai"
-    wants_json = config.sampling.json_schema is not None or jsonl or \
-        "json_schema" in source.row_columns.sampling_columns
-    fields = [n for n in RESULT_FIELDS[1:] if n != JSON_FIELD or wants_json]
+    as JSON text), then the results (``answer_json``, ``logprobs``, ``choices`` only when the job asks for them)."""
+    jsonl = source.format == "openai"   # (its lines may ask for anything: every column)
+    fields = list(RESULT_FIELDS[1:]) if jsonl else \
+        output_fields(config.sampling.as_sampling(0), source.row_columns.sampling_columns)
     if jsonl:
         return pa.schema([pa.field("id", pa.string()), *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
     return pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),

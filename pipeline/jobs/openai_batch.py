@@ -27,12 +27,7 @@ def output_line(position: int, custom_id, result: RowResult, model: str, max_tok
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": result.answer},
-            # as the engine says: at max_tokens (length) or at the end of the answer (stop)
-            "finish_reason": result.finish_reason or ("length" if result.completion_tokens >= max_tokens else "stop"),
-        }],
+        "choices": _choices(result, max_tokens),
         "usage": {
             "prompt_tokens": result.prompt_tokens,
             "completion_tokens": result.completion_tokens,
@@ -43,6 +38,27 @@ def output_line(position: int, custom_id, result: RowResult, model: str, max_tok
     return json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id,
                        "response": {"status_code": 200, "request_id": request_id, "body": body},
                        "error": None}, ensure_ascii=False)
+
+
+def _choices(result: RowResult, max_tokens: int) -> list[dict]:
+    """The response's choices: the row's answer, or each of its answers (``sampling.n``), with
+    their log-probabilities where asked for (OpenAI's ``logprobs.content``)."""
+    answers = result.choices or [{"answer": result.answer, "finish_reason": result.finish_reason,
+                                  "completion_tokens": result.completion_tokens, "logprobs": result.logprobs}]
+    out = []
+    for i, a in enumerate(answers):
+        choice = {"index": i, "message": {"role": "assistant", "content": a["answer"]},
+                  # as the engine says: at max_tokens (length) or at the end of the answer (stop)
+                  "finish_reason": a["finish_reason"] or ("length" if a["completion_tokens"] >= max_tokens else "stop"),
+                  "logprobs": None if a.get("logprobs") is None else {"content": [_token(t) for t in a["logprobs"]]}}
+        out.append(choice)
+    return out
+
+
+def _token(t: dict) -> dict:
+    def one(token: str, logprob: float) -> dict:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8", "surrogatepass"))}
+    return {**one(t["token"], t["logprob"]), "top_logprobs": [one(x["token"], x["logprob"]) for x in t["top_logprobs"]]}
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,31 @@ class BadSampling(ValueError):
 
 
 @dataclass
+class Choice:
+    """One of a request's answers (``sampling.n`` of them)."""
+    text: str
+    completion_tokens: int
+    finish_reason: str | None = None   # "stop" or "length"
+    # per answer token, when asked for: {"token", "logprob", "top_logprobs": [{"token", "logprob"}, ...]}
+    logprobs: list[dict] | None = None
+
+
+@dataclass
 class Generation:
     text: str
     prompt_tokens: int
     cached_tokens: int
-    completion_tokens: int
+    completion_tokens: int             # every answer's tokens
     finish_reason: str | None = None   # "stop" or "length"
+    logprobs: list[dict] | None = None   # the (first) answer's, when asked for
+    choices: list[Choice] | None = None  # every answer, when more than one was asked for
+
+    @classmethod
+    def of(cls, choices: list[Choice], prompt_tokens: int, cached_tokens: int) -> "Generation":
+        first = choices[0]
+        return cls(text=first.text, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+                   completion_tokens=sum(c.completion_tokens for c in choices), finish_reason=first.finish_reason,
+                   logprobs=first.logprobs, choices=choices if len(choices) > 1 else None)
 
 
 class Engine(Protocol):
@@ -137,8 +156,10 @@ def sampling_params(sampling: Sampling):
         structured = StructuredOutputsParams(json=json.loads(sampling.json_schema))
     elif sampling.choice is not None:
         structured = StructuredOutputsParams(choice=list(sampling.choice))
-    fields = {k: getattr(sampling, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed")
+    fields = {k: getattr(sampling, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")
               if getattr(sampling, k) is not None}
+    if sampling.keeps_logprobs:   # (vLLM: the k likeliest tokens at each place, and the one chosen)
+        fields["logprobs"] = sampling.top_logprobs or 0
     # FINAL_ONLY: one output per request instead of one per generated token, which would
     # wake the worker's event loop for every token of every request.
     return SamplingParams(**fields, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY)
@@ -205,10 +226,11 @@ class VllmEngine:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
         if final is None or not final.outputs:
             raise RuntimeError("engine returned no output")
-        c = final.outputs[0]
-        return Generation(text=c.text, prompt_tokens=len(prompt_ids),
-                          cached_tokens=int(final.num_cached_tokens or 0),
-                          completion_tokens=len(c.token_ids), finish_reason=c.finish_reason)
+        top = sampling.top_logprobs or 0
+        choices = [Choice(c.text, len(c.token_ids), c.finish_reason,
+                          token_logprobs(c.token_ids, c.logprobs, top) if c.logprobs is not None else None)
+                   for c in sorted(final.outputs, key=lambda c: c.index)]
+        return Generation.of(choices, len(prompt_ids), int(final.num_cached_tokens or 0))
 
     async def reset_prefix_cache(self) -> None:
         await self._llm.reset_prefix_cache()
@@ -225,6 +247,20 @@ class VllmEngine:
         # Done: vLLM's finalizer would call shutdown again at interpreter exit, when module
         # globals are already gone ("TypeError: 'NoneType' object is not callable").
         self._llm.shutdown = lambda timeout=None: None
+
+
+def token_logprobs(token_ids, logprobs, top: int) -> list[dict]:
+    """vLLM's log-probabilities of an answer (per place: token id -> ``Logprob``) as
+    ``{"token", "logprob", "top_logprobs"}`` per answer token, the ``top`` likeliest first."""
+    out = []
+    for token_id, place in zip(token_ids, logprobs):
+        chosen = place[token_id]
+        likeliest = sorted((lp for lp in place.values() if lp.rank is not None and lp.rank <= top),
+                           key=lambda lp: lp.rank)[:top]
+        out.append({"token": chosen.decoded_token or "", "logprob": float(chosen.logprob),
+                    "top_logprobs": [{"token": lp.decoded_token or "", "logprob": float(lp.logprob)}
+                                     for lp in likeliest]})
+    return out
 
 
 class FakeEngine:
@@ -251,8 +287,8 @@ class FakeEngine:
                        priority: int = 0) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        return Generation(text="", prompt_tokens=len(prompt_ids), cached_tokens=self.cache.serve(prompt_ids),
-                          completion_tokens=0, finish_reason="stop")
+        choices = [Choice("", 0, "stop", [] if sampling.keeps_logprobs else None)] * sampling.choices
+        return Generation.of(choices, len(prompt_ids), self.cache.serve(prompt_ids))
 
     async def reset_prefix_cache(self) -> None:
         self.cache.reset()

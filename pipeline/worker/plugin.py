@@ -251,8 +251,13 @@ class EnginePlugin(WorkerPlugin):
         answer = gen.text.strip()
         result = RowResult(index, answer=answer, prompt_tokens=gen.prompt_tokens,
                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
-                           latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason)
-        if sampling.json_schema is not None:
+                           latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason, logprobs=gen.logprobs)
+        if gen.choices is not None:
+            result.choices = [_choice(c, sampling) for c in gen.choices]
+            result.answer_json = result.choices[0]["answer_json"]
+            if all(c["error"] is not None for c in result.choices):   # (a row fails when no answer is usable)
+                result.fail(ErrorKind.OUTPUT, result.choices[0]["error"].removeprefix(f"{ErrorKind.OUTPUT}: "))
+        elif sampling.json_schema is not None:
             result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
             if problem is not None:
                 result.fail(ErrorKind.OUTPUT, problem)
@@ -338,3 +343,13 @@ def held_prefixes(dask_worker) -> dict:
     if plugin is None or plugin.prefixes is None:
         return {}
     return {"shard": plugin.shard, "prefixes": plugin.prefixes.held()}
+
+
+def _choice(c, sampling: Sampling) -> dict:
+    """One of a row's several answers, checked as a row's answer is (its own ``answer_json`` and
+    ``error``)."""
+    answer = c.text.strip()
+    parsed, problem = check_answer(answer, sampling, c.finish_reason == "length")
+    return {"answer": answer, "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens,
+            "answer_json": parsed, "error": None if problem is None else f"{ErrorKind.OUTPUT}: {problem}",
+            "logprobs": c.logprobs}

@@ -77,8 +77,12 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     # while writing another file
     first = job(null_pipeline, src, tmp_path / "out.parquet")
     files = AnswerFiles(first.sink.dir)
-    answers = whole.select(list(ANSWER_SCHEMA.names[1:-1])).add_column(0, "position", pa.array(range(len(rows))))
-    answers = answers.append_column("answer_json", pa.nulls(len(rows), pa.string()))   # (no JSON asked for)
+    answers = whole.select([n for n in ANSWER_SCHEMA.names[1:] if n in whole.column_names])
+    answers = answers.add_column(0, "position", pa.array(range(len(rows))))
+    for f in ANSWER_SCHEMA:   # (no JSON, log-probabilities or several answers asked for)
+        if f.name not in answers.column_names:
+            answers = answers.append_column(f.name, pa.nulls(len(rows), f.type))
+    answers = answers.select(ANSWER_SCHEMA.names)
     p0, p1 = first.sink.partitions
     assert (p0.rows, p1.rows) == (16, 8)
     files.write(0, "old-b000000", answers.slice(0, 16).cast(ANSWER_SCHEMA))
@@ -159,7 +163,7 @@ def batch_file(path, n=24):
     lines[7] = chat_line(7, "a number for a custom_id")
     lines[9] = json.dumps({"custom_id": "r9", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}})
     lines[11] = chat_line("r11", "hi", stop="END", seed=3, response_format={"type": "json_object"})
-    lines[13] = chat_line("r13", "hi", logprobs=True)
+    lines[13] = chat_line("r13", "hi", tools=[{"type": "function"}])
     data = "\n".join(lines[:6]) + "\n\n  \n" + "\r\n".join(lines[6:12]) + "\r\n" + "\n".join(lines[12:]) + "\n"
     path.write_bytes(data.encode().replace(b"Question 3", b"Question \xff3"))
     return path
@@ -178,7 +182,7 @@ def test_openai_batch_jsonl_on_the_cluster_line_for_line(null_pipeline, tmp_path
     assert [o["custom_id"] for o in cluster][:8] == ["r0", "r1", None, None, "r4", "r5", "r6", 7]
     errors = [o["error"] for o in cluster]
     assert errors[2].startswith("input: line is not valid JSON") and "temperature" in errors[5]
-    assert "url must be" in errors[9] and "logprobs" in errors[13] and "UTF-8" in errors[3]
+    assert "url must be" in errors[9] and "body.tools is not supported" in errors[13] and "UTF-8" in errors[3]
     assert errors[11].startswith("output: answer is not valid JSON")   # (its response_format went with it)
     assert sum(e is not None for e in errors) == summary.errors
     assert summary.rows == 24 and not (tmp_path / "cluster.jsonl.partial").exists()
