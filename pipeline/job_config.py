@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipeline.config_base import Section
 
-from pipeline.sampling import Sampling, SamplingError, checked, schema_text
+from pipeline.sampling import MAX_TOP_LOGPROBS, Sampling, SamplingError, checked, schema_text
 from tasks.template import TemplateError, template_columns
 
 
@@ -31,7 +31,7 @@ class SamplingConfig(Section):
     choice: list[str] | None = None
     n: int = Field(1, ge=1)                  # answers per row (the prompt prefilled once); >1: a choices column
     logprobs: bool = False                   # keep each answer token's log-probability: a logprobs column
-    top_logprobs: int = Field(0, ge=0, le=20)   # and this many of the likeliest tokens at each place
+    top_logprobs: int = Field(0, ge=0, le=MAX_TOP_LOGPROBS)   # and this many of the likeliest tokens at each place
 
     @field_validator("json_schema")
     @classmethod

@@ -144,19 +144,6 @@ def _schema_of(value: Any, name: str) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-_CHECKS = {
-    "max_tokens": lambda v, n: _int(v, n, 1, "an integer >= 1"),
-    "temperature": lambda v, n: _number(v, n, lambda x: x >= 0, "a number >= 0"),
-    "top_p": lambda v, n: _number(v, n, lambda x: 0 < x <= 1, "a number in (0, 1]"),
-    "top_k": lambda v, n: _int(v, n, -1, "an integer >= -1 (0 or -1: off)"),
-    "stop": _stop,
-    "seed": lambda v, n: _int(v, n, -(2 ** 63), "an integer"),
-    "json_schema": schema_text,
-    "choice": _choice,
-    "n": lambda v, n: _int(v, n, 1, "an integer >= 1"),
-    "logprobs": lambda v, n: _flag(v, n),
-    "top_logprobs": lambda v, n: _top(v, n),
-}
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -170,6 +157,21 @@ def _top(value: Any, name: str) -> int:
     if value > MAX_TOP_LOGPROBS:
         raise _bad(name, f"an integer from 0 to {MAX_TOP_LOGPROBS}", value)
     return value
+
+
+_CHECKS = {
+    "max_tokens": lambda v, n: _int(v, n, 1, "an integer >= 1"),
+    "temperature": lambda v, n: _number(v, n, lambda x: x >= 0, "a number >= 0"),
+    "top_p": lambda v, n: _number(v, n, lambda x: 0 < x <= 1, "a number in (0, 1]"),
+    "top_k": lambda v, n: _int(v, n, -1, "an integer >= -1 (0 or -1: off)"),
+    "stop": _stop,
+    "seed": lambda v, n: _int(v, n, -(2 ** 63), "an integer"),
+    "json_schema": schema_text,
+    "choice": _choice,
+    "n": lambda v, n: _int(v, n, 1, "an integer >= 1"),
+    "logprobs": _flag,
+    "top_logprobs": _top,
+}
 
 
 def check_answer(answer: str, sampling: Sampling, stopped_at_limit: bool) -> tuple[str | None, str | None]:

@@ -253,10 +253,11 @@ class EnginePlugin(WorkerPlugin):
                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
                            latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason, logprobs=gen.logprobs)
         if gen.choices is not None:
-            result.choices = [_choice(c, sampling) for c in gen.choices]
+            checked = [(c, *check_answer(c.text.strip(), sampling, c.finish_reason == "length")) for c in gen.choices]
+            result.choices = [_choice(c, parsed, problem) for c, parsed, problem in checked]
             result.answer_json = result.choices[0]["answer_json"]
-            if all(c["error"] is not None for c in result.choices):   # (a row fails when no answer is usable)
-                result.fail(ErrorKind.OUTPUT, result.choices[0]["error"].removeprefix(f"{ErrorKind.OUTPUT}: "))
+            if all(problem is not None for _, _, problem in checked):   # (a row fails when no answer is usable)
+                result.fail(ErrorKind.OUTPUT, checked[0][2])
         elif sampling.json_schema is not None:
             result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
             if problem is not None:
@@ -345,11 +346,9 @@ def held_prefixes(dask_worker) -> dict:
     return {"shard": plugin.shard, "prefixes": plugin.prefixes.held()}
 
 
-def _choice(c, sampling: Sampling) -> dict:
-    """One of a row's several answers, checked as a row's answer is (its own ``answer_json`` and
-    ``error``)."""
-    answer = c.text.strip()
-    parsed, problem = check_answer(answer, sampling, c.finish_reason == "length")
-    return {"answer": answer, "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens,
+def _choice(c, parsed: str | None, problem: str | None) -> dict:
+    """One of a row's several answers, with its own check's outcome (``check_answer``): its
+    ``answer_json`` and ``error``."""
+    return {"answer": c.text.strip(), "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens,
             "answer_json": parsed, "error": None if problem is None else f"{ErrorKind.OUTPUT}: {problem}",
             "logprobs": c.logprobs}
