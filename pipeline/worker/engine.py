@@ -53,14 +53,28 @@ class Generation:
                    logprobs=first.logprobs, choices=choices if len(choices) > 1 else None)
 
 
+@dataclass
+class Embedding:
+    vector: Sequence[float]   # float32 values (a numpy array from vLLM)
+    prompt_tokens: int
+
+
 class Engine(Protocol):
     block_size: int       # tokens per KV-cache block (the prefix cache's unit)
     kv_cache_tokens: int  # tokens the engine's KV cache holds
+    max_model_len: int    # the longest prompt (with its answer) the engine takes
+    tasks: tuple[str, ...]     # what it serves: "generate" and/or "embed"
+    embedding_size: int | None  # an embedding's values (an embedding engine's)
+    special_tokens: int   # the tokens ``embed`` adds to a text (BERT's [CLS] and [SEP])
 
     def encode(self, text: str) -> Sequence[int]: ...   # (a list, or any sequence ``+`` joins and slices)
     # ``priority``: lower first, among the requests waiting inside the engine (pipeline/worker/admission.py)
     async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling,
                        priority: int = 0) -> Generation: ...
+    # an embedding of the text ``prompt_ids`` holds (without the model's special tokens, which the
+    # engine adds); ``normalize``: to length 1 (None: as the model defines)
+    async def embed(self, prompt_ids: Sequence[int], request_id: str, normalize: bool | None = None,
+                    priority: int = 0) -> Embedding: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...
 
@@ -126,6 +140,22 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
     return kwargs
 
 
+def fitted_kwargs(kwargs: dict) -> dict:
+    """``kwargs`` (``engine_kwargs``) fitted to the model: ``max_model_len`` at most what the model
+    takes (an embedding model such as all-MiniLM-L6-v2 takes 256 tokens, and vLLM refuses a larger
+    one), and no prefix caching where the model cannot have it (an encoder's attention looks both
+    ways: vLLM's KV cache manager refuses it)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    model = AsyncEngineArgs(**{**kwargs, "max_model_len": None}).create_model_config()
+    out = dict(kwargs)
+    if kwargs.get("max_model_len") is not None:
+        out["max_model_len"] = min(kwargs["max_model_len"], int(model.max_model_len))
+    if not model.is_prefix_caching_supported:
+        out["enable_prefix_caching"] = False
+    return out
+
+
 # The engine settings the bench compares between the pipeline's engines and plain vLLM's
 # (pipeline/bench/report.py): those vLLM fills in by itself, which the same arguments may not fix.
 SETTINGS = (("scheduler_config", "max_num_batched_tokens"), ("scheduler_config", "max_num_seqs"),
@@ -181,15 +211,24 @@ class VllmEngine:
         # the big one's requests step aside from (pipeline/worker/job_scheduler.py).
         cpu = shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
         scheduler = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
-        args = AsyncEngineArgs(**engine_kwargs(model, config, shard), scheduling_policy="priority", **scheduler)
+        kwargs = fitted_kwargs(engine_kwargs(model, config, shard))
+        args = AsyncEngineArgs(**kwargs, scheduling_policy="priority", **scheduler)
         self._llm = AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
         cache = self._llm.vllm_config.cache_config
+        model_config = self._llm.vllm_config.model_config
         self.settings = engine_settings(self._llm.vllm_config)
         self.block_size = int(cache.block_size)
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
+        self.max_model_len = int(model_config.max_model_len)
+        pooling = model_config.runner_type == "pooling"
+        self.tasks = ("embed",) if pooling else ("generate",)
+        self.embedding_size = int(model_config.embedding_size) if pooling else None
         from transformers import AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(model)
+        self._head, self._tail = special_tokens(self._tokenizer) if pooling else ([], [])
+        self.special_tokens = len(self._head) + len(self._tail)
+        self._pooling: dict[bool | None, object] = {}   # normalize -> its PoolingParams
         self._params: dict[bytes, object] = {}   # encoded Sampling -> its SamplingParams
         self._key = msgspec.msgpack.Encoder().encode
 
@@ -232,6 +271,27 @@ class VllmEngine:
                    for c in sorted(final.outputs, key=lambda c: c.index)]
         return Generation.of(choices, len(prompt_ids), int(final.num_cached_tokens or 0))
 
+    async def embed(self, prompt_ids: list[int], request_id: str, normalize: bool | None = None,
+                    priority: int = 0) -> Embedding:
+        from vllm.inputs import TokensPrompt
+        from vllm.pooling_params import PoolingParams
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        params = self._pooling.get(normalize)
+        if params is None:
+            params = self._pooling[normalize] = PoolingParams(task="embed", use_activation=normalize)
+        ids = [*self._head, *prompt_ids, *self._tail]
+        final = None
+        try:
+            async for out in self._llm.encode(TokensPrompt(prompt_token_ids=ids), params, request_id=request_id,
+                                              priority=priority):
+                final = out
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine core died: {exc}") from exc
+        if final is None:
+            raise RuntimeError("engine returned no output")
+        return Embedding(final.outputs.data.float().numpy(), len(ids))
+
     async def reset_prefix_cache(self) -> None:
         await self._llm.reset_prefix_cache()
 
@@ -247,6 +307,16 @@ class VllmEngine:
         # Done: vLLM's finalizer would call shutdown again at interpreter exit, when module
         # globals are already gone ("TypeError: 'NoneType' object is not callable").
         self._llm.shutdown = lambda timeout=None: None
+
+
+def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The tokens ``tokenizer`` puts before and after a text's own (BERT's [CLS] and [SEP])."""
+    plain = tokenizer.encode("a", add_special_tokens=False)
+    marked = tokenizer.encode("a", add_special_tokens=True)
+    at = next((i for i in range(len(marked) - len(plain) + 1) if marked[i:i + len(plain)] == plain), None)
+    if at is None:
+        return [], []
+    return marked[:at], marked[at + len(plain):]
 
 
 def token_logprobs(token_ids, logprobs, top: int) -> list[dict]:
@@ -270,9 +340,13 @@ class FakeEngine:
 
     block_size = 16
     settings: dict = {}
+    tasks = ("generate", "embed")
+    embedding_size = 4   # an embedding: the prompt's tokens, and its first three code points, over 1000
+    special_tokens = 0
 
-    def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0):
+    def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0, max_model_len: int = 2048):
         self.latency_s = latency_s
+        self.max_model_len = max_model_len
         self.kv_cache_tokens = kv_cache_tokens
         self.cache = PrefixCacheModel(kv_cache_tokens // self.block_size, self.block_size)
 
@@ -290,6 +364,18 @@ class FakeEngine:
         choices = [Choice("", 0, "stop", [] if sampling.keeps_logprobs else None)] * sampling.choices
         return Generation.of(choices, len(prompt_ids), self.cache.serve(prompt_ids))
 
+    async def embed(self, prompt_ids: Sequence[int], request_id: str, normalize: bool | None = None,
+                    priority: int = 0) -> Embedding:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        import numpy as np
+
+        head = list(prompt_ids[:3]) + [0] * (3 - min(3, len(prompt_ids)))
+        vector = np.array([len(prompt_ids), *head], np.float32) / 1000
+        if normalize is not False:
+            vector /= max(float(np.linalg.norm(vector)), 1e-12)
+        return Embedding(vector, len(prompt_ids))
+
     async def reset_prefix_cache(self) -> None:
         self.cache.reset()
 
@@ -304,5 +390,6 @@ def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | Non
     if kind == "vllm":
         return VllmEngine(model, config, shard)
     if kind == "fake":
-        return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens)
+        return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens,
+                          config.engine.max_model_len)
     raise ValueError(f"unknown engine kind {kind!r}; use vllm or fake")

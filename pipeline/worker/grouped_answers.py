@@ -31,7 +31,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
                          progress=None, commit=None, commit_rows: int = 10_000,
                          commit_s: float = 30.0, first_rows: int = 0,
                          prefixes: dict[int, str] | None = None,
-                         job: str | None = None) -> list[RowResult]:
+                         job: str | None = None, embed: bool = False) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
@@ -44,10 +44,11 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     lockstep with a full engine's worth of others (``intake.first_answer_rows``,
     docs/configuration.md). ``job``: the job the rows belong to; jobs share the engine fairly
     (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
-    at a time, and the token gate holds back documents."""
+    at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
+    (their prefix; ``plugin._embed``), not prompts to answer (``plugin._one``)."""
     book = Bookkeeping(rows.num_rows, progress, commit, commit_rows, commit_s)
     admission = Admission(plugin, rows, bucket_id, job or bucket_id, sampling, truncate, first_rows,
-                          prefixes if prefixes is not None else prefixes_of(rows), book)
+                          prefixes if prefixes is not None else prefixes_of(rows), book, embed)
     try:
         await admission.run()
     except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
@@ -146,7 +147,8 @@ class Admission:
     answer, ``first_rows`` of them. Each result goes to ``book``."""
 
     def __init__(self, plugin, rows: pa.Table, bucket_id: str, job: str, sampling, truncate: bool,
-                 first_rows: int, prefixes: dict[int, str], book: Bookkeeping):
+                 first_rows: int, prefixes: dict[int, str], book: Bookkeeping, embed: bool = False):
+        self.embed = embed
         self.plugin, self.bucket_id, self.job, self.sampling, self.truncate = plugin, bucket_id, job, sampling, truncate
         self.first_rows, self.prefixes, self.book = first_rows, prefixes, book
         n = rows.num_rows
@@ -167,7 +169,8 @@ class Admission:
 
     async def run(self) -> None:
         """Every row started (or a failure seen); returns once every row started has ended."""
-        gate = self.plugin.token_gate
+        # (an embedding keeps nothing in the KV cache once computed, and an encoder model has none)
+        gate = None if self.embed else self.plugin.token_gate
         for lo, hi, questions in self.documents:
             if self.book.failure:
                 break
@@ -196,9 +199,12 @@ class Admission:
                 break
             s = self.own[k] if self.own is not None else None
             try:
-                task, r = start_eagerly(self.plugin._one(
-                    self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.suffixes[k], self.truncate,
-                    s.over(self.sampling) if s is not None else self.sampling))
+                sampling = s.over(self.sampling) if s is not None else self.sampling
+                task, r = start_eagerly(
+                    self.plugin._embed(self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.truncate,
+                                       sampling) if self.embed else
+                    self.plugin._one(self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.suffixes[k],
+                                     self.truncate, sampling))
                 if task is None:
                     book.answered(k, r)
                     continue

@@ -30,7 +30,7 @@ from pipeline.worker.admission import FairAdmission, TokenGate
 from pipeline.worker.grouped_answers import answer_grouped
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
-from pipeline.worker.prompt_fit import fit_prompt
+from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling, check_answer
 
@@ -86,7 +86,8 @@ class EnginePlugin(WorkerPlugin):
         self._guard_exit(engine_stopped=False)
         # What does not change while the engine runs; the counters live in self.metrics.
         self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
-                     "kv_cache_tokens": self.engine.kv_cache_tokens, "engine_settings": self.engine.settings}
+                     "kv_cache_tokens": self.engine.kv_cache_tokens, "engine_settings": self.engine.settings,
+                     "tasks": list(self.engine.tasks), "embedding_size": self.engine.embedding_size}
         self._intake = FairAdmission(self.config.intake.max_in_flight)   # shared fairly by the jobs
         budget = self.config.intake.kv_budget_share * (self.engine.kv_cache_tokens or 0)
         self.token_gate = TokenGate(budget) if budget else None   # cluster jobs' grouped answering
@@ -213,41 +214,15 @@ class EnginePlugin(WorkerPlugin):
                    truncate: bool, sampling: Sampling) -> RowResult:
         """Row ``index`` (its position in the job): its prompt is its prefix's tokens, then its
         suffix's. It waits for ``job``'s turn at the engine (pipeline/worker/admission.py)."""
-        ids, error = fit_prompt(prefix_ids, self.engine.encode(suffix), self.config.engine.max_model_len,
+        ids, error = fit_prompt(prefix_ids, self.engine.encode(suffix), self.engine.max_model_len,
                                 sampling.max_tokens or self.config.sampling.max_tokens, truncate)
         if error is not None:
             return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
-        m = self.metrics
-        m.queue(len(ids))
-        try:
-            priority = await self._intake.acquire(job)
-        except BaseException:
-            m.queued -= 1
-            m.prefill_outstanding -= len(ids)
-            raise
-        m.admit()
-        t0 = time.perf_counter()
-        gen = None
-        aborted = False
-        try:
-            gen = await self.engine.generate(ids, request_id=f"{batch_id}-{index}", sampling=sampling,
-                                             priority=priority)
-        except asyncio.CancelledError:
-            aborted = True   # (its task was released: vLLM aborts the request)
-            raise
-        except EngineDead:
-            raise
-        except Exception as exc:  # one failed request must not fail its batch
-            # vLLM checks sampling values when the request is made: a bad one is the row's
-            kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
-            return RowResult.failed(index, kind, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
-                                    shard=self.shard, latency_s=time.perf_counter() - t0)
-        finally:
-            self._intake.release(job)
-            if aborted:
-                m.abort(len(ids))
-            else:
-                m.finish(len(ids), gen.cached_tokens if gen else 0, gen.completion_tokens if gen else 0, gen is None)
+        gen, t0 = await self._at_engine(job, ids, lambda priority: self.engine.generate(
+            ids, request_id=f"{batch_id}-{index}", sampling=sampling, priority=priority))
+        if isinstance(gen, RowResult):
+            gen.index = index
+            return gen
         answer = gen.text.strip()
         result = RowResult(index, answer=answer, prompt_tokens=gen.prompt_tokens,
                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
@@ -263,6 +238,59 @@ class EnginePlugin(WorkerPlugin):
             if problem is not None:
                 result.fail(ErrorKind.OUTPUT, problem)
         return result
+
+    async def _embed(self, job: str, batch_id: str, index: int, ids, truncate: bool,
+                     sampling: Sampling) -> RowResult:
+        """Row ``index``'s embedding: its text's tokens ``ids`` (cut to what the model takes when
+        ``truncate``); it waits for ``job``'s turn at the engine, as ``_one`` does."""
+        engine = self.engine
+        ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
+        if error is not None:
+            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
+        out, t0 = await self._at_engine(job, ids, lambda priority: engine.embed(
+            ids, request_id=f"{batch_id}-{index}", normalize=sampling.normalize, priority=priority))
+        if isinstance(out, RowResult):
+            out.index = index
+            return out
+        return RowResult(index, embedding=out.vector, prompt_tokens=out.prompt_tokens, shard=self.shard,
+                         latency_s=time.perf_counter() - t0)
+
+    async def _at_engine(self, job: str, ids, request) -> tuple[object, float]:
+        """``request(priority)`` (an engine call for prompt ``ids``) once it is ``job``'s turn at
+        the engine (pipeline/worker/admission.py), counted in the shard's figures: its output and
+        when it started; or, where the engine refused or failed the request, the row's failed
+        result (its index to be set) instead of the output."""
+        m = self.metrics
+        m.queue(len(ids))
+        try:
+            priority = await self._intake.acquire(job)
+        except BaseException:
+            m.queued -= 1
+            m.prefill_outstanding -= len(ids)
+            raise
+        m.admit()
+        t0 = time.perf_counter()
+        out = None
+        aborted = False
+        try:
+            out = await request(priority)
+        except asyncio.CancelledError:
+            aborted = True   # (its task was released: vLLM aborts the request)
+            raise
+        except EngineDead:
+            raise
+        except Exception as exc:  # one failed request must not fail its batch
+            # vLLM checks sampling values when the request is made: a bad one is the row's
+            kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
+            return RowResult.failed(-1, kind, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
+                                    shard=self.shard, latency_s=time.perf_counter() - t0), t0
+        finally:
+            self._intake.release(job)
+            if aborted:
+                m.abort(len(ids))
+            else:
+                m.finish(len(ids), getattr(out, "cached_tokens", 0), getattr(out, "completion_tokens", 0), out is None)
+        return out, t0
 
     def _engine_died(self, exc: Exception) -> None:
         """The engine can serve nothing more: say so, then restart this worker process (its

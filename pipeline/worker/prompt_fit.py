@@ -28,3 +28,14 @@ def fit_prompt(prefix: Sequence[int], suffix: Sequence[int], max_model_len: int,
         return [], (f"{TOO_LONG} ({context}); the row's own part alone is {len(suffix)} tokens, "
                     f"so truncating the shared part cannot make it fit")
     return prefix[:keep] + suffix, None
+
+
+def fit_text(ids: Sequence[int], room: int, truncate: bool) -> tuple[Sequence[int], str | None]:
+    """A text to embed (its token ids, without the model's special tokens): the ids and None, its
+    end cut to ``room`` tokens when asked for; or ``[]`` and the row's error."""
+    if len(ids) <= room:
+        return ids, None
+    if not truncate:
+        return [], (f"{TOO_LONG} ({len(ids)} tokens; the embedding model takes {room}); shorten it, or ask for "
+                    f"truncation (--truncate)")
+    return ids[:room], None

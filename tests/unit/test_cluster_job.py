@@ -402,7 +402,8 @@ def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
 
 class _DeadEngine:
     """An engine whose engine core has died: every request fails as vLLM's then do."""
-    block_size, kv_cache_tokens, settings = 16, 0, {}
+    block_size, kv_cache_tokens, settings, max_model_len = 16, 0, {}, 2048
+    tasks, embedding_size, special_tokens = ("generate",), None, 0
 
     def encode(self, text):
         return [ord(c) for c in text]

@@ -66,7 +66,8 @@ def test_context_rule_matches_vllm_and_truncation_keeps_the_rows_own_part():
 class FailingOn:
     """An engine whose request fails when its prompt holds a given token (as vLLM fails one
     request with a validation or runtime error while the others are served)."""
-    block_size, kv_cache_tokens = 16, 0
+    block_size, kv_cache_tokens, max_model_len = 16, 0, 2048
+    tasks, embedding_size, special_tokens = ("generate",), None, 0
 
     def __init__(self, bad_token):
         self.bad_token = bad_token
