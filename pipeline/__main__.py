@@ -41,12 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true",
                      help="the workers' Dask and vLLM logs on this terminal (default: one log file per shard)")
     prompt = run.add_argument_group("prompt and sampling (override the config's prompt: and sampling:)")
-    prompt.add_argument("--task", choices=("document_question", "template", "generate"), default=None,
+    prompt.add_argument("--task", choices=("document_question", "template", "generate", "embed"), default=None,
                         help="document_question: columns document, question; generate: a prompt (optional prefix) "
-                             "or messages column; template: --template's columns")
+                             "or messages column; template: --template's columns; embed: a document column (or "
+                             "--template's), embedded by the embedding model in model.path")
     prompt.add_argument("--template", default=None, metavar="TEXT",
                         help="the user message, naming input columns, e.g. 'Summarize in one line: {text}' (sets --task "
-                             "template); put what rows share first")
+                             "template unless --task embed); put what rows share first")
     prompt.add_argument("--prefix-column", default=None, metavar="COLUMN",
                         help="the template's shareable prefix runs through this column (default: its first)")
     prompt.add_argument("--system", default=None, metavar="TEXT", help="a system prompt")

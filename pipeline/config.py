@@ -279,7 +279,9 @@ class Config(Section):
     storage_options: dict[str, Any] = Field(default_factory=dict)
     # document_question: columns document, question. template: prompt.template's columns.
     # generate: a prompt column (with an optional shared prefix column) or a messages column.
-    task: Literal["document_question", "template", "generate"] = "document_question"
+    # embed: a document column (or prompt.template's columns), embedded by a pooling model
+    # (model.path, e.g. all-MiniLM-L6-v2).
+    task: Literal["document_question", "template", "generate", "embed"] = "document_question"
 
     @model_validator(mode="before")
     @classmethod
@@ -303,8 +305,8 @@ class Config(Section):
     def _task_prompt(self) -> "Config":
         if self.task == "template" and self.prompt.template is None:
             raise ValueError("task template needs prompt.template (e.g. \"Summarize:\\n\\n{text}\")")
-        if self.task != "template" and self.prompt.template is not None:
-            raise ValueError(f"prompt.template is only used by task template (task is {self.task})")
+        if self.task not in ("template", "embed") and self.prompt.template is not None:
+            raise ValueError(f"prompt.template is only used by tasks template and embed (task is {self.task})")
         return self
 
     @model_validator(mode="after")

@@ -32,6 +32,9 @@ class SamplingConfig(Section):
     n: int = Field(1, ge=1)                  # answers per row (the prompt prefilled once); >1: a choices column
     logprobs: bool = False                   # keep each answer token's log-probability: a logprobs column
     top_logprobs: int = Field(0, ge=0, le=MAX_TOP_LOGPROBS)   # and this many of the likeliest tokens at each place
+    # task embed: each embedding scaled to length 1 (true), or as the model's pooling leaves it
+    # (false); null: as the model defines (all-MiniLM-L6-v2: normalised)
+    normalize: bool | None = None
 
     @field_validator("json_schema")
     @classmethod
@@ -57,7 +60,8 @@ class SamplingConfig(Section):
                         top_k=self.top_k, stop=self.stop, seed=engine_seed if self.seed is None else self.seed,
                         json_schema=None if self.json_schema is None else schema_text(self.json_schema),
                         choice=self.choice, n=self.n if self.n > 1 else None,
-                        logprobs=self.logprobs or None, top_logprobs=self.top_logprobs or None)
+                        logprobs=self.logprobs or None, top_logprobs=self.top_logprobs or None,
+                        normalize=self.normalize)
 
 
 def json_schema_value(value: dict | str) -> dict:

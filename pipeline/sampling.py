@@ -39,6 +39,7 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     n: int | None = None             # answers per row (the prompt prefilled once)
     logprobs: bool | None = None     # keep each answer token's log-probability
     top_logprobs: int | None = None  # and this many of the likeliest tokens at each place
+    normalize: bool | None = None    # an embedding scaled to length 1 (None: as the model defines)
 
     @property
     def choices(self) -> int:

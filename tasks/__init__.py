@@ -5,7 +5,8 @@ many rows share (the document, after the chat template's system part) and is wha
 the placement and the KV cache key on; the suffix is the row's own part.
 
 Kinds: ``document_question`` (the default), ``template`` (the config's prompt template),
-``generate`` (a prompt or messages per row), and ``chat`` (OpenAI batch requests).
+``generate`` (a prompt or messages per row), ``chat`` (OpenAI batch requests), and ``embed``
+(a text per row, embedded by a pooling model).
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from dataclasses import dataclass
 from tasks.base import PromptParts, RowError, TaskKind
 from tasks.chat import Chat
 from tasks.document_question import DocumentQuestion
+from tasks.embed import DEFAULT_TEMPLATE as EMBED_TEMPLATE, Embed
 from tasks.generate import Generate
 from tasks.template import PromptTemplate, TemplateError, template_columns
 
-KINDS = ("document_question", "template", "generate")
+KINDS = ("document_question", "template", "generate", "embed")
 
 
 def get_task_kind(config, tokenizer) -> TaskKind:
@@ -30,6 +32,8 @@ def get_task_kind(config, tokenizer) -> TaskKind:
                               chat_template=p.chat_template)
     if config.task == "generate":
         return Generate(tokenizer, system=p.system, chat_template=p.chat_template)
+    if config.task == "embed":
+        return Embed(tokenizer, p.template, prefix_column=p.prefix_column)
     raise ValueError(f"unknown task kind {config.task!r}; known: {', '.join(KINDS)}")
 
 
@@ -58,12 +62,12 @@ class Columns:
 
 def task_columns(config) -> Columns:
     """The columns ``config``'s task reads (no tokenizer needed: checked before engines start)."""
-    if config.task == "template":
-        return Columns(required=tuple(template_columns(config.prompt.template)))
+    if config.task in ("template", "embed"):
+        return Columns(required=tuple(template_columns(config.prompt.template or EMBED_TEMPLATE)))
     if config.task == "generate":
         return Columns(one_of=("prompt", "messages"), optional=("prefix",), lists=("messages",))
     return Columns(required=("document", "question"))
 
 
-__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "PromptTemplate",
+__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "Embed", "PromptTemplate",
            "TemplateError", "KINDS", "get_task_kind", "Columns", "task_columns"]

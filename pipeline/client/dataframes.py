@@ -52,7 +52,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     missing = columns.missing(names)
     if missing:
         raise DataFrameInputError(f"the DataFrame {missing}; it has: {', '.join(map(str, names)) or '(none)'}")
-    out_columns = output_fields(config.sampling.as_sampling(0), names)
+    out_columns = output_fields(config.sampling.as_sampling(0), names, config.task)
     meta = pd.DataFrame({n: pd.Series(dtype=_DTYPES[n]) for n in out_columns},
                         index=df._meta.index[:0])
     # The user's partitions as they are (selecting columns first would let Dask's optimizer merge
@@ -65,7 +65,10 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     steps = FrameSteps(parts, RowColumns.of(columns, names), out_columns, rows_total)
     ClusterJob(steps, config, truncate_prompts).run(pipeline, progress=False)
     futures = steps.frames
-    return dd.from_delayed(futures, meta=meta, divisions=df.divisions, verify_meta=False)
+    import dask
+
+    with dask.config.set({"dataframe.convert-string": False}):   # (list columns stay lists, not their text)
+        return dd.from_delayed(futures, meta=meta, divisions=df.divisions, verify_meta=False)
 
 
 class FrameSteps(KeptSteps):

@@ -82,6 +82,9 @@ class Pipeline:
         stats = start_engines(self._client, self.config, self.model, self.engine_kind, self.notify, self.live,
                               logs=self.log_dir or (self.resident.log_dir if self.resident else None))
         self.block_size = min(s["block_size"] for s in stats)   # the engines' KV-cache block (tokens)
+        # what every engine serves ("generate", "embed"), and an embedding's size (an embedding model's)
+        self.engine_tasks = frozenset.intersection(*(frozenset(s.get("tasks", ("generate",))) for s in stats))
+        self.embedding_size = stats[0].get("embedding_size")
         if self.resident is not None:
             age = self.resident.uptime_s
             held = len(held_documents(self._client, self.config.shard_names))

@@ -47,6 +47,7 @@ RESULT_TYPES = {   # the output's result columns (pipeline/results.py says what 
     "choices": pa.list_(pa.struct([pa.field("answer", pa.string()), pa.field("finish_reason", pa.string()),
                                    pa.field("completion_tokens", pa.int64()), pa.field("answer_json", pa.string()),
                                    pa.field("error", pa.string()), pa.field("logprobs", LOGPROBS_TYPE)])),
+    "embedding": pa.list_(pa.float32()),
 }
 # the same, as a DataFrame job's output has them (strings as pandas strings, lists as Python objects)
 PANDAS_TYPES = {n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t)

@@ -133,6 +133,9 @@ class ClusterJob:
         todo = self.steps.partitions()
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id
+        refused = unserved(self.steps.task_name(self.config), pipeline.engine_tasks, pipeline.model)
+        if refused:
+            raise JobError(refused)
         spec = self.steps.spec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress",
                                task=self.steps.task_kind(self.config, pipeline.tokenizer),
                                sampling=self.config.sampling.as_sampling(self.config.engine.seed),
@@ -379,3 +382,16 @@ class ClusterJob:
         if self.steps.shown is not None:   # (a stream's window: shown as part of the stream)
             job = self.steps.shown(job)
         pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time()})
+
+
+def unserved(task: str, engine_tasks, model: str) -> str | None:
+    """Why the cluster's engines (serving ``engine_tasks``: "generate", "embed") cannot run a job
+    of ``task`` (its name), or None."""
+    if task == "embed" and "embed" not in engine_tasks:
+        return (f"task embed needs an embedding model, and this cluster's engines run {model}, a generation "
+                f"model; set model.path to an embedding model (e.g. all-MiniLM-L6-v2) and run the job on a "
+                f"cluster of its own (docs/usage.md, \"Embeddings\")")
+    if task != "embed" and "generate" not in engine_tasks:
+        return (f"this cluster's engines run {model}, an embedding model, which serves only task embed (this "
+                f"job's task is {task}); run the job on a cluster of a generation model")
+    return None

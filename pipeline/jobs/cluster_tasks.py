@@ -59,6 +59,11 @@ class JobSpec:
     commit_s: float = 30.0      # or this often
     first_rows: int = 0         # requests each answer task admits before its first answer (0: no limit)
 
+    @property
+    def embeds(self) -> bool:
+        """The rows are texts to embed (task embed), not prompts to answer."""
+        return getattr(self.task, "name", None) == "embed"
+
 
 @dataclass
 class ReadFigures:
@@ -228,7 +233,7 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
         await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                     _progress(spec, bucket, earlier.num_rows), commit=commits.add,
                                     commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
-                                    prefixes=prefixes, task=task_key, job=spec.job_id)
+                                    prefixes=prefixes, task=task_key, job=spec.job_id, embed=spec.embeds)
         # (only once every row is answered: a task that failed or was cancelled, its bucket moved to
         # another shard, writes nothing more; its rerun answers what it had not written)
         await loop.run_in_executor(None, commits.close)
@@ -264,7 +269,7 @@ async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | No
     plugin, rows = _bucket_rows(bucket, pieces)
     results = await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                           _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key,
-                                          job=spec.job_id)
+                                          job=spec.job_id, embed=spec.embeds)
     table = results_table(results)
     return _figures(table, bucket.shard), by_partition(table, partition_of(table.column("position").to_numpy()))
 

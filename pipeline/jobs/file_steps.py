@@ -13,7 +13,7 @@ from pipeline.jobs.cluster_tasks import JobSpec, answer_task, file_split_task, f
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
     partition_key_hashes, repeated_hashes, suspect_keys
-from tasks import Chat, get_task_kind
+from tasks import Chat, Embed, get_task_kind
 
 MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
 
@@ -50,8 +50,15 @@ class FileSteps:
         return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY, resources=resources)
 
     def task_kind(self, config, tokenizer):
-        """An OpenAI batch job's requests are chats; any other job's rows are the config's task's."""
-        return Chat(tokenizer) if self.lines is not None else get_task_kind(config, tokenizer)
+        """An OpenAI batch job's requests are chats, or texts to embed (a file of embedding
+        requests); any other job's rows are the config's task's."""
+        if self.lines is None:
+            return get_task_kind(config, tokenizer)
+        return Embed(tokenizer) if self.lines.embeds else Chat(tokenizer)
+
+    def task_name(self, config) -> str:
+        """The name of ``task_kind``'s task (known before it is made)."""
+        return config.task if self.lines is None else "embed" if self.lines.embeds else "chat"
 
     def rows_counted(self, rows: int) -> None:
         """Every partition read: the input has ``rows`` rows (a JSONL job's partial output

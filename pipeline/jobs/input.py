@@ -24,6 +24,8 @@ from pipeline.results import RESULT_FIELDS
 from tasks import Columns
 
 CHAT_URL = "/v1/chat/completions"
+EMBEDDINGS_URL = "/v1/embeddings"
+ENDPOINTS = (CHAT_URL, EMBEDDINGS_URL)
 
 
 def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
@@ -200,8 +202,10 @@ def _describe(schema: pa.Schema) -> str:
 
 class OpenAIBatchSource:
     """The OpenAI batch JSONL format (as ``vllm run-batch`` reads it): one request per line,
-    ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``.
-    Blank lines are skipped. A line that is not such a request becomes an error row.
+    ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``,
+    or, in a file of embedding requests, ``"url": "/v1/embeddings", "body": {"input": "text"}``
+    (the first line's url says which; ``endpoint``). Blank lines are skipped. A line that is not
+    such a request becomes an error row.
 
     Opening it reads nothing but the first line. A job on the client path reads every line here
     (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time
@@ -232,6 +236,9 @@ class OpenAIBatchSource:
         if first is not None and not isinstance(first[0], dict):
             raise JobError(f"{path} is not OpenAI batch JSONL: its first line is not a JSON object "
                            f"(expected one request per line: custom_id, method, url, body)")
+        # the file's endpoint (every line's): its first line's, if it names one this program serves
+        url = first[0].get("url") if first is not None else None
+        self.endpoint = url if url in ENDPOINTS else CHAT_URL
         self._keys: list | None = None
 
     @property
@@ -282,18 +289,47 @@ def parse_line(raw: bytes) -> tuple[Any, str | None]:
         return None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
 
 
-def _chat_request(request: Any) -> tuple[dict | None, str | None]:
+def request_row(request: Any, endpoint: str = CHAT_URL) -> tuple[dict | None, str | None]:
+    """A request line (parsed) of a file for ``endpoint`` as a row of the task's columns, and
+    None; or None and why it cannot be one."""
+    body, error = _request_body(request, endpoint)
+    if error is not None:
+        return None, error
+    return _embedding_request(body) if endpoint == EMBEDDINGS_URL else _chat_request(body)
+
+
+def _request_body(request: Any, endpoint: str) -> tuple[dict | None, str | None]:
     if not isinstance(request, dict):
         return None, "line is not a JSON object"
     if not isinstance(request.get("custom_id"), str):
         return None, "custom_id is missing or not a string"
     if request.get("method", "POST") != "POST":
         return None, f"method must be POST (got {request.get('method')!r})"
-    if request.get("url") != CHAT_URL:
-        return None, f"url must be {CHAT_URL} (got {request.get('url')!r}); only chat completions are supported"
+    if request.get("url") != endpoint:
+        other = "a file's requests are all for one endpoint, its first line's" if request.get("url") in ENDPOINTS \
+            else f"the endpoints served are {' and '.join(ENDPOINTS)}"
+        return None, f"url must be {endpoint} (got {request.get('url')!r}); {other}"
     body = request.get("body")
     if not isinstance(body, dict):
         return None, "body is missing or not an object"
+    return body, None
+
+
+def _embedding_request(body: dict) -> tuple[dict | None, str | None]:
+    """An embeddings request's text (OpenAI's ``input``: a string, or a list of one string)."""
+    text = body.get("input")
+    if isinstance(text, list) and len(text) == 1:
+        text = text[0]
+    if not isinstance(text, str):
+        return None, "body.input must be a string (one text per request)"
+    if body.get("encoding_format", "float") != "float":
+        return None, f"body.encoding_format {body.get('encoding_format')!r} is not supported (float only)"
+    if body.get("dimensions") is not None:
+        return None, "body.dimensions is not supported (embeddings have the model's size)"
+    return {"document": text}, None
+
+
+def _chat_request(body: dict) -> tuple[dict | None, str | None]:
     if body.get("stream"):
         return None, "body asks for stream; a batch's answers are not streamed"
     unsupported = [k for k in UNSUPPORTED_BODY_FIELDS if body.get(k)]

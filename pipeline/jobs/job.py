@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow as pa
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import check_output_apart, open_source
+from pipeline.jobs.input import EMBEDDINGS_URL, check_output_apart, open_source
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.jobs.cluster_job import ClusterJob
@@ -101,7 +101,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     for note in notes:  # only once every check has passed
         notify(note)
     lines = ResponseLines(config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens,
-                          sink.meta["started"]) if jsonl else None
+                          sink.meta["started"], source.endpoint == EMBEDDINGS_URL) if jsonl else None
     return ClusterJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
 
@@ -124,7 +124,7 @@ def _output_schema(source, config: "Config") -> pa.Schema:
     as JSON text), then the results (``answer_json``, ``logprobs``, ``choices`` only when the job asks for them)."""
     jsonl = source.format == "openai"   # (its lines may ask for anything: every column)
     fields = list(RESULT_FIELDS[1:]) if jsonl else \
-        output_fields(config.sampling.as_sampling(0), source.row_columns.sampling_columns)
+        output_fields(config.sampling.as_sampling(0), source.row_columns.sampling_columns, config.task)
     if jsonl:
         return pa.schema([pa.field("id", pa.string()), *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
     return pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),

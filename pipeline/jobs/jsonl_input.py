@@ -4,8 +4,8 @@ start in it (fsspec's ``read_block`` cuts it at line ends), so every line is rea
 A row's position is its block's number, then its place in the block; the output's ids are
 numbered in input order when OUTPUT is written (pipeline/jobs/openai_batch.py).
 
-Each line is checked as the client path checks it (pipeline/jobs/input.py): a line that is not
-a chat-completion request, whose messages the chat template rejects, or whose body's sampling
+Each line is checked as pipeline/jobs/input.py says: a line that is not a request for the file's
+endpoint (chat completions or embeddings), whose messages the chat template rejects, or whose body's sampling
 settings are bad, is an error row with the same text.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from fsspec.utils import read_block
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import _chat_request, parse_line
+from pipeline.jobs.input import CHAT_URL, EMBEDDINGS_URL, parse_line, request_row
 from pipeline.jobs.partitions import ByteBlock
 from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
 
@@ -58,8 +58,9 @@ def block_carry(source, block: ByteBlock) -> pa.Table:
 
 
 def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = None) -> PromptRows:
-    """The block as prompt rows (``task``: the chat task); rows whose position is in ``done``
-    (answered by an earlier run) are left out."""
+    """The block as prompt rows (``task``: the chat task, or the embed task for a file of
+    embedding requests); rows whose position is in ``done`` (answered by an earlier run) are left out."""
+    endpoint = EMBEDDINGS_URL if getattr(task, "name", None) == "embed" else CHAT_URL
     requests = block_requests(source, block)
     read = len(requests)
     positions = pa.array(block.start + np.arange(len(requests), dtype=np.int64))
@@ -67,7 +68,7 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
         keep = pc.invert(pc.is_in(positions, value_set=done))
         requests = [r for r, k in zip(requests, keep.to_pylist()) if k]
         positions = positions.filter(keep)
-    rows = prompt_rows_of_dicts([_chat_request(r) if e is None else (None, e) for r, e in requests], positions, task,
+    rows = prompt_rows_of_dicts([request_row(r, endpoint) if e is None else (None, e) for r, e in requests], positions, task,
                                 all_sampling=True)
     rows.read = read
     return rows

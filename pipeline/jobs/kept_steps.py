@@ -46,3 +46,7 @@ class KeptSteps:
 
     def task_kind(self, config, tokenizer):
         return self.task if self.task is not None else get_task_kind(config, tokenizer)
+
+    def task_name(self, config) -> str:
+        """The name of ``task_kind``'s task (known before it is made)."""
+        return getattr(self.task, "name", "chat") if self.task is not None else config.task

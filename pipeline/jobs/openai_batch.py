@@ -1,7 +1,8 @@
 """Output lines of the OpenAI batch format, as ``vllm run-batch`` writes them.
 
 A row with an answer: ``{"id", "custom_id", "response": {"status_code": 200, "request_id",
-"body": <chat.completion>}, "error": null}``. A row that failed: ``"response":
+"body": <chat.completion>}, "error": null}`` (an embedding request's body: OpenAI's list of one
+embedding). A row that failed: ``"response":
 {"status_code": 400, "request_id", "body": null}`` and the reason in ``"error"``. Ids are
 derived from the row's position, so a resumed job writes exactly what an uninterrupted one
 would.
@@ -16,13 +17,14 @@ import pyarrow as pa
 from pipeline.results import RESULT_FIELDS, RowResult
 
 
-def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int) -> str:
+def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int,
+                embeds: bool = False) -> str:
     request_id = f"pipeline-batch-{position}"
     if result.error is not None:
         response = {"status_code": 400, "request_id": request_id, "body": None}
         return json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id, "response": response,
                            "error": result.error}, ensure_ascii=False)
-    body = {
+    body = embedding_body(result, model) if embeds else {
         "id": f"chatcmpl-{position}",
         "object": "chat.completion",
         "created": created,
@@ -38,6 +40,12 @@ def output_line(position: int, custom_id, result: RowResult, model: str, max_tok
     return json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id,
                        "response": {"status_code": 200, "request_id": request_id, "body": body},
                        "error": None}, ensure_ascii=False)
+
+
+def embedding_body(result: RowResult, model: str) -> dict:
+    """OpenAI's response to an embeddings request of one input."""
+    return {"object": "list", "data": [{"object": "embedding", "embedding": list(result.embedding), "index": 0}],
+            "model": model, "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}}
 
 
 def _choices(result: RowResult, max_tokens: int) -> list[dict]:
@@ -68,6 +76,7 @@ class ResponseLines:
     model: str
     max_tokens: int
     created: int
+    embeds: bool = False   # a file of embedding requests
 
     def of(self, table: pa.Table, first: int) -> str:
         """``table``'s rows as lines, the first at input position ``first``."""
@@ -76,5 +85,5 @@ class ResponseLines:
         for k, row in enumerate(table.select(["id", *fields]).to_pylist()):
             result = RowResult(first + k, **{n: row[n] for n in fields})
             out.append(output_line(first + k, json.loads(row["id"]), result, self.model, self.max_tokens,
-                                   self.created) + "\n")
+                                   self.created, self.embeds) + "\n")
         return "".join(out)
