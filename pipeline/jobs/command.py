@@ -14,7 +14,8 @@ from pipeline.config import Config
 from pipeline.console import EXIT_INTERRUPTED, EXIT_STOPPED
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.job import prepare_job
-from pipeline.model import model_for, resolve_model
+from pipeline.jobs.cluster_job import unserved
+from pipeline.model import DEFAULT_MODEL_NAME, model_for, packaged_task, resolve_model
 
 
 def prompt_options(args, config: Config) -> Config:
@@ -46,6 +47,11 @@ def run(args, config: Config) -> int:
     notes: list[str] = []
     job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
                       truncate=args.truncate, part_rows=args.part_rows, notify=notes.append, config=config)
+    served = packaged_task(config) if config.engine.kind == "vllm" else None
+    refused = unserved(job.steps.task_name(config), {served}, config.model.path or DEFAULT_MODEL_NAME) \
+        if served else None
+    if refused:   # (before any engine starts: the model's task is known)
+        raise JobError(refused)
     if config.engine.kind == "vllm" or config.model.path is not None:
         resolve_model(config)
     for note in notes:

@@ -172,3 +172,17 @@ def test_output_apart_from_the_input_from_python(tmp_path):
         raise AssertionError("memory://bucket42/./in.parquet was not refused")
     finally:
         fsspec.filesystem("memory").rm("/bucket42", recursive=True)
+
+
+def test_a_task_the_configured_model_cannot_serve_stops_before_any_engine_starts(tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"document": ["d"], "question": ["q"]}), src)
+    proc = run_cli("run", src, tmp_path / "out.parquet", "--task", "embed")   # (the default model generates)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "task embed needs an embedding model, and this cluster's engines run SmolLM2-135M-Instruct" in proc.stderr
+    assert "engine ready" not in proc.stderr
+    config = tmp_path / "embed.yaml"
+    config.write_text("model:\n  path: all-MiniLM-L6-v2\n")
+    proc = run_cli("run", src, tmp_path / "out2.parquet", "--config", config)
+    assert proc.returncode == 2 and "an embedding model, which serves only task embed" in proc.stderr
+    assert "(this job's task is document_question)" in proc.stderr and "engine ready" not in proc.stderr
