@@ -8,8 +8,9 @@ benchmark's environment as it was before any cluster started) plus the shard's v
 have written into. It gets the same engine arguments and sampling as the pipeline's
 workers, and talks to the benchmark over a loopback socket.
 
-Protocol: ``load`` (prompts as token ids), ``reset`` (empty the prefix cache), ``go``
-(generate them all, reply with the outputs), ``stop``.
+Protocol: ``load`` (prompts as token ids, or texts), ``reset`` (empty the prefix cache), ``go``
+(generate them all, or for a config of task embed embed them all with ``LLM.embed``; reply with
+the outputs), ``stop``.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from pipeline.config import Config
 from pipeline.names import SHARD_ENV
-from pipeline.worker.engine import engine_kwargs, engine_settings, sampling_params
+from pipeline.worker.engine import engine_kwargs, engine_settings, fitted_kwargs, sampling_params
 from pipeline.worker.gcstats import GcPauses
 
 
@@ -42,7 +43,9 @@ def _serve(conn, model: str, config: Config) -> None:
 
     t0 = time.perf_counter()
     shard = config.shard(os.environ.get(SHARD_ENV))
-    llm = LLM(**engine_kwargs(model, config, shard))
+    # (fitted to the model as the pipeline's engines are: an embedding model's shorter context)
+    llm = LLM(**fitted_kwargs(engine_kwargs(model, config, shard)))
+    embeds = config.task == "embed"
     sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
     pauses = GcPauses().install()
     conn.send(("ready", time.perf_counter() - t0, engine_settings(llm.llm_engine.vllm_config)))
@@ -50,13 +53,18 @@ def _serve(conn, model: str, config: Config) -> None:
     while True:
         cmd, *args = conn.recv()
         if cmd == "load":
-            prompts = [TokensPrompt(prompt_token_ids=p) for p in args[0]]
+            # (token ids; or texts, which vLLM tokenizes, as a user's call hands it them)
+            prompts = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=p) for p in args[0]]
             conn.send(("ok",))
         elif cmd == "reset":
             llm.reset_prefix_cache()
             pauses.reset()
             conn.send(("ok",))
         elif cmd == "go":
+            if embeds:
+                outs = llm.embed(prompts, use_tqdm=False) if prompts else []
+                conn.send(("done", [("", len(o.prompt_token_ids), 0, 0) for o in outs], pauses.summary()))
+                continue
             outs = llm.generate(prompts, sampling, use_tqdm=False) if prompts else []
             conn.send(("done", [(o.outputs[0].text, len(o.prompt_token_ids), int(o.num_cached_tokens or 0),
                                  len(o.outputs[0].token_ids)) for o in outs], pauses.summary()))

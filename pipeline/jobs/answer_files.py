@@ -185,11 +185,14 @@ class AnswerFiles:
         self.folder.write_table(self.part_path(part.index), table)
         return table.num_rows
 
-    def finish(self, partitions: list[Partition], schema: pa.Schema, final: str) -> None:
-        """The parts, in order, copied into OUTPUT (one part in memory at a time); the folder goes."""
-        with self.folder.writing(str(final)) as out, pq.ParquetWriter(out, schema) as writer:
+    def finish(self, partitions: list[Partition], schema: pa.Schema, final: str,
+               out_schema: pa.Schema | None = None) -> None:
+        """The parts, in order, copied into OUTPUT (one part in memory at a time), cast to
+        ``out_schema`` where given; the folder goes."""
+        with self.folder.writing(str(final)) as out, pq.ParquetWriter(out, out_schema or schema) as writer:
             for part in partitions:
-                writer.write_table(self.folder.read_table(self.part_path(part.index), schema=schema))
+                table = self.folder.read_table(self.part_path(part.index), schema=schema)
+                writer.write_table(table.cast(out_schema) if out_schema is not None else table)
         self.folder.remove()
 
     def finish_lines(self, partitions: list, schema: pa.Schema, final: str, lines) -> None:

@@ -140,7 +140,8 @@ class ClusterJob:
                                task=self.steps.task_kind(self.config, pipeline.tokenizer),
                                sampling=self.config.sampling.as_sampling(self.config.engine.seed),
                                truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
-                               first_rows=self.config.intake.first_rows(watched))
+                               first_rows=self.config.intake.first_rows(watched),
+                               embedding_size=pipeline.embedding_size)
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 

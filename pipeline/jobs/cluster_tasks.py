@@ -58,6 +58,7 @@ class JobSpec:
     commit_rows: int = 10_000   # an answer task commits its answers at least this many at a time
     commit_s: float = 30.0      # or this often
     first_rows: int = 0         # requests each answer task admits before its first answer (0: no limit)
+    embedding_size: int | None = None   # an embedding job's: OUTPUT's embedding column is a list of this size
 
     @property
     def embeds(self) -> bool:
@@ -353,11 +354,20 @@ def merge_task(spec: JobSpec, part: Partition) -> int:
     return AnswerFiles(spec.folder).merge(part, carry, spec.schema, source.key)
 
 
+def fixed_embeddings(schema: pa.Schema | None, size: int | None) -> pa.Schema | None:
+    """``schema`` with its embedding column a fixed-size list of ``size`` float32 (the answer files
+    keep a list of any size: the size is known once the engines run); None where nothing changes."""
+    if schema is None or not size or "embedding" not in schema.names:
+        return None
+    at = schema.get_field_index("embedding")
+    return schema.set(at, pa.field("embedding", pa.list_(pa.float32(), size)))
+
+
 def finish_task(spec: JobSpec, partitions: list[Partition], final: str, lines=None) -> None:
     """OUTPUT from the merged parts: Parquet, or with ``lines`` (an OpenAI batch job's
     ``openai_batch.ResponseLines``) JSONL."""
     files = AnswerFiles(spec.folder)
     if lines is None:
-        files.finish(partitions, spec.schema, final)
+        files.finish(partitions, spec.schema, final, fixed_embeddings(spec.schema, spec.embedding_size))
     else:
         files.finish_lines(partitions, spec.schema, final, lines)

@@ -57,6 +57,7 @@ def test_embeddings_match_the_models_reference(tmp_path):
             run_job(p, src, tmp_path / "gen.parquet", progress=False, task="template",
                     prompt={"template": "Summarize: {document}"})
     ref = reference(path, texts)
+    assert pq.read_schema(tmp_path / "out.parquet").field("embedding").type == pa.list_(pa.float32(), 384)
     rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
     cut = pq.read_table(tmp_path / "cut.parquet").to_pylist()
     assert [r["id"] for r in rows] == [f"t{k}" for k in range(len(texts))]

@@ -40,7 +40,7 @@ def test_each_rows_embedding_on_its_row_and_bad_rows_as_errors(fake_pipeline, tm
     summary = run_job(fake_pipeline, src, tmp_path / "out.parquet", progress=False)
     out = pq.read_table(tmp_path / "out.parquet")
     assert out.column_names == ["topic", "id", "embedding", "error", "prompt_tokens", "shard", "latency_s"]
-    assert out.schema.field("embedding").type == pa.list_(pa.float32())
+    assert out.schema.field("embedding").type == pa.list_(pa.float32(), FakeEngine.embedding_size)   # (fixed size)
     rows = out.to_pylist()
     assert [r["id"] for r in rows] == [f"r{k}" for k in range(len(TEXTS))] and summary.rows == len(TEXTS)
     for text, row in zip(TEXTS, rows):
