@@ -141,15 +141,16 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
 
 
 def fitted_kwargs(kwargs: dict) -> dict:
-    """``kwargs`` (``engine_kwargs``) fitted to the model: ``max_model_len`` at most what the model
-    takes (an embedding model such as all-MiniLM-L6-v2 takes 256 tokens, and vLLM refuses a larger
-    one), and no prefix caching where the model cannot have it (an encoder's attention looks both
-    ways: vLLM's KV cache manager refuses it)."""
+    """``kwargs`` (``engine_kwargs``) fitted to the model: an embedding model's ``max_model_len`` at
+    most what the model takes (all-MiniLM-L6-v2 takes 256 tokens, and vLLM refuses more; a longer
+    text is the row's error, or cut); no prefix caching where the model cannot have it (an
+    encoder's attention looks both ways: vLLM's KV cache manager refuses it). A generation
+    model's context is as configured (vLLM says so if the model cannot take it)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     model = AsyncEngineArgs(**{**kwargs, "max_model_len": None}).create_model_config()
     out = dict(kwargs)
-    if kwargs.get("max_model_len") is not None:
+    if kwargs.get("max_model_len") is not None and model.runner_type == "pooling":
         out["max_model_len"] = min(kwargs["max_model_len"], int(model.max_model_len))
     if not model.is_prefix_caching_supported:
         out["enable_prefix_caching"] = False
