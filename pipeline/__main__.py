@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
                           "answering them with an error")
     run.add_argument("--part-rows", type=int, default=10_000,
                      help="rows per committed output part (default 10000); a part is also committed every 30 s")
+    run.add_argument("--model", default=None, metavar="PATH",
+                     help="overrides the config's model.path: a model folder, a hub name, or a packaged model "
+                          "(all-MiniLM-L6-v2: an embedding model, for --task embed)")
     run.add_argument("--engine", choices=("vllm", "fake", "null"), default=None,
                      help="overrides the config's engine.kind; for testing: 'fake' answers every row with an "
                           "empty string (after engine.null_latency_s), no vLLM ('null': its old name)")

@@ -38,6 +38,8 @@ def run(args, config: Config) -> int:
         raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
     if args.engine:
         config = config.replace(engine={"kind": args.engine})
+    if args.model:
+        config = config.replace(model={"path": args.model})
     config = prompt_options(args, config)
     notify = (lambda line: None) if args.quiet else console.notify
     if not config.scheduler.address and (cluster_dir(config) / STATE_FILE).exists():

@@ -186,3 +186,5 @@ def test_a_task_the_configured_model_cannot_serve_stops_before_any_engine_starts
     proc = run_cli("run", src, tmp_path / "out2.parquet", "--config", config)
     assert proc.returncode == 2 and "an embedding model, which serves only task embed" in proc.stderr
     assert "(this job's task is document_question)" in proc.stderr and "engine ready" not in proc.stderr
+    proc = run_cli("run", src, tmp_path / "out3.parquet", "--model", "all-MiniLM-L6-v2")   # (the same, as an option)
+    assert proc.returncode == 2 and "an embedding model, which serves only task embed" in proc.stderr
