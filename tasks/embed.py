@@ -15,6 +15,7 @@ class Embed(PromptTemplate):
     name = "embed"
 
     def __init__(self, tokenizer, template: str | None = None, prefix_column: str | None = None):
-        # the whole text is the "prefix" (what the placement keys on); nothing follows it
+        # the placement keys on the text through its prefix column (the whole text, by default);
+        # the engine embeds all of it, prefix and suffix
         super().__init__(tokenizer, template or DEFAULT_TEMPLATE, prefix_column=prefix_column, chat_template=False,
                          strict_text=True)

@@ -45,7 +45,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     docs/configuration.md). ``job``: the job the rows belong to; jobs share the engine fairly
     (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
     at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
-    (their prefix; ``plugin._embed``), not prompts to answer (``plugin._one``)."""
+    (their prefix and suffix; ``plugin._embed``), not prompts to answer (``plugin._one``)."""
     book = Bookkeeping(rows.num_rows, progress, commit, commit_rows, commit_s)
     admission = Admission(plugin, rows, bucket_id, job or bucket_id, sampling, truncate, first_rows,
                           prefixes if prefixes is not None else prefixes_of(rows), book, embed)
@@ -201,8 +201,8 @@ class Admission:
             try:
                 sampling = s.over(self.sampling) if s is not None else self.sampling
                 task, r = start_eagerly(
-                    self.plugin._embed(self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.truncate,
-                                       sampling) if self.embed else
+                    self.plugin._embed(self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.suffixes[k],
+                                       self.truncate, sampling) if self.embed else
                     self.plugin._one(self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.suffixes[k],
                                      self.truncate, sampling))
                 if task is None:

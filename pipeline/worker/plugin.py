@@ -239,11 +239,13 @@ class EnginePlugin(WorkerPlugin):
                 result.fail(ErrorKind.OUTPUT, problem)
         return result
 
-    async def _embed(self, job: str, batch_id: str, index: int, ids, truncate: bool,
+    async def _embed(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
                      sampling: Sampling) -> RowResult:
-        """Row ``index``'s embedding: its text's tokens ``ids`` (cut to what the model takes when
-        ``truncate``); it waits for ``job``'s turn at the engine, as ``_one`` does."""
+        """Row ``index``'s embedding: its text is its prefix's tokens, then its suffix's (a template's
+        text after its prefix column), cut to what the model takes when ``truncate``; it waits for
+        ``job``'s turn at the engine, as ``_one`` does."""
         engine = self.engine
+        ids = prefix_ids + engine.encode(suffix) if suffix else prefix_ids
         ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
         if error is not None:
             return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)

@@ -125,3 +125,15 @@ def test_a_job_the_engines_cannot_serve_is_refused_before_anything_runs(fake_pip
             run_job(fake_pipeline, src, tmp_path / "out2.parquet", progress=False)
     finally:
         fake_pipeline.engine_tasks = frozenset({"generate", "embed"})
+
+
+def test_a_template_of_several_columns_embeds_its_whole_text(fake_pipeline, tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"title": ["Alpha", "Bravo"], "body": ["first body", "second"]}), src)
+    run_job(fake_pipeline, src, tmp_path / "out.parquet", progress=False, task="embed",
+            prompt={"template": "{title}: {body} (end)"})
+    rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    for title, body, row in zip(["Alpha", "Bravo"], ["first body", "second"], rows):
+        text = f"{title}: {body} (end)"
+        assert row["error"] is None and row["prompt_tokens"] == len(text)
+        assert np.allclose(row["embedding"], _expected(text), atol=1e-6)
