@@ -36,7 +36,9 @@ def texts_of(rows: int, seed: int) -> list[str]:
 
 
 def reference(model_path: str, texts: list[str], max_length: int = 256) -> np.ndarray:
-    """The model card's embeddings: the last hidden states' mean over the real tokens, normalised."""
+    """The model card's embeddings, computed without vLLM (transformers): the last hidden states'
+    mean over the real tokens, normalised; texts cut to ``max_length`` tokens as
+    sentence-transformers cuts them (also the engine test's reference)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -71,10 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         with StandaloneShards(pipeline.config, pipeline.model, environ=user_env) as shards:
             envs = engine_env_report(pipeline, shards)
             plain_settings = shards.settings
-            warm = work / "warm.parquet"
-            pq.write_table(pa.table({"document": texts_of(args.warm, 99)}), warm)
+            warm, warm_texts = work / "warm.parquet", texts_of(args.warm, 99)
+            pq.write_table(pa.table({"document": warm_texts}), warm)
             run_job(pipeline, warm, work / "warm-out.parquet", progress=False)
-            warm_texts = texts_of(args.warm, 99)
             shards.run({name: warm_texts[k::len(shards.shards)] for k, name in enumerate(shards.shards)})
             runs = []
             for pair in range(args.pairs):

@@ -11,29 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Pipeline, load_config
+from pipeline.bench.embed import reference
 from pipeline.bench.workloads import document_questions
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.job import run_job
 from pipeline.model import MINILM_NAME, resolve_model
 
 pytestmark = pytest.mark.own_cluster
-
-
-def reference(model_path: str, texts: list[str], max_length: int = 256) -> np.ndarray:
-    """The model card's embeddings: mean of the last hidden states over the real tokens, normalised."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModel.from_pretrained(model_path).eval()
-    out = []
-    for i in range(0, len(texts), 16):
-        enc = tokenizer(texts[i:i + 16], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        with torch.no_grad():
-            hidden = model(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).float()
-        out.append(torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=1).numpy())
-    return np.concatenate(out)
 
 
 def test_embeddings_match_the_models_reference(tmp_path):
