@@ -44,13 +44,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true",
                      help="the workers' Dask and vLLM logs on this terminal (default: one log file per shard)")
     prompt = run.add_argument_group("prompt and sampling (override the config's prompt: and sampling:)")
-    prompt.add_argument("--task", choices=("document_question", "template", "generate", "embed"), default=None,
+    prompt.add_argument("--task", choices=("document_question", "template", "generate", "embed", "classify", "score"),
+                        default=None,
                         help="document_question: columns document, question; generate: a prompt (optional prefix) "
                              "or messages column; template: --template's columns; embed: a document column (or "
-                             "--template's), embedded by the embedding model in model.path")
+                             "--template's), embedded by the embedding model in model.path; classify: --template's "
+                             "columns, weighed against --label's; score: columns document, query (or --template's), "
+                             "the probability of yes")
     prompt.add_argument("--template", default=None, metavar="TEXT",
                         help="the user message, naming input columns, e.g. 'Summarize in one line: {text}' (sets --task "
-                             "template unless --task embed); put what rows share first")
+                             "template unless --task embed, classify or score); put what rows share first")
     prompt.add_argument("--prefix-column", default=None, metavar="COLUMN",
                         help="the template's shareable prefix runs through this column (default: its first)")
     prompt.add_argument("--system", default=None, metavar="TEXT", help="a system prompt")
@@ -59,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                              "output gets an answer_json column")
     prompt.add_argument("--choice", action="append", default=None, metavar="TEXT",
                         help="the answer is exactly one of these (repeat: --choice yes --choice no)")
+    prompt.add_argument("--label", action="append", default=None, metavar="TEXT", dest="labels",
+                        help="--task classify/score: a label to weigh (repeat: --label positive --label negative)")
     prompt.add_argument("--max-tokens", type=int, default=None, help="tokens per answer at most")
     prompt.add_argument("--temperature", type=float, default=None)
     up = sub.add_parser("up", help="start the local cluster in the background and keep its engines warm for later "

@@ -281,7 +281,10 @@ class Config(Section):
     # generate: a prompt column (with an optional shared prefix column) or a messages column.
     # embed: a document column (or prompt.template's columns), embedded by a pooling model
     # (model.path, e.g. all-MiniLM-L6-v2).
-    task: Literal["document_question", "template", "generate", "embed"] = "document_question"
+    # classify: prompt.template's columns; the output is the likeliest of prompt.labels and each
+    # label's probability. score: columns document and query (or prompt.template's); the output is
+    # the probability of the first label (default: yes) over the labels (default: yes, no).
+    task: Literal["document_question", "template", "generate", "embed", "classify", "score"] = "document_question"
 
     @model_validator(mode="before")
     @classmethod
@@ -305,8 +308,14 @@ class Config(Section):
     def _task_prompt(self) -> "Config":
         if self.task == "template" and self.prompt.template is None:
             raise ValueError("task template needs prompt.template (e.g. \"Summarize:\\n\\n{text}\")")
-        if self.task not in ("template", "embed") and self.prompt.template is not None:
-            raise ValueError(f"prompt.template is only used by tasks template and embed (task is {self.task})")
+        if self.task not in TEMPLATE_TASKS and self.prompt.template is not None:
+            raise ValueError(f"prompt.template is only used by tasks {', '.join(TEMPLATE_TASKS)} (task is {self.task})")
+        if self.task == "classify" and (self.prompt.template is None or not self.prompt.labels):
+            raise ValueError("task classify needs prompt.template (the text and the question to classify it by, e.g. "
+                             "\"Review: {text}\\n\\nIs it positive or negative?\") and prompt.labels (e.g. "
+                             "[positive, negative])")
+        if self.task not in ("classify", "score") and self.prompt.labels is not None:
+            raise ValueError(f"prompt.labels is only used by tasks classify and score (task is {self.task})")
         return self
 
     @model_validator(mode="after")
@@ -351,6 +360,9 @@ class Config(Section):
             else:
                 data[key] = value
         return parse_config(data, source="<override>")
+
+
+TEMPLATE_TASKS = ("template", "embed", "classify", "score")   # the tasks a prompt.template may shape
 
 
 def template_means_task(data: Any) -> Any:

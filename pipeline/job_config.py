@@ -84,6 +84,9 @@ class PromptConfig(Section):
     # The shareable prefix runs through this column's value (null: the first column named).
     prefix_column: str | None = None
     chat_template: bool = True               # false: send the text as written (base models)
+    # task classify / score: the answers weighed after the prompt, each by its first token (classify:
+    # required; score: default [yes, no], the score being the first's probability)
+    labels: list[str] | None = None
 
     @model_validator(mode="after")
     def _template(self) -> "PromptConfig":

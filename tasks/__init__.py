@@ -5,8 +5,9 @@ many rows share (the document, after the chat template's system part) and is wha
 the placement and the KV cache key on; the suffix is the row's own part.
 
 Kinds: ``document_question`` (the default), ``template`` (the config's prompt template),
-``generate`` (a prompt or messages per row), ``chat`` (OpenAI batch requests), and ``embed``
-(a text per row, embedded by a pooling model).
+``generate`` (a prompt or messages per row), ``chat`` (OpenAI batch requests), ``embed``
+(a text per row, embedded by a pooling model), ``classify`` and ``score`` (labels weighed by the
+generation model after the prompt).
 """
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from dataclasses import dataclass
 
 from tasks.base import PromptParts, RowError, TaskKind
 from tasks.chat import Chat
+from tasks.classify import SCORE_TEMPLATE, Classify
 from tasks.document_question import DocumentQuestion
 from tasks.embed import DEFAULT_TEMPLATE as EMBED_TEMPLATE, Embed
 from tasks.generate import Generate
 from tasks.template import PromptTemplate, TemplateError, template_columns
 
-KINDS = ("document_question", "template", "generate", "embed")
+KINDS = ("document_question", "template", "generate", "embed", "classify", "score")
 
 
 def get_task_kind(config, tokenizer) -> TaskKind:
@@ -34,6 +36,9 @@ def get_task_kind(config, tokenizer) -> TaskKind:
         return Generate(tokenizer, system=p.system, chat_template=p.chat_template)
     if config.task == "embed":
         return Embed(tokenizer, p.template, prefix_column=p.prefix_column)
+    if config.task in ("classify", "score"):
+        return Classify(tokenizer, p.template, p.labels, score=config.task == "score", system=p.system,
+                        prefix_column=p.prefix_column, chat_template=p.chat_template)
     raise ValueError(f"unknown task kind {config.task!r}; known: {', '.join(KINDS)}")
 
 
@@ -45,6 +50,7 @@ class Columns:
     one_of: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     lists: tuple[str, ...] = ()   # read as lists (chat messages)
+    writes: tuple[str, ...] = ()  # the result columns the task writes (an input column of one of these names is not copied)
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -61,13 +67,18 @@ class Columns:
 
 
 def task_columns(config) -> Columns:
-    """The columns ``config``'s task reads (no tokenizer needed: checked before engines start)."""
-    if config.task in ("template", "embed"):
-        return Columns(required=tuple(template_columns(config.prompt.template or EMBED_TEMPLATE)))
+    """The columns ``config``'s task reads (no tokenizer needed: checked before engines start), and
+    those it writes."""
+    from pipeline.results import written_fields
+
+    writes = written_fields(config.task)
+    if config.task in ("template", "embed", "classify", "score"):
+        default = SCORE_TEMPLATE if config.task == "score" else EMBED_TEMPLATE
+        return Columns(required=tuple(template_columns(config.prompt.template or default)), writes=writes)
     if config.task == "generate":
-        return Columns(one_of=("prompt", "messages"), optional=("prefix",), lists=("messages",))
-    return Columns(required=("document", "question"))
+        return Columns(one_of=("prompt", "messages"), optional=("prefix",), lists=("messages",), writes=writes)
+    return Columns(required=("document", "question"), writes=writes)
 
 
-__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "Embed", "PromptTemplate",
+__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "Embed", "Classify", "PromptTemplate",
            "TemplateError", "KINDS", "get_task_kind", "Columns", "task_columns"]

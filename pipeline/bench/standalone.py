@@ -9,8 +9,9 @@ have written into. It gets the same engine arguments and sampling as the pipelin
 workers, and talks to the benchmark over a loopback socket.
 
 Protocol: ``load`` (prompts as token ids, or texts), ``reset`` (empty the prefix cache), ``go``
-(generate them all, or for a config of task embed embed them all with ``LLM.embed``; reply with
-the outputs), ``stop``.
+(generate them all; for a config of task embed embed them all with ``LLM.embed``; for task
+classify or score read the labels' log-probabilities, one step each, as the pipeline's workers do;
+reply with the outputs), ``stop``.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 
 from pipeline.config import Config
 from pipeline.names import SHARD_ENV
-from pipeline.worker.engine import engine_kwargs, engine_settings, fitted_kwargs, sampling_params
+from pipeline.worker.engine import (engine_kwargs, engine_settings, fitted_kwargs, label_params, read_labels,
+                                    sampling_params)
 from pipeline.worker.gcstats import GcPauses
 
 
@@ -35,6 +37,7 @@ class Output:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    labels: list[float] | None = None   # task classify / score: each label's log-probability
 
 
 def _serve(conn, model: str, config: Config) -> None:
@@ -47,6 +50,14 @@ def _serve(conn, model: str, config: Config) -> None:
     llm = LLM(**fitted_kwargs(engine_kwargs(model, config, shard)))
     embeds = config.task == "embed"
     sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
+    label_ids = None
+    if config.task in ("classify", "score"):   # (each label's first token, as the workers read it)
+        from tasks.classify import SCORE_LABELS
+
+        tokenizer = llm.get_tokenizer()
+        label_ids = [tokenizer.encode(label, add_special_tokens=False)[0]
+                     for label in config.prompt.labels or SCORE_LABELS]
+        sampling = label_params(label_ids)
     pauses = GcPauses().install()
     conn.send(("ready", time.perf_counter() - t0, engine_settings(llm.llm_engine.vllm_config)))
     prompts: list = []
@@ -67,7 +78,9 @@ def _serve(conn, model: str, config: Config) -> None:
                 continue
             outs = llm.generate(prompts, sampling, use_tqdm=False) if prompts else []
             conn.send(("done", [(o.outputs[0].text, len(o.prompt_token_ids), int(o.num_cached_tokens or 0),
-                                 len(o.outputs[0].token_ids)) for o in outs], pauses.summary()))
+                                 len(o.outputs[0].token_ids),
+                                 read_labels(o.outputs[0], label_ids) if label_ids else None) for o in outs],
+                       pauses.summary()))
         elif cmd == "stop":
             # Without an explicit shutdown the engine-core process outlives this one.
             llm.llm_engine.engine_core.shutdown()

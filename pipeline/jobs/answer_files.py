@@ -48,6 +48,7 @@ RESULT_TYPES = {   # the output's result columns (pipeline/results.py says what 
                                    pa.field("completion_tokens", pa.int64()), pa.field("answer_json", pa.string()),
                                    pa.field("error", pa.string()), pa.field("logprobs", LOGPROBS_TYPE)])),
     "embedding": pa.list_(pa.float32()),
+    "label": pa.string(), "label_probs": pa.list_(pa.float64()), "score": pa.float64(),
 }
 # the same, as a DataFrame job's output has them (strings as pandas strings, lists as Python objects)
 PANDAS_TYPES = {n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t)
@@ -65,7 +66,7 @@ def results_table(results) -> pa.Table:
 
 def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
     """Rows answered with an error before reaching an engine (their input failed a check):
-    counts 0, the other texts null, as ``RowResult.failed`` has them."""
+    counts 0, the other fields (texts, a score) null, as ``RowResult.failed`` has them."""
     n = len(positions)
 
     def column(f: pa.Field) -> pa.Array:
@@ -73,8 +74,8 @@ def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
             return positions
         if f.name == "error":
             return errors
-        return pa.array([0] * n, f.type) if pa.types.is_integer(f.type) or pa.types.is_floating(f.type) \
-            else pa.nulls(n, f.type)
+        counted = (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)) and f.name != "score"
+        return pa.array([0] * n, f.type) if counted else pa.nulls(n, f.type)
     return pa.Table.from_arrays([column(f) for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
 
 

@@ -65,6 +65,11 @@ class JobSpec:
         """The rows are texts to embed (task embed), not prompts to answer."""
         return getattr(self.task, "name", None) == "embed"
 
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        """The labels each row's prompt weighs (task classify / score), else None."""
+        return getattr(self.task, "labels", None) or None
+
 
 @dataclass
 class ReadFigures:
@@ -234,7 +239,8 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
         await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                     _progress(spec, bucket, earlier.num_rows), commit=commits.add,
                                     commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
-                                    prefixes=prefixes, task=task_key, job=spec.job_id, embed=spec.embeds)
+                                    prefixes=prefixes, task=task_key, job=spec.job_id, embed=spec.embeds,
+                                    labels=spec.labels)
         # (only once every row is answered: a task that failed or was cancelled, its bucket moved to
         # another shard, writes nothing more; its rerun answers what it had not written)
         await loop.run_in_executor(None, commits.close)
@@ -270,7 +276,7 @@ async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | No
     plugin, rows = _bucket_rows(bucket, pieces)
     results = await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                           _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key,
-                                          job=spec.job_id, embed=spec.embeds)
+                                          job=spec.job_id, embed=spec.embeds, labels=spec.labels)
     table = results_table(results)
     return _figures(table, bucket.shard), by_partition(table, partition_of(table.column("position").to_numpy()))
 

@@ -16,17 +16,19 @@ from pipeline.jobs.errors import JobError
 from pipeline.jobs.job import prepare_job
 from pipeline.jobs.cluster_job import unserved
 from pipeline.model import DEFAULT_MODEL_NAME, model_for, packaged_task, resolve_model
+from pipeline.client.tokenizer import load_tokenizer
+from tasks import TemplateError, get_task_kind
 
 
 def prompt_options(args, config: Config) -> Config:
     """The config with the command line's prompt and sampling options applied."""
     prompt = {k: v for k, v in (("system", args.system), ("template", args.template),
-                                ("prefix_column", args.prefix_column)) if v is not None}
+                                ("prefix_column", args.prefix_column), ("labels", args.labels)) if v is not None}
     sampling = {k: v for k, v in (("json_schema", args.json_schema), ("choice", args.choice),
                                   ("max_tokens", args.max_tokens), ("temperature", args.temperature)) if v is not None}
     if "json_schema" in sampling or "choice" in sampling:   # one constraint: the command line's
         sampling = {"json_schema": None, "choice": None, **sampling}
-    task = args.task or ("template" if args.template is not None else None)
+    task = args.task or ("template" if args.template is not None else "classify" if args.labels else None)
     if not (prompt or sampling or task):
         return config
     return config.replace(**({"task": task} if task else {}), prompt=prompt, sampling=sampling)
@@ -56,6 +58,11 @@ def run(args, config: Config) -> int:
         raise JobError(refused)
     if config.engine.kind == "vllm" or config.model.path is not None:
         resolve_model(config)
+    if job.steps.task_name(config) in ("classify", "score"):   # (its labels, read with the model's tokenizer)
+        try:
+            get_task_kind(config, load_tokenizer(model_for(config, config.engine.kind)))
+        except TemplateError as exc:
+            raise JobError(str(exc)) from None
     for note in notes:
         print(note, file=sys.stderr)
     t0 = time.perf_counter()

@@ -162,8 +162,9 @@ class ParquetSource:
         self.key = "id" if "id" in schema.names else None
         self.row_columns = RowColumns.of(columns, schema.names)   # what the task reads
         # the prompt's columns are not copied to the output (join on id to see them again)
-        self.passthrough = [n for n in schema.names if n not in (*columns.all, *RESULT_FIELDS)]
-        self.dropped = [n for n in schema.names if n in RESULT_FIELDS[1:]]
+        written = columns.writes or RESULT_FIELDS[1:]
+        self.passthrough = [n for n in schema.names if n not in (*columns.all, "id", *written)]
+        self.dropped = [n for n in schema.names if n in written]
 
     @property
     def description(self) -> list[str]:

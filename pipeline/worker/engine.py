@@ -54,6 +54,16 @@ class Generation:
 
 
 @dataclass
+class Labelled:
+    """The log-probability of each label's first token as the prompt's next token (the model's
+    whole vocabulary considered), in the labels' order."""
+    logprobs: list[float]
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int = 0
+
+
+@dataclass
 class Embedding:
     vector: Sequence[float]   # float32 values (a numpy array from vLLM)
     prompt_tokens: int
@@ -75,6 +85,9 @@ class Engine(Protocol):
     # engine adds); ``normalize``: to length 1 (None: as the model defines)
     async def embed(self, prompt_ids: Sequence[int], request_id: str, normalize: bool | None = None,
                     priority: int = 0) -> Embedding: ...
+    # the log-probability of each of ``label_ids`` as the next token after ``prompt_ids`` (one step)
+    async def label_logprobs(self, prompt_ids: Sequence[int], label_ids: Sequence[int], request_id: str,
+                             priority: int = 0) -> Labelled: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...
 
@@ -196,6 +209,26 @@ def sampling_params(sampling: Sampling):
     return SamplingParams(**fields, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY)
 
 
+def label_params(label_ids: Sequence[int]):
+    """vLLM's ``SamplingParams`` that read the log-probabilities of ``label_ids`` as the next token:
+    one step, ``logprob_token_ids`` (what vLLM's own generative scoring sends; the values are taken
+    from the raw logits, before any sampling setting)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(max_tokens=1, temperature=0.0, logprobs=len(label_ids), logprob_token_ids=list(label_ids),
+                          output_kind=RequestOutputKind.FINAL_ONLY)
+
+
+def read_labels(output, label_ids: Sequence[int]) -> list[float]:
+    """The log-probability of each of ``label_ids`` in a one-step request's output (``label_params``)."""
+    place = output.logprobs[0] if output.logprobs else {}
+    missing = [t for t in label_ids if t not in place]
+    if missing:
+        raise RuntimeError(f"the engine returned no log-probability for label tokens {missing}")
+    return [float(place[t].logprob) for t in label_ids]
+
+
 class VllmEngine:
     def __init__(self, model: str, config: Config, shard: ShardConfig | None = None):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -231,6 +264,7 @@ class VllmEngine:
         self.special_tokens = len(self._head) + len(self._tail)
         self._pooling: dict[bool | None, object] = {}   # normalize -> its PoolingParams
         self._params: dict[bytes, object] = {}   # encoded Sampling -> its SamplingParams
+        self._labels: dict[tuple, object] = {}    # label token ids -> their SamplingParams
         self._key = msgspec.msgpack.Encoder().encode
 
     def encode(self, text: str) -> list[int]:
@@ -292,6 +326,28 @@ class VllmEngine:
         if final is None:
             raise RuntimeError("engine returned no output")
         return Embedding(final.outputs.data.float().numpy(), len(ids))
+
+    async def label_logprobs(self, prompt_ids: list[int], label_ids: Sequence[int], request_id: str,
+                             priority: int = 0) -> Labelled:
+        from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        key = tuple(label_ids)
+        params = self._labels.get(key)
+        if params is None:
+            if len(self._labels) >= 1024:
+                self._labels.clear()
+            params = self._labels[key] = label_params(label_ids)
+        final = None
+        try:
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
+                                                request_id=request_id, priority=priority):
+                final = out
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine core died: {exc}") from exc
+        if final is None or not final.outputs:
+            raise RuntimeError("engine returned no output")
+        return Labelled(read_labels(final.outputs[0], label_ids), len(prompt_ids), int(final.num_cached_tokens or 0))
 
     async def reset_prefix_cache(self) -> None:
         await self._llm.reset_prefix_cache()
@@ -376,6 +432,19 @@ class FakeEngine:
         if normalize is not False:
             vector /= max(float(np.linalg.norm(vector)), 1e-12)
         return Embedding(vector, len(prompt_ids))
+
+    async def label_logprobs(self, prompt_ids: Sequence[int], label_ids: Sequence[int], request_id: str,
+                             priority: int = 0) -> Labelled:
+        """A label's token weighs by how often the prompt holds it: log((1 + count) / (sum over the
+        labels of 1 + count)) -- deterministic, and the likeliest label is the one the prompt names most."""
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        import math
+
+        ids = list(prompt_ids)
+        weights = [1 + ids.count(t) for t in label_ids]
+        total = sum(weights)
+        return Labelled([math.log(w / total) for w in weights], len(ids), self.cache.serve(prompt_ids))
 
     async def reset_prefix_cache(self) -> None:
         self.cache.reset()

@@ -31,7 +31,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
                          progress=None, commit=None, commit_rows: int = 10_000,
                          commit_s: float = 30.0, first_rows: int = 0,
                          prefixes: dict[int, str] | None = None,
-                         job: str | None = None, embed: bool = False) -> list[RowResult]:
+                         job: str | None = None, embed: bool = False,
+                         labels: tuple[str, ...] | None = None) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
@@ -45,10 +46,11 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     docs/configuration.md). ``job``: the job the rows belong to; jobs share the engine fairly
     (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
     at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
-    (their prefix and suffix; ``plugin._embed``), not prompts to answer (``plugin._one``)."""
+    (their prefix and suffix; ``plugin._embed``), not prompts to answer (``plugin._one``);
+    ``labels``: the rows' prompts weigh these labels (task classify / score; ``plugin._classify``)."""
     book = Bookkeeping(rows.num_rows, progress, commit, commit_rows, commit_s)
     admission = Admission(plugin, rows, bucket_id, job or bucket_id, sampling, truncate, first_rows,
-                          prefixes if prefixes is not None else prefixes_of(rows), book, embed)
+                          prefixes if prefixes is not None else prefixes_of(rows), book, embed, labels)
     try:
         await admission.run()
     except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
@@ -147,8 +149,9 @@ class Admission:
     answer, ``first_rows`` of them. Each result goes to ``book``."""
 
     def __init__(self, plugin, rows: pa.Table, bucket_id: str, job: str, sampling, truncate: bool,
-                 first_rows: int, prefixes: dict[int, str], book: Bookkeeping, embed: bool = False):
-        self.embed = embed
+                 first_rows: int, prefixes: dict[int, str], book: Bookkeeping, embed: bool = False,
+                 labels: tuple[str, ...] | None = None):
+        self.embed, self.labels = embed, labels
         self.plugin, self.bucket_id, self.job, self.sampling, self.truncate = plugin, bucket_id, job, sampling, truncate
         self.first_rows, self.prefixes, self.book = first_rows, prefixes, book
         n = rows.num_rows
@@ -158,7 +161,7 @@ class Admission:
         self.own = _row_sampling(rows)
         starts = np.flatnonzero(np.concatenate(([True], self.digests[1:] != self.digests[:-1]))) if n \
             else np.array([], int)
-        decode = sampling.max_tokens or plugin.config.sampling.max_tokens
+        decode = 1 if labels else sampling.max_tokens or plugin.config.sampling.max_tokens
         # each document's rows, and its questions in estimated tokens (with their answers), for the token gate
         asked = np.add.reduceat(estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n)) + decode,
                                 starts).tolist() if n else []
@@ -200,11 +203,7 @@ class Admission:
             s = self.own[k] if self.own is not None else None
             try:
                 sampling = s.over(self.sampling) if s is not None else self.sampling
-                task, r = start_eagerly(
-                    self.plugin._embed(self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.suffixes[k],
-                                       self.truncate, sampling) if self.embed else
-                    self.plugin._one(self.job, self.bucket_id, int(self.positions[k]), prefix_ids, self.suffixes[k],
-                                     self.truncate, sampling))
+                task, r = start_eagerly(self._request(k, prefix_ids, sampling))
                 if task is None:
                     book.answered(k, r)
                     continue
@@ -217,6 +216,15 @@ class Admission:
             task.add_done_callback(functools.partial(self._settled, k))
             started.append(task)
         return started
+
+    def _request(self, k: int, prefix_ids, sampling):
+        """Row ``k``'s request: an embedding, labels weighed, or an answer."""
+        position, suffix, plugin = int(self.positions[k]), self.suffixes[k], self.plugin
+        if self.embed:
+            return plugin._embed(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
+        if self.labels:
+            return plugin._classify(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, self.labels)
+        return plugin._one(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
 
     def _settled(self, k: int, task: asyncio.Task) -> None:
         self.waiting -= 1

@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import gc
 import logging
+import math
 import os
 import sys
 import time
@@ -61,6 +62,7 @@ class EnginePlugin(WorkerPlugin):
         self.phase_since = time.time()
         self.error: str | None = None   # why the engine did not start
         self._answering: dict[str, asyncio.Task] = {}   # a Dask task's key -> its rows being answered
+        self._label_ids: dict[tuple[str, ...], list[int]] = {}   # labels -> each one's first token (task classify)
 
     def _set_phase(self, phase: str) -> None:
         self.phase, self.phase_since = phase, time.time()
@@ -255,6 +257,32 @@ class EnginePlugin(WorkerPlugin):
             out.index = index
             return out
         return RowResult(index, embedding=out.vector, prompt_tokens=out.prompt_tokens, shard=self.shard,
+                         latency_s=time.perf_counter() - t0)
+
+    async def _classify(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
+                        labels: tuple[str, ...]) -> RowResult:
+        """Row ``index``'s labels weighed (task classify / score): the probability of each label's first
+        token as the answer's first token after the row's prompt, normalised over the labels; the
+        likeliest label, and the first label's probability as the row's score. It waits for ``job``'s
+        turn at the engine, as ``_one`` does."""
+        engine = self.engine
+        label_ids = self._label_ids.get(labels)
+        if label_ids is None:
+            label_ids = self._label_ids[labels] = [engine.encode(label)[0] for label in labels]
+        ids, error = fit_prompt(prefix_ids, engine.encode(suffix), engine.max_model_len, 1, truncate)
+        if error is not None:
+            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
+        out, t0 = await self._at_engine(job, ids, lambda priority: engine.label_logprobs(
+            ids, label_ids, request_id=f"{batch_id}-{index}", priority=priority))
+        if isinstance(out, RowResult):
+            out.index = index
+            return out
+        top = max(out.logprobs)
+        weights = [math.exp(lp - top) for lp in out.logprobs]
+        total = sum(weights)
+        probs = [w / total for w in weights]
+        return RowResult(index, label=labels[probs.index(max(probs))], label_probs=probs, score=probs[0],
+                         prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens, shard=self.shard,
                          latency_s=time.perf_counter() - t0)
 
     async def _at_engine(self, job: str, ids, request) -> tuple[object, float]:

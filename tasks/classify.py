@@ -1,0 +1,59 @@
+"""Classify and score: each row's prompt, then the generation model's probability of each label as
+its answer -- no text generated.
+
+    Classify(tokenizer, "Review: {text}\\n\\nIs this review positive or negative?", labels=["positive", "negative"])
+    Classify(tokenizer, labels=None, score=True)   # (query, document) relevance: P("yes") over {yes, no}
+
+The prompt is a prompt template (tasks/template.py: the chat template, the shareable prefix through
+its first column). The engine reads the log-probability of each label's first token as the answer's
+first token, in one step (vLLM's ``logprob_token_ids``, as its generative scoring does); the
+probabilities are normalised over the labels. So labels must differ in their first token (checked
+here, with the model's tokenizer).
+
+``score``: the row's score is the first label's probability (default labels ``yes``, ``no``; the
+default template asks whether the document answers the query, the document first so that every
+query about one document shares its prefill).
+"""
+from __future__ import annotations
+
+from tasks.template import PromptTemplate, TemplateError
+
+SCORE_TEMPLATE = ("Document:\n{document}\n\nQuery: {query}\n\n"
+                  "Does the document answer the query? Answer yes or no.")
+SCORE_LABELS = ("yes", "no")
+
+
+def label_problem(labels, encode) -> str | None:
+    """Why ``labels`` cannot be told apart by their first token (``encode``: text -> token ids), or None."""
+    if not labels or len(labels) < 2:
+        return "give at least two labels"
+    first: dict[int, str] = {}
+    for label in labels:
+        if not isinstance(label, str) or not label.strip():
+            return f"label {label!r} is not text"
+        ids = encode(label)
+        if not len(ids):
+            return f"label {label!r} has no tokens"
+        other = first.setdefault(ids[0], label)
+        if other != label:
+            return (f"labels {other!r} and {label!r} begin with the same token, and a label is read by its first "
+                    f"token; use labels that differ at their start")
+    return None
+
+
+class Classify(PromptTemplate):
+    """``labels``: the answers to weigh (tuple of text); ``score``: the output is the first label's
+    probability (``score`` column) instead of the likeliest label and every label's probability."""
+
+    def __init__(self, tokenizer, template: str | None = None, labels=None, score: bool = False,
+                 system: str | None = None, prefix_column: str | None = None, chat_template: bool = True):
+        self.name = "score" if score else "classify"
+        if template is None and not score:
+            raise TemplateError("task classify needs prompt.template (the row's text and the question to classify "
+                                "it by, e.g. \"Review: {text}\\n\\nIs this review positive or negative?\")")
+        self.labels = tuple(labels) if labels else (SCORE_LABELS if score else ())
+        problem = label_problem(self.labels, lambda text: tokenizer.encode(text, add_special_tokens=False))
+        if problem is not None:
+            raise TemplateError(f"task {self.name}: prompt.labels {list(self.labels)}: {problem}")
+        super().__init__(tokenizer, template or SCORE_TEMPLATE, system=system, prefix_column=prefix_column,
+                         chat_template=chat_template, strict_text=True)
