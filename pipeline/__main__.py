@@ -1,6 +1,7 @@
 """Command line: ``python -m pipeline run INPUT OUTPUT [--config cluster.yaml] [options]``;
 ``python -m pipeline up`` / ``status`` / ``down`` for a resident local cluster that every
-later ``run`` with the same config uses.
+later ``run`` with the same config uses; ``python -m pipeline serve`` for OpenAI's Files and
+Batches API over HTTP on it (docs/service.md).
 
 Exit codes: 0 done; 2 the job cannot start (bad input, output, config or model: nothing
 ran); 1 the job stopped midway (what was committed is kept: run the same command again to
@@ -14,6 +15,7 @@ import warnings
 from pipeline import console
 from pipeline.bench import cli as bench_cli
 from pipeline.console import EXIT_STOPPED, EXIT_USAGE
+from pipeline.service import command as service_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the resident local cluster (engines first)")
     down.add_argument("--config", default=None)
     bench_cli.add_bench_parser(sub)
+    service_command.add_serve_parser(sub)
     prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
     prep.add_argument("--config", default=None)
     check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
@@ -125,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return commands.status(config, args.json) if args.command == "status" else \
                 getattr(commands, args.command)(config)
+        if args.command == "serve":
+            return service_command.serve(args, config)
         if args.command == "bench":
             if not args.verbose:
                 console.quiet_logs(workers=True)

@@ -106,6 +106,7 @@ class ClusterJob:
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
         self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
         self._slots, self._rank = set(), {}
+        self.on_progress = None   # (rows done, rows failed) while the job runs: ``run``'s
 
     @property
     def sink(self):
@@ -118,10 +119,13 @@ class ClusterJob:
         return self.steps.committed()
 
     def run(self, pipeline, progress: bool | None = None, watched: bool | None = None,
-            stop: threading.Event | None = None) -> JobSummary:
+            stop: threading.Event | None = None, on_progress=None) -> JobSummary:
         """``progress``: show a bar (default: on a terminal); ``watched``: someone watches the job
         for its first answers (``intake.first_answer_rows``; default: ``progress``); ``stop``: set,
-        the job is let go (its tasks cancelled) and ``JobLeft`` raised."""
+        the job is let go (its tasks cancelled) and ``JobLeft`` raised; ``on_progress(done,
+        failed)``: called about once a second with the rows answered so far (those resumed
+        included) and those of them answered with an error (as the answer tasks end)."""
+        self.on_progress = on_progress
         from tqdm import tqdm   # start time: loaded when a job runs
 
         if progress is None:
@@ -380,6 +384,8 @@ class ClusterJob:
         summary.rows_total = self.rows_total - summary.resumed if self.rows_total is not None else None
         job = summary.as_dict()
         job["rows"] = max(summary.rows, live_rows)
+        if self.on_progress is not None:
+            self.on_progress(summary.resumed + job["rows"], summary.errors)
         if self.steps.shown is not None:   # (a stream's window: shown as part of the stream)
             job = self.steps.shown(job)
         pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time()})

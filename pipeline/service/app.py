@@ -1,0 +1,111 @@
+"""The HTTP routes: OpenAI's Files and Batches API (FastAPI), every error in OpenAI's shape.
+With an API key, every request must carry it (``Authorization: Bearer KEY``)."""
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from pipeline.service.errors import ApiError, invalid
+from pipeline.service.objects import PURPOSES, new_file_id, page, shown
+from pipeline.service.runner import Runner
+from pipeline.service.store import Store
+
+
+class BatchRequest(BaseModel):
+    input_file_id: str
+    endpoint: str
+    completion_window: str
+    metadata: dict | None = None
+
+
+def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
+    app = FastAPI(title="dask-vllm-pipeline batch service", docs_url=None, redoc_url=None, openapi_url=None)
+    _error_shapes(app)
+
+    def authorized(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), api_key.encode()):
+            raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    v1 = "/v1"
+    auth = [Depends(authorized)]
+
+    # -- files --------------------------------------------------------------------
+    @app.post(f"{v1}/files", dependencies=auth)
+    def upload(file: UploadFile = File(...), purpose: str = Form(...)) -> dict:
+        if purpose not in PURPOSES:
+            raise invalid(f"Invalid purpose '{purpose}'; one of {', '.join(PURPOSES)}.", param="purpose")
+        return shown(store.add_file(new_file_id(), file.filename or "upload.jsonl", purpose, file.file))
+
+    @app.get(f"{v1}/files", dependencies=auth)
+    def files(purpose: str | None = None) -> dict:
+        return page([shown(f) for f in store.files() if purpose is None or f["purpose"] == purpose], has_more=False)
+
+    @app.get(f"{v1}/files/{{file_id}}", dependencies=auth)
+    def file(file_id: str) -> dict:
+        return shown(store.file(file_id))
+
+    @app.get(f"{v1}/files/{{file_id}}/content", dependencies=auth)
+    def content(file_id: str) -> FileResponse:
+        record = store.file(file_id)
+        return FileResponse(store.content_path(file_id), media_type="application/octet-stream",
+                            filename=record["filename"])
+
+    @app.delete(f"{v1}/files/{{file_id}}", dependencies=auth)
+    def delete(file_id: str) -> dict:
+        store.file(file_id)
+        using = runner.running_on(file_id)
+        if using:
+            raise invalid(f"File {file_id} is the input of batch {using[0]}, which is not over; cancel it first.",
+                          param="file_id", code="file_in_use")
+        store.delete_file(file_id)
+        return {"id": file_id, "object": "file", "deleted": True}
+
+    # -- batches ------------------------------------------------------------------
+    @app.post(f"{v1}/batches", dependencies=auth)
+    def create(body: BatchRequest) -> dict:
+        return runner.create(body.input_file_id, body.endpoint, body.completion_window, body.metadata)
+
+    @app.get(f"{v1}/batches", dependencies=auth)
+    def batches(after: str | None = None, limit: int = Query(20)) -> dict:
+        return runner.list(after, limit)
+
+    @app.get(f"{v1}/batches/{{batch_id}}", dependencies=auth)
+    def batch(batch_id: str) -> dict:
+        return runner.get(batch_id)
+
+    @app.post(f"{v1}/batches/{{batch_id}}/cancel", dependencies=auth)
+    def cancel(batch_id: str) -> dict:
+        return runner.cancel(batch_id)
+
+    return app
+
+
+def _error_shapes(app: FastAPI) -> None:
+    """Every error answered as OpenAI answers it: ``{"error": {"message", "type", "param", "code"}}``."""
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        param = ".".join(where) or None
+        message = f"{param}: {first.get('msg', 'invalid request')}" if param else first.get("msg", "invalid request")
+        return JSONResponse(invalid(message, param=param).body(), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        code = "not_found" if exc.status_code == 404 else None
+        message = f"Unknown request URL: {request.method} {request.url.path}." if exc.status_code == 404 \
+            else str(exc.detail)
+        return JSONResponse(ApiError(exc.status_code, message, code=code).body(), status_code=exc.status_code)

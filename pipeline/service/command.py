@@ -1,0 +1,84 @@
+"""``python -m pipeline serve [--host H] [--port P] [--config FILE]``: the batch service on the
+resident cluster (``python -m pipeline up``; without one, an embedded cluster that lives as
+long as the service). It listens on 127.0.0.1 unless told otherwise, and beyond loopback only
+with an API key."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from pipeline import console
+from pipeline.console import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+
+API_KEY_ENV = "PIPELINE_API_KEY"
+DEFAULT_PORT = 8000
+MAX_FILE_BYTES = 200 * 1024 * 1024   # OpenAI's limits on a batch's input file
+MAX_REQUESTS = 50_000
+
+
+def add_serve_parser(sub) -> None:
+    serve = sub.add_parser("serve", help="serve OpenAI's Files and Batches API over HTTP on the local cluster "
+                                         "(docs/service.md)")
+    serve.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1; any other needs an API key)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--store", default=None, metavar="DIR",
+                       help="folder of the files and batches (default: model.cache_dir/service)")
+    serve.add_argument("--api-key", default=None,
+                       help=f"the key every request must carry (Authorization: Bearer KEY); default: ${API_KEY_ENV}")
+    serve.add_argument("--max-file-bytes", type=int, default=MAX_FILE_BYTES,
+                       help=f"largest file accepted (default {MAX_FILE_BYTES}, OpenAI's 200 MB)")
+    serve.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+                       help=f"most requests in a batch's input file (default {MAX_REQUESTS}, OpenAI's)")
+    serve.add_argument("--part-rows", type=int, default=10_000,
+                       help="a batch's answers per committed file (default 10000; also committed every 30 s): "
+                            "what a service stopped midway keeps")
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:   # a host name: it may resolve to any interface
+        return False
+
+
+def serve(args, config: "Config") -> int:
+    import uvicorn   # (start time: only when serving)
+
+    from pipeline.client.pipeline import Pipeline
+    from pipeline.service.app import create_app
+    from pipeline.service.runner import Runner
+    from pipeline.service.store import Store
+
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if args.part_rows < 1:
+        print(f"error: --part-rows must be at least 1 (got {args.part_rows})", file=sys.stderr)
+        return EXIT_USAGE
+    if not loopback(args.host) and api_key is None:
+        print(f"error: serving on {args.host} (beyond this machine) needs an API key: --api-key or ${API_KEY_ENV}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    store = Store(Path(args.store) if args.store else config.model.cache_path / "service", args.max_file_bytes,
+                  args.max_requests)
+    with Pipeline(config) as pipeline:
+        runner = Runner(pipeline, store, args.part_rows)
+        resumed = runner.resume()
+        if resumed:
+            console.notify(f"resuming {len(resumed)} batch(es): {', '.join(resumed)}")
+        console.notify(f"serving OpenAI's Files and Batches API at http://{args.host}:{args.port}/v1 "
+                       f"(store: {store.root})")
+        try:
+            uvicorn.run(create_app(runner, store, api_key), host=args.host, port=args.port, log_level="warning")
+        finally:
+            runner.close()
+    return 0

@@ -1,0 +1,236 @@
+"""Batches as jobs on the cluster: each batch runs in a thread of its own as an ordinary file
+job (``prepare_job`` / ``job.run``, as ``python -m pipeline run`` does), its input the uploaded
+file, its output in the store. Cancelling lets the job go (its tasks are cancelled on the
+cluster, what it committed is kept). A service started again resumes every batch that was not
+over: the job takes up its committed answers, so nothing is answered twice.
+
+The batches' records are kept in memory (what ``GET /v1/batches/{id}`` answers) and written to
+the store at every change of state, and while a job runs at most once a second, when its
+counts moved."""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+
+from pipeline import console
+from pipeline.jobs.cluster_job import JobLeft
+from pipeline.jobs.errors import JobError
+from pipeline.jobs.input import CHAT_URL, EMBEDDINGS_URL
+from pipeline.jobs.job import prepare_job
+from pipeline.service import result_files
+from pipeline.service.errors import ApiError, invalid
+from pipeline.service.objects import FINAL, OUTPUT_PURPOSE, batch_errors, batch_record, new_batch_id, page, shown
+from pipeline.service.store import Store
+
+log = logging.getLogger("pipeline.service")
+
+# each endpoint and what the cluster's engines must serve for it
+ENDPOINT_TASKS = {CHAT_URL: "generate", EMBEDDINGS_URL: "embed"}
+WINDOW = re.compile(r"^([1-9][0-9]*)h$")
+
+
+class Runner:
+    """The service's batches; ``pipeline``: the running ``Pipeline`` whose cluster answers them;
+    ``part_rows``: a job's answers per committed file (``python -m pipeline run --part-rows``);
+    ``notify``: what the service's terminal should say (a batch resumed, a batch's job notes)."""
+
+    def __init__(self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify):
+        self.pipeline, self.store, self.part_rows, self.notify = pipeline, store, part_rows, notify
+        self._records: dict[str, dict] = {}
+        self._stops: dict[str, threading.Event] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._closing = False   # the service stops: its batches' jobs are let go, their records left as they are
+
+    # -- start ------------------------------------------------------------------
+    def resume(self) -> list[str]:
+        """Take up the store's batches; start again those that were not over. Their ids."""
+        resumed = []
+        for record in self.store.batches():
+            self._records[record["id"]] = record
+            if record["status"] == "cancelling":   # (its job was let go, or the service stopped first)
+                self._update(record["id"], status="cancelled", cancelled_at=int(time.time()))
+            elif record["status"] not in FINAL:
+                resumed.append(record["id"])
+                self._launch(record["id"])
+        return resumed
+
+    # -- the API's operations ---------------------------------------------------
+    def create(self, input_file_id: str, endpoint: str, completion_window: str, metadata: dict | None) -> dict:
+        """A new batch (the checks that need no reading of the file answer at once)."""
+        task = ENDPOINT_TASKS.get(endpoint)
+        if task is None:
+            raise invalid(f"Unsupported endpoint '{endpoint}'; this service runs {', '.join(ENDPOINT_TASKS)}.",
+                          param="endpoint", code="unsupported_endpoint")
+        if task not in self.pipeline.engine_tasks:
+            raise invalid(f"The cluster's model ({self.pipeline.model}) does not serve {endpoint}.",
+                          param="endpoint", code="unsupported_endpoint")
+        window = WINDOW.match(completion_window or "")
+        if window is None:
+            raise invalid(f"Invalid completion_window '{completion_window}'; give hours, e.g. '24h'.",
+                          param="completion_window", code="invalid_completion_window")
+        _check_metadata(metadata)
+        file = self.store.file(input_file_id, param="input_file_id")
+        if file["purpose"] != "batch":
+            raise invalid(f"File {input_file_id} has purpose '{file['purpose']}'; a batch's input file must "
+                          f"have purpose 'batch'.", param="input_file_id", code="invalid_file_purpose")
+        record = batch_record(new_batch_id(), input_file_id, endpoint, completion_window,
+                              int(window.group(1)) * 3600, metadata, file["_requests"])
+        with self._lock:
+            self._records[record["id"]] = record
+        self.store.save_batch(record)
+        self._launch(record["id"])
+        return shown(record)
+
+    def get(self, batch_id: str) -> dict:
+        with self._lock:
+            record = self._records.get(batch_id)
+            if record is None:
+                raise ApiError(404, f"No batch found with id '{batch_id}'.", code="batch_not_found")
+            return shown(record)
+
+    def list(self, after: str | None, limit: int) -> dict:
+        if not 1 <= limit <= 100:
+            raise invalid("limit must be between 1 and 100.", param="limit")
+        with self._lock:
+            ordered = sorted(self._records.values(), key=lambda r: r["_created_ns"], reverse=True)
+            if after is not None:
+                ids = [r["id"] for r in ordered]
+                if after not in ids:
+                    raise ApiError(404, f"No batch found with id '{after}'.", param="after", code="batch_not_found")
+                ordered = ordered[ids.index(after) + 1:]
+            return page([shown(r) for r in ordered[:limit]], has_more=len(ordered) > limit)
+
+    def cancel(self, batch_id: str) -> dict:
+        record = self.get(batch_id)
+        if record["status"] in FINAL:
+            raise ApiError(400, f"Cannot cancel a batch with status '{record['status']}'.", code="batch_not_cancellable")
+        if record["status"] != "cancelling":
+            self._update(batch_id, status="cancelling", cancelling_at=int(time.time()))
+            self._stops[batch_id].set()
+        return self.get(batch_id)
+
+    def running_on(self, file_id: str) -> list[str]:
+        """The batches not over that read ``file_id``."""
+        with self._lock:
+            return [r["id"] for r in self._records.values() if r["input_file_id"] == file_id and r["status"] not in FINAL]
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """The service stops: every job is let go (what it committed is kept) and its batch left in
+        its state, for the next service to resume."""
+        self._closing = True
+        for stop in self._stops.values():
+            stop.set()
+        for t in list(self._threads.values()):
+            t.join(timeout_s)
+
+    # -- a batch's job ----------------------------------------------------------
+    def _launch(self, batch_id: str) -> None:
+        self._stops[batch_id] = threading.Event()
+        t = threading.Thread(target=self._run, args=(batch_id,), name=f"batch-{batch_id}", daemon=True)
+        self._threads[batch_id] = t
+        t.start()
+
+    def _run(self, batch_id: str) -> None:
+        try:
+            self._run_job(batch_id)
+        except Exception as exc:  # noqa: BLE001 - the batch fails, the service goes on
+            if self._closing:   # (the cluster's client closed under the job: the next service resumes it)
+                return
+            log.exception("batch %s failed", batch_id)
+            self._fail(batch_id, "job_failed", f"{type(exc).__name__}: {exc}")
+
+    def _run_job(self, batch_id: str) -> None:
+        record = self.get(batch_id)
+        output = self.store.job_output(batch_id)
+        stop = self._stops[batch_id]
+        # a job that ended before the service stopped (its output written): only the files are left to make
+        if record["status"] != "finalizing" or not output.exists():
+            file = self.store.file(record["input_file_id"])
+            why = _invalid_file(file, record["endpoint"])
+            if why:
+                return self._fail(batch_id, *why)
+            notes: list[str] = []
+            try:
+                job = prepare_job(self.store.content_path(file["id"]), output, format="openai",
+                                  part_rows=self.part_rows, config=self.pipeline.config, notify=notes.append)
+            except JobError as exc:
+                return self._fail(batch_id, "invalid_file", str(exc))
+            for note in notes:
+                self.notify(f"batch {batch_id}: {note}")
+            if stop.is_set():
+                return self._cancelled(batch_id)
+            if record["in_progress_at"] is None:
+                self._update(batch_id, status="in_progress", in_progress_at=int(time.time()))
+            try:
+                job.run(self.pipeline, progress=False, stop=stop,
+                        on_progress=lambda done, failed: self._progress(batch_id, done, failed))
+            except JobLeft:
+                return self._cancelled(batch_id)
+            if stop.is_set():   # (the job ended before it saw the cancel: its output is whole)
+                self.notify(f"batch {batch_id}: cancelled as its job ended; its output is whole")
+            self._update(batch_id, status="finalizing", finalizing_at=int(time.time()))
+        self._finalize(batch_id, output)
+
+    def _progress(self, batch_id: str, done: int, failed: int) -> None:
+        """The batch's request counts while its job runs (about once a second)."""
+        counts = self.get(batch_id)["request_counts"]
+        now = {**counts, "completed": done - failed, "failed": failed}
+        if now != counts:
+            self._update(batch_id, request_counts=now)
+
+    def _finalize(self, batch_id: str, output) -> None:
+        """The job's output as the batch's output and error files; the batch completed."""
+        answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
+        ok, bad = result_files.split(output, answered, failed)
+        hexid = batch_id.removeprefix("batch_")
+        fields = {}
+        for name, path, count in (("output", answered, ok), ("error", failed, bad)):
+            if count:
+                file = self.store.add_written_file(f"file-{name}-{hexid}", f"batch_{hexid}_{name}.jsonl",
+                                                   OUTPUT_PURPOSE, path)
+                fields[f"{name}_file_id"] = file["id"]
+            else:
+                path.unlink(missing_ok=True)
+        total = self.get(batch_id)["request_counts"]["total"]
+        self._update(batch_id, status="completed", completed_at=int(time.time()),
+                     request_counts={"total": max(total, ok + bad), "completed": ok, "failed": bad}, **fields)
+        self.store.drop_job_output(batch_id)
+
+    def _fail(self, batch_id: str, code: str, message: str, line: int | None = None) -> None:
+        self._update(batch_id, status="failed", failed_at=int(time.time()),
+                     errors=batch_errors({"code": code, "message": message, "line": line}))
+
+    def _cancelled(self, batch_id: str) -> None:
+        if self._closing and self.get(batch_id)["status"] != "cancelling":
+            return   # (let go because the service stops, not cancelled: the next service resumes it)
+        self._update(batch_id, status="cancelled", cancelled_at=int(time.time()))
+
+    def _update(self, batch_id: str, **fields) -> None:
+        with self._lock:
+            record = {**self._records[batch_id], **fields}
+            self._records[batch_id] = record
+        self.store.save_batch(record)
+
+
+def _invalid_file(file: dict, endpoint: str) -> tuple[str, str, int | None] | None:
+    """Why a batch's input file fails validation (the batch fails, as OpenAI's does): its error's
+    code, message and line; or None."""
+    if file["_requests"] == 0:
+        return "empty_file", f"File {file['id']} holds no requests.", None
+    if file["_endpoint"] != endpoint:
+        return "mismatched_endpoint", (f"The requests' url ({file['_endpoint']!r} on line 1) is not the batch's "
+                                       f"endpoint ({endpoint})."), 1
+    return None
+
+
+def _check_metadata(metadata) -> None:
+    if metadata is None:
+        return
+    ok = isinstance(metadata, dict) and len(metadata) <= 16 and all(
+        isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items())
+    if not ok:
+        raise invalid("metadata must map at most 16 keys (strings of up to 64 characters) to strings of up to 512 "
+                      "characters.", param="metadata", code="invalid_metadata")

@@ -1,0 +1,145 @@
+"""The service's store: a local folder that holds the uploaded files, the batches' records and
+their jobs' output, so that a service started again finds everything where it was::
+
+    STORE/files/<file id>.jsonl       a file's content
+    STORE/files/<file id>.json        its record (OpenAI's file object, plus the request count)
+    STORE/batches/<batch id>.json     a batch's record (OpenAI's batch object)
+    STORE/batches/<batch id>/         its job's output (output.jsonl, and output.jsonl.partial/ while it runs)
+
+Every record and file is written under a temporary name and renamed, so a service killed
+midway leaves only whole ones (a left temporary file is removed when the store opens).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import BinaryIO
+
+from pipeline.service.errors import invalid, not_found
+from pipeline.service.objects import file_record
+
+TMP = ".tmp-"
+CHUNK = 1 << 20
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike, max_bytes: int, max_requests: int):
+        self.root = Path(root).expanduser().absolute()
+        self.max_bytes, self.max_requests = max_bytes, max_requests
+        self.files_dir, self.batches_dir = self.root / "files", self.root / "batches"
+        for d in (self.files_dir, self.batches_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            for left in d.glob(f"{TMP}*"):   # a write the last service did not finish
+                left.unlink()
+        self._lock = threading.Lock()
+
+    # -- files ------------------------------------------------------------------
+    def add_file(self, file_id: str, filename: str, purpose: str, content: BinaryIO) -> dict:
+        """Store an uploaded file (read in chunks); refuses one over ``max_bytes`` or, for a
+        batch's input, one with more than ``max_requests`` requests."""
+        tmp = self.files_dir / f"{TMP}{file_id}.jsonl"
+        size = 0
+        try:
+            with open(tmp, "wb") as out:
+                while chunk := content.read(CHUNK):
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise invalid(f"File is too large: the limit is {self.max_bytes} bytes.", param="file",
+                                      code="file_too_large")
+                    out.write(chunk)
+            requests, endpoint = count_requests(tmp) if purpose == "batch" else (0, None)
+            if requests > self.max_requests:
+                raise invalid(f"File has {requests} requests; a batch takes at most {self.max_requests}.",
+                              param="file", code="too_many_requests")
+            os.replace(tmp, self.content_path(file_id))
+        finally:
+            tmp.unlink(missing_ok=True)
+        record = file_record(file_id, filename, purpose, size, requests, endpoint)
+        self._write_json(self.files_dir / f"{file_id}.json", record)
+        return record
+
+    def add_written_file(self, file_id: str, filename: str, purpose: str, written: Path) -> dict:
+        """A file the service wrote itself (a batch's output or errors), moved into the store."""
+        os.replace(written, self.content_path(file_id))
+        record = file_record(file_id, filename, purpose, self.content_path(file_id).stat().st_size, 0, None)
+        self._write_json(self.files_dir / f"{file_id}.json", record)
+        return record
+
+    def file(self, file_id: str, param: str | None = None) -> dict:
+        record = self._read_json(self.files_dir / f"{file_id}.json") if _plain(file_id) else None
+        if record is None:
+            raise not_found("file", file_id, param)
+        return record
+
+    def files(self) -> list[dict]:
+        records = (self._read_json(p) for p in self.files_dir.glob("*.json"))
+        return sorted((r for r in records if r is not None), key=lambda r: (r["created_at"], r["id"]))
+
+    def content_path(self, file_id: str) -> Path:
+        return self.files_dir / f"{file_id}.jsonl"
+
+    def delete_file(self, file_id: str) -> None:
+        self.file(file_id)
+        (self.files_dir / f"{file_id}.json").unlink(missing_ok=True)
+        self.content_path(file_id).unlink(missing_ok=True)
+
+    def temporary(self, name: str) -> Path:
+        """A path for a file being written, removed if the service stops before it is stored."""
+        return self.files_dir / f"{TMP}{name}"
+
+    # -- batches ----------------------------------------------------------------
+    def save_batch(self, record: dict) -> None:
+        self._write_json(self.batches_dir / f"{record['id']}.json", record)
+
+    def batches(self) -> list[dict]:
+        records = (self._read_json(p) for p in self.batches_dir.glob("*.json"))
+        return [r for r in records if r is not None]
+
+    def job_output(self, batch_id: str) -> Path:
+        """Where the batch's job writes its output (OUTPUT.partial/ beside it while it runs)."""
+        folder = self.batches_dir / batch_id
+        folder.mkdir(exist_ok=True)
+        return folder / "output.jsonl"
+
+    def drop_job_output(self, batch_id: str) -> None:
+        shutil.rmtree(self.batches_dir / batch_id, ignore_errors=True)
+
+    # -- records ----------------------------------------------------------------
+    def _write_json(self, path: Path, record: dict) -> None:
+        tmp = path.with_name(f"{TMP}{path.name}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(record))
+        with self._lock:   # (the last one written wins, whole)
+            os.replace(tmp, path)
+
+    @staticmethod
+    def _read_json(path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+
+def count_requests(path: Path) -> tuple[int, str | None]:
+    """The requests (non-blank lines) in a batch input file, and its first line's ``url`` (the
+    file's endpoint), None when it cannot be read; a line's own faults are the job's to answer."""
+    requests, endpoint = 0, None
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            if requests == 0:
+                try:
+                    first = json.loads(line)
+                    endpoint = first.get("url") if isinstance(first, dict) else None
+                except ValueError:
+                    endpoint = None
+            requests += 1
+    return requests, endpoint if isinstance(endpoint, str) else None
+
+
+def _plain(object_id: str) -> bool:
+    """An id that names a file of the store and nothing else (no path)."""
+    return bool(object_id) and "/" not in object_id and "\\" not in object_id and not object_id.startswith(".")

@@ -1,0 +1,331 @@
+"""`python -m pipeline serve` with the fake engine, as a user's program calls it: the official
+`openai` package against the real service (a process of its own) on a resident cluster from
+`python -m pipeline up`: upload, create, poll, download, compared with `python -m pipeline run`
+on the same file; cancel mid-way; the service killed and started again mid-way; OpenAI's error
+shapes over raw HTTP; the API key."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from openai import OpenAI
+
+from pipeline import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAT = "/v1/chat/completions"
+MAX_FILE_BYTES = 2_000_000
+MAX_REQUESTS = 5_000
+
+
+def cli(env, *args, timeout=180):
+    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    """``python -m pipeline serve`` in a process of its own, on a loopback port."""
+
+    def __init__(self, env, config: Path, store: Path, log: Path, *extra):
+        self.env, self.config, self.store, self.log, self.extra = env, config, store, log, extra
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.proc = None
+
+    def start(self, timeout_s: float = 60.0) -> "Service":
+        with open(self.log, "a") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "serve", "--config", self.config, "--port", str(self.port),
+                 "--store", self.store, "--max-file-bytes", str(MAX_FILE_BYTES), "--max-requests", str(MAX_REQUESTS),
+                 "--part-rows", "25", *self.extra], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/batches", timeout=1).status_code in (200, 401):
+                    return self
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"the service did not answer: {self.log.read_text()}"
+            time.sleep(0.1)
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+
+    def client(self, api_key="unused") -> OpenAI:
+        return OpenAI(base_url=self.url, api_key=api_key, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A resident cluster of fake engines (each request answered after 0.1 s, 8 at a time per
+    engine, so a few thousand requests take seconds) and its config."""
+    folder = tmp_path_factory.mktemp("service")
+    env = {**os.environ, "PIPELINE_CLUSTER_DIR": str(folder / "cluster")}
+    config = folder / "cluster.yaml"
+    cfg = load_config().replace(scheduler={"dashboard_address": None}, intake={"max_in_flight": 8},
+                                engine={"kind": "fake", "null_latency_s": 0.1})
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    up = cli(env, "up", "--config", config)
+    assert up.returncode == 0, up.stderr
+    yield {"env": env, "config": config, "folder": folder}
+    down = cli(env, "down", "--config", config)
+    assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture(scope="module")
+def service(cluster):
+    svc = Service(cluster["env"], cluster["config"], cluster["folder"] / "store", cluster["folder"] / "serve.log")
+    yield svc.start()
+    svc.stop()
+
+
+def requests_file(path: Path, n: int, bad: dict[int, str] | None = None) -> Path:
+    """``n`` chat requests, a few documents each asked several questions; ``bad``: lines given as written."""
+    with open(path, "w") as f:
+        for i in range(n):
+            if bad and i in bad:
+                f.write(bad[i] + "\n")
+                continue
+            messages = [{"role": "system", "content": f"Document {i % 7}: " + "words " * 40},
+                        {"role": "user", "content": f"Question {i}?"}]
+            f.write(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": CHAT,
+                                "body": {"model": "any", "messages": messages, "max_completion_tokens": 8}}) + "\n")
+    return path
+
+
+def wait_for(client: OpenAI, batch_id: str, until, timeout_s: float = 120.0, seen: list | None = None):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if seen is not None:
+            seen.append(batch)
+        if until(batch):
+            return batch
+        assert time.monotonic() < deadline, f"batch still {batch.status}: {batch}"
+        time.sleep(0.1)
+
+
+def over(batch) -> bool:
+    return batch.status in ("completed", "failed", "cancelled", "expired")
+
+
+def lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def without_created(line: dict) -> dict:
+    """A response line without its body's ``created`` stamp (the job's start, which differs per run)."""
+    line = json.loads(json.dumps(line))
+    if line["response"]["body"] is not None:
+        line["response"]["body"].pop("created", None)
+    return line
+
+
+def pipeline_run(cluster, src: Path, out: Path) -> list[dict]:
+    proc = cli(cluster["env"], "run", src, out, "--config", cluster["config"], "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return lines(out.read_text())
+
+
+def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_path):
+    bad = {5: "this line is not JSON",
+           11: json.dumps({"custom_id": "req-11", "method": "POST", "url": CHAT,
+                           "body": {"messages": [{"role": "user", "content": 3}]}})}
+    src = requests_file(tmp_path / "requests.jsonl", 200, bad)
+    client = service.client()
+
+    uploaded = client.files.create(file=src.open("rb"), purpose="batch")
+    assert uploaded.object == "file" and uploaded.purpose == "batch" and uploaded.bytes == src.stat().st_size
+    assert uploaded.filename == "requests.jsonl"
+    assert client.files.retrieve(uploaded.id).id == uploaded.id
+    assert client.files.content(uploaded.id).read() == src.read_bytes()
+
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h",
+                                  metadata={"team": "tests"})
+    assert batch.status == "validating" and batch.request_counts.total == 200 and batch.metadata == {"team": "tests"}
+    seen: list = []
+    done = wait_for(client, batch.id, over, seen=seen)
+    assert done.status == "completed", done
+    # the counts moved while it ran
+    running = [b.request_counts.completed for b in seen if b.status == "in_progress"]
+    assert any(0 < c < 198 for c in running), running
+    assert done.request_counts.total == 200 and done.request_counts.completed == 198 and done.request_counts.failed == 2
+    assert done.created_at <= done.in_progress_at <= done.finalizing_at <= done.completed_at <= done.expires_at
+    assert done.expires_at == done.created_at + 24 * 3600 and done.errors is None
+    assert done.failed_at is None and done.cancelled_at is None and done.metadata == {"team": "tests"}
+
+    output = lines(client.files.content(done.output_file_id).text)
+    errors = lines(client.files.content(done.error_file_id).text)
+    expected = pipeline_run(cluster, src, tmp_path / "run.jsonl")
+    assert [without_created(o) for o in output] == [without_created(e) for e in expected if e["error"] is None]
+    assert [o["custom_id"] for o in output] == [f"req-{i}" for i in range(200) if i not in bad]
+    failed = [e for e in expected if e["error"] is not None]
+    assert [e["custom_id"] for e in errors] == [f["custom_id"] for f in failed] == [None, "req-11"]
+    for e, f in zip(errors, failed):   # OpenAI's error-file shape, the job's reason in it
+        assert e["error"] is None and e["id"] == f["id"]
+        assert e["response"]["status_code"] == 400 and e["response"]["request_id"] == f["response"]["request_id"]
+        assert e["response"]["body"] == {"error": {"message": f["error"], "type": "invalid_request_error",
+                                                   "param": None, "code": None}}
+    assert errors[1]["response"]["body"]["error"]["message"] == "input: messages[0].content is not text (got int)"
+
+    files = {f.id: f for f in client.files.list().data}
+    assert {uploaded.id, done.output_file_id, done.error_file_id} <= set(files)
+    assert files[done.output_file_id].purpose == "batch_output"
+    assert batch.id in [b.id for b in client.batches.list().data]
+    # the job's working folder is gone once its files are made
+    assert not (cluster["folder"] / "store" / "batches" / batch.id).exists()
+
+
+def test_batches_list_pages_with_after_and_limit(service, tmp_path):
+    client = service.client()
+    uploaded = client.files.create(file=requests_file(tmp_path / "small.jsonl", 3).open("rb"), purpose="batch")
+    ids = [client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h").id
+           for _ in range(3)]
+    for batch_id in ids:
+        assert wait_for(client, batch_id, over).status == "completed"
+    first = client.batches.list(limit=2)
+    assert [b.id for b in first.data] == ids[::-1][:2] and first.has_more
+    second = client.batches.list(limit=2, after=first.data[-1].id)
+    assert second.data[0].id == ids[0]
+    # the SDK's auto-paging walks every page
+    assert ids[::-1] == [b.id for b in client.batches.list(limit=1)][:3]
+
+
+def test_cancel_mid_way_stops_the_job_and_the_cluster_serves_the_next_batch(service, tmp_path):
+    client = service.client()
+    big = client.files.create(file=requests_file(tmp_path / "big.jsonl", 3000).open("rb"), purpose="batch")
+    batch = client.batches.create(input_file_id=big.id, endpoint=CHAT, completion_window="24h")
+    wait_for(client, batch.id, lambda b: b.request_counts.completed > 0)
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status == "cancelling" and cancelling.cancelling_at is not None
+    cancelled = wait_for(client, batch.id, over, timeout_s=30)
+    assert cancelled.status == "cancelled" and cancelled.cancelled_at >= cancelled.cancelling_at
+    assert 0 < cancelled.request_counts.completed < 3000 and cancelled.output_file_id is None
+    # a cancelled batch is over: cancelling it again is an error
+    again = httpx.post(f"{service.url}/batches/{batch.id}/cancel")
+    assert again.status_code == 400 and "cancelled" in again.json()["error"]["message"]
+    # the engines are free for the next batch: its 20 requests are answered at once
+    small = client.files.create(file=requests_file(tmp_path / "small.jsonl", 20).open("rb"), purpose="batch")
+    t0 = time.monotonic()
+    after = client.batches.create(input_file_id=small.id, endpoint=CHAT, completion_window="24h")
+    assert wait_for(client, after.id, over).status == "completed"
+    assert time.monotonic() - t0 < 10
+
+
+def test_service_killed_mid_batch_resumes_from_committed_answers(cluster, tmp_path):
+    svc = Service(cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log").start()
+    try:
+        src = requests_file(tmp_path / "requests.jsonl", 600)
+        client = svc.client()
+        uploaded = client.files.create(file=src.open("rb"), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
+        answers = tmp_path / "store" / "batches" / batch.id / "output.jsonl.partial" / "answers"
+        deadline = time.monotonic() + 60
+        while len(list(answers.glob("p*/*.parquet"))) < 3:
+            assert time.monotonic() < deadline, "no answers committed in time"
+            time.sleep(0.05)
+        svc.stop(signal.SIGKILL)
+        svc.start()
+        done = wait_for(svc.client(), batch.id, over)
+        output = lines(svc.client().files.content(done.output_file_id).text)
+    finally:
+        svc.stop()
+    log = (tmp_path / "serve.log").read_text()
+    assert f"resuming 1 batch(es): {batch.id}" in log
+    resumed = int(log.split("resuming: ")[1].split(" ")[0])
+    assert 0 < resumed < 600, log
+    assert done.status == "completed" and done.request_counts.completed == 600 and done.error_file_id is None
+    expected = pipeline_run(cluster, src, tmp_path / "run.jsonl")
+    assert [without_created(o) for o in output] == [without_created(e) for e in expected]
+
+
+def test_openai_shaped_errors(service, tmp_path):
+    def error_of(response, status):
+        assert response.status_code == status, response.text
+        body = response.json()
+        assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+        return body["error"]
+
+    url = service.url
+    e = error_of(httpx.get(f"{url}/files/file-nope"), 404)
+    assert e["code"] == "file_not_found" and "file-nope" in e["message"]
+    assert error_of(httpx.get(f"{url}/batches/batch_nope"), 404)["code"] == "batch_not_found"
+    assert error_of(httpx.get(f"{url}/nothing-here"), 404)["type"] == "invalid_request_error"
+    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": "file-nope", "endpoint": CHAT,
+                                                    "completion_window": "24h"}), 404)
+    assert e["param"] == "input_file_id"
+    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": "file-nope", "completion_window": "24h"}), 400)
+    assert e["param"] == "endpoint" and e["type"] == "invalid_request_error"
+
+    client = service.client()
+    src = requests_file(tmp_path / "r.jsonl", 2)
+    notes = client.files.create(file=src.open("rb"), purpose="user_data")
+    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": notes.id, "endpoint": CHAT,
+                                                    "completion_window": "24h"}), 400)
+    assert e["param"] == "input_file_id" and e["code"] == "invalid_file_purpose"
+    batch_file = client.files.create(file=src.open("rb"), purpose="batch")
+    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": batch_file.id, "endpoint": "/v1/completions",
+                                                    "completion_window": "24h"}), 400)
+    assert e["param"] == "endpoint" and e["code"] == "unsupported_endpoint"
+    e = error_of(httpx.post(f"{url}/files", files={"file": ("r.jsonl", src.read_bytes())},
+                            data={"purpose": "nonsense"}), 400)
+    assert e["param"] == "purpose"
+
+    # over the limits: bytes, then requests
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"{}\n" * (MAX_FILE_BYTES // 3 + 1))
+    e = error_of(httpx.post(f"{url}/files", files={"file": ("too-big.jsonl", big.read_bytes())},
+                            data={"purpose": "batch"}), 400)
+    assert e["code"] == "file_too_large" and e["param"] == "file"
+    many = tmp_path / "many.jsonl"
+    many.write_bytes(b"{}\n" * (MAX_REQUESTS + 1))
+    e = error_of(httpx.post(f"{url}/files", files={"file": ("too-many.jsonl", many.read_bytes())},
+                            data={"purpose": "batch"}), 400)
+    assert e["code"] == "too_many_requests" and str(MAX_REQUESTS) in e["message"]
+    assert not [f for f in client.files.list().data if f.filename in ("too-big.jsonl", "too-many.jsonl")]
+
+    # a file whose requests are for another endpoint fails validation, with the batch's errors
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/embeddings",
+                                 "body": {"input": "text"}}) + "\n")
+    wrong = client.files.create(file=other.open("rb"), purpose="batch")
+    batch = client.batches.create(input_file_id=wrong.id, endpoint=CHAT, completion_window="24h")
+    failed = wait_for(client, batch.id, over)
+    assert failed.status == "failed" and failed.failed_at is not None and failed.output_file_id is None
+    assert [(d.code, d.line) for d in failed.errors.data] == [("mismatched_endpoint", 1)]
+
+    # deleting a file
+    deleted = client.files.delete(notes.id)
+    assert deleted.deleted and deleted.id == notes.id
+    assert error_of(httpx.get(f"{url}/files/{notes.id}/content"), 404)["code"] == "file_not_found"
+
+
+def test_api_key_is_required_when_set_and_beyond_loopback(cluster, tmp_path):
+    refused = cli(cluster["env"], "serve", "--config", cluster["config"], "--host", "0.0.0.0", "--port",
+                  str(free_port()), "--store", tmp_path / "store0", timeout=60)
+    assert refused.returncode == 2 and "needs an API key" in refused.stderr
+    svc = Service(cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log",
+                  "--api-key", "s3cret").start()
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = httpx.get(f"{svc.url}/files", headers=headers)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert svc.client(api_key="s3cret").files.list().data == []
+    finally:
+        svc.stop()
