@@ -212,6 +212,8 @@ def test_cancel_mid_way_stops_the_job_and_the_cluster_serves_the_next_batch(serv
     big = client.files.create(file=requests_file(tmp_path / "big.jsonl", 3000).open("rb"), purpose="batch")
     batch = client.batches.create(input_file_id=big.id, endpoint=CHAT, completion_window="24h")
     wait_for(client, batch.id, lambda b: b.request_counts.completed > 0)
+    in_use = httpx.delete(f"{service.url}/files/{big.id}")
+    assert in_use.status_code == 400 and in_use.json()["error"]["code"] == "file_in_use"
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status == "cancelling" and cancelling.cancelling_at is not None
     cancelled = wait_for(client, batch.id, over, timeout_s=30)
@@ -310,6 +312,15 @@ def test_openai_shaped_errors(service, tmp_path):
     assert failed.status == "failed" and failed.failed_at is not None and failed.output_file_id is None
     assert [(d.code, d.line) for d in failed.errors.data] == [("mismatched_endpoint", 1)]
 
+    # custom_ids used twice fail validation too
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(src.read_text().replace('"req-1"', '"req-0"'))
+    batch = client.batches.create(input_file_id=client.files.create(file=twice.open("rb"), purpose="batch").id,
+                                  endpoint=CHAT, completion_window="24h")
+    failed = wait_for(client, batch.id, over)
+    assert failed.status == "failed" and failed.errors.data[0].code == "invalid_file"
+    assert "'req-0' (2 times)" in failed.errors.data[0].message
+
     # deleting a file
     deleted = client.files.delete(notes.id)
     assert deleted.deleted and deleted.id == notes.id
@@ -329,3 +340,17 @@ def test_api_key_is_required_when_set_and_beyond_loopback(cluster, tmp_path):
         assert svc.client(api_key="s3cret").files.list().data == []
     finally:
         svc.stop()
+
+
+def test_the_docs_example_works_as_written(service, tmp_path):
+    """docs/service.md's Python example, run as a user would (only the port is this test's)."""
+    text = (ROOT / "docs" / "service.md").read_text()
+    example = text.split("```python\n")[1].split("```")[0]
+    assert 'base_url="http://127.0.0.1:8000/v1"' in example
+    script = tmp_path / "example.py"
+    script.write_text(example.replace("127.0.0.1:8000", f"127.0.0.1:{service.port}"))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    printed = proc.stdout.splitlines()
+    assert printed[-2:] == ["q0 ", "q1 "]   # (the fake engine's answers are empty)
+    assert any(line.startswith("completed ") for line in printed)
