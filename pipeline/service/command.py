@@ -4,8 +4,10 @@ long as the service). It listens on 127.0.0.1 unless told otherwise, and beyond 
 with an API key."""
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -78,7 +80,27 @@ def serve(args, config: "Config") -> int:
         console.notify(f"serving OpenAI's Files and Batches API at http://{args.host}:{args.port}/v1 "
                        f"(store: {store.root})")
         try:
-            uvicorn.run(create_app(runner, store, api_key), host=args.host, port=args.port, log_level="warning")
+            _server_class()(uvicorn.Config(create_app(runner, store, api_key), host=args.host, port=args.port,
+                                   log_level="warning")).run()
         finally:
             runner.close()
     return 0
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, except that Ctrl-C or SIGTERM, once it has stopped serving, is not
+        raised again (uvicorn's way): the service then lets its batches' jobs go, leaving them to
+        the next service, and closes its cluster client (an embedded cluster: engines first)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+    return Server

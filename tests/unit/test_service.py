@@ -1,7 +1,7 @@
 """`python -m pipeline serve` with the fake engine, as a user's program calls it: the official
 `openai` package against the real service (a process of its own) on a resident cluster from
 `python -m pipeline up`: upload, create, poll, download, compared with `python -m pipeline run`
-on the same file; cancel mid-way; the service killed and started again mid-way; OpenAI's error
+on the same file; cancel mid-way; the service stopped, and killed, mid-way and started again; OpenAI's error
 shapes over raw HTTP; the API key."""
 import json
 import os
@@ -230,28 +230,40 @@ def test_cancel_mid_way_stops_the_job_and_the_cluster_serves_the_next_batch(serv
     assert time.monotonic() - t0 < 10
 
 
-def test_service_killed_mid_batch_resumes_from_committed_answers(cluster, tmp_path):
+def test_service_stopped_then_killed_mid_batch_resumes_from_committed_answers(cluster, tmp_path):
+    """Stopped (SIGTERM: exit 0, the batch left in progress for the next service) and killed
+    (SIGKILL) mid-batch: each service started again resumes it from its committed answers; the
+    output is what an uninterrupted run writes."""
     svc = Service(cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log").start()
+    record = tmp_path / "store" / "batches"
+
+    def stop_once_committed(files: int, sig) -> None:
+        deadline = time.monotonic() + 60
+        while len(list(answers.glob("p*/*.parquet"))) < files:
+            assert time.monotonic() < deadline, "no answers committed in time"
+            time.sleep(0.05)
+        svc.stop(sig)
+
     try:
         src = requests_file(tmp_path / "requests.jsonl", 600)
         client = svc.client()
         uploaded = client.files.create(file=src.open("rb"), purpose="batch")
         batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
-        answers = tmp_path / "store" / "batches" / batch.id / "output.jsonl.partial" / "answers"
-        deadline = time.monotonic() + 60
-        while len(list(answers.glob("p*/*.parquet"))) < 3:
-            assert time.monotonic() < deadline, "no answers committed in time"
-            time.sleep(0.05)
-        svc.stop(signal.SIGKILL)
+        answers = record / batch.id / "output.jsonl.partial" / "answers"
+        stop_once_committed(2, signal.SIGTERM)
+        assert svc.proc.returncode == 0
+        assert json.loads((record / f"{batch.id}.json").read_text())["status"] == "in_progress"
+        svc.start()
+        stop_once_committed(len(list(answers.glob("p*/*.parquet"))) + 2, signal.SIGKILL)
         svc.start()
         done = wait_for(svc.client(), batch.id, over)
         output = lines(svc.client().files.content(done.output_file_id).text)
     finally:
         svc.stop()
     log = (tmp_path / "serve.log").read_text()
-    assert f"resuming 1 batch(es): {batch.id}" in log
-    resumed = int(log.split("resuming: ")[1].split(" ")[0])
-    assert 0 < resumed < 600, log
+    assert log.count(f"resuming 1 batch(es): {batch.id}") == 2
+    resumed = [int(part.split(" ")[0]) for part in log.split("resuming: ")[1:]]
+    assert len(resumed) == 2 and 0 < resumed[0] < resumed[1] < 600, log
     assert done.status == "completed" and done.request_counts.completed == 600 and done.error_file_id is None
     expected = pipeline_run(cluster, src, tmp_path / "run.jsonl")
     assert [without_created(o) for o in output] == [without_created(e) for e in expected]
