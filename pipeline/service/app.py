@@ -76,7 +76,7 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
 
     @app.get(f"{v1}/batches", dependencies=auth)
     def batches(after: str | None = None, limit: int = Query(20)) -> dict:
-        return runner.list(after, limit)
+        return runner.list_batches(after, limit)
 
     @app.get(f"{v1}/batches/{{batch_id}}", dependencies=auth)
     def batch(batch_id: str) -> dict:

@@ -20,7 +20,7 @@ from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import CHAT_URL, EMBEDDINGS_URL
 from pipeline.jobs.job import prepare_job
 from pipeline.service import result_files
-from pipeline.service.errors import ApiError, invalid
+from pipeline.service.errors import invalid, not_found
 from pipeline.service.objects import FINAL, OUTPUT_PURPOSE, batch_errors, batch_record, new_batch_id, page, shown
 from pipeline.service.store import Store
 
@@ -55,6 +55,8 @@ class Runner:
             elif record["status"] not in FINAL:
                 resumed.append(record["id"])
                 self._launch(record["id"])
+            elif record["status"] == "completed":   # (its job's folder, if the last service stopped before removing it)
+                self.store.drop_job_output(record["id"])
         return resumed
 
     # -- the API's operations ---------------------------------------------------
@@ -88,10 +90,10 @@ class Runner:
         with self._lock:
             record = self._records.get(batch_id)
             if record is None:
-                raise ApiError(404, f"No batch found with id '{batch_id}'.", code="batch_not_found")
+                raise not_found("batch", batch_id)
             return shown(record)
 
-    def list(self, after: str | None, limit: int) -> dict:
+    def list_batches(self, after: str | None, limit: int) -> dict:
         if not 1 <= limit <= 100:
             raise invalid("limit must be between 1 and 100.", param="limit")
         with self._lock:
@@ -99,14 +101,14 @@ class Runner:
             if after is not None:
                 ids = [r["id"] for r in ordered]
                 if after not in ids:
-                    raise ApiError(404, f"No batch found with id '{after}'.", param="after", code="batch_not_found")
+                    raise not_found("batch", after, param="after")
                 ordered = ordered[ids.index(after) + 1:]
             return page([shown(r) for r in ordered[:limit]], has_more=len(ordered) > limit)
 
     def cancel(self, batch_id: str) -> dict:
         record = self.get(batch_id)
         if record["status"] in FINAL:
-            raise ApiError(400, f"Cannot cancel a batch with status '{record['status']}'.", code="batch_not_cancellable")
+            raise invalid(f"Cannot cancel a batch with status '{record['status']}'.", code="batch_not_cancellable")
         if record["status"] != "cancelling":
             self._update(batch_id, status="cancelling", cancelling_at=int(time.time()))
             self._stops[batch_id].set()
@@ -115,7 +117,8 @@ class Runner:
     def running_on(self, file_id: str) -> list[str]:
         """The batches not over that read ``file_id``."""
         with self._lock:
-            return [r["id"] for r in self._records.values() if r["input_file_id"] == file_id and r["status"] not in FINAL]
+            return [r["id"] for r in self._records.values()
+                    if r["input_file_id"] == file_id and r["status"] not in FINAL]
 
     def close(self, timeout_s: float = 30.0) -> None:
         """The service stops: every job is let go (what it committed is kept) and its batch left in
