@@ -212,10 +212,10 @@ class Runner:
         self._update(batch_id, status="cancelled", cancelled_at=int(time.time()))
 
     def _update(self, batch_id: str, **fields) -> None:
-        with self._lock:
+        with self._lock:   # (written under the lock: the store's record is never older than another thread's)
             record = {**self._records[batch_id], **fields}
             self._records[batch_id] = record
-        self.store.save_batch(record)
+            self.store.save_batch(record)
 
 
 def _invalid_file(file: dict, endpoint: str) -> tuple[str, str, int | None] | None:
