@@ -104,6 +104,9 @@ class ModelConfig(Section):
     # converted once into cache_dir). Otherwise a local folder or a hub name.
     path: str | None = None
     cache_dir: str = "~/.cache/dask-vllm-pipeline"
+    # LoRA adapters rows may name in their adapter column: name -> a local folder or an fsspec URL
+    # (a PEFT adapter: adapter_config.json and its weights). A row's adapter may also be a path or URL.
+    adapters: dict[str, str] = Field(default_factory=dict)
 
     @property
     def cache_path(self) -> Path:
@@ -138,6 +141,10 @@ class EngineConfig(Section):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
     seed: int = 0
+    # LoRA adapters an engine applies in one step (vLLM's max_loras); 0: none (the engines run
+    # without LoRA). null: 2 where model.adapters names any, else 0.
+    max_loras: int | None = Field(None, ge=0)
+    max_lora_rank: int = Field(16, gt=0)   # the largest adapter rank served
     # Anything else vllm.AsyncEngineArgs accepts.
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -325,6 +332,13 @@ class Config(Section):
         if dupes:
             raise ValueError(f"shard names must be unique; repeated: {', '.join(dupes)}")
         return self
+
+    @property
+    def lora_slots(self) -> int:
+        """``engine.max_loras`` resolved: 0 when the engines run without adapters."""
+        if self.engine.max_loras is not None:
+            return self.engine.max_loras
+        return 2 if self.model.adapters else 0
 
     @property
     def shard_names(self) -> list[str]:

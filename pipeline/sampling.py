@@ -21,7 +21,7 @@ import msgspec
 
 # Input columns that override the job's sampling settings for their row (null: the job's).
 ROW_COLUMNS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "json_schema", "choice", "n", "logprobs",
-               "top_logprobs")
+               "top_logprobs", "adapter")
 # The most log-probabilities a token may list (vLLM's ``max_logprobs`` default; OpenAI's limit too).
 MAX_TOP_LOGPROBS = 20
 
@@ -40,6 +40,7 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     logprobs: bool | None = None     # keep each answer token's log-probability
     top_logprobs: int | None = None  # and this many of the likeliest tokens at each place
     normalize: bool | None = None    # an embedding scaled to length 1 (None: as the model defines)
+    adapter: str | None = None       # the LoRA adapter to answer with: a name in model.adapters, a path or URL
 
     @property
     def choices(self) -> int:
@@ -160,6 +161,12 @@ def _top(value: Any, name: str) -> int:
     return value
 
 
+def _adapter(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(name, "an adapter's name (model.adapters), path or URL", value)
+    return value
+
+
 _CHECKS = {
     "max_tokens": lambda v, n: _int(v, n, 1, "an integer >= 1"),
     "temperature": lambda v, n: _number(v, n, lambda x: x >= 0, "a number >= 0"),
@@ -172,6 +179,7 @@ _CHECKS = {
     "n": lambda v, n: _int(v, n, 1, "an integer >= 1"),
     "logprobs": _flag,
     "top_logprobs": _top,
+    "adapter": _adapter,
 }
 
 

@@ -8,7 +8,7 @@ benchmark's environment as it was before any cluster started) plus the shard's v
 have written into. It gets the same engine arguments and sampling as the pipeline's
 workers, and talks to the benchmark over a loopback socket.
 
-Protocol: ``load`` (prompts as token ids, or texts), ``reset`` (empty the prefix cache), ``go``
+Protocol: ``load`` (prompts as token ids, texts, or (token ids, LoRA adapter folder)), ``reset`` (empty the prefix cache), ``go``
 (generate them all; for a config of task embed embed them all with ``LLM.embed``; for task
 classify or score read the labels' log-probabilities, one step each, as the pipeline's workers do;
 reply with the outputs), ``stop``.
@@ -61,11 +61,16 @@ def _serve(conn, model: str, config: Config) -> None:
     pauses = GcPauses().install()
     conn.send(("ready", time.perf_counter() - t0, engine_settings(llm.llm_engine.vllm_config)))
     prompts: list = []
+    loras: list = []
+    folders: dict[str, int] = {}   # adapter folder -> its lora_int_id
     while True:
         cmd, *args = conn.recv()
         if cmd == "load":
-            # (token ids; or texts, which vLLM tokenizes, as a user's call hands it them)
-            prompts = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=p) for p in args[0]]
+            # (token ids; or texts, which vLLM tokenizes, as a user's call hands it them; or
+            # (token ids, adapter folder or None): each with its own LoRARequest)
+            loras = [_lora(p[1], folders) if isinstance(p, tuple) else None for p in args[0]]
+            prompts = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=p[0] if isinstance(p, tuple) else p)
+                       for p in args[0]]
             conn.send(("ok",))
         elif cmd == "reset":
             llm.reset_prefix_cache()
@@ -76,7 +81,8 @@ def _serve(conn, model: str, config: Config) -> None:
                 outs = llm.embed(prompts, use_tqdm=False) if prompts else []
                 conn.send(("done", [("", len(o.prompt_token_ids), 0, 0) for o in outs], pauses.summary()))
                 continue
-            outs = llm.generate(prompts, sampling, use_tqdm=False) if prompts else []
+            lora = loras if any(x is not None for x in loras) else None
+            outs = llm.generate(prompts, sampling, use_tqdm=False, lora_request=lora) if prompts else []
             conn.send(("done", [(o.outputs[0].text, len(o.prompt_token_ids), int(o.num_cached_tokens or 0),
                                  len(o.outputs[0].token_ids),
                                  read_labels(o.outputs[0], label_ids) if label_ids else None) for o in outs],
@@ -86,6 +92,15 @@ def _serve(conn, model: str, config: Config) -> None:
             llm.llm_engine.engine_core.shutdown()
             conn.send(("ok",))
             return
+
+
+def _lora(folder: str | None, folders: dict[str, int]):
+    """vLLM's ``LoRARequest`` for an adapter folder (one id per folder), or None."""
+    if folder is None:
+        return None
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(folder, folders.setdefault(folder, len(folders) + 1), folder)
 
 
 def main() -> None:

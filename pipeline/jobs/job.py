@@ -64,6 +64,9 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     source = open_source(input_path, format, task_columns(config), config.storage_options)
     check_output_apart(source, output_path, config.storage_options)   # before anything is written
     check_key_type(source)
+    if source.format != "openai" and "adapter" in source.row_columns.sampling_columns and not config.lora_slots:
+        raise JobError(f"input {input_path} has an adapter column, and this config's engines run without adapters; "
+                       f"list them in model.adapters (or set engine.max_loras) and start the cluster again")
     notes = _input_notes(source, input_path)
     remote = is_url(output_path)
     final = str(output_path) if remote else Path(local_path(output_path))

@@ -114,7 +114,7 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
 SAMPLING_TYPES = {"max_tokens": pa.int64(), "temperature": pa.float64(), "top_p": pa.float64(),
                   "top_k": pa.int64(), "stop": pa.list_(pa.string()), "seed": pa.int64(),
                   "json_schema": pa.string(), "choice": pa.list_(pa.string()), "n": pa.int64(),
-                  "logprobs": pa.bool_(), "top_logprobs": pa.int64()}
+                  "logprobs": pa.bool_(), "top_logprobs": pa.int64(), "adapter": pa.string()}
 assert tuple(SAMPLING_TYPES) == ROW_COLUMNS
 
 

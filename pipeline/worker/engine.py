@@ -14,6 +14,7 @@ import msgspec
 
 from pipeline.config import Config, ShardConfig
 from pipeline.sampling import Sampling
+from pipeline.worker.adapters import AdapterError, Adapters
 from pipeline.worker.prefix_cache_model import PrefixCacheModel
 
 
@@ -23,6 +24,25 @@ class EngineDead(RuntimeError):
 
 class BadSampling(ValueError):
     """The engine refused a request's sampling settings; the message says which."""
+
+
+def adapters_of(config: Config) -> Adapters | None:
+    """The shard's adapters (None where the engines run without LoRA: ``engine.max_loras`` 0)."""
+    if not config.lora_slots:
+        return None
+    return Adapters(config.model.adapters, config.model.cache_path, config.engine.max_lora_rank,
+                    config.storage_options)
+
+
+async def adapter_folder(adapters: Adapters | None, adapter: str) -> str:
+    """A row's adapter's local folder; ``BadSampling`` (the row's error) where it cannot be used."""
+    if adapters is None:
+        raise BadSampling(f"adapter {adapter!r}: this cluster's engines run without adapters; list them in "
+                          f"model.adapters (or set engine.max_loras) and start the cluster again")
+    try:
+        return await adapters.folder(adapter)
+    except AdapterError as exc:
+        raise BadSampling(str(exc)) from None
 
 
 @dataclass
@@ -149,6 +169,9 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
         kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
     if e.block_size is not None:
         kwargs["block_size"] = e.block_size
+    if config.lora_slots:
+        kwargs.update(enable_lora=True, max_loras=config.lora_slots, max_lora_rank=e.max_lora_rank,
+                      max_cpu_loras=max(config.lora_slots, len(config.model.adapters)))
     kwargs.update(e.extra)
     return kwargs
 
@@ -265,6 +288,7 @@ class VllmEngine:
         self._pooling: dict[bool | None, object] = {}   # normalize -> its PoolingParams
         self._params: dict[bytes, object] = {}   # encoded Sampling -> its SamplingParams
         self._labels: dict[tuple, object] = {}    # label token ids -> their SamplingParams
+        self.adapters = adapters_of(config)
         self._key = msgspec.msgpack.Encoder().encode
 
     def encode(self, text: str) -> list[int]:
@@ -292,9 +316,15 @@ class VllmEngine:
 
         final = None
         params = self.params(sampling)   # (a bad value raises here: the row's error)
+        lora = None
+        if sampling.adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            folder = await adapter_folder(self.adapters, sampling.adapter)
+            lora = LoRARequest(sampling.adapter, self.adapters.ids[sampling.adapter], folder)
         try:
             async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
-                                                request_id=request_id, priority=priority):
+                                                request_id=request_id, priority=priority, lora_request=lora):
                 final = out
         except EngineDeadError as exc:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
@@ -391,9 +421,10 @@ def token_logprobs(token_ids, logprobs, top: int) -> list[dict]:
 
 
 class FakeEngine:
-    """Answers every request with an empty answer, after ``latency_s`` (default: at once);
-    tokenizes by characters. With ``kv_cache_tokens``, each answer reports the prompt tokens a
-    prefix cache of that size would have served (pipeline/worker/prefix_cache_model.py)."""
+    """Answers every request with an empty answer (a row with an adapter: the adapter's name, once
+    its folder checks out), after ``latency_s`` (default: at once); tokenizes by characters. With
+    ``kv_cache_tokens``, each answer reports the prompt tokens a prefix cache of that size would
+    have served (pipeline/worker/prefix_cache_model.py)."""
 
     block_size = 16
     settings: dict = {}
@@ -401,8 +432,10 @@ class FakeEngine:
     embedding_size = 4   # an embedding: the prompt's tokens, and its first three code points, over 1000
     special_tokens = 0
 
-    def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0, max_model_len: int = 2048):
+    def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0, max_model_len: int = 2048,
+                 adapters: Adapters | None = None):
         self.latency_s = latency_s
+        self.adapters = adapters
         self.max_model_len = max_model_len
         self.kv_cache_tokens = kv_cache_tokens
         self.cache = PrefixCacheModel(kv_cache_tokens // self.block_size, self.block_size)
@@ -418,7 +451,11 @@ class FakeEngine:
                        priority: int = 0) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        choices = [Choice("", 0, "stop", [] if sampling.keeps_logprobs else None)] * sampling.choices
+        text = ""
+        if sampling.adapter is not None:
+            await adapter_folder(self.adapters, sampling.adapter)
+            text = sampling.adapter
+        choices = [Choice(text, 0, "stop", [] if sampling.keeps_logprobs else None)] * sampling.choices
         return Generation.of(choices, len(prompt_ids), self.cache.serve(prompt_ids))
 
     async def embed(self, prompt_ids: Sequence[int], request_id: str, normalize: bool | None = None,
@@ -461,5 +498,5 @@ def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | Non
         return VllmEngine(model, config, shard)
     if kind == "fake":
         return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens,
-                          config.engine.max_model_len)
+                          config.engine.max_model_len, adapters_of(config))
     raise ValueError(f"unknown engine kind {kind!r}; use vllm or fake")

@@ -159,12 +159,14 @@ class Admission:
         self.digests = rows.column("digest").to_numpy()
         self.suffixes = rows.column("suffix").to_pylist()
         self.own = _row_sampling(rows)
-        starts = np.flatnonzero(np.concatenate(([True], self.digests[1:] != self.digests[:-1]))) if n \
-            else np.array([], int)
+        # the rows in the order they start: by document, and by adapter first where rows name adapters
+        # (an engine applies a few adapters in one step: each adapter's rows together)
+        self.order, group = adapter_order(rows, self.digests)
+        starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1]))) if n else np.array([], int)
         decode = 1 if labels else sampling.max_tokens or plugin.config.sampling.max_tokens
         # each document's rows, and its questions in estimated tokens (with their answers), for the token gate
-        asked = np.add.reduceat(estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n)) + decode,
-                                starts).tolist() if n else []
+        suffix_tokens = estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n))[self.order] if n else []
+        asked = np.add.reduceat(suffix_tokens + decode, starts).tolist() if n else []
         self.documents = list(zip(starts.tolist(), np.append(starts[1:], n).tolist(), asked))
         self.window = 2 * plugin.config.intake.max_in_flight   # rows started, not yet answered
         self.waiting = 0          # rows started that wait for the engine
@@ -177,9 +179,10 @@ class Admission:
         for lo, hi, questions in self.documents:
             if self.book.failure:
                 break
-            prefix_ids = self.plugin.engine.encode(self.prefixes[int(self.digests[lo])])
+            digest = int(self.digests[self.order[lo]])
+            prefix_ids = self.plugin.engine.encode(self.prefixes[digest])
             if self.plugin.prefixes is not None:   # (the rows' digest is the prefix's)
-                self.plugin.prefixes.served_digest(int(self.digests[lo]), len(prefix_ids))
+                self.plugin.prefixes.served_digest(digest, len(prefix_ids))
             tokens = len(prefix_ids) + questions
             if gate is not None:
                 await gate.acquire(tokens, self.job)
@@ -190,10 +193,11 @@ class Admission:
             await asyncio.gather(*self.book.tasks, return_exceptions=True)
 
     async def _start_document(self, lo: int, hi: int, prefix_ids: list[int]) -> list[asyncio.Task]:
-        """Rows ``lo``..``hi`` (one document's) started; those that wait for the engine."""
+        """Rows ``lo``..``hi`` in start order (one document's) started; those that wait for the engine."""
         book, started = self.book, []
-        for k in range(lo, hi):
-            if self.first_rows and k >= self.first_rows and not book.answered_one.is_set():
+        for i in range(lo, hi):
+            k = int(self.order[i])
+            if self.first_rows and i >= self.first_rows and not book.answered_one.is_set():
                 await book.answered_one.wait()
             while self.waiting >= self.window:
                 self.room.clear()
@@ -283,6 +287,20 @@ def _release_when_done(gate: TokenGate, tokens: float, job: str, tasks: list[asy
         await asyncio.gather(*tasks, return_exceptions=True)
         await gate.release(tokens, job)
     asyncio.ensure_future(wait())
+
+
+def adapter_order(rows: pa.Table, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order to start ``rows`` in (sorted by document, ``digests``), and each place's group (a
+    number per document, or per adapter and document where rows name adapters): each adapter's rows
+    together, in the order the adapters first appear, documents in their order within each."""
+    n = len(digests)
+    document = np.cumsum(np.concatenate(([0], digests[1:] != digests[:-1]))) if n else np.zeros(0, np.int64)
+    if "adapter" not in rows.column_names or rows.column("adapter").null_count == n:
+        return np.arange(n), document
+    codes = rows.column("adapter").combine_chunks().fill_null("").dictionary_encode()
+    adapter = codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.lexsort((np.arange(n), document, adapter))
+    return order, (adapter * (int(document[-1]) + 1) + document)[order]
 
 
 def _row_sampling(rows: pa.Table) -> list | None:

@@ -312,7 +312,8 @@ class EnginePlugin(WorkerPlugin):
         except Exception as exc:  # one failed request must not fail its batch
             # vLLM checks sampling values when the request is made: a bad one is the row's
             kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
-            return RowResult.failed(-1, kind, f"{type(exc).__name__}: {exc}", prompt_tokens=len(ids),
+            why = str(exc) if isinstance(exc, BadSampling) else f"{type(exc).__name__}: {exc}"   # (ours says it all)
+            return RowResult.failed(-1, kind, why, prompt_tokens=len(ids),
                                     shard=self.shard, latency_s=time.perf_counter() - t0), t0
         finally:
             self._intake.release(job)

@@ -1,6 +1,7 @@
 """Jobs on an object store: a real S3-compatible server (moto's server mode) on 127.0.0.1,
 reached through s3fs. s3:// to s3://, resume after a kill, and clear errors for a missing bucket
 and bad credentials."""
+import json
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -248,3 +250,30 @@ def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp
     filesystem(f"s3://{BUCKET}/", s3)[0].invalidate_cache()   # (this process's cached listing, as a new one has none)
     with pytest.raises(JobError, match=r"part-0\.parquet changed since this job started"):
         prepare_job(f"s3://{BUCKET}/to-local/", out2, config=store_pipeline.config, notify=lambda m: None)
+
+
+def test_an_adapter_at_a_url_is_fetched_once_and_answers_its_rows(s3, tmp_path):
+    from pipeline.model import resolve_model
+    from safetensors.numpy import save_file
+
+    local = tmp_path / "adapter"
+    local.mkdir()
+    (local / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
+    save_file({"q_proj.lora_A.weight": np.zeros((4, 4), np.float32)}, str(local / "adapter_model.safetensors"))
+    fs = _fs(s3)
+    fs.put(str(local) + "/", f"{BUCKET}/adapters/terse/", recursive=True)
+    url = f"s3://{BUCKET}/adapters/terse"
+    # (the cache folder a fetched adapter is kept in: this test's; the model named by its path)
+    config = load_config().replace(scheduler={"dashboard_address": None}, storage_options=s3,
+                                   model={"path": resolve_model(load_config()), "cache_dir": str(tmp_path / "cache"),
+                                          "adapters": {"terse": url}})
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"document": ["d1", "d2", "d1"], "question": ["a", "b", "c"],
+                             "adapter": ["terse", f"s3://{BUCKET}/adapters/nosuch", url]}), src)
+    with Pipeline(config, engine="fake") as p:
+        run_job(p, src, tmp_path / "out.parquet", progress=False)
+    rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [r["answer"] for r in rows] == ["terse", None, url] and rows[0]["error"] is None, rows
+    assert rows[1]["error"] == f"input: adapter 's3://{BUCKET}/adapters/nosuch': nothing at s3://{BUCKET}/adapters/nosuch"
+    fetched = list((tmp_path / "cache" / "adapters").iterdir())
+    assert len(fetched) == 1 and (fetched[0] / "adapter_config.json").is_file()   # (one fetch for both names)
