@@ -29,9 +29,11 @@ ENDPOINTS = (CHAT_URL, EMBEDDINGS_URL)
 
 
 def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
-                storage_options: dict | None = None) -> "ParquetSource | OpenAIBatchSource":
+                storage_options: dict | None = None, adapters=()) -> "ParquetSource | OpenAIBatchSource":
     """``columns``: the task's input columns (``tasks.Columns``; default: document-question's).
-    ``spec`` may be an fsspec URL (``s3://bucket/in/``), opened with ``storage_options``."""
+    ``spec`` may be an fsspec URL (``s3://bucket/in/``), opened with ``storage_options``.
+    ``adapters``: the configured adapters' names (an OpenAI batch request's ``model`` naming one
+    answers with it, as in ``vllm run-batch``)."""
     text = str(spec)
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
@@ -42,7 +44,7 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
         else:
             text = local_path(text)
     if fmt == "openai":
-        return OpenAIBatchSource(text if fs is not None else Path(text), fs)
+        return OpenAIBatchSource(text if fs is not None else Path(text), fs, adapters)
     if fmt == "parquet":
         if columns is None:
             columns = Columns(required=("document", "question"))
@@ -218,9 +220,10 @@ class OpenAIBatchSource:
     passthrough: list[str] = []
     dropped: list[str] = []
 
-    def __init__(self, path: Path | str, fs=None):
+    def __init__(self, path: Path | str, fs=None, adapters=()):
         self.path = path      # a local Path, or a URL on ``fs`` (fsspec)
         self.fs = fs
+        self.adapters = frozenset(adapters)   # a request's model naming one of these answers with that adapter
         if fs is None and not path.exists():
             raise JobError(f"input not found: {path}")
         try:
@@ -290,13 +293,19 @@ def parse_line(raw: bytes) -> tuple[Any, str | None]:
         return None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
 
 
-def request_row(request: Any, endpoint: str = CHAT_URL) -> tuple[dict | None, str | None]:
+def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) -> tuple[dict | None, str | None]:
     """A request line (parsed) of a file for ``endpoint`` as a row of the task's columns, and
-    None; or None and why it cannot be one."""
+    None; or None and why it cannot be one. A chat request whose ``model`` is one of ``adapters``
+    answers with that adapter."""
     body, error = _request_body(request, endpoint)
     if error is not None:
         return None, error
-    return _embedding_request(body) if endpoint == EMBEDDINGS_URL else _chat_request(body)
+    if endpoint == EMBEDDINGS_URL:
+        return _embedding_request(body)
+    row, error = _chat_request(body)
+    if row is not None and body.get("model") in adapters:
+        row["adapter"] = body["model"]
+    return row, error
 
 
 def _request_body(request: Any, endpoint: str) -> tuple[dict | None, str | None]:

@@ -61,7 +61,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     default: the repository's cluster.yaml)."""
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
-    source = open_source(input_path, format, task_columns(config), config.storage_options)
+    source = open_source(input_path, format, task_columns(config), config.storage_options, config.model.adapters)
     check_output_apart(source, output_path, config.storage_options)   # before anything is written
     check_key_type(source)
     if source.format != "openai" and "adapter" in source.row_columns.sampling_columns and not config.lora_slots:

@@ -68,7 +68,8 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
         keep = pc.invert(pc.is_in(positions, value_set=done))
         requests = [r for r, k in zip(requests, keep.to_pylist()) if k]
         positions = positions.filter(keep)
-    rows = prompt_rows_of_dicts([request_row(r, endpoint) if e is None else (None, e) for r, e in requests], positions, task,
+    rows = prompt_rows_of_dicts([request_row(r, endpoint, source.adapters) if e is None else (None, e)
+                                 for r, e in requests], positions, task,
                                 all_sampling=True)
     rows.read = read
     return rows

@@ -86,3 +86,15 @@ def test_an_adapter_column_on_engines_without_lora_is_refused_up_front(tmp_path)
         prepare_job(src, tmp_path / "out.parquet", config=load_config())
     assert load_config().replace(model={"adapters": {"a": "/x"}}).lora_slots == 2
     assert load_config().replace(engine={"max_loras": 3}).lora_slots == 3
+
+
+def test_an_openai_batch_requests_model_naming_an_adapter_answers_with_it(fake_pipeline, tmp_path):
+    def line(custom_id, model):
+        return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+                           "body": {"model": model, "messages": [{"role": "user", "content": "hi"}]}}) + "\n"
+    src = tmp_path / "batch.jsonl"
+    src.write_text(line("a", "terse") + line("b", "SmolLM2-135M-Instruct") + line("c", "terse"))
+    run_job(fake_pipeline, src, tmp_path / "out.jsonl", progress=False)
+    out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    answers = {o["custom_id"]: o["response"]["body"]["choices"][0]["message"]["content"] for o in out}
+    assert answers == {"a": "terse", "b": "", "c": "terse"}   # (the fake engine answers with the adapter's name)
