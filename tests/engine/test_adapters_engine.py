@@ -3,7 +3,6 @@ gets exactly plain vLLM's answer for that row's prompt and ``LoRARequest`` (plai
 its own process, pipeline/bench/standalone.py); the adapters change the answers; a missing
 adapter is its row's error and the engines keep serving."""
 import random
-from difflib import SequenceMatcher
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,12 +56,19 @@ def test_each_row_answered_with_its_adapter_as_plain_vllm_answers_it(tmp_path):
     # Token for token where the engines' batches do not tip a near tie (vLLM is not batch-invariant:
     # seen, "favorite" for "favourite" on a row without adapter) ...
     assert sum(g == o for g, o in zip(got, own)) >= 0.75 * len(kept), list(zip(got, own))
-    # ... and never another adapter's answer: each row's is nearest its own adapter's
+    # ... and never another adapter's answer: no row's answer is another adapter's (where that differs
+    # from its own adapter's), and every adapter (and none) has rows answered exactly as plain vLLM
+    # answers them with it and unlike the others (a nearest-answer rule is too strict: seen, a row
+    # without adapter tipped at a near tie into an answer closer to a1's than to the base model's)
+    exact = set()
     for i, k in enumerate(kept):
         mine = folders.get(rows[k]["adapter"], rows[k]["adapter"]) if rows[k]["adapter"] else None
         mine = next(a for a in ("a1", "a2", None) if folders.get(a) == mine)
-        near = {a: SequenceMatcher(None, got[i], each[a][i].text.strip()).ratio() for a in each}
-        assert all(near[mine] >= near[a] for a in near if each[a][i].text != each[mine][i].text), (k, mine, near)
+        others = {each[a][i].text.strip() for a in each if a != mine} - {each[mine][i].text.strip()}
+        assert got[i] not in others, (k, mine, got[i])
+        if got[i] == each[mine][i].text.strip() and others:
+            exact.add(mine)
+    assert exact == {"a1", "a2", None}, exact
     # the adapters change the answers
     assert sum(each["a1"][i].text != each[None][i].text for i in range(len(kept))) >= len(kept) // 2
     assert sum(each["a2"][i].text != each["a1"][i].text for i in range(len(kept))) >= len(kept) // 2
