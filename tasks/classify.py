@@ -16,6 +16,8 @@ query about one document shares its prefill).
 """
 from __future__ import annotations
 
+import math
+
 from tasks.template import PromptTemplate, TemplateError
 
 SCORE_TEMPLATE = ("Document:\n{document}\n\nQuery: {query}\n\n"
@@ -39,6 +41,14 @@ def label_problem(labels, encode) -> str | None:
             return (f"labels {other!r} and {label!r} begin with the same token, and a label is read by its first "
                     f"token; use labels that differ at their start")
     return None
+
+
+def label_probs(logprobs: list[float]) -> list[float]:
+    """Each label's probability over the labels, from its log-probability over the whole vocabulary."""
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    total = sum(weights)
+    return [w / total for w in weights]
 
 
 class Classify(PromptTemplate):

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from pipeline import Pipeline, engine_env, load_config
 from pipeline.bench.adapters import make_adapter
-from pipeline.bench.env_report import engine_env_report
+from pipeline.bench.env_report import engine_env_report, print_engines
 from pipeline.bench.standalone import StandaloneShards
 from pipeline.bench.workloads import document_questions
 from pipeline.jobs.job import run_job
@@ -97,13 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nrows/s ratio pipeline / plain vLLM (median of {len(runs)} pairs, {len(rows)} rows, {args.adapters} "
           f"adapters, max_loras {args.max_loras}, {len(config.shards)} shards): {statistics.median(ratios):.3f}  "
           f"(each: {', '.join(f'{x:.3f}' for x in ratios)})")
-    print("engine settings, pipeline:", {s["shard"]: s.get("engine_settings") for s in stats})
-    print("engine settings, plain vLLM:", shards.settings)
-    for shard, procs in envs.items():
-        for name, p in procs.items():
-            diffs = {**p["only_pipeline"], **p["only_standalone"], **p["differ"]}
-            print(f"engine environment {shard} {name}: pids {p['pipeline_pid']} / {p['standalone_pid']}, "
-                  f"differences: {diffs or 'none'}")
+    print_engines(stats, shards.settings, envs)
     return 0
 
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import Pipeline, engine_env, load_config
-from pipeline.bench.env_report import engine_env_report
+from pipeline.bench.env_report import engine_env_report, print_engines
 from pipeline.bench.standalone import StandaloneShards
 from pipeline.bench.workloads import document_questions
 from pipeline.jobs.job import run_job
@@ -107,13 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nrows/s ratio pipeline / plain vLLM (median of {len(runs)} pairs, {args.rows} rows, "
           f"{len(config.shards)} shards): {statistics.median(ratios):.3f}  (each: "
           f"{', '.join(f'{x:.3f}' for x in ratios)})")
-    print("engine settings, pipeline:", {s["shard"]: s.get("engine_settings") for s in stats})
-    print("engine settings, plain vLLM:", plain_settings)
-    for shard, procs in envs.items():
-        for name, p in procs.items():
-            diffs = {**p["only_pipeline"], **p["only_standalone"], **p["differ"]}
-            print(f"engine environment {shard} {name}: pids {p['pipeline_pid']} / {p['standalone_pid']}, "
-                  f"differences: {diffs or 'none'}")
+    print_engines(stats, plain_settings, envs)
     texts = texts_of(args.rows, args.seed)[: args.check]
     ref = reference(pipeline.model, texts)
     cosines = [float(np.dot(row["embedding"], r) / np.linalg.norm(row["embedding"]) / np.linalg.norm(r))

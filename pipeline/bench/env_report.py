@@ -35,3 +35,15 @@ def engine_env_report(pipeline, shards) -> dict:
                               "watched": {k: [penv.get(k), senv.get(k)] for k in WATCHED_ENV}}
         out[shard] = per_proc
     return out
+
+
+def print_engines(stats: list[dict], plain_settings: dict, envs: dict) -> None:
+    """Both contenders' engine settings (``stats``: the pipeline's ``worker_stats``) and how their
+    engine environments differ (``envs``: ``engine_env_report``), for a side-by-side bench's output."""
+    print("engine settings, pipeline:", {s["shard"]: s.get("engine_settings") for s in stats})
+    print("engine settings, plain vLLM:", plain_settings)
+    for shard, procs in envs.items():
+        for name, p in procs.items():
+            diffs = {**p["only_pipeline"], **p["only_standalone"], **p["differ"]}
+            print(f"engine environment {shard} {name}: pids {p['pipeline_pid']} / {p['standalone_pid']}, "
+                  f"differences: {diffs or 'none'}")

@@ -15,7 +15,6 @@ engines' settings and environments side by side, and the largest score differenc
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import tempfile
 import time
@@ -26,9 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import Pipeline, engine_env, load_config
-from pipeline.bench.env_report import engine_env_report
+from pipeline.bench.env_report import engine_env_report, print_engines
 from pipeline.bench.standalone import StandaloneShards
 from pipeline.bench.workloads import document_questions
+from tasks.classify import label_probs
 
 
 def pairs_of(docs: int, queries: int, seed: int) -> list[dict]:
@@ -44,10 +44,8 @@ def prompt_ids(pipeline, rows: list[dict]) -> list[list[int]]:
 
 
 def score_of(logprobs: list[float]) -> float:
-    """The first label's probability over the labels."""
-    top = max(logprobs)
-    weights = [math.exp(x - top) for x in logprobs]
-    return weights[0] / sum(weights)
+    """The first label's probability over the labels (the worker's score)."""
+    return label_probs(logprobs)[0]
 
 
 def reference_logprobs(model_path: str, prompts: list[list[int]], label_ids: list[int]) -> np.ndarray:
@@ -134,13 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rows/s ratio pipeline / plain vLLM {contender} (median of {len(runs)} pairs, {len(first)} rows, "
               f"{len(config.shards)} shards): {statistics.median(ratios):.3f}  (each: "
               f"{', '.join(f'{x:.3f}' for x in ratios)})")
-    print("engine settings, pipeline:", {s["shard"]: s.get("engine_settings") for s in stats})
-    print("engine settings, plain vLLM:", shards.settings)
-    for shard, procs in envs.items():
-        for name, p in procs.items():
-            diffs = {**p["only_pipeline"], **p["only_standalone"], **p["differ"]}
-            print(f"engine environment {shard} {name}: pids {p['pipeline_pid']} / {p['standalone_pid']}, "
-                  f"differences: {diffs or 'none'}")
+    print_engines(stats, shards.settings, envs)
     errors = sum(r["error"] is not None for r in scored)
     vs_plain = max(abs(r["score"] - plain_scores[k]) for k, r in enumerate(scored) if r["error"] is None)
     vs_ref = max(abs(scored[k]["score"] - score_of(list(ref[k]))) for k in range(len(ref)))

@@ -14,7 +14,6 @@ import asyncio
 import atexit
 import gc
 import logging
-import math
 import os
 import sys
 import time
@@ -34,6 +33,7 @@ from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling, check_answer
+from tasks.classify import label_probs
 
 
 logger = logging.getLogger(__name__)
@@ -277,10 +277,7 @@ class EnginePlugin(WorkerPlugin):
         if isinstance(out, RowResult):
             out.index = index
             return out
-        top = max(out.logprobs)
-        weights = [math.exp(lp - top) for lp in out.logprobs]
-        total = sum(weights)
-        probs = [w / total for w in weights]
+        probs = label_probs(out.logprobs)
         return RowResult(index, label=labels[probs.index(max(probs))], label_probs=probs, score=probs[0],
                          prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens, shard=self.shard,
                          latency_s=time.perf_counter() - t0)
