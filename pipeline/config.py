@@ -1,6 +1,7 @@
 """One validated config object, loaded from cluster.yaml.
 
-Every tunable lives here. Unknown keys and bad values raise :class:`ConfigError`
+Every tunable lives here (the shards' section in pipeline/shard_config.py, a job's prompt and
+sampling in pipeline/job_config.py). Unknown keys and bad values raise :class:`ConfigError`
 with one readable line per problem (never a traceback wall).
 """
 from __future__ import annotations
@@ -14,9 +15,8 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.cluster.layout import auto_shards, check_layout
-from pipeline.engine_env import shard_engine_env
-from pipeline.names import SHARD_ENV, shard_resource
 from pipeline.config_base import ConfigError, ConfigNote, Section
+from pipeline.shard_config import AutoShardsConfig, ShardConfig
 from pipeline.job_config import PromptConfig, SamplingConfig
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
@@ -42,61 +42,6 @@ class SchedulerConfig(Section):
     port: int = Field(0, ge=0, le=65535)
     # None disables the dashboard. Bind to loopback unless the user says otherwise.
     dashboard_address: str | None = "127.0.0.1:8787"
-
-
-class ShardConfig(Section):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    kind: Literal["cpu", "gpu"] = "cpu"
-    # CPU: the cores the engine's threads are pinned to. GPU: CUDA device indices; a shard of
-    # several GPUs runs its engine tensor-parallel over them. (`device: N` is one device.)
-    devices: list[int] = Field(min_length=1)
-    # Ranks the engine is split into (vLLM's tensor_parallel_size). Default: a GPU shard's number
-    # of GPUs; a CPU shard 1 (its cores are one engine's threads). On CPU each rank is a process
-    # pinned to its share of the cores.
-    tensor_parallel_size: int | None = Field(None, gt=0)
-    env: dict[str, str] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_device(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "device" in data:
-            if "devices" in data:
-                raise ValueError("give device or devices, not both")
-            data = {**data, "devices": [data["device"]]}
-            del data["device"]
-        return data
-
-    @field_validator("devices")
-    @classmethod
-    def _distinct(cls, devices: list[int]) -> list[int]:
-        if any(d < 0 for d in devices):
-            raise ValueError("device numbers are 0 or more")
-        if len(set(devices)) != len(devices):
-            raise ValueError(f"a device is listed twice: {devices}")
-        return devices
-
-    @property
-    def tensor_parallel(self) -> int:
-        if self.tensor_parallel_size is not None:
-            return self.tensor_parallel_size
-        return len(self.devices) if self.kind == "gpu" else 1
-
-    def worker_env(self) -> dict[str, str]:
-        """The shard's variables: its worker's and its engine's (the benchmark's plain vLLM
-        reference gets them too): the device pin, the engine's defaults, the shard's ``env``."""
-        return {SHARD_ENV: self.name, **shard_engine_env(self.kind, self.devices, self.tensor_parallel, self.env)}
-
-    @property
-    def resource(self) -> str:
-        return shard_resource(self.name)
-
-
-class AutoShardsConfig(Section):
-    """How ``shards: auto`` lays out this machine (pipeline/cluster/layout.py)."""
-    gpus_per_shard: int = Field(1, gt=0)           # each shard tensor-parallel over this many GPUs
-    cpu_cores_per_shard: int | None = Field(None, gt=0)   # null: 1 on machines of up to 4 cores, else 4
-    reserve_cores: int | None = Field(None, ge=0)  # null: 1 (for the client and scheduler) above 4 cores, else 0
-    env: dict[str, str] = Field(default_factory=dict)    # every auto shard's env
 
 
 class ModelConfig(Section):

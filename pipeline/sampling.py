@@ -5,7 +5,7 @@ them through optional input columns of the same names (``ROW_COLUMNS``), and an 
 request through its body's fields (read into those columns by ``pipeline/jobs/input.py``). The
 client checks each row's values (``checked``); the worker lays a row's settings over its job's
 (``Sampling.over``, pipeline/worker/plugin.py) and builds vLLM's ``SamplingParams`` from them
-(pipeline/worker/engine.py).
+(pipeline/worker/vllm_engine.py).
 
 A bad value is the row's error, with the reason (``input: temperature must be a number >= 0
 (got 'hot')``); a bad job setting is a config error.

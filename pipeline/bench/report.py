@@ -116,7 +116,7 @@ def render_markdown(report: dict, command: str) -> str:
 
 
 def engine_settings_lines(report: dict) -> list[str]:
-    """Each shard's engine settings that vLLM fills in by itself (pipeline/worker/engine.py,
+    """Each shard's engine settings that vLLM fills in by itself (pipeline/worker/vllm_engine.py,
     ``SETTINGS``), pipeline / plain vLLM side by side; a difference is marked."""
     both = report.get("engine_settings")
     if not both:

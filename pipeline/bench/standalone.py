@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from pipeline.config import Config
 from pipeline.names import SHARD_ENV
-from pipeline.worker.engine import (engine_kwargs, engine_settings, fitted_kwargs, label_params, read_labels,
-                                    sampling_params)
+from pipeline.worker.vllm_engine import (engine_kwargs, engine_settings, fitted_kwargs, label_params, read_labels,
+                                         sampling_params)
 from pipeline.worker.gcstats import GcPauses
 
 

@@ -26,7 +26,7 @@ from pipeline.config import Config, SamplingConfig, engine_kind, load_config
 from pipeline.model import model_for
 from pipeline.results import RowResult
 from pipeline.summary import JobSummary
-from pipeline.worker.plugin import reset_worker, stop_engine, worker_stats
+from pipeline.worker.queries import reset_worker, stop_engine, worker_stats
 from tasks import get_task_kind
 
 

@@ -28,7 +28,7 @@ import time
 from distributed import Client
 
 from pipeline.summary import GONE, LOST, REJOINED, ShardEvent
-from pipeline.worker.plugin import engine_phase
+from pipeline.worker.queries import engine_phase
 
 
 class ShardWatch:

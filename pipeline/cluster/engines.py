@@ -12,7 +12,8 @@ from distributed import Client
 from pipeline.cluster.start_progress import StartProgress, one_line
 from pipeline.config import Config
 from pipeline.names import PLUGIN_NAME
-from pipeline.worker.plugin import EnginePlugin, held_prefixes, worker_stats
+from pipeline.worker.plugin import EnginePlugin
+from pipeline.worker.queries import held_prefixes, worker_stats
 
 
 class EngineStartError(RuntimeError):

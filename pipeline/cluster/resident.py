@@ -36,7 +36,7 @@ from pipeline.cluster.resident_state import (STATE_FILE, ClusterMismatch, Cluste
 from pipeline.cluster.security import dask_security
 from pipeline.cluster.worker_spec import WorkerSpec
 from pipeline.config import Config
-from pipeline.worker.plugin import engine_phase, stop_engine, worker_stats
+from pipeline.worker.queries import engine_phase, stop_engine, worker_stats
 
 
 def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterState | None:

@@ -10,7 +10,7 @@ from typing import Callable
 
 from distributed import Client
 
-from pipeline.worker.plugin import engine_phase
+from pipeline.worker.queries import engine_phase
 
 
 class StartProgress:

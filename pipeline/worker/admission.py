@@ -8,7 +8,7 @@ admitted on this engine ("least attained service"): a job that just arrived is s
 and two long jobs take turns.
 
 The same count is the request's priority in vLLM's scheduler (``scheduling_policy:
-priority``, lower first; pipeline/worker/engine.py), so a new job's requests also pass the
+priority``, lower first; pipeline/worker/vllm_engine.py), so a new job's requests also pass the
 requests that wait inside the engine for a seat. With one job the counts rise with arrival,
 and the order is exactly first come, first served.
 """

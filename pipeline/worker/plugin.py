@@ -24,7 +24,8 @@ from tornado.ioloop import PeriodicCallback
 from pipeline import engine_env
 from pipeline.worker import metrics, reaper
 from pipeline.config import Config
-from pipeline.worker.engine import BadSampling, Engine, EngineDead, build_engine
+from pipeline.shard_config import ShardConfig
+from pipeline.worker.engine import BadSampling, Engine, EngineDead, adapters_of
 from pipeline.worker.gcstats import GcPauses
 from pipeline.worker.admission import FairAdmission, TokenGate
 from pipeline.worker.grouped_answers import answer_grouped
@@ -333,6 +334,19 @@ class EnginePlugin(WorkerPlugin):
         self.worker.loop.add_callback(self.worker.close, nanny=False, reason=f"pipeline: engine died: {exc}")
 
 
+def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | None = None) -> Engine:
+    if kind == "vllm":
+        from pipeline.worker.vllm_engine import VllmEngine
+
+        return VllmEngine(model, config, shard)
+    if kind == "fake":
+        from pipeline.worker.fake_engine import FakeEngine
+
+        return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens,
+                          config.engine.max_model_len, adapters_of(config))
+    raise ValueError(f"unknown engine kind {kind!r}; use vllm or fake")
+
+
 def _bad_request(exc: Exception) -> bool:
     """vLLM refused the request's settings (a value out of range, a schema it cannot compile)."""
     return isinstance(exc, BadSampling) or any(c.__name__ == "VLLMClientError" for c in type(exc).__mro__)
@@ -344,62 +358,6 @@ def shard_plugin() -> EnginePlugin:
         return worker.plugins[PLUGIN_NAME]
     except KeyError:
         raise RuntimeError(f"worker {worker.name} has no engine plugin; was the pipeline started?") from None
-
-
-def worker_stats(dask_worker) -> dict:
-    """For ``client.run``: the engine plugin's counters on this worker, with GC pauses
-    since the last reset."""
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    if plugin is None or not plugin.info:
-        return {}
-    m = plugin.metrics
-    return {**plugin.info, "engine_builds": m.engine_builds, "engine_start_s": m.engine_start_s,
-            "batches": m.batches, "requests": m.requests, "gc": plugin.gc_pauses.summary(), "metrics": m.snapshot(),
-            "documents": len(plugin.prefixes or ())}
-
-
-async def stop_engine(dask_worker) -> float:
-    """For ``client.run`` before an embedded cluster closes: stop the engine while the worker
-    still runs (Dask's nanny gives a closing worker 4 s, less than a vLLM engine may take to
-    shut down). Returns the seconds it took."""
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    t0 = time.perf_counter()
-    if plugin is not None:
-        await plugin.stop_engine()
-    return time.perf_counter() - t0
-
-
-async def reset_worker(dask_worker) -> None:
-    """For ``client.run``: empty the engine's prefix cache (and what the worker remembers of
-    it) and the GC pause record."""
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    if plugin is not None and plugin.engine is not None:
-        await plugin.engine.reset_prefix_cache()
-        if plugin.prefixes is not None:
-            plugin.prefixes.clear()
-        plugin.gc_pauses.reset()
-
-
-def engine_phase(dask_worker) -> dict:
-    """For ``client.run``: where this worker's engine is (waiting for the plugin, starting,
-    ready, failed, stopped) and since when; ``{}`` on a worker serving no shard."""
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    shard = os.environ.get(SHARD_ENV)
-    if plugin is None:
-        return {"shard": shard, "phase": "waiting", "since": None, "pid": os.getpid()} if shard else {}
-    m = getattr(plugin, "metrics", None)
-    return {"shard": getattr(plugin, "shard", shard), "phase": plugin.phase, "since": plugin.phase_since,
-            "pid": os.getpid(), "error": plugin.error,
-            "start_s": m.engine_start_s if m is not None else None}
-
-
-def held_prefixes(dask_worker) -> dict:
-    """For ``client.run`` when a client starts: the prefixes this worker's engine has served
-    (digests, least recent first; pipeline/prefix_memory.py)."""
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    if plugin is None or plugin.prefixes is None:
-        return {}
-    return {"shard": plugin.shard, "prefixes": plugin.prefixes.held()}
 
 
 def _choice(c, parsed: str | None, problem: str | None) -> dict:

@@ -127,11 +127,11 @@ def test_a_small_job_beside_a_big_one_on_one_engine_is_answered_before_the_big_o
     while the big one has its window of rows waiting for the engine, is admitted before those
     waiting rows."""
     from pipeline.worker import metrics
-    from pipeline.worker.engine import NullEngine
+    from pipeline.worker.fake_engine import FakeEngine
     from pipeline.worker.gcstats import GcPauses
     from pipeline.worker.plugin import EnginePlugin
 
-    class Logged(NullEngine):
+    class Logged(FakeEngine):
         def __init__(self):
             super().__init__(latency_s=0.01)
             self.done: list[str] = []

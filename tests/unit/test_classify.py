@@ -13,7 +13,7 @@ import pytest
 from pipeline import Pipeline, load_config
 from pipeline.config import ConfigError
 from pipeline.jobs.job import run_job
-from pipeline.worker.engine import FakeEngine
+from pipeline.worker.fake_engine import FakeEngine
 from tasks import get_task_kind
 from tasks.classify import SCORE_TEMPLATE, label_problem
 from tasks.template import TemplateError

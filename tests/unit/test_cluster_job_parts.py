@@ -230,11 +230,11 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
     ``intake.max_in_flight``. Every row gets its own result, in the table's order."""
 
     from pipeline.worker import metrics
-    from pipeline.worker.engine import NullEngine
+    from pipeline.worker.fake_engine import FakeEngine
     from pipeline.worker.gcstats import GcPauses
     from pipeline.worker.plugin import EnginePlugin
 
-    class Counting(NullEngine):
+    class Counting(FakeEngine):
         def __init__(self):
             super().__init__(latency_s=0.01)
             self.in_flight = self.most_before_first = self.most = self.answered = 0
@@ -274,12 +274,13 @@ def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait()
     flight have ended, starts no further document, and every row answered before the failure
     went to ``commit`` once, with its own answer, so a rerun skips exactly those."""
     from pipeline.worker import metrics
-    from pipeline.worker.engine import EngineDead, NullEngine
+    from pipeline.worker.engine import EngineDead
+    from pipeline.worker.fake_engine import FakeEngine
     from pipeline.worker.gcstats import GcPauses
     from pipeline.worker.grouped_answers import answer_grouped
     from pipeline.worker.plugin import EnginePlugin
 
-    class Dying(NullEngine):
+    class Dying(FakeEngine):
         def __init__(self):
             super().__init__()
             self.started = 0
@@ -346,11 +347,11 @@ def test_a_task_dask_releases_stops_its_rows_in_flight_and_starts_no_more():
     requests in flight are cancelled (vLLM aborts them), no more are started, the task ends
     with a clear error, and the aborted requests count neither as served nor as errors."""
     from pipeline.worker import metrics
-    from pipeline.worker.engine import NullEngine
+    from pipeline.worker.fake_engine import FakeEngine
     from pipeline.worker.gcstats import GcPauses
     from pipeline.worker.plugin import EnginePlugin, TaskReleased
 
-    class Slow(NullEngine):
+    class Slow(FakeEngine):
         def __init__(self):
             super().__init__(latency_s=30)
             self.started = self.cancelled = 0

@@ -107,7 +107,7 @@ def test_engine_kind_and_recovery_are_checked():
 
 
 def test_auto_dtype_follows_the_cpus_bf16_support(tmp_path, monkeypatch):
-    from pipeline.worker import engine
+    from pipeline.worker import vllm_engine as engine
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 fma\n")

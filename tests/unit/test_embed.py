@@ -12,7 +12,7 @@ import pytest
 from pipeline import Pipeline, load_config
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.job import run_job
-from pipeline.worker.engine import FakeEngine
+from pipeline.worker.fake_engine import FakeEngine
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ import yaml
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
 from pipeline.jobs import file_steps
-from pipeline.worker.plugin import worker_stats
+from pipeline.worker.queries import worker_stats
 
 pytestmark = pytest.mark.own_cluster   # every case runs on a cluster of this module's own
 

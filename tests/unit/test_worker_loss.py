@@ -17,7 +17,8 @@ from collections import Counter
 import cloudpickle
 
 from pipeline import Pipeline, load_config
-from pipeline.worker.engine import EngineDead, NullEngine
+from pipeline.worker.engine import EngineDead
+from pipeline.worker.fake_engine import FakeEngine
 from pipeline.client.recovery import current_workers
 from pipeline.summary import GONE, LOST, REJOINED
 from pipeline.worker.plugin import PLUGIN_NAME
@@ -80,7 +81,7 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_tasks_run_again():
         assert {r.shard for r in again} == {"cpu0", "cpu1"} and all(r.error is None for r in again)
 
 
-class _DeadEngine(NullEngine):
+class _DeadEngine(FakeEngine):
     """An engine whose engine core has died: every request fails as vLLM's would."""
 
     async def generate(self, prompt_ids, request_id, sampling, priority=0):

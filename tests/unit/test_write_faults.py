@@ -21,7 +21,7 @@ import pytest
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
 from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
-from pipeline.worker.plugin import worker_stats
+from pipeline.worker.queries import worker_stats
 
 ROWS = 1600          # 800 a shard; 4 at a time, 0.02 s each: ~4 s a shard
 PART_ROWS = 50       # rows per answer file (one input partition)

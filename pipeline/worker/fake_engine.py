@@ -1,0 +1,82 @@
+"""The fake engine: the engine interface (pipeline/worker/engine.py) answered at once, for the
+pipeline's plumbing figures and fast tests of routing and transport."""
+from __future__ import annotations
+
+import asyncio
+from array import array
+from typing import Sequence
+
+from pipeline.sampling import Sampling
+from pipeline.worker.adapters import Adapters
+from pipeline.worker.engine import Choice, Embedding, Generation, Labelled, adapter_folder
+from pipeline.worker.prefix_cache_model import PrefixCacheModel
+
+
+class FakeEngine:
+    """Answers every request with an empty answer (a row with an adapter: the adapter's name, once
+    its folder checks out), after ``latency_s`` (default: at once); tokenizes by characters. With
+    ``kv_cache_tokens``, each answer reports the prompt tokens a prefix cache of that size would
+    have served (pipeline/worker/prefix_cache_model.py)."""
+
+    block_size = 16
+    settings: dict = {}
+    tasks = ("generate", "embed")
+    embedding_size = 4   # an embedding: the prompt's tokens, and its first three code points, over 1000
+    special_tokens = 0
+
+    def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0, max_model_len: int = 2048,
+                 adapters: Adapters | None = None):
+        self.latency_s = latency_s
+        self.adapters = adapters
+        self.max_model_len = max_model_len
+        self.kv_cache_tokens = kv_cache_tokens
+        self.cache = PrefixCacheModel(kv_cache_tokens // self.block_size, self.block_size)
+
+    def encode(self, text: str) -> array:
+        # The code points as an array("I"), converted in C: a prompt is joined (``fit_prompt``)
+        # and served by the cache model without a Python int per token.
+        ids = array("I")
+        ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
+        return ids
+
+    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling,
+                       priority: int = 0) -> Generation:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        text = ""
+        if sampling.adapter is not None:
+            await adapter_folder(self.adapters, sampling.adapter)
+            text = sampling.adapter
+        choices = [Choice(text, 0, "stop", [] if sampling.keeps_logprobs else None)] * sampling.choices
+        return Generation.of(choices, len(prompt_ids), self.cache.serve(prompt_ids))
+
+    async def embed(self, prompt_ids: Sequence[int], request_id: str, normalize: bool | None = None,
+                    priority: int = 0) -> Embedding:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        import numpy as np
+
+        head = list(prompt_ids[:3]) + [0] * (3 - min(3, len(prompt_ids)))
+        vector = np.array([len(prompt_ids), *head], np.float32) / 1000
+        if normalize is not False:
+            vector /= max(float(np.linalg.norm(vector)), 1e-12)
+        return Embedding(vector, len(prompt_ids))
+
+    async def label_logprobs(self, prompt_ids: Sequence[int], label_ids: Sequence[int], request_id: str,
+                             priority: int = 0) -> Labelled:
+        """A label's token weighs by how often the prompt holds it: log((1 + count) / (sum over the
+        labels of 1 + count)) -- deterministic, and the likeliest label is the one the prompt names most."""
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        import math
+
+        ids = list(prompt_ids)
+        weights = [1 + ids.count(t) for t in label_ids]
+        total = sum(weights)
+        return Labelled([math.log(w / total) for w in weights], len(ids), self.cache.serve(prompt_ids))
+
+    async def reset_prefix_cache(self) -> None:
+        self.cache.reset()
+
+    def shutdown(self) -> None:
+        pass

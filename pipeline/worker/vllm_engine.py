@@ -1,0 +1,321 @@
+"""vLLM behind the engine interface (pipeline/worker/engine.py): the engine's arguments from the
+config, the sampling settings as vLLM's, and ``VllmEngine`` over vLLM's ``AsyncLLM``."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import msgspec
+
+from pipeline.config import Config
+from pipeline.shard_config import ShardConfig
+from pipeline.sampling import Sampling
+from pipeline.worker.engine import (BadSampling, Choice, Embedding, EngineDead, Generation, Labelled, adapter_folder,
+                                    adapters_of)
+
+
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """The CPU computes in bfloat16 natively (AVX512-BF16 or AMX)."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return True   # (not Linux: leave it to vLLM)
+    return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def engine_dtype(config: Config) -> str:
+    """``engine.dtype``, with ``auto`` resolved for CPU shards: bfloat16 where the CPU has bf16
+    instructions, else float32. Without them oneDNN cannot build bf16 matmuls, vLLM falls back to
+    torch's, and the engine runs 5x slower (seen on an AVX2-only CPU: the sample job at 0.82
+    rows/s in bfloat16, 4.31 in float32). GPU shards: vLLM's own ``auto`` (the model's dtype)."""
+    dtype = config.engine.dtype
+    if dtype != "auto" or any(s.kind == "gpu" for s in config.shards):
+        return dtype
+    return "bfloat16" if cpu_has_bf16() else "float32"
+
+
+def engine_eager(config: Config, shard: ShardConfig | None = None) -> bool:
+    """``engine.enforce_eager``, with ``auto`` resolved for the shard's kind: eager on CPU
+    (compiling costs a machine's first start ~65 s more per engine and buys ~5 % throughput),
+    compiled with CUDA graphs on GPUs. Without a shard: compiled if the config has a GPU shard."""
+    eager = config.engine.enforce_eager
+    if eager != "auto":
+        return eager
+    kind = shard.kind if shard is not None else ("gpu" if any(s.kind == "gpu" for s in config.shards) else "cpu")
+    return kind == "cpu"
+
+
+def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) -> dict:
+    """Keyword arguments for vLLM's engine (``AsyncEngineArgs`` or ``LLM``) from the config, for
+    ``shard`` (its tensor-parallel size)."""
+    e = config.engine
+    kwargs = dict(
+        model=model,
+        tokenizer=model,
+        max_model_len=e.max_model_len,
+        max_num_seqs=e.max_num_seqs,
+        dtype=engine_dtype(config),
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        enable_prefix_caching=e.enable_prefix_caching,
+        seed=e.seed,
+        disable_log_stats=True,
+        enforce_eager=engine_eager(config, shard),
+    )
+    if shard is not None and shard.tensor_parallel > 1:
+        kwargs["tensor_parallel_size"] = shard.tensor_parallel
+    if e.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
+    if e.block_size is not None:
+        kwargs["block_size"] = e.block_size
+    if config.lora_slots:
+        kwargs.update(enable_lora=True, max_loras=config.lora_slots, max_lora_rank=e.max_lora_rank,
+                      max_cpu_loras=max(config.lora_slots, len(config.model.adapters)))
+    kwargs.update(e.extra)
+    return kwargs
+
+
+def fitted_kwargs(kwargs: dict) -> dict:
+    """``kwargs`` (``engine_kwargs``) fitted to the model: an embedding model's ``max_model_len`` at
+    most what the model takes (all-MiniLM-L6-v2 takes 256 tokens, and vLLM refuses more; a longer
+    text is the row's error, or cut); no prefix caching where the model cannot have it (an
+    encoder's attention looks both ways: vLLM's KV cache manager refuses it). A generation
+    model's context is as configured (vLLM says so if the model cannot take it)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    model = AsyncEngineArgs(**{**kwargs, "max_model_len": None}).create_model_config()
+    out = dict(kwargs)
+    if kwargs.get("max_model_len") is not None and model.runner_type == "pooling":
+        out["max_model_len"] = min(kwargs["max_model_len"], int(model.max_model_len))
+    if not model.is_prefix_caching_supported:
+        out["enable_prefix_caching"] = False
+    return out
+
+
+# The engine settings the bench compares between the pipeline's engines and plain vLLM's
+# (pipeline/bench/report.py): those vLLM fills in by itself, which the same arguments may not fix.
+SETTINGS = (("scheduler_config", "max_num_batched_tokens"), ("scheduler_config", "max_num_seqs"),
+            ("scheduler_config", "enable_chunked_prefill"), ("scheduler_config", "async_scheduling"),
+            ("cache_config", "block_size"), ("cache_config", "num_gpu_blocks"),
+            ("cache_config", "enable_prefix_caching"), ("model_config", "dtype"), ("scheduler_config", "policy"))
+
+
+def engine_settings(vllm_config) -> dict:
+    """An engine's effective settings (``SETTINGS``), as plain values, from its ``vllm_config``."""
+    out = {}
+    for section, name in SETTINGS:
+        value = getattr(getattr(vllm_config, section, None), name, None)
+        out[name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return out
+
+
+def sampling_params(sampling: Sampling):
+    """vLLM's ``SamplingParams`` for these settings (a JSON schema or a choice list through
+    vLLM's structured outputs)."""
+    import json
+
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    structured = None
+    if sampling.json_schema is not None:
+        structured = StructuredOutputsParams(json=json.loads(sampling.json_schema))
+    elif sampling.choice is not None:
+        structured = StructuredOutputsParams(choice=list(sampling.choice))
+    fields = {k: getattr(sampling, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")
+              if getattr(sampling, k) is not None}
+    if sampling.keeps_logprobs:   # (vLLM: the k likeliest tokens at each place, and the one chosen)
+        fields["logprobs"] = sampling.top_logprobs or 0
+    # FINAL_ONLY: one output per request instead of one per generated token, which would
+    # wake the worker's event loop for every token of every request.
+    return SamplingParams(**fields, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY)
+
+
+def label_params(label_ids: Sequence[int]):
+    """vLLM's ``SamplingParams`` that read the log-probabilities of ``label_ids`` as the next token:
+    one step, ``logprob_token_ids`` (what vLLM's own generative scoring sends; the values are taken
+    from the raw logits, before any sampling setting)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(max_tokens=1, temperature=0.0, logprobs=len(label_ids), logprob_token_ids=list(label_ids),
+                          output_kind=RequestOutputKind.FINAL_ONLY)
+
+
+def read_labels(output, label_ids: Sequence[int]) -> list[float]:
+    """The log-probability of each of ``label_ids`` in a one-step request's output (``label_params``)."""
+    place = output.logprobs[0] if output.logprobs else {}
+    missing = [t for t in label_ids if t not in place]
+    if missing:
+        raise RuntimeError(f"the engine returned no log-probability for label tokens {missing}")
+    return [float(place[t].logprob) for t in label_ids]
+
+
+class VllmEngine:
+    def __init__(self, model: str, config: Config, shard: ShardConfig | None = None):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        # An offline batch engine: vLLM's defaults for its offline ``LLM`` class, not its
+        # engine-context ones (on CPU max_num_batched_tokens 4096, not 2048; larger on GPUs),
+        # as plain vLLM run for a batch gets them.
+        # Each request's priority is its job's count of requests admitted before it, so jobs that
+        # share the engine take turns (pipeline/worker/admission.py); with one job the order is
+        # first come, first served, as under vLLM's default policy (plain vLLM in the bench keeps it).
+        # On CPU, a step's time grows with the batch: a small job beside a big one also gets seats
+        # the big one's requests step aside from (pipeline/worker/job_scheduler.py).
+        cpu = shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
+        scheduler = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
+        kwargs = fitted_kwargs(engine_kwargs(model, config, shard))
+        args = AsyncEngineArgs(**kwargs, scheduling_policy="priority", **scheduler)
+        self._llm = AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
+        cache = self._llm.vllm_config.cache_config
+        model_config = self._llm.vllm_config.model_config
+        self.settings = engine_settings(self._llm.vllm_config)
+        self.block_size = int(cache.block_size)
+        self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
+        self.max_model_len = int(model_config.max_model_len)
+        pooling = model_config.runner_type == "pooling"
+        self.tasks = ("embed",) if pooling else ("generate",)
+        self.embedding_size = int(model_config.embedding_size) if pooling else None
+        from transformers import AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(model)
+        self._head, self._tail = special_tokens(self._tokenizer) if pooling else ([], [])
+        self.special_tokens = len(self._head) + len(self._tail)
+        self._pooling: dict[bool | None, object] = {}   # normalize -> its PoolingParams
+        self._params: dict[bytes, object] = {}   # encoded Sampling -> its SamplingParams
+        self._labels: dict[tuple, object] = {}    # label token ids -> their SamplingParams
+        self.adapters = adapters_of(config)
+        self._key = msgspec.msgpack.Encoder().encode
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    def params(self, sampling: Sampling):
+        """``sampling`` as vLLM's ``SamplingParams``, built once per distinct setting (a job's rows
+        share one; bounded, as per-row settings may all differ)."""
+        key = self._key(sampling)
+        params = self._params.get(key)
+        if params is None:
+            if len(self._params) >= 1024:
+                self._params.clear()
+            try:
+                params = sampling_params(sampling)
+            except Exception as exc:  # vLLM checks the values here
+                raise BadSampling(str(exc)) from None
+            self._params[key] = params
+        return params
+
+    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling,
+                       priority: int = 0) -> Generation:
+        from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        final = None
+        params = self.params(sampling)   # (a bad value raises here: the row's error)
+        lora = None
+        if sampling.adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            folder = await adapter_folder(self.adapters, sampling.adapter)
+            lora = LoRARequest(sampling.adapter, self.adapters.ids[sampling.adapter], folder)
+        try:
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
+                                                request_id=request_id, priority=priority, lora_request=lora):
+                final = out
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine core died: {exc}") from exc
+        if final is None or not final.outputs:
+            raise RuntimeError("engine returned no output")
+        top = sampling.top_logprobs or 0
+        choices = [Choice(c.text, len(c.token_ids), c.finish_reason,
+                          token_logprobs(c.token_ids, c.logprobs, top) if c.logprobs is not None else None)
+                   for c in sorted(final.outputs, key=lambda c: c.index)]
+        return Generation.of(choices, len(prompt_ids), int(final.num_cached_tokens or 0))
+
+    async def embed(self, prompt_ids: list[int], request_id: str, normalize: bool | None = None,
+                    priority: int = 0) -> Embedding:
+        from vllm.inputs import TokensPrompt
+        from vllm.pooling_params import PoolingParams
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        params = self._pooling.get(normalize)
+        if params is None:
+            params = self._pooling[normalize] = PoolingParams(task="embed", use_activation=normalize)
+        ids = [*self._head, *prompt_ids, *self._tail]
+        final = None
+        try:
+            async for out in self._llm.encode(TokensPrompt(prompt_token_ids=ids), params, request_id=request_id,
+                                              priority=priority):
+                final = out
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine core died: {exc}") from exc
+        if final is None:
+            raise RuntimeError("engine returned no output")
+        return Embedding(final.outputs.data.float().numpy(), len(ids))
+
+    async def label_logprobs(self, prompt_ids: list[int], label_ids: Sequence[int], request_id: str,
+                             priority: int = 0) -> Labelled:
+        from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        key = tuple(label_ids)
+        params = self._labels.get(key)
+        if params is None:
+            if len(self._labels) >= 1024:
+                self._labels.clear()
+            params = self._labels[key] = label_params(label_ids)
+        final = None
+        try:
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
+                                                request_id=request_id, priority=priority):
+                final = out
+        except EngineDeadError as exc:
+            raise EngineDead(f"vLLM engine core died: {exc}") from exc
+        if final is None or not final.outputs:
+            raise RuntimeError("engine returned no output")
+        return Labelled(read_labels(final.outputs[0], label_ids), len(prompt_ids), int(final.num_cached_tokens or 0))
+
+    async def reset_prefix_cache(self) -> None:
+        await self._llm.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        # Stop reading outputs first: vLLM stops the engine core, then cancels its output
+        # handler, which in between sees the core gone and logs an EngineDeadError traceback.
+        handler = getattr(self._llm, "output_handler", None)
+        if handler is not None:
+            handler.get_loop().call_soon_threadsafe(handler.cancel)
+        # Give the engine core time to exit on its own: with vLLM's default (5 s) it is often
+        # still tearing down on a loaded CPU box and gets killed.
+        self._llm.shutdown(timeout=30)
+        # Done: vLLM's finalizer would call shutdown again at interpreter exit, when module
+        # globals are already gone ("TypeError: 'NoneType' object is not callable").
+        self._llm.shutdown = lambda timeout=None: None
+
+
+def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The tokens ``tokenizer`` puts before and after a text's own (BERT's [CLS] and [SEP])."""
+    plain = tokenizer.encode("a", add_special_tokens=False)
+    marked = tokenizer.encode("a", add_special_tokens=True)
+    at = next((i for i in range(len(marked) - len(plain) + 1) if marked[i:i + len(plain)] == plain), None)
+    if at is None:
+        return [], []
+    return marked[:at], marked[at + len(plain):]
+
+
+def token_logprobs(token_ids, logprobs, top: int) -> list[dict]:
+    """vLLM's log-probabilities of an answer (per place: token id -> ``Logprob``) as
+    ``{"token", "logprob", "top_logprobs"}`` per answer token, the ``top`` likeliest first."""
+    out = []
+    for token_id, place in zip(token_ids, logprobs):
+        chosen = place[token_id]
+        likeliest = sorted((lp for lp in place.values() if lp.rank is not None and lp.rank <= top),
+                           key=lambda lp: lp.rank)[:top]
+        out.append({"token": chosen.decoded_token or "", "logprob": float(chosen.logprob),
+                    "top_logprobs": [{"token": lp.decoded_token or "", "logprob": float(lp.logprob)}
+                                     for lp in likeliest]})
+    return out
