@@ -203,8 +203,9 @@ class AnswerFiles:
         with self.folder.writing(str(final)) as out:
             for part in partitions:
                 table = self.folder.read_table(self.part_path(part.index), schema=schema)
-                out.write(lines.of(table, position).encode())
-                position += table.num_rows
+                text = lines.of(table, position)
+                out.write(text.encode())
+                position += text.count("\n")   # (a line each: a scoring line gathers several rows)
         self.folder.remove()
 
 

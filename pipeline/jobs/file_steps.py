@@ -11,6 +11,7 @@ from pipeline.jobs.answer_files import ClusterParts
 from pipeline.jobs.cluster_job import PLAN_PRIORITY
 from pipeline.jobs.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
 from pipeline.jobs.errors import JobError
+from pipeline.jobs.scoring_lines import scoring_task
 from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
     partition_key_hashes, repeated_hashes, suspect_keys
 from tasks import Chat, Embed, get_task_kind
@@ -50,15 +51,19 @@ class FileSteps:
         return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY, resources=resources)
 
     def task_kind(self, config, tokenizer):
-        """An OpenAI batch job's requests are chats, or texts to embed (a file of embedding
-        requests); any other job's rows are the config's task's."""
+        """An OpenAI batch job's requests are chats, texts to embed (a file of embedding requests)
+        or pairs to score (a file of scoring requests); any other job's rows are the config's task's."""
         if self.lines is None:
             return get_task_kind(config, tokenizer)
+        if self.lines.scores:
+            return scoring_task(config, tokenizer)
         return Embed(tokenizer) if self.lines.embeds else Chat(tokenizer)
 
     def task_name(self, config) -> str:
         """The name of ``task_kind``'s task (known before it is made)."""
-        return config.task if self.lines is None else "embed" if self.lines.embeds else "chat"
+        if self.lines is None:
+            return config.task
+        return "embed" if self.lines.embeds else "score" if self.lines.scores else "chat"
 
     def rows_counted(self, rows: int) -> None:
         """Every partition read: the input has ``rows`` rows (a JSONL job's partial output

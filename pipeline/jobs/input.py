@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.row_checks import RowColumns
+from pipeline.jobs.scoring_lines import SCORING, scoring_kind
 from pipeline.jobs.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
 from pipeline.results import RESULT_FIELDS
 from tasks import Columns
@@ -206,9 +207,10 @@ def _describe(schema: pa.Schema) -> str:
 class OpenAIBatchSource:
     """The OpenAI batch JSONL format (as ``vllm run-batch`` reads it): one request per line,
     ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``,
-    or, in a file of embedding requests, ``"url": "/v1/embeddings", "body": {"input": "text"}``
-    (the first line's url says which; ``endpoint``). Blank lines are skipped. A line that is not
-    such a request becomes an error row.
+    or, in a file of embedding requests, ``"url": "/v1/embeddings", "body": {"input": "text"}``,
+    or, in a file of scoring requests, ``/v1/score`` and ``/v1/rerank`` lines (``SCORING``:
+    pipeline/jobs/scoring_lines.py); the first line's url says which (``endpoint``). Blank lines
+    are skipped. A line that is not such a request becomes an error row.
 
     Opening it reads nothing but the first line. A job on the client path reads every line here
     (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time
@@ -242,7 +244,7 @@ class OpenAIBatchSource:
                            f"(expected one request per line: custom_id, method, url, body)")
         # the file's endpoint (every line's): its first line's, if it names one this program serves
         url = first[0].get("url") if first is not None else None
-        self.endpoint = url if url in ENDPOINTS else CHAT_URL
+        self.endpoint = url if url in ENDPOINTS else SCORING if scoring_kind(url) else CHAT_URL
         self._keys: list | None = None
 
     @property
@@ -316,8 +318,9 @@ def _request_body(request: Any, endpoint: str) -> tuple[dict | None, str | None]
     if request.get("method", "POST") != "POST":
         return None, f"method must be POST (got {request.get('method')!r})"
     if request.get("url") != endpoint:
-        other = "a file's requests are all for one endpoint, its first line's" if request.get("url") in ENDPOINTS \
-            else f"the endpoints served are {' and '.join(ENDPOINTS)}"
+        other = "a file's requests are all for one endpoint, its first line's" \
+            if request.get("url") in ENDPOINTS or scoring_kind(request.get("url")) \
+            else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
         return None, f"url must be {endpoint} (got {request.get('url')!r}); {other}"
     body = request.get("body")
     if not isinstance(body, dict):

@@ -39,6 +39,7 @@ from pipeline.jobs.output import META
 from pipeline.jobs.partitions import plan_blocks, plan_partitions
 from pipeline.jobs.storage import filesystem, is_url, local_path
 from pipeline.jobs.openai_batch import ResponseLines
+from pipeline.jobs.scoring_lines import SCORING
 from pipeline.config import Config, load_config
 from pipeline.model import DEFAULT_MODEL_NAME
 from pipeline.results import RESULT_FIELDS, output_fields
@@ -104,7 +105,8 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     for note in notes:  # only once every check has passed
         notify(note)
     lines = ResponseLines(config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens,
-                          sink.meta["started"], source.endpoint == EMBEDDINGS_URL) if jsonl else None
+                          sink.meta["started"], source.endpoint == EMBEDDINGS_URL,
+                          source.endpoint == SCORING) if jsonl else None
     return ClusterJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
 

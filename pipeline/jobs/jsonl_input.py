@@ -6,7 +6,9 @@ numbered in input order when OUTPUT is written (pipeline/jobs/openai_batch.py).
 
 Each line is checked as pipeline/jobs/input.py says: a line that is not a request for the file's
 endpoint (chat completions or embeddings), whose messages the chat template rejects, or whose body's sampling
-settings are bad, is an error row with the same text.
+settings are bad, is an error row with the same text. A file of scoring requests (``/v1/score``,
+``/v1/rerank``: pipeline/jobs/scoring_lines.py) has a row per (query, document) pair of each line:
+its positions number the block's pairs, its carry says which line each belongs to.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pipeline.jobs.errors import JobError
 from pipeline.jobs.input import CHAT_URL, EMBEDDINGS_URL, parse_line, request_row
 from pipeline.jobs.partitions import ByteBlock
 from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
+from pipeline.jobs.scoring_lines import SCORING, carry_column, line_rows
 
 
 
@@ -50,16 +53,27 @@ def block_keys(source, block: ByteBlock) -> pa.Array:
     return pa.array([k if isinstance(k, str) else None for k in keys], pa.string())
 
 
+def scoring_rows(source, block: ByteBlock) -> list[tuple]:
+    """A block of scoring requests' rows: each line's pairs (``scoring_lines.line_rows``)."""
+    return [row for k, (request, error) in enumerate(block_requests(source, block))
+            for row in line_rows(k, request, error, source.adapters)]
+
+
 def block_carry(source, block: ByteBlock) -> pa.Table:
     """What the output carries of each row: its custom_id as it was given (JSON text: any value,
-    or null where the line has none)."""
+    or null where the line has none); a scoring file's: each pair's carry."""
+    if source.endpoint == SCORING:
+        return pa.table({"id": carry_column([carry for _, _, carry in scoring_rows(source, block)])})
     return pa.table({"id": pa.array([json.dumps(_custom_id(r)) for r, _ in block_requests(source, block)],
                                     pa.string())})
 
 
 def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = None) -> PromptRows:
-    """The block as prompt rows (``task``: the chat task, or the embed task for a file of
-    embedding requests); rows whose position is in ``done`` (answered by an earlier run) are left out."""
+    """The block as prompt rows (``task``: the chat task, the embed task for a file of embedding
+    requests, the score task for a file of scoring requests); rows whose position is in ``done``
+    (answered by an earlier run) are left out."""
+    if source.endpoint == SCORING:
+        return _scoring_prompt_rows(source, task, block, done)
     endpoint = EMBEDDINGS_URL if getattr(task, "name", None) == "embed" else CHAT_URL
     requests = block_requests(source, block)
     read = len(requests)
@@ -73,3 +87,18 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
                                 all_sampling=True)
     rows.read = read
     return rows
+
+
+def _scoring_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None) -> PromptRows:
+    """A block of scoring requests as score rows, a row per pair (a pair answered by an earlier
+    run left out: a line's other pairs are answered, and the line is whole when merged)."""
+    rows = [(row, error) for row, error, _ in scoring_rows(source, block)]
+    read = len(rows)
+    positions = pa.array(block.start + np.arange(read, dtype=np.int64))
+    if done is not None and len(done):
+        keep = pc.invert(pc.is_in(positions, value_set=done))
+        rows = [r for r, k in zip(rows, keep.to_pylist()) if k]
+        positions = positions.filter(keep)
+    out = prompt_rows_of_dicts(rows, positions, task)
+    out.read = read
+    return out

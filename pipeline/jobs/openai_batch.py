@@ -2,7 +2,8 @@
 
 A row with an answer: ``{"id", "custom_id", "response": {"status_code": 200, "request_id",
 "body": <chat.completion>}, "error": null}`` (an embedding request's body: OpenAI's list of one
-embedding). A row that failed: ``"response":
+embedding; a scoring request's: vLLM's score or rerank response, pipeline/jobs/scoring_lines.py).
+A row that failed: ``"response":
 {"status_code": 400, "request_id", "body": null}`` and the reason in ``"error"``. Ids are
 derived from the row's position, so a resumed job writes exactly what an uninterrupted one
 would.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from pipeline.jobs.scoring_lines import lines_of
 from pipeline.results import RESULT_FIELDS, RowResult
 
 
@@ -77,10 +79,13 @@ class ResponseLines:
     max_tokens: int
     created: int
     embeds: bool = False   # a file of embedding requests
+    scores: bool = False   # a file of scoring requests (a row per pair: a line's rows make one line)
 
     def of(self, table: pa.Table, first: int) -> str:
         """``table``'s rows as lines, the first at input position ``first``."""
         fields = [n for n in RESULT_FIELDS[1:] if n in table.column_names]
+        if self.scores:
+            return lines_of(table.select(["id", *fields]).to_pylist(), first, self.model, self.created)
         out = []
         for k, row in enumerate(table.select(["id", *fields]).to_pylist()):
             result = RowResult(first + k, **{n: row[n] for n in fields})

@@ -1,0 +1,224 @@
+"""OpenAI batch lines for vLLM's scoring endpoints (``/v1/score``, ``/v1/rerank``), answered by
+the ``score`` task (tasks/classify.py: the generation model's probability of "yes" for a
+(query, document) pair).
+
+One line holds many pairs, as ``vllm run-batch`` reads it (vLLM 0.32's ``ScoreRequest`` and
+``RerankRequest``):
+
+- ``/score``: ``queries`` and ``documents`` (or ``queries`` and ``items``, ``data_1`` and
+  ``data_2``, ``text_1`` and ``text_2``), each a string or a list of strings; one query and N
+  documents (1:N) or N queries and N documents paired in order (N:N);
+- ``/rerank``: one ``query``, ``documents`` (a string or a list) and ``top_n`` (0: all).
+
+A line fans out to one row per pair (``line_rows``): each pair is an ordinary score row
+(``document``, ``query``), so the pairs of many lines about one document share its prefill. A
+line that is not a request becomes one error row. Each row's carry (what the output needs of it:
+its line, the pair's index, the line's custom_id, kind and ``top_n``, a rerank's document text)
+travels as the merged part's ``id`` column, JSON text; ``lines_of`` gathers a line's rows back
+into one output line in OpenAI's batch shape: vLLM's ``ScoreResponse`` or ``RerankResponse``
+(sorted by score, cut at ``top_n``), or an error line where the line or any of its pairs failed.
+A pair's row has a position of its own, so a rerun answers the pairs an interrupted run did not
+commit, and the line is whole when merged.
+"""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+SCORING = "score"   # a file of scoring requests' endpoint (``OpenAIBatchSource.endpoint``)
+# a score body's pairs: the first field's texts (the queries) with the second's (the documents)
+SCORE_FIELDS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
+# body fields that change how vLLM's scores are made, which the score task does not do
+UNSUPPORTED_FIELDS = ("truncate_prompt_tokens", "max_tokens_per_query", "max_tokens_per_doc", "instruction",
+                      "chat_template_kwargs")
+
+
+def scoring_task(config, tokenizer):
+    """The task that answers a file of scoring requests: the config's ``score`` task (its
+    template must read only ``document`` and ``query``), else the score task's defaults."""
+    from pipeline.jobs.errors import JobError
+    from tasks import Classify, get_task_kind
+    from tasks.template import template_columns
+
+    if config.task != "score":
+        return Classify(tokenizer, score=True)
+    columns = set(template_columns(config.prompt.template)) if config.prompt.template else set()
+    if columns - {"document", "query"}:
+        raise JobError(f"prompt.template reads {', '.join(sorted(columns - {'document', 'query'}))}; a scoring "
+                       f"request's pairs have only document and query")
+    return get_task_kind(config, tokenizer)
+
+
+def scoring_kind(url) -> str | None:
+    """``score`` or ``rerank`` for a scoring endpoint's url (as vLLM matches them: by the url's
+    end, ``/v1/score`` or ``/score``), else None."""
+    if not isinstance(url, str):
+        return None
+    return "score" if url.endswith("/score") else "rerank" if url.endswith("/rerank") else None
+
+
+def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | None]:
+    """A scoring line (parsed) as ``{"kind", "pairs": [(query, document)], "top_n"}`` and None,
+    or None and why it is not one."""
+    from pipeline.jobs.input import ENDPOINTS
+
+    if not isinstance(request, dict):
+        return None, "line is not a JSON object"
+    if not isinstance(request.get("custom_id"), str):
+        return None, "custom_id is missing or not a string"
+    if request.get("method", "POST") != "POST":
+        return None, f"method must be POST (got {request.get('method')!r})"
+    kind = scoring_kind(request.get("url"))
+    if kind is None:
+        other = "a file's requests are all for the scoring endpoints, its first line's" \
+            if request.get("url") in ENDPOINTS else "the scoring endpoints served are /v1/score and /v1/rerank"
+        return None, f"url must be /v1/score or /v1/rerank (got {request.get('url')!r}); {other}"
+    body = request.get("body")
+    if not isinstance(body, dict):
+        return None, "body is missing or not an object"
+    try:
+        _check_body(body, adapters)
+        pairs, top_n = _rerank_pairs(body) if kind == "rerank" else (_score_pairs(body), 0)
+    except ValueError as exc:
+        return None, str(exc)
+    return {"kind": kind, "pairs": pairs, "top_n": top_n}, None
+
+
+def _check_body(body: dict, adapters) -> None:
+    unsupported = [k for k in UNSUPPORTED_FIELDS if body.get(k)]
+    if unsupported:
+        raise ValueError(f"body.{unsupported[0]} is not supported (pairs are scored whole, with the score prompt)")
+    if body.get("use_activation") is False:
+        raise ValueError("body.use_activation false is not supported (a score is a probability)")
+    if body.get("model") in adapters:
+        raise ValueError(f"body.model {body['model']!r} names an adapter, and scores do not use adapters yet")
+
+
+def _texts(body: dict, field: str) -> list[str]:
+    """A field's texts: a string, or a list of strings (vLLM's multimodal parts are not read)."""
+    value = body.get(field)
+    values = value if isinstance(value, list) else [value]
+    for i, text in enumerate(values):
+        if not isinstance(text, str):
+            where = f"body.{field}[{i}]" if isinstance(value, list) else f"body.{field}"
+            raise ValueError(f"{where} must be a string (text only)")
+    return values
+
+
+def _score_pairs(body: dict) -> list[tuple[str, str]]:
+    fields = next((f for f in SCORE_FIELDS if f[0] in body and f[1] in body), None)
+    if fields is None:
+        raise ValueError("body must have queries and documents (or queries and items, data_1 and data_2, "
+                         "text_1 and text_2)")
+    queries, documents = _texts(body, fields[0]), _texts(body, fields[1])
+    if not queries:
+        raise ValueError("At least one text element must be given")
+    if not documents:
+        raise ValueError("At least one text_pair element must be given")
+    if len(queries) > 1 and len(queries) != len(documents):
+        raise ValueError(f"Input lengths must be either 1:1, 1:N or N:N (got {len(queries)} {fields[0]} and "
+                         f"{len(documents)} {fields[1]})")
+    return list(zip(queries * len(documents) if len(queries) == 1 else queries, documents))
+
+
+def _rerank_pairs(body: dict) -> tuple[list[tuple[str, str]], int]:
+    if "query" not in body or "documents" not in body:
+        raise ValueError("body must have query and documents")
+    query = body["query"]
+    if not isinstance(query, str):
+        raise ValueError("body.query must be a string (text only)")
+    documents = _texts(body, "documents")
+    if not documents:
+        raise ValueError("At least one text_pair element must be given")
+    top_n = body.get("top_n", 0)
+    if top_n is None:
+        top_n = 0
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
+        raise ValueError(f"body.top_n must be a whole number, 0 or more (got {top_n!r})")
+    return [(query, d) for d in documents], top_n
+
+
+def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> list[tuple]:
+    """A line's rows, each ``(row or None, error or None, carry)``: one per pair (``row``: the
+    score task's ``document`` and ``query``), or one error row for a line that is not a request."""
+    custom_id = request.get("custom_id") if isinstance(request, dict) else None
+    if error is None:
+        scoring, error = scoring_request(request, adapters)
+    if error is not None:
+        return [(None, error, {"line": line, "custom_id": custom_id})]
+    kind, top_n = scoring["kind"], scoring["top_n"]
+    out = []
+    for i, (query, document) in enumerate(scoring["pairs"]):
+        carry = {"line": line, "custom_id": custom_id, "kind": kind, "index": i, "top_n": top_n}
+        if kind == "rerank":
+            carry["document"] = document
+        out.append(({"document": document, "query": query}, None, carry))
+    return out
+
+
+def carry_column(carries: list[dict]) -> pa.Array:
+    return pa.array([json.dumps(c, ensure_ascii=False) for c in carries], pa.string())
+
+
+def lines_of(rows: list[dict], first: int, model: str, created: int) -> str:
+    """A merged part's rows (``id``: each row's carry, then the result columns), a line's rows
+    together and in order, as output lines; the first line's number is ``first``."""
+    out, group, number = [], [], first
+    for row in rows:
+        carry = json.loads(row["id"])
+        if group and carry["line"] != group[0][0]["line"]:
+            out.append(_line(number, group, model, created))
+            number += 1
+            group = []
+        group.append((carry, row))
+    if group:
+        out.append(_line(number, group, model, created))
+    return "".join(line + "\n" for line in out)
+
+
+def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int) -> str:
+    """One line's output: its response, or its error (its own, or its first failed pair's)."""
+    carry = group[0][0]
+    request_id = f"pipeline-batch-{number}"
+    failed = next(((c, r) for c, r in group if r["error"] is not None), None)
+    if failed is not None:
+        error = failed[1]["error"]
+        if "index" in failed[0]:
+            kind, _, why = error.partition(": ")
+            error = f"{kind}: pair {failed[0]['index']}: {why}" if why else f"pair {failed[0]['index']}: {error}"
+        return json.dumps({"id": f"pipeline-{number}", "custom_id": carry["custom_id"],
+                           "response": {"status_code": 400, "request_id": request_id, "body": None},
+                           "error": error}, ensure_ascii=False)
+    body = _rerank_body(number, group, model) if carry["kind"] == "rerank" else \
+        _score_body(number, group, model, created)
+    return json.dumps({"id": f"pipeline-{number}", "custom_id": carry["custom_id"],
+                       "response": {"status_code": 200, "request_id": request_id, "body": body},
+                       "error": None}, ensure_ascii=False)
+
+
+def _tokens(group) -> tuple[int, int]:
+    return sum(r["prompt_tokens"] or 0 for _, r in group), sum(r["cached_tokens"] or 0 for _, r in group)
+
+
+def _score_body(number: int, group, model: str, created: int) -> dict:
+    """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
+    prompt, cached = _tokens(group)
+    return {"id": f"score-{number}", "object": "list", "created": created, "model": model,
+            "data": [{"index": c["index"], "object": "score", "score": r["score"]} for c, r in group],
+            "usage": {"prompt_tokens": prompt, "total_tokens": prompt, "completion_tokens": 0,
+                      "prompt_tokens_details": {"cached_tokens": cached}, "completion_tokens_details": None}}
+
+
+def _rerank_body(number: int, group, model: str) -> dict:
+    """vLLM's ``RerankResponse``: the documents by score, highest first (ties in their order),
+    the first ``top_n`` of them (0: all)."""
+    prompt, _ = _tokens(group)
+    results = [{"index": c["index"], "document": {"text": c["document"], "multi_modal": None},
+                "relevance_score": r["score"]} for c, r in group]
+    results.sort(key=lambda x: x["relevance_score"], reverse=True)
+    top_n = group[0][0]["top_n"]
+    if 0 < top_n < len(results):
+        results = results[:top_n]
+    return {"id": f"score-{number}", "model": model, "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
+            "results": results}
