@@ -43,6 +43,9 @@ def add_serve_parser(sub) -> None:
     serve.add_argument("--part-rows", type=int, default=10_000,
                        help="a batch's answers per committed file (default 10000; also committed every 30 s): "
                             "what a service stopped midway keeps")
+    serve.add_argument("--max-window-s", type=int, default=None, metavar="SECONDS",
+                       help="every batch expires at most this long after it is created, whatever its "
+                            "completion_window (default: its completion_window alone)")
 
 
 def loopback(host: str) -> bool:
@@ -66,6 +69,9 @@ def serve(args, config: "Config") -> int:
     if args.part_rows < 1:
         print(f"error: --part-rows must be at least 1 (got {args.part_rows})", file=sys.stderr)
         return EXIT_USAGE
+    if args.max_window_s is not None and args.max_window_s < 1:
+        print(f"error: --max-window-s must be at least 1 (got {args.max_window_s})", file=sys.stderr)
+        return EXIT_USAGE
     if not loopback(args.host) and api_key is None:
         print(f"error: serving on {args.host} (beyond this machine) needs an API key: --api-key or ${API_KEY_ENV}",
               file=sys.stderr)
@@ -73,7 +79,7 @@ def serve(args, config: "Config") -> int:
     store = Store(Path(args.store) if args.store else config.model.cache_path / "service", args.max_file_bytes,
                   args.max_requests)
     with Pipeline(config) as pipeline:
-        runner = Runner(pipeline, store, args.part_rows)
+        runner = Runner(pipeline, store, args.part_rows, max_window_s=args.max_window_s)
         resumed = runner.resume()
         if resumed:
             console.notify(f"resuming {len(resumed)} batch(es): {', '.join(resumed)}")

@@ -2,11 +2,19 @@
 writes it: pipeline/jobs/openai_batch.py) split into OpenAI's two files: the output file (the
 requests answered, their lines as the job wrote them) and the error file (the requests that
 failed, in OpenAI's error shape: ``"response": {"status_code", "request_id", "body": {"error":
-{"message", "type", "param", "code"}}}``). Read and written a line at a time."""
+{"message", "type", "param", "code"}}}``). Read and written a line at a time.
+
+A job let go before its end (its batch cancelled or expired) is split from its committed answers
+(``split_partial``): the requests it did not answer are in the error file too, as OpenAI lists
+them (``"response": null, "error": {"code": "batch_expired", "message"}``)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from pipeline.jobs.answer_files import ANSWER_SCHEMA
+from pipeline.jobs.openai_batch import output_line
+from pipeline.results import RESULT_FIELDS, RowResult
 
 # a row's error starts with its group (docs/usage.md, "Errors per row"): the request's own fault,
 # or the service's
@@ -39,3 +47,66 @@ def error_line(row: dict) -> dict:
     response = {"status_code": 400 if client_fault else 500, "request_id": row["response"]["request_id"],
                 "body": {"error": error}}
     return {"id": row["id"], "custom_id": row["custom_id"], "response": response, "error": None}
+
+
+# what a request the batch did not answer says in its error file (OpenAI's words for an expired one)
+UNANSWERED = {
+    "expired": ("batch_expired", "This request could not be executed before the completion window expired."),
+    "cancelled": ("batch_cancelled", "This request could not be executed before the batch was cancelled."),
+}
+
+
+def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int, int]:
+    """A job let go before its end (its batch cancelled or expired): its committed answers split
+    into ``answered`` and ``failed`` as ``split`` does, each request it had not answered (or whose
+    answer was not yet committed) an error line in ``failed`` (``why``: a key of ``UNANSWERED``),
+    all in input order and numbered as a whole job's output. The numbers of answered, failed and
+    unanswered requests. ``job``: the batch's ``ClusterJob`` (its partial output is read a block
+    of the input at a time)."""
+    from pipeline.jobs.input import parse_line
+    from pipeline.jobs.jsonl_input import block_lines
+
+    code, message = UNANSWERED[why]
+    sink, lines, source = job.sink, job.steps.lines, job.steps.source
+    counts = [0, 0, 0]
+    position = 0
+    with open(answered, "w", encoding="utf-8") as ok, open(failed, "w", encoding="utf-8") as bad:
+        for block in sink.partitions:
+            requests = block_lines(source, block)
+            done = _committed(sink, block)
+            for place, raw in enumerate(requests):
+                request, _ = parse_line(raw)
+                custom_id = request.get("custom_id") if isinstance(request, dict) else None
+                row = done.get(place)
+                if row is None:
+                    bad.write(json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id, "response": None,
+                                          "error": {"code": code, "message": message}}, ensure_ascii=False) + "\n")
+                    counts[2] += 1
+                else:
+                    line = output_line(position, custom_id, RowResult(position, **row), lines.model,
+                                       lines.max_tokens, lines.created, lines.embeds)
+                    if row["error"] is None:
+                        ok.write(line + "\n")
+                        counts[0] += 1
+                    else:
+                        bad.write(json.dumps(error_line(json.loads(line)), ensure_ascii=False) + "\n")
+                        counts[1] += 1
+                position += 1
+    return counts[0], counts[1], counts[2]
+
+
+def _committed(sink, block) -> dict[int, dict]:
+    """A block's committed answers (its merged part's, or its answer files'; a row answered twice,
+    by two runs: its first answer) by the row's place in the block: its result fields."""
+    files = sink.files
+    if files.merged(block.index):
+        table = files.folder.read_table(files.part_path(block.index), schema=sink.schema)
+        fields = [n for n in RESULT_FIELDS[1:] if n in table.column_names]
+        return dict(enumerate(table.select(fields).to_pylist()))
+    out: dict[int, dict] = {}
+    for path in files.answer_files(block.index):
+        table = files.folder.read_table(path, schema=ANSWER_SCHEMA)
+        fields = [n for n in RESULT_FIELDS[1:] if n in table.column_names]
+        for row in table.select(["position", *fields]).to_pylist():
+            out.setdefault(row.pop("position") - block.start, row)
+    return out

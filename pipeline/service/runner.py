@@ -1,8 +1,12 @@
 """Batches as jobs on the cluster: each batch runs in a thread of its own as an ordinary file
 job (``prepare_job`` / ``job.run``, as ``python -m pipeline run`` does), its input the uploaded
 file, its output in the store. Cancelling lets the job go (its tasks are cancelled on the
-cluster, what it committed is kept). A service started again resumes every batch that was not
-over: the job takes up its committed answers, so nothing is answered twice.
+cluster), and so does the batch's ``expires_at`` passing (its ``completion_window``, or the
+service's ``max_window_s`` if shorter): the batch is then ``cancelled`` or ``expired``, its
+output file the answers its job committed, its error file the requests it did not answer
+(``result_files.split_partial``). A service started again resumes every batch that was not
+over: the job takes up its committed answers, so nothing is answered twice; one whose
+``expires_at`` passed meanwhile expires at once.
 
 The batches' records are kept in memory (what ``GET /v1/batches/{id}`` answers) and written to
 the store at every change of state, and while a job runs at most once a second, when its
@@ -34,13 +38,19 @@ WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 class Runner:
     """The service's batches; ``pipeline``: the running ``Pipeline`` whose cluster answers them;
     ``part_rows``: a job's answers per committed file (``python -m pipeline run --part-rows``);
-    ``notify``: what the service's terminal should say (a batch resumed, a batch's job notes)."""
+    ``notify``: what the service's terminal should say (a batch resumed, a batch's job notes);
+    ``max_window_s``: the longest a batch may take, whatever its ``completion_window`` says
+    (None: no limit but its own)."""
 
-    def __init__(self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify):
+    def __init__(self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify,
+                 max_window_s: int | None = None):
         self.pipeline, self.store, self.part_rows, self.notify = pipeline, store, part_rows, notify
+        self.max_window_s = max_window_s
         self._records: dict[str, dict] = {}
         self._stops: dict[str, threading.Event] = {}
+        self._why: dict[str, str] = {}   # a batch whose job is let go: "cancelled" or "expired"
         self._threads: dict[str, threading.Thread] = {}
+        self._timers: dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
         self._closing = False   # the service stops: its batches' jobs are let go, their records left as they are
 
@@ -51,7 +61,8 @@ class Runner:
         for record in self.store.batches():
             self._records[record["id"]] = record
             if record["status"] == "cancelling":   # (its job was let go, or the service stopped first)
-                self._update(record["id"], status="cancelled", cancelled_at=int(time.time()))
+                self._why[record["id"]] = "cancelled"   # (its files are made from what its job committed)
+                self._launch(record["id"])
             elif record["status"] not in FINAL:
                 resumed.append(record["id"])
                 self._launch(record["id"])
@@ -78,8 +89,11 @@ class Runner:
         if file["purpose"] != "batch":
             raise invalid(f"File {input_file_id} has purpose '{file['purpose']}'; a batch's input file must "
                           f"have purpose 'batch'.", param="input_file_id", code="invalid_file_purpose")
-        record = batch_record(new_batch_id(), input_file_id, endpoint, completion_window,
-                              int(window.group(1)) * 3600, metadata, file["_requests"])
+        window_s = int(window.group(1)) * 3600
+        if self.max_window_s is not None:
+            window_s = min(window_s, self.max_window_s)
+        record = batch_record(new_batch_id(), input_file_id, endpoint, completion_window, window_s, metadata,
+                              file["_requests"])
         with self._lock:
             self._records[record["id"]] = record
         self.store.save_batch(record)
@@ -110,9 +124,22 @@ class Runner:
         if record["status"] in FINAL:
             raise invalid(f"Cannot cancel a batch with status '{record['status']}'.", code="batch_not_cancellable")
         if record["status"] != "cancelling":
+            with self._lock:
+                self._why.setdefault(batch_id, "cancelled")   # (an expiry already under way stays one)
             self._update(batch_id, status="cancelling", cancelling_at=int(time.time()))
             self._stops[batch_id].set()
         return self.get(batch_id)
+
+    def expire(self, batch_id: str) -> None:
+        """The batch's ``expires_at`` has passed: its job is let go and the batch expires (one
+        already over, or finalizing its complete output, is left to end)."""
+        with self._lock:
+            record = self._records[batch_id]
+            if self._closing or record["status"] in FINAL or record["status"] in ("finalizing", "cancelling"):
+                return
+            self._why.setdefault(batch_id, "expired")
+        self.notify(f"batch {batch_id}: its completion window ({record['completion_window']}) is over; it expires")
+        self._stops[batch_id].set()
 
     def running_on(self, file_id: str) -> list[str]:
         """The batches not over that read ``file_id``."""
@@ -124,6 +151,8 @@ class Runner:
         """The service stops: every job is let go (what it committed is kept) and its batch left in
         its state, for the next service to resume."""
         self._closing = True
+        for timer in self._timers.values():
+            timer.cancel()
         for stop in self._stops.values():
             stop.set()
         for t in list(self._threads.values()):
@@ -131,7 +160,15 @@ class Runner:
 
     # -- a batch's job ----------------------------------------------------------
     def _launch(self, batch_id: str) -> None:
-        self._stops[batch_id] = threading.Event()
+        """The batch's job in a thread; its expiry timed (at once where ``expires_at`` has passed)."""
+        self._stops[batch_id] = stop = threading.Event()
+        if batch_id in self._why:
+            stop.set()
+        timer = threading.Timer(max(0.0, self._records[batch_id]["expires_at"] - time.time()), self.expire,
+                                (batch_id,))
+        timer.daemon = True
+        self._timers[batch_id] = timer
+        timer.start()
         t = threading.Thread(target=self._run, args=(batch_id,), name=f"batch-{batch_id}", daemon=True)
         self._threads[batch_id] = t
         t.start()
@@ -139,6 +176,8 @@ class Runner:
     def _run(self, batch_id: str) -> None:
         try:
             self._run_job(batch_id)
+            if self.get(batch_id)["status"] in FINAL:
+                self._timers[batch_id].cancel()
         except Exception as exc:  # noqa: BLE001 - the batch fails, the service goes on
             if self._closing:   # (the cluster's client closed under the job: the next service resumes it)
                 return
@@ -164,16 +203,17 @@ class Runner:
             for note in notes:
                 self.notify(f"batch {batch_id}: {note}")
             if stop.is_set():
-                return self._cancelled(batch_id)
+                return self._let_go(batch_id, job)
             if record["in_progress_at"] is None:
                 self._update(batch_id, status="in_progress", in_progress_at=int(time.time()))
             try:
                 job.run(self.pipeline, progress=False, stop=stop,
                         on_progress=lambda done, failed: self._progress(batch_id, done, failed))
             except JobLeft:
-                return self._cancelled(batch_id)
-            if stop.is_set():   # (the job ended before it saw the cancel: its output is whole)
-                self.notify(f"batch {batch_id}: cancelled as its job ended; its output is whole")
+                return self._let_go(batch_id, job)
+            if stop.is_set() and not self._closing:   # (the job ended before it saw the stop: its output is whole)
+                self.notify(f"batch {batch_id}: {self._why.get(batch_id, 'let go')} as its job ended; it completes "
+                            f"with its whole output")
             self._update(batch_id, status="finalizing", finalizing_at=int(time.time()))
         self._finalize(batch_id, output)
 
@@ -188,6 +228,15 @@ class Runner:
         """The job's output as the batch's output and error files; the batch completed."""
         answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
         ok, bad = result_files.split(output, answered, failed)
+        fields = self._store_files(batch_id, answered, ok, failed, bad)
+        total = self.get(batch_id)["request_counts"]["total"]
+        self._update(batch_id, status="completed", completed_at=int(time.time()),
+                     request_counts={"total": max(total, ok + bad), "completed": ok, "failed": bad}, **fields)
+        self.store.drop_job_output(batch_id)
+
+    def _store_files(self, batch_id: str, answered, ok: int, failed, bad: int) -> dict:
+        """The batch's output and error files (each only where it has lines) moved into the store;
+        their ids as the batch's fields."""
         hexid = batch_id.removeprefix("batch_")
         fields = {}
         for name, path, count in (("output", answered, ok), ("error", failed, bad)):
@@ -197,19 +246,24 @@ class Runner:
                 fields[f"{name}_file_id"] = file["id"]
             else:
                 path.unlink(missing_ok=True)
-        total = self.get(batch_id)["request_counts"]["total"]
-        self._update(batch_id, status="completed", completed_at=int(time.time()),
-                     request_counts={"total": max(total, ok + bad), "completed": ok, "failed": bad}, **fields)
-        self.store.drop_job_output(batch_id)
+        return fields
 
     def _fail(self, batch_id: str, code: str, message: str, line: int | None = None) -> None:
         self._update(batch_id, status="failed", failed_at=int(time.time()),
                      errors=batch_errors({"code": code, "message": message, "line": line}))
 
-    def _cancelled(self, batch_id: str) -> None:
-        if self._closing and self.get(batch_id)["status"] != "cancelling":
-            return   # (let go because the service stops, not cancelled: the next service resumes it)
-        self._update(batch_id, status="cancelled", cancelled_at=int(time.time()))
+    def _let_go(self, batch_id: str, job) -> None:
+        """The batch's job was let go: the batch ``cancelled`` or ``expired``, its output file what
+        the job committed, its error file the failed requests and those left unanswered."""
+        why = self._why.get(batch_id)
+        if why is None:
+            return   # (let go because the service stops: the next service resumes it)
+        answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
+        ok, bad, left = result_files.split_partial(job, answered, failed, why)
+        fields = self._store_files(batch_id, answered, ok, failed, bad + left)
+        self._update(batch_id, status=why, **{f"{why}_at": int(time.time())},
+                     request_counts={"total": ok + bad + left, "completed": ok, "failed": bad + left}, **fields)
+        self.store.drop_job_output(batch_id)
 
     def _update(self, batch_id: str, **fields) -> None:
         with self._lock:   # (written under the lock: the store's record is never older than another thread's)

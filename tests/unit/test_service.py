@@ -211,14 +211,16 @@ def test_cancel_mid_way_stops_the_job_and_the_cluster_serves_the_next_batch(serv
     client = service.client()
     big = client.files.create(file=requests_file(tmp_path / "big.jsonl", 3000).open("rb"), purpose="batch")
     batch = client.batches.create(input_file_id=big.id, endpoint=CHAT, completion_window="24h")
-    wait_for(client, batch.id, lambda b: b.request_counts.completed > 0)
+    wait_for(client, batch.id, lambda b: b.request_counts.completed >= 300)
     in_use = httpx.delete(f"{service.url}/files/{big.id}")
     assert in_use.status_code == 400 and in_use.json()["error"]["code"] == "file_in_use"
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status == "cancelling" and cancelling.cancelling_at is not None
     cancelled = wait_for(client, batch.id, over, timeout_s=30)
     assert cancelled.status == "cancelled" and cancelled.cancelled_at >= cancelled.cancelling_at
-    assert 0 < cancelled.request_counts.completed < 3000 and cancelled.output_file_id is None
+    # its output file holds the answers its job committed, its error file each request left unanswered
+    kept_and_unanswered(client, cancelled, 3000, "batch_cancelled",
+                        "This request could not be executed before the batch was cancelled.")
     # a cancelled batch is over: cancelling it again is an error
     again = httpx.post(f"{service.url}/batches/{batch.id}/cancel")
     assert again.status_code == 400 and "cancelled" in again.json()["error"]["message"]
@@ -234,6 +236,61 @@ def test_cancel_mid_way_stops_the_job_and_the_cluster_serves_the_next_batch(serv
     small = client.files.create(file=requests_file(tmp_path / "small.jsonl", 20).open("rb"), purpose="batch")
     after = client.batches.create(input_file_id=small.id, endpoint=CHAT, completion_window="24h")
     assert wait_for(client, after.id, over).request_counts.completed == 20
+
+
+EXPIRED = "This request could not be executed before the completion window expired."
+
+
+def kept_and_unanswered(client: OpenAI, batch, n: int, code: str, message: str) -> None:
+    """A batch of ``n`` requests (``requests_file``, none bad) let go midway: its output file
+    holds the answered requests (numbered as a whole run numbers them), its error file every
+    other request with OpenAI's ``code`` and ``message``; the counts say as much."""
+    counts = batch.request_counts
+    assert counts.total == n and 0 < counts.completed < n and counts.completed + counts.failed == n, counts
+    output = lines(client.files.content(batch.output_file_id).text)
+    errors = lines(client.files.content(batch.error_file_id).text)
+    assert len(output) == counts.completed and len(errors) == counts.failed
+    for line in output:
+        assert line["id"] == "pipeline-" + line["custom_id"].removeprefix("req-") and line["error"] is None
+        assert line["response"]["status_code"] == 200 and line["response"]["body"]["object"] == "chat.completion"
+    for line in errors:
+        assert line["id"] == "pipeline-" + line["custom_id"].removeprefix("req-")
+        assert line["response"] is None and line["error"] == {"code": code, "message": message}
+    order = [int(line["custom_id"].removeprefix("req-")) for line in output]
+    assert order == sorted(order)
+    assert sorted(order + [int(e["custom_id"].removeprefix("req-")) for e in errors]) == list(range(n))
+
+
+def test_a_batch_past_its_window_expires_keeping_its_answers_also_across_a_restart(cluster, tmp_path):
+    """``--max-window-s 8``: a batch too big for 8 s expires at its ``expires_at``, its job let go
+    on the cluster, its committed answers in its output file, the rest in its error file
+    (``batch_expired``); a batch whose window ends while no service runs expires as the next
+    service starts."""
+    svc = Service(cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log",
+                  "--max-window-s", "8").start()
+    try:
+        client = svc.client()
+        big = client.files.create(file=requests_file(tmp_path / "big.jsonl", 3000).open("rb"), purpose="batch")
+        batch = client.batches.create(input_file_id=big.id, endpoint=CHAT, completion_window="1h")
+        assert batch.completion_window == "1h" and batch.expires_at == batch.created_at + 8
+        expired = wait_for(client, batch.id, over, timeout_s=60)
+        assert expired.status == "expired" and expired.expired_at >= expired.expires_at, expired
+        assert expired.completed_at is None and expired.cancelled_at is None and expired.failed_at is None
+        kept_and_unanswered(client, expired, 3000, "batch_expired", EXPIRED)
+        assert not (tmp_path / "store" / "batches" / batch.id).exists()
+
+        later = client.batches.create(input_file_id=big.id, endpoint=CHAT, completion_window="24h")
+        wait_for(client, later.id, lambda b: b.request_counts.completed >= 200)
+        svc.stop()
+        assert json.loads((tmp_path / "store" / "batches" / f"{later.id}.json").read_text())["status"] == "in_progress"
+        time.sleep(max(0.0, later.expires_at + 1 - time.time()))
+        svc.start()
+        again = wait_for(svc.client(), later.id, over, timeout_s=60)
+        assert again.status == "expired" and again.expired_at > again.expires_at, again
+        kept_and_unanswered(svc.client(), again, 3000, "batch_expired", EXPIRED)
+    finally:
+        svc.stop()
+    assert f"batch {batch.id}: its completion window (1h) is over; it expires" in (tmp_path / "serve.log").read_text()
 
 
 def test_service_stopped_then_killed_mid_batch_resumes_from_committed_answers(cluster, tmp_path):
