@@ -1,13 +1,14 @@
 """What happened during a job: ``JobSummary``, one type for ``Pipeline.stream`` (kept as
 ``Pipeline.last_report``, shown on the dashboard) and for file jobs (``run_job``, the CLI's
-summary). No Dask here: the job's coordinator (pipeline/jobs/cluster_job.py) counts into it,
-with what happened to workers (events from pipeline/client/recovery.py's ``ShardWatch``).
+summary). No Dask here: the job's coordinator (pipeline/jobs/cluster_job.py) takes each task's
+``Figures`` into it, with what happened to workers (events from pipeline/client/recovery.py's
+``ShardWatch``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.results import RowResult
+from pipeline.results import ErrorKind, RowResult
 
 LOST, REJOINED, GONE = "lost", "rejoined", "gone"
 
@@ -21,6 +22,57 @@ class ShardEvent:
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "shard": self.shard, "worker": self.worker, "at": self.at}
+
+
+def error_groups(errors) -> dict:
+    """Rows per ``RowResult.error_group`` of these error texts (an Arrow array; nulls: rows without an error)."""
+    by_kind: dict = {}
+    for text in errors.drop_null().to_pylist():
+        group = RowResult(0, error=text, error_kind=ErrorKind.of(text)).error_group
+        by_kind[group] = by_kind.get(group, 0) + 1
+    return by_kind
+
+
+@dataclass
+class Figures:
+    """What one task of a job counted; figures add up (``+=``) and a job's summary takes them
+    (``JobSummary.take``). A read task's: the rows it read, and those it answered with the reason
+    they could not be read; an answer task's: the rows it answered, their tokens, its shard."""
+    read: int = 0                  # rows read from the input
+    rows: int = 0                  # rows answered, with or without error
+    errors: int = 0
+    errors_by_kind: dict = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    shard: str | None = None       # where an answer task ran
+    unreadable: str | None = None  # why a partition could not be read (its rows wait for a rerun)
+
+    @classmethod
+    def of_read(cls, read: int, errors) -> "Figures":
+        """A read task's: ``read`` rows, ``errors`` (an Arrow array) the texts of those that failed."""
+        return cls(read=read, rows=len(errors), errors=len(errors), errors_by_kind=error_groups(errors))
+
+    @classmethod
+    def of_answers(cls, table, shard: str) -> "Figures":
+        """An answer task's, of its answered rows (an Arrow table of answer rows)."""
+        import pyarrow.compute as pc
+
+        errors = table.column("error")
+        tokens = {k: pc.sum(table.column(k)).as_py() or 0 for k in ("prompt_tokens", "cached_tokens", "completion_tokens")}
+        return cls(rows=table.num_rows, errors=len(errors) - errors.null_count, errors_by_kind=error_groups(errors),
+                   shard=shard, **tokens)
+
+    def count_answers(self, table) -> None:
+        """These answered rows counted in (on this task's shard)."""
+        self += Figures.of_answers(table, self.shard)
+
+    def __iadd__(self, more: "Figures") -> "Figures":
+        for k in ("read", "rows", "errors", "prompt_tokens", "cached_tokens", "completion_tokens"):
+            setattr(self, k, getattr(self, k) + getattr(more, k))
+        for group, n in more.errors_by_kind.items():
+            self.errors_by_kind[group] = self.errors_by_kind.get(group, 0) + n
+        return self
 
 
 @dataclass
@@ -42,6 +94,18 @@ class JobSummary:
     # workers
     events: list[ShardEvent] = field(default_factory=list)
     buckets_moved: int = 0            # buckets given to another shard after theirs was given up on
+
+    def take(self, f: Figures) -> None:
+        """One task's figures."""
+        self.rows += f.rows
+        self.errors += f.errors
+        self.prompt_tokens += f.prompt_tokens
+        self.cached_tokens += f.cached_tokens
+        self.completion_tokens += f.completion_tokens
+        if f.shard is not None:
+            self.per_shard[f.shard] = self.per_shard.get(f.shard, 0) + f.rows
+        for group, n in f.errors_by_kind.items():
+            self.errors_by_kind[group] = self.errors_by_kind.get(group, 0) + n
 
     def add(self, r: RowResult) -> None:
         """One row answered."""

@@ -32,12 +32,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.jobs.cluster_tasks import ReadFigures, error_groups, frame_positions
+from pipeline.jobs.cluster_tasks import frame_positions
 from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.jobs.partitions import PARTITION_BITS
 from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
-from pipeline.summary import JobSummary
+from pipeline.summary import Figures, JobSummary
 from tasks import get_task_kind
 
 # Rows of a window in one partition: each partition's prompt rows travel in one task.
@@ -132,9 +132,7 @@ class IterableSteps(KeptSteps):
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
 
         rows = self.window.parts[part.index]
-        errors = rows.errors.column("error")
-        figures = ReadFigures(rows=self.window.sizes[part.index], errors=len(errors),
-                              errors_by_kind=error_groups(errors))
+        figures = Figures.of_read(self.window.sizes[part.index], rows.errors.column("error"))
         return client.submit(_read, (rows, figures), key=key, priority=PLAN_PRIORITY)
 
     def answered(self, client, answer) -> None:

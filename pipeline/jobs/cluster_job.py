@@ -278,10 +278,10 @@ class ClusterJob:
                     # or its bucket moves once its shard is given up on)
                     pending.add(f)
                     continue
-                self._take(result, summary)
+                summary.take(result)
                 if f.key in plan.partition_of:
                     read_errors += result.errors
-                    rows_read += result.rows
+                    rows_read += result.read
                     reads_done += 1
                     if result.unreadable is not None:
                         unreadable[plan.partition_of[f.key].index] = result.unreadable
@@ -355,23 +355,6 @@ class ClusterJob:
             bucket[i] = replace(bucket[i], shard=target)
             answers[i] = moved[i] = self._answer(client, spec, bucket[i], pieces[i], attempt=next(self._moves))
         return moved
-
-    @staticmethod
-    def _take(figures, summary: JobSummary) -> None:
-        """A task's figures into the job's summary."""
-        if isinstance(figures, dict):   # an answer task's
-            summary.rows += figures["rows"]
-            summary.errors += figures["errors"]
-            for k in ("prompt_tokens", "cached_tokens", "completion_tokens"):
-                setattr(summary, k, getattr(summary, k) + figures[k])
-            summary.per_shard[figures["shard"]] = summary.per_shard.get(figures["shard"], 0) + figures["rows"]
-            groups = figures["errors_by_kind"]
-        else:   # a read task's: its rows that failed reading
-            summary.rows += figures.errors
-            summary.errors += figures.errors
-            groups = figures.errors_by_kind
-        for group, n in groups.items():
-            summary.errors_by_kind[group] = summary.errors_by_kind.get(group, 0) + n
 
     def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
         """The job's figures for the dashboard page (its job plot), at most once a second;

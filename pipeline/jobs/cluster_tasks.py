@@ -36,8 +36,8 @@ from pipeline.jobs.placement import Bucket, Placement, place_documents
 from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PartitionTexts, PromptRows, \
     prefixes_of, prompt_rows, read_partition
 from pipeline.jobs.text_arrays import on_first_rows
-from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling
+from pipeline.summary import Figures
 from pipeline.worker.plugin import shard_plugin
 
 
@@ -71,15 +71,7 @@ class JobSpec:
         return getattr(self.task, "labels", None) or None
 
 
-@dataclass
-class ReadFigures:
-    rows: int = 0                  # rows of the partition read (a DataFrame job's total is their sum)
-    errors: int = 0                # rows of the partition that failed reading (answered here with their error)
-    errors_by_kind: dict = field(default_factory=dict)
-    unreadable: str | None = None  # why the partition could not be read (its rows wait for a rerun)
-
-
-def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
+def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, Figures]:
     files = AnswerFiles(spec.folder)
     try:
         # (rows answered by earlier runs only: Dask may run this again mid-run, to recompute what a
@@ -94,17 +86,15 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, ReadFigures]:
             rows = prompt_rows(spec.source, spec.task, part, done, texts=False)
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
-        return empty, ReadFigures(unreadable=str(exc))
-    errors = rows.errors.column("error")
-    return rows, ReadFigures(rows=part.rows if part.rows is not None else rows.read, errors=len(errors),
-                             errors_by_kind=error_groups(errors))
+        return empty, Figures(unreadable=str(exc))
+    return rows, Figures.of_read(part.rows if part.rows is not None else rows.read, rows.errors.column("error"))
 
 
-def figures_of(read: tuple[PromptRows, ReadFigures]) -> ReadFigures:
+def figures_of(read: tuple[PromptRows, Figures]) -> Figures:
     return read[1]
 
 
-def documents_of(read: tuple[PromptRows, ReadFigures]) -> pa.Table:
+def documents_of(read: tuple[PromptRows, Figures]) -> pa.Table:
     return read[0].documents
 
 
@@ -126,7 +116,7 @@ def buckets_of(placement: Placement) -> list[Bucket]:
     return placement.buckets
 
 
-def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement,
+def split_task(read: tuple[PromptRows, Figures], placement: Placement,
                texts: PartitionTexts | None = None) -> dict[str, pa.Table]:
     """The partition's rows by shard, each shard's sorted by bucket, document, then position,
     with their ``bucket`` column (a bucket's rows are one slice of it: ``bucket_slice``). A
@@ -173,7 +163,7 @@ def split_task(read: tuple[PromptRows, ReadFigures], placement: Placement,
     return out
 
 
-def file_split_task(spec: JobSpec, read: tuple[PromptRows, ReadFigures], placement: Placement,
+def file_split_task(spec: JobSpec, read: tuple[PromptRows, Figures], placement: Placement,
                     part: Partition) -> dict[str, pa.Table]:
     """A file job's ``split_task``; first the partition's rows that failed reading are committed
     with their errors (here, not when read: nothing is written before the job's checks pass)."""
@@ -229,12 +219,12 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
     name = f"{spec.run}-b{bucket.index:06d}"
     loop = asyncio.get_running_loop()
     earlier = await loop.run_in_executor(None, files.read_named, name)
-    figures = _figures(earlier, bucket.shard)
+    figures = Figures.of_answers(earlier, bucket.shard)
     prefixes = prefixes_of(rows)   # (before the rows answered earlier go: one may carry its document's)
     if earlier.num_rows:
         rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
     commits = BucketCommits(files, spec.starts, name, files.next_seq(name), spec.commit_rows, spec.commit_s,
-                            lambda table: _add(figures, _figures(table, bucket.shard)))
+                            figures.count_answers)
     try:
         await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                     _progress(spec, bucket, earlier.num_rows), commit=commits.add,
@@ -269,7 +259,7 @@ def write_failure(exc: BaseException, where: str) -> str:
 
 
 async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
-                           task_key: str | None = None) -> tuple[dict, dict]:
+                           task_key: str | None = None) -> tuple[Figures, dict]:
     """One bucket answered as ``answer_task`` does, its answers kept in memory, not written: the
     bucket's figures and its answer rows by input partition (``partition_of`` their positions).
     A rerun answers the whole bucket again (a DataFrame job: pipeline/client/dataframes.py)."""
@@ -278,10 +268,10 @@ async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | No
                                           _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key,
                                           job=spec.job_id, embed=spec.embeds, labels=spec.labels)
     table = results_table(results)
-    return _figures(table, bucket.shard), by_partition(table, partition_of(table.column("position").to_numpy()))
+    return Figures.of_answers(table, bucket.shard), by_partition(table, partition_of(table.column("position").to_numpy()))
 
 
-def figures_of_answer(answer: tuple[dict, object]) -> dict:
+def figures_of_answer(answer: tuple[Figures, object]) -> Figures:
     return answer[0]
 
 
@@ -322,31 +312,6 @@ def frame_positions(number: int, rows: int) -> pa.Array:
 def partition_of(positions: np.ndarray) -> np.ndarray:
     """A DataFrame job's partition numbers of these positions."""
     return positions >> PARTITION_BITS
-
-
-def error_groups(errors) -> dict:
-    """Rows per ``RowResult.error_group`` of these error texts (nulls: rows without an error)."""
-    by_kind: dict = {}
-    for text in errors.drop_null().to_pylist():
-        group = RowResult(0, error=text, error_kind=ErrorKind.of(text)).error_group
-        by_kind[group] = by_kind.get(group, 0) + 1
-    return by_kind
-
-
-def _figures(table: pa.Table, shard: str) -> dict:
-    """What the summary counts of these answered rows."""
-    errors = table.column("error")
-    return {"rows": table.num_rows, "errors": len(errors) - errors.null_count, "errors_by_kind": error_groups(errors),
-            "prompt_tokens": pc.sum(table.column("prompt_tokens")).as_py() or 0,
-            "cached_tokens": pc.sum(table.column("cached_tokens")).as_py() or 0,
-            "completion_tokens": pc.sum(table.column("completion_tokens")).as_py() or 0, "shard": shard}
-
-
-def _add(total: dict, more: dict) -> None:
-    for k in ("rows", "errors", "prompt_tokens", "cached_tokens", "completion_tokens"):
-        total[k] += more[k]
-    for group, n in more["errors_by_kind"].items():
-        total["errors_by_kind"][group] = total["errors_by_kind"].get(group, 0) + n
 
 
 def merge_task(spec: JobSpec, part: Partition) -> int:

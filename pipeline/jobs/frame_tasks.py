@@ -18,21 +18,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.jobs.answer_files import PANDAS_TYPES, error_table
-from pipeline.jobs.cluster_tasks import JobSpec, ReadFigures, error_groups, frame_positions
+from pipeline.jobs.cluster_tasks import JobSpec, frame_positions
 from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of
+from pipeline.summary import Figures
 
 
-def frame_read_task(spec: JobSpec, frame, number: int) -> tuple[PromptRows, ReadFigures, object]:
+def frame_read_task(spec: JobSpec, frame, number: int) -> tuple[PromptRows, Figures, object]:
     """Partition ``number`` of the input (a pandas DataFrame) as prompt rows. ``spec.source``:
     the columns the task reads (``RowColumns``)."""
     columns = spec.source
     table = pa.Table.from_pandas(frame[columns.all], preserve_index=False)   # missing values -> null
     rows = prompt_rows_of(table, frame_positions(number, len(frame)), spec.task, columns)
-    errors = rows.errors.column("error")
-    return rows, ReadFigures(rows=len(frame), errors=len(errors), errors_by_kind=error_groups(errors)), frame.index
+    return rows, Figures.of_read(len(frame), rows.errors.column("error")), frame.index
 
 
-def frame_tail_of(read: tuple[PromptRows, ReadFigures, object]) -> tuple[pa.Table, object]:
+def frame_tail_of(read: tuple[PromptRows, Figures, object]) -> tuple[pa.Table, object]:
     """The read partition's rows that failed reading, and its index."""
     return read[0].errors, read[2]
 
