@@ -161,3 +161,19 @@ def test_a_lines_rows_carry_what_its_output_needs():
     adapters = frozenset({"legal"})
     assert "names an adapter" in line_rows(0, request("x", "/v1/score", model="legal", text_1="q", text_2="d"),
                                            None, adapters)[0][1]
+
+
+def test_the_configs_score_task_answers_scoring_lines_if_its_template_reads_only_their_pairs(fake_pipeline):
+    from pipeline.jobs.cluster_job import unserved
+    from pipeline.jobs.errors import JobError
+    from pipeline.jobs.scoring_lines import scoring_task
+    from tasks.classify import SCORE_TEMPLATE
+
+    config, tokenizer = fake_pipeline.config, fake_pipeline.tokenizer
+    assert scoring_task(config, tokenizer).template == SCORE_TEMPLATE   # (a generation config: the defaults)
+    own = config.for_job("score", {"template": "Q: {query}\nD: {document}", "labels": ["Yes", "No"]}, None)
+    task = scoring_task(own, tokenizer)
+    assert task.template == "Q: {query}\nD: {document}" and task.labels == ("Yes", "No")
+    with pytest.raises(JobError, match="prompt.template reads title; a scoring request's pairs have only"):
+        scoring_task(config.for_job("score", {"template": "{title}: {document} {query}"}, None), tokenizer)
+    assert "serves only task embed (this job's task is score)" in unserved("score", ("embed",), "minilm")
