@@ -211,8 +211,8 @@ class ClusterJob:
         checks = self.steps.key_checks(client, spec)   # (ids used twice: refused before any answer)
         futures += checks
         decode_bytes = CHARS_PER_TOKEN * self.config.sampling.max_tokens   # (ASCII: a byte a character)
-        place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_bytes,
-                              *documents, key=f"{job}-place", priority=PLAN_PRIORITY)
+        place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_bytes, *documents,
+                              max_loras=self.config.lora_slots, key=f"{job}-place", priority=PLAN_PRIORITY)
         del documents
         futures.append(place)
         buckets = client.submit(buckets_of, place, key=f"{job}-buckets", priority=PLAN_PRIORITY).result()

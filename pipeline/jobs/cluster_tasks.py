@@ -99,15 +99,21 @@ def documents_of(read: tuple[PromptRows, Figures]) -> pa.Table:
 
 
 def place_task(shards: list[str], held: dict[int, str], bucket_rows: int, decode_bytes: int,
-               *documents: pa.Table) -> Placement:
-    """Every document of the job counted once (its rows over all partitions), then placed."""
-    docs = pa.concat_tables(documents).group_by("digest").aggregate(
-        [("rows", "sum"), ("prefix_bytes", "max"), ("suffix_bytes", "sum"), ("first", "min")]).sort_by("digest")
+               *documents: pa.Table, max_loras: int = 0) -> Placement:
+    """Every document of the job counted once (its rows over all partitions), then placed (where
+    rows name adapters, each shard's kept within ``max_loras`` where it can: ``place_documents``)."""
+    table = pa.concat_tables(documents)
+    adapted = "adapter" in table.column_names and pc.max(table.column("adapter")).as_py()
+    docs = table.group_by("digest").aggregate(
+        [("rows", "sum"), ("prefix_bytes", "max"), ("suffix_bytes", "sum"), ("first", "min")] +
+        ([("adapter", "max")] if adapted else [])).sort_by("digest")
     rows = docs.column("rows_sum").to_numpy()
     cost = docs.column("prefix_bytes_max").to_numpy() + docs.column("suffix_bytes_sum").to_numpy() + \
         rows * decode_bytes
     placement = place_documents(docs.column("digest").to_numpy(), rows, cost, shards, held, bucket_rows,
-                                prefix_cost=docs.column("prefix_bytes_max").to_numpy())
+                                prefix_cost=docs.column("prefix_bytes_max").to_numpy(),
+                                adapters=docs.column("adapter_max").to_numpy() if adapted else None,
+                                max_loras=max_loras)
     placement.first = docs.column("first_min").to_numpy()   # (in digest order, as the placement's)
     return placement
 

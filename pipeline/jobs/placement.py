@@ -12,6 +12,13 @@ on a worker, over the per-document counts the partitions' read tasks made
 - The rest are packed largest first onto the least loaded live shard (longest processing time
   first), so a skewed job (a few documents with many questions) stays balanced.
 - Only live shards get work: a dead shard's documents go to the others.
+- Where rows name LoRA adapters (a document under an adapter is a document of its own:
+  pipeline/jobs/adapter_keys.py) and the job's adapters are more than an engine applies at once
+  (``engine.max_loras``), adapters are spread first (``spread``: each shard at most ``max_loras``
+  of them, or where there are more than shards × ``max_loras``, at most ``ceil(adapters /
+  shards)``; an adapter too costly for one shard's fair share cut across shards while slots are
+  spare), then their documents onto their shards, then the base model's rows (no LoRA slot)
+  level the loads. A shard's buckets take its adapters one after another.
 
 A document's cost is its prefix once plus each row's suffix and expected answer, in UTF-8 bytes
 (a character each, for ASCII text; the text's byte lengths cost nothing to read).
@@ -73,18 +80,23 @@ SPLIT_ROWS = 1024
 
 def place_documents(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, shards: Sequence[str],
                     held: Mapping[int, str] | None = None, bucket_rows: int = 50_000,
-                    balance: float = 1.25, prefix_cost: np.ndarray | None = None) -> Placement:
+                    balance: float = 1.25, prefix_cost: np.ndarray | None = None,
+                    adapters: np.ndarray | None = None, max_loras: int = 0) -> Placement:
     """``digests``, ``rows``, ``cost``: one entry per distinct document (digests unique).
     ``shards``: the live shards. ``held``: digest -> the shard whose engine holds it.
     A document with more rows than a bucket, or than both a shard's fair share and ``SPLIT_ROWS``
     (a prompt head every row of a job shares), is split into chunks of rows that are placed on their own; each
-    costs its share of the document's cost plus, once more, ``prefix_cost`` (its prefill)."""
+    costs its share of the document's cost plus, once more, ``prefix_cost`` (its prefill).
+    ``adapters``: each document's adapter code (0: the base model; pipeline/jobs/adapter_keys.py);
+    where they are more than ``max_loras`` (an engine's LoRA slots), each shard gets few of them
+    (``adapter_shards``). On a shard, each adapter's documents are consecutive buckets."""
     if not shards:
         raise ValueError("no live shard to place documents on")
     digests = np.asarray(digests, dtype=np.uint64)
     order = np.argsort(digests, kind="stable")
     digests, rows, cost = digests[order], np.asarray(rows, np.int64)[order], np.asarray(cost, np.float64)[order]
     prefix_cost = np.zeros(len(digests)) if prefix_cost is None else np.asarray(prefix_cost, np.float64)[order]
+    adapters = None if adapters is None else np.asarray(adapters, np.uint64)[order]
     # the units placed: a document, or a chunk of a split one
     fair_rows = -(-int(rows.sum()) // len(shards))
     cap_rows = max(1, min(bucket_rows, max(fair_rows, SPLIT_ROWS)))
@@ -94,7 +106,8 @@ def place_documents(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, sha
     unit_rows = rows[unit_doc] // chunks[unit_doc] + (unit_chunk < rows[unit_doc] % chunks[unit_doc])
     unit_cost = np.where(chunks[unit_doc] > 1, (cost[unit_doc] - prefix_cost[unit_doc]) / chunks[unit_doc] +
                          prefix_cost[unit_doc], cost[unit_doc])
-    unit_bucket, buckets = _pack(digests[unit_doc], unit_rows, unit_cost, shards, held, bucket_rows, balance)
+    unit_bucket, buckets = _pack(digests[unit_doc], unit_rows, unit_cost, shards, held, bucket_rows, balance,
+                                 None if adapters is None else adapters[unit_doc], max_loras)
     first_unit = np.cumsum(chunks) - chunks
     split = {int(digests[d]): unit_bucket[first_unit[d]:first_unit[d] + chunks[d]].copy()
              for d in np.flatnonzero(chunks > 1).tolist()}
@@ -102,36 +115,61 @@ def place_documents(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, sha
 
 
 def _pack(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, shards: Sequence[str],
-          held: Mapping[int, str] | None, bucket_rows: int, balance: float) -> tuple[np.ndarray, list[Bucket]]:
+          held: Mapping[int, str] | None, bucket_rows: int, balance: float, adapter: np.ndarray | None = None,
+          max_loras: int = 0) -> tuple[np.ndarray, list[Bucket]]:
     """Each unit's bucket (units in digest order, a split document's chunks together), and the
-    buckets: held units stay on their shard within ``balance`` × the fair share, the rest
-    largest first onto the least loaded shard, then each shard's units cut into buckets."""
-    n, index = len(digests), {s: i for i, s in enumerate(shards)}
-    shard_of = np.full(n, -1, dtype=np.int64)
-    load = np.zeros(len(shards))
-    cap = balance * cost.sum() / len(shards) if n else 0.0
-    if held and n:   # (the held documents are few: what the engines' caches hold)
-        held_shard = {d: index[s] for d, s in held.items() if s in index}
-        for k in np.flatnonzero(np.isin(digests, np.fromiter(held_shard, np.uint64, len(held_shard)))).tolist():
+    buckets: each unit's shard (``_least_loaded``, or where the units' adapters are more than an
+    engine applies at once, ``adapter_shards``), then each shard's units cut into buckets."""
+    index = {s: i for i, s in enumerate(shards)}
+    held_shard = {d: index[s] for d, s in held.items() if s in index} if held and len(digests) else {}
+    if adapter is not None and max_loras > 0 and len(shards) > 1 and \
+            np.count_nonzero(np.unique(adapter)) > max_loras:
+        shard_of = adapter_shards(digests, cost, adapter, len(shards), held_shard, max_loras, balance)
+    else:
+        shard_of = _least_loaded(digests, cost, len(shards), held_shard, balance)
+    return _cut(digests, rows, shard_of, shards, bucket_rows, adapter)
+
+
+def _least_loaded(digests: np.ndarray, cost: np.ndarray, n_shards: int, held_shard: dict[int, int],
+                  balance: float, shard_of: np.ndarray | None = None, load: np.ndarray | None = None) -> np.ndarray:
+    """Each unit's shard: held units stay on their shard within ``balance`` × the fair share,
+    the rest largest first onto the least loaded shard. ``shard_of``, ``load``: units already
+    placed (-1: not yet) and the shards' loads from them."""
+    n = len(digests)
+    shard_of = np.full(n, -1, dtype=np.int64) if shard_of is None else shard_of
+    load = np.zeros(n_shards) if load is None else load
+    cap = balance * cost.sum() / n_shards if n else 0.0
+    if held_shard:   # (the held documents are few: what the engines' caches hold)
+        held_keys = np.fromiter(held_shard, np.uint64, len(held_shard))
+        for k in np.flatnonzero(np.isin(digests, held_keys) & (shard_of < 0)).tolist():
             s = held_shard[int(digests[k])]
             if load[s] + cost[k] <= cap:
                 shard_of[k] = s
                 load[s] += cost[k]
     free = np.flatnonzero(shard_of < 0)
     free = free[np.argsort(-cost[free], kind="stable")]
-    heap = [(load[s], s) for s in range(len(shards))]
+    heap = [(load[s], s) for s in range(n_shards)]
     heapq.heapify(heap)
     for k in free.tolist():
         l, s = heapq.heappop(heap)
         shard_of[k] = s
         heapq.heappush(heap, (l + cost[k], s))
-    bucket = np.zeros(n, dtype=np.int32)
+    return shard_of
+
+
+def _cut(digests: np.ndarray, rows: np.ndarray, shard_of: np.ndarray, shards: Sequence[str], bucket_rows: int,
+         adapter: np.ndarray | None) -> tuple[np.ndarray, list[Bucket]]:
+    """Each shard's units cut into buckets of at most ``bucket_rows`` rows: consecutive units in
+    digest order (by adapter first, where units have one: each adapter's documents together)."""
+    bucket = np.zeros(len(digests), dtype=np.int32)
     buckets: list[Bucket] = []
     for s, name in enumerate(shards):
         mine = np.flatnonzero(shard_of == s)
         if not len(mine):
             continue
-        # consecutive units (in digest order) while the bucket has room
+        if adapter is not None:
+            mine = mine[np.argsort(adapter[mine], kind="stable")]
+        # consecutive units while the bucket has room
         ends = np.cumsum(rows[mine])
         cuts = [0]
         start_rows = 0
@@ -145,3 +183,92 @@ def _pack(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, shards: Seque
             bucket[mine[lo:hi]] = b
             buckets.append(Bucket(b, name, int(rows[mine[lo:hi]].sum()), len(np.unique(digests[mine[lo:hi]]))))
     return bucket, buckets
+
+
+def adapter_shards(digests: np.ndarray, cost: np.ndarray, adapter: np.ndarray, n_shards: int,
+                   held_shard: dict[int, int], max_loras: int, balance: float) -> np.ndarray:
+    """Each unit's shard where its adapters (``adapter``: each unit's code, 0 for the base model)
+    are more than ``max_loras``: each shard serves at most ``max_loras`` of them where there are
+    no more than ``n_shards × max_loras``, else at most ``ceil(adapters / n_shards)`` (the fewest
+    the count allows). ``spread`` gives each adapter its shards and its cost on each; an
+    adapter's units go largest first to the one of its shards furthest below that cost (a held
+    unit stays on its shard where that serves its adapter, within ``balance`` × the fair share);
+    the base model's units, which take no LoRA slot, then level the loads (``_least_loaded``)."""
+    names, group = np.unique(adapter, return_inverse=True)
+    lora = np.flatnonzero(names != 0)
+    fair = cost.sum() / n_shards
+    slots = max_loras if len(lora) <= n_shards * max_loras else -(-len(lora) // n_shards)
+    held_load = np.zeros((len(names), n_shards))
+    held_units = np.flatnonzero(np.isin(digests, np.fromiter(held_shard, np.uint64, len(held_shard))))
+    for k in held_units.tolist():
+        held_load[group[k], held_shard[int(digests[k])]] += cost[k]
+    share = spread(np.bincount(group, weights=cost, minlength=len(names))[lora], n_shards, slots, fair,
+                   held_load[lora], balance)
+    shard_of = np.full(len(digests), -1, dtype=np.int64)
+    load = np.zeros(n_shards)
+    for g, quota in zip(lora.tolist(), share):
+        mine = np.flatnonzero(group == g)
+        mine = mine[np.argsort(-cost[mine], kind="stable")]
+        given = dict.fromkeys(quota, 0.0)
+        for k in mine.tolist():
+            s = held_shard.get(int(digests[k]), -1)
+            if s not in given or load[s] + cost[k] > balance * fair:
+                s = max(given, key=lambda t: (quota[t] - given[t], -t))
+            shard_of[k] = s
+            given[s] += cost[k]
+            load[s] += cost[k]
+    return _least_loaded(digests, cost, n_shards, held_shard, balance, shard_of, load)
+
+
+def spread(costs: np.ndarray, n_shards: int, slots: int, fair: float, held_load: np.ndarray | None = None,
+           balance: float = 1.25) -> list[dict[int, float]]:
+    """Per adapter (``costs``: each one's total): its shards and the cost each takes, at most
+    ``slots`` adapters a shard (``len(costs) <= n_shards × slots``). Each adapter is cut into
+    pieces of equal cost, one a shard, packed largest first (``_pack_pieces``); while slots are
+    spare, the adapter with the largest piece is cut once more where that lowers the most loaded
+    shard's load above ``fair`` (what the base model's rows, which take no slot, cannot level)."""
+    pieces = np.ones(len(costs), np.int64)
+    best = _pack_pieces(costs, pieces, n_shards, slots, held_load, balance * fair)
+    spare = n_shards * slots - len(costs)
+    while spare > 0:
+        size = np.where(pieces < n_shards, costs / pieces, -1.0)
+        a = int(np.argmax(size))
+        if size[a] <= 0:
+            break
+        more = pieces.copy()
+        more[a] += 1
+        trial = _pack_pieces(costs, more, n_shards, slots, held_load, balance * fair)
+        if trial is None or max(_top(trial, n_shards), fair) >= max(_top(best, n_shards), fair) * (1 - 1e-9):
+            break
+        pieces, best, spare = more, trial, spare - 1
+    return best
+
+
+def _top(share: list[dict[int, float]], n_shards: int) -> float:
+    load = np.zeros(n_shards)
+    for quota in share:
+        for s, c in quota.items():
+            load[s] += c
+    return float(load.max())
+
+
+def _pack_pieces(costs: np.ndarray, pieces: np.ndarray, n_shards: int, slots: int, held_load: np.ndarray | None,
+                 cap: float) -> list[dict[int, float]] | None:
+    """Adapter ``a`` as ``pieces[a]`` pieces of ``costs[a] / pieces[a]``, largest first, each
+    onto the least loaded shard with a free slot that does not serve ``a`` yet, preferring one
+    that holds ``a``'s documents from an earlier job (``held_load``) while within ``cap``. None
+    where the slots run out (pieces of one adapter left on a shard that serves it)."""
+    order = sorted(((costs[a] / pieces[a], a) for a in range(len(costs)) for _ in range(pieces[a])),
+                   key=lambda p: (-p[0], p[1]))
+    load, used = np.zeros(n_shards), np.zeros(n_shards, np.int64)
+    share: list[dict[int, float]] = [{} for _ in costs]
+    for size, a in order:
+        free = [s for s in range(n_shards) if used[s] < slots and s not in share[a]]
+        if not free:
+            return None
+        warm = [s for s in free if held_load is not None and held_load[a, s] > 0 and load[s] + size <= cap]
+        s = min(warm or free, key=lambda t: (load[t], t))
+        share[a][s] = size
+        load[s] += size
+        used[s] += 1
+    return share

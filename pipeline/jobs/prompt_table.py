@@ -7,15 +7,19 @@ the template's pieces, and the checks (null, empty) are column-wise too. Anythin
 a template writes as text, undecodable bytes, a row's own sampling settings) takes the task's
 own per-row path, on the worker, so every row gets exactly the prompt or the error the
 client-side path gives it. Each distinct prefix (document) is digested once
-(``prefix_digest``, the digest the workers remember what their engines hold by).
+(``prefix_digest``, the digest the workers remember what their engines hold by). Rows that name
+a LoRA adapter (an ``adapter`` column) are documents of their own per adapter: their digest is
+the prefix's folded with the adapter's (``adapter_digests``), since an engine's cached prefix
+under one adapter serves no other, and placement keeps each shard's adapters few.
 
 A ``PromptRows`` holds:
 - ``rows``: position, digest, prefix, suffix (and the row's sampling columns, if the input has
   them) for every row that became a prompt. A document's prefix text is on the first of its
   rows only (null on the others; ``prefixes_of``), so a row costs its suffix, not its document,
   on its way to its shard;
-- ``documents``: per distinct prefix, its digest, rows and UTF-8 bytes (what placement counts)
-  and the position of its first row here;
+- ``documents``: per distinct prefix, its digest, rows and UTF-8 bytes (what placement counts),
+  the position of its first row here, and its adapter (``adapter_code`` of the rows' ``adapter``,
+  0 for the base model);
 - ``errors``: position and error text of every row that failed here.
 
 A file job's read of a one-column prefix (``texts=False``) keeps no text: its ``rows`` are each
@@ -32,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.sizeof import sizeof
 
+from pipeline.jobs.adapter_keys import adapter_digests
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.partitions import Partition
 from pipeline.jobs.row_checks import RowColumns
@@ -44,7 +49,7 @@ from tasks import PromptTemplate, RowError
 ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(),
                          "suffix": pa.large_string()})
 DOCUMENTS_SCHEMA = pa.schema({"digest": pa.uint64(), "rows": pa.int64(), "prefix_bytes": pa.int64(),
-                              "suffix_bytes": pa.int64(), "first": pa.int64()})
+                              "suffix_bytes": pa.int64(), "first": pa.int64(), "adapter": pa.uint64()})
 ERRORS_SCHEMA = pa.schema({"position": pa.int64(), "error": pa.string()})
 INDEX_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64()})
 
@@ -165,6 +170,9 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
         prefix, suffix, positions = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
         sampling = {name: column.filter(ok) for name, column in sampling.items()}
     kept = positions
+    adapter_of = None   # (each dictionary value's adapter code, where rows name adapters)
+    if "adapter" in sampling:
+        prefix, digests, adapter_of = adapter_digests(prefix, digests, sampling["adapter"])
     # each distinct prefix (document) once: its text, its digest, the first of its rows here
     index = prefix.indices.to_numpy(zero_copy_only=False)
     used, first = np.unique(index, return_index=True)
@@ -182,7 +190,7 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
         schema = schema.append(pa.field(name, column.type))
     rows = pa.table(out, schema=schema)
     documents = _documents(digest, pc.binary_length(suffix), digests, pc.binary_length(distinct),
-                           kept.take(pa.array(first)))
+                           kept.take(pa.array(first)), None if adapter_of is None else adapter_of[used])
     return PromptRows(rows, documents, errors)
 
 
@@ -206,14 +214,17 @@ def _prompt_index(fields: _FieldValues, positions: pa.Array) -> PromptRows:
 
 
 def _documents(digest: pa.Array, suffix_bytes: pa.Array, digests: np.ndarray, prefix_bytes: pa.Array,
-               first: pa.Array) -> pa.Table:
+               first: pa.Array, adapters: np.ndarray | None = None) -> pa.Table:
     """Per document: its rows here and their suffix bytes (from each row's ``digest`` and
-    ``suffix_bytes``), its prefix bytes and first position (per distinct digest, ``digests``)."""
+    ``suffix_bytes``), its prefix bytes, first position and adapter code (per distinct digest,
+    ``digests``; ``adapters`` None: the base model's)."""
     counts = pa.table({"digest": digest, "suffix_bytes": suffix_bytes}).group_by("digest").aggregate(
         [("digest", "count"), ("suffix_bytes", "sum")])
-    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_bytes": prefix_bytes, "first": first})
+    adapters = np.zeros(len(digests), np.uint64) if adapters is None else adapters
+    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_bytes": prefix_bytes, "first": first,
+                        "adapter": pa.array(adapters, pa.uint64())})
     documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_bytes", "suffix_bytes_sum",
-                                                       "first"])
+                                                       "first", "adapter"])
     return pa.table(documents.columns, schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
         DOCUMENTS_SCHEMA.empty_table()
 
