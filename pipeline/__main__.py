@@ -21,6 +21,18 @@ from pipeline.service import command as service_command
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    _add_cluster_parsers(sub)
+    bench_cli.add_bench_parser(sub)
+    service_command.add_serve_parser(sub)
+    prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
+    prep.add_argument("--config", default=None)
+    check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
+    check.add_argument("config", nargs="?", default=None)
+    return p
+
+
+def _add_run_parser(sub) -> None:
     run = sub.add_parser("run", help="answer every row of the input; write one output row per input row")
     run.add_argument("input", help="Parquet file, folder of Parquet files, or glob (columns document, question, "
                                    "optional id); or an OpenAI batch .jsonl file")
@@ -68,22 +80,21 @@ def _parser() -> argparse.ArgumentParser:
                         help="--task classify/score: a label to weigh (repeat: --label positive --label negative)")
     prompt.add_argument("--max-tokens", type=int, default=None, help="tokens per answer at most")
     prompt.add_argument("--temperature", type=float, default=None)
+
+
+def _add_cluster_parsers(sub) -> None:
     up = sub.add_parser("up", help="start the local cluster in the background and keep its engines warm for later "
                                    "runs with the same config")
     up.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
     status = sub.add_parser("status", help="the resident local cluster: shards, engines, requests served, "
-                                           "prefix-cache use")
+                                           "prefix-cache use; and the batch service's batches")
     status.add_argument("--config", default=None)
     status.add_argument("--json", action="store_true", help="print it as JSON (for scripts)")
+    status.add_argument("--store", default=None, metavar="DIR",
+                        help="the batch service's store whose batches are listed (default: serve's, "
+                             "model.cache_dir/service)")
     down = sub.add_parser("down", help="stop the resident local cluster (engines first)")
     down.add_argument("--config", default=None)
-    bench_cli.add_bench_parser(sub)
-    service_command.add_serve_parser(sub)
-    prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
-    prep.add_argument("--config", default=None)
-    check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
-    check.add_argument("config", nargs="?", default=None)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("up", "status", "down"):
             from pipeline.cluster import commands
 
-            return commands.status(config, args.json) if args.command == "status" else \
+            return commands.status(config, args.json, args.store) if args.command == "status" else \
                 getattr(commands, args.command)(config)
         if args.command == "serve":
             return service_command.serve(args, config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 from pipeline.cluster import resident
 from pipeline.cluster.resident_state import cluster_dir
@@ -36,16 +37,48 @@ def down(config: Config) -> int:
     return 0
 
 
-def status(config: Config, as_json: bool = False) -> int:
-    """The cluster's shards as a table (or JSON); exit code 1 when its state was stale."""
+def status(config: Config, as_json: bool = False, store: str | None = None) -> int:
+    """The cluster's shards as a table (or JSON), then the batch service's batches where its
+    store (``store``, default: ``serve``'s) has any; exit code 1 when the cluster's state was stale."""
+    from pipeline.service.store import default_root, stored_batches
+
+    root = Path(store).expanduser() if store else default_root(config)
+    batches = stored_batches(root)
     info = resident.status(config)
+    if as_json:
+        shown = None if info is None else {**info, "state": asdict(info["state"]), "uptime_s": info["state"].uptime_s}
+        if batches:
+            shown = {**(shown or {}), "batches": [{k: b.get(k) for k in BATCH_KEYS} for b in batches]}
+        print(json.dumps(shown, indent=2, default=str))
+        return 1 if info is not None and info["stale"] else 0
+    code = _cluster_status(config, info)
+    if batches:
+        print(f"\nbatches in {root} (python -m pipeline serve):\n{batch_table(batches)}")
+    return code
+
+
+BATCH_KEYS = ("id", "status", "request_counts", "created_at", "endpoint")
+BATCH_ROWS = 20   # the newest batches shown; the others counted
+
+
+def batch_table(batches: list[dict]) -> str:
+    """One line per batch, newest first: its id, status, requests completed, failed and in all,
+    and when it was created."""
+    lines = [f"{'batch':<30} {'status':<11} {'completed':>9} {'failed':>7} {'total':>7}  created"]
+    for b in batches[:BATCH_ROWS]:
+        c = b.get("request_counts") or {}
+        lines.append(f"{b['id']:<30} {b['status']:<11} {c.get('completed', 0):>9} {c.get('failed', 0):>7} "
+                     f"{c.get('total', 0):>7}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b['created_at']))}")
+    if len(batches) > BATCH_ROWS:
+        lines.append(f"... and {len(batches) - BATCH_ROWS} older (GET /v1/batches lists them all)")
+    return "\n".join(lines)
+
+
+def _cluster_status(config: Config, info: dict | None) -> int:
     if info is None:
-        print("null" if as_json else f"no local cluster is running (no state in {cluster_dir(config)})")
+        print(f"no local cluster is running (no state in {cluster_dir(config)})")
         return 0
     state = info["state"]
-    if as_json:
-        print(json.dumps({**info, "state": asdict(state), "uptime_s": state.uptime_s}, indent=2, default=str))
-        return 1 if info["stale"] else 0
     if info["stale"]:
         print(f"the local cluster recorded in {info['folder']} is no longer running (gone: "
               f"{', '.join(info['dead']) or 'its scheduler does not answer'}); what was left of it is stopped and "

@@ -1,19 +1,24 @@
-"""The HTTP routes: OpenAI's Files and Batches API (FastAPI), every error in OpenAI's shape.
-With an API key, every request must carry it (``Authorization: Bearer KEY``)."""
+"""The HTTP routes: OpenAI's Files and Batches API (FastAPI), every error in OpenAI's shape, and
+``GET /metrics`` (the batches for Prometheus). With an API key, every request must carry it
+(``Authorization: Bearer KEY``)."""
 from __future__ import annotations
 
 import hmac
 
 from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from pipeline.service import metrics
 from pipeline.service.errors import ApiError, invalid
 from pipeline.service.objects import PURPOSES, new_file_id, page, shown
 from pipeline.service.runner import Runner
 from pipeline.service.store import Store
+
+V1 = "/v1"
 
 
 class BatchRequest(BaseModel):
@@ -35,31 +40,41 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), api_key.encode()):
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
 
-    v1 = "/v1"
     auth = [Depends(authorized)]
+    _file_routes(app, runner, store, auth)
+    _batch_routes(app, runner, auth)
+    batch_metrics = metrics.registry(runner.records)
 
-    # -- files --------------------------------------------------------------------
-    @app.post(f"{v1}/files", dependencies=auth)
+    @app.get("/metrics", dependencies=auth)
+    def prometheus() -> Response:
+        """The batches in Prometheus' text format (pipeline/service/metrics.py)."""
+        return Response(metrics.exposition(batch_metrics), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _file_routes(app: FastAPI, runner: Runner, store: Store, auth: list) -> None:
+    @app.post(f"{V1}/files", dependencies=auth)
     def upload(file: UploadFile = File(...), purpose: str = Form(...)) -> dict:
         if purpose not in PURPOSES:
             raise invalid(f"Invalid purpose '{purpose}'; one of {', '.join(PURPOSES)}.", param="purpose")
         return shown(store.add_file(new_file_id(), file.filename or "upload.jsonl", purpose, file.file))
 
-    @app.get(f"{v1}/files", dependencies=auth)
+    @app.get(f"{V1}/files", dependencies=auth)
     def files(purpose: str | None = None) -> dict:
         return page([shown(f) for f in store.files() if purpose is None or f["purpose"] == purpose], has_more=False)
 
-    @app.get(f"{v1}/files/{{file_id}}", dependencies=auth)
+    @app.get(f"{V1}/files/{{file_id}}", dependencies=auth)
     def file(file_id: str) -> dict:
         return shown(store.file(file_id))
 
-    @app.get(f"{v1}/files/{{file_id}}/content", dependencies=auth)
+    @app.get(f"{V1}/files/{{file_id}}/content", dependencies=auth)
     def content(file_id: str) -> FileResponse:
         record = store.file(file_id)
         return FileResponse(store.content_path(file_id), media_type="application/octet-stream",
                             filename=record["filename"])
 
-    @app.delete(f"{v1}/files/{{file_id}}", dependencies=auth)
+    @app.delete(f"{V1}/files/{{file_id}}", dependencies=auth)
     def delete(file_id: str) -> dict:
         store.file(file_id)
         using = runner.running_on(file_id)
@@ -69,24 +84,23 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
         store.delete_file(file_id)
         return {"id": file_id, "object": "file", "deleted": True}
 
-    # -- batches ------------------------------------------------------------------
-    @app.post(f"{v1}/batches", dependencies=auth)
+
+def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
+    @app.post(f"{V1}/batches", dependencies=auth)
     def create(body: BatchRequest) -> dict:
         return runner.create(body.input_file_id, body.endpoint, body.completion_window, body.metadata)
 
-    @app.get(f"{v1}/batches", dependencies=auth)
+    @app.get(f"{V1}/batches", dependencies=auth)
     def batches(after: str | None = None, limit: int = Query(20)) -> dict:
         return runner.list_batches(after, limit)
 
-    @app.get(f"{v1}/batches/{{batch_id}}", dependencies=auth)
+    @app.get(f"{V1}/batches/{{batch_id}}", dependencies=auth)
     def batch(batch_id: str) -> dict:
         return runner.get(batch_id)
 
-    @app.post(f"{v1}/batches/{{batch_id}}/cancel", dependencies=auth)
+    @app.post(f"{V1}/batches/{{batch_id}}/cancel", dependencies=auth)
     def cancel(batch_id: str) -> dict:
         return runner.cancel(batch_id)
-
-    return app
 
 
 def _error_shapes(app: FastAPI) -> None:

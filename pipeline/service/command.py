@@ -63,7 +63,7 @@ def serve(args, config: "Config") -> int:
     from pipeline.client.pipeline import Pipeline
     from pipeline.service.app import create_app
     from pipeline.service.runner import Runner
-    from pipeline.service.store import Store
+    from pipeline.service.store import Store, default_root
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if args.part_rows < 1:
@@ -76,7 +76,7 @@ def serve(args, config: "Config") -> int:
         print(f"error: serving on {args.host} (beyond this machine) needs an API key: --api-key or ${API_KEY_ENV}",
               file=sys.stderr)
         return EXIT_USAGE
-    store = Store(Path(args.store) if args.store else config.model.cache_path / "service", args.max_file_bytes,
+    store = Store(Path(args.store) if args.store else default_root(config), args.max_file_bytes,
                   args.max_requests)
     with Pipeline(config) as pipeline:
         runner = Runner(pipeline, store, args.part_rows, max_window_s=args.max_window_s)

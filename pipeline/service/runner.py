@@ -107,6 +107,11 @@ class Runner:
                 raise not_found("batch", batch_id)
             return shown(record)
 
+    def records(self) -> list[dict]:
+        """Every batch's object, as it is now (``/metrics``)."""
+        with self._lock:
+            return [shown(r) for r in self._records.values()]
+
     def list_batches(self, after: str | None, limit: int) -> dict:
         if not 1 <= limit <= 100:
             raise invalid("limit must be between 1 and 100.", param="limit")

@@ -122,6 +122,18 @@ class Store:
             return None
 
 
+def default_root(config) -> Path:
+    """The store of ``python -m pipeline serve`` without ``--store``: ``model.cache_dir/service``."""
+    return config.model.cache_path / "service"
+
+
+def stored_batches(root: str | os.PathLike) -> list[dict]:
+    """The batches' records in the store at ``root``, newest first, read without opening the store
+    (nothing is created or removed: ``python -m pipeline status``); none where there is no store."""
+    records = (Store._read_json(p) for p in (Path(root).expanduser() / "batches").glob("*.json"))
+    return sorted((r for r in records if r is not None), key=lambda r: r.get("_created_ns", 0), reverse=True)
+
+
 def count_requests(path: Path) -> tuple[int, str | None]:
     """The requests (non-blank lines) in a batch input file, and its first line's ``url`` (the
     file's endpoint), None when it cannot be read; a line's own faults are the job's to answer."""

@@ -2,7 +2,7 @@
 `openai` package against the real service (a process of its own) on a resident cluster from
 `python -m pipeline up`: upload, create, poll, download, compared with `python -m pipeline run`
 on the same file; cancel mid-way; the service stopped, and killed, mid-way and started again; OpenAI's error
-shapes over raw HTTP; the API key."""
+shapes over raw HTTP; the API key; the batches in /metrics and `python -m pipeline status`; expiry."""
 import json
 import os
 import signal
@@ -16,6 +16,7 @@ import httpx
 import pytest
 import yaml
 from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline import load_config
 
@@ -332,6 +333,56 @@ def test_service_stopped_then_killed_mid_batch_resumes_from_committed_answers(cl
     assert [without_created(o) for o in output] == [without_created(e) for e in expected]
 
 
+def scrape(port: int, **headers) -> dict:
+    """The service's /metrics: each sample's value by (name, labels)."""
+    response = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=headers)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain"), response.text
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(response.text) for sample in family.samples}
+
+
+def test_batches_in_metrics_and_in_pipeline_status(service, cluster, tmp_path):
+    client = service.client()
+    uploaded = client.files.create(file=requests_file(tmp_path / "r.jsonl", 600).open("rb"), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
+    ours = (("batch_id", batch.id),)
+    running = wait_for(client, batch.id, lambda b: b.status == "in_progress" and b.request_counts.completed > 0)
+    seen = scrape(service.port)
+    assert seen[("pipeline_service_batch_info", (*ours, ("endpoint", CHAT), ("status", "in_progress")))] == 1
+    assert seen[("pipeline_service_batch_requests", ours)] == 600
+    assert running.request_counts.completed <= seen[("pipeline_service_batch_requests_completed", ours)] < 600
+    assert seen[("pipeline_service_batches", (("status", "in_progress"),))] >= 1
+
+    done = wait_for(client, batch.id, over)
+    assert done.status == "completed"
+    seen = scrape(service.port)
+    assert seen[("pipeline_service_batch_requests_completed", ours)] == 600
+    assert seen[("pipeline_service_batch_requests_failed", ours)] == 0
+    assert seen[("pipeline_service_batch_created_seconds", ours)] == done.created_at
+    assert ("pipeline_service_batch_info", (*ours, ("endpoint", CHAT), ("status", "in_progress"))) not in seen
+    statuses = [b.status for b in client.batches.list(limit=100)]
+    for state in ("completed", "cancelled", "in_progress", "expired"):
+        assert seen[("pipeline_service_batches", (("status", state),))] == statuses.count(state)
+
+    # python -m pipeline status lists the store's batches, newest first, beside the cluster's shards
+    store = cluster["folder"] / "store"
+    shown = cli(cluster["env"], "status", "--config", cluster["config"], "--store", store)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert f"batches in {store} (python -m pipeline serve):" in text and "shard" in text
+    line = next(row for row in text.splitlines() if row.startswith(batch.id))
+    assert line.split()[1:5] == ["completed", "600", "0", "600"], line
+    listed = [row.split()[0] for row in text.split("(python -m pipeline serve):\n")[1].splitlines()[1:]]
+    assert listed == [b.id for b in client.batches.list(limit=20)]
+    as_json = json.loads(cli(cluster["env"], "status", "--json", "--config", cluster["config"], "--store", store).stdout)
+    assert {"shards", "batches"} <= set(as_json)
+    assert next(b for b in as_json["batches"] if b["id"] == batch.id)["request_counts"] == \
+        {"total": 600, "completed": 600, "failed": 0}
+    # a store with no batches: no list
+    empty = cli(cluster["env"], "status", "--config", cluster["config"], "--store", tmp_path / "none")
+    assert empty.returncode == 0 and "batches in" not in empty.stdout
+
+
 def test_openai_shaped_errors(service, tmp_path):
     def error_of(response, status):
         assert response.status_code == status, response.text
@@ -413,6 +464,8 @@ def test_api_key_is_required_when_set_and_beyond_loopback(cluster, tmp_path):
             r = httpx.get(f"{svc.url}/files", headers=headers)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert svc.client(api_key="s3cret").files.list().data == []
+        assert httpx.get(f"http://127.0.0.1:{svc.port}/metrics").status_code == 401
+        assert scrape(svc.port, Authorization="Bearer s3cret")[("pipeline_service_batches", (("status", "completed"),))] == 0
     finally:
         svc.stop()
 
