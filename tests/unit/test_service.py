@@ -3,6 +3,7 @@
 `python -m pipeline up`: upload, create, poll, download, compared with `python -m pipeline run`
 on the same file; cancel mid-way; the service stopped, and killed, mid-way and started again; OpenAI's error
 shapes over raw HTTP; the API key; the batches in /metrics and `python -m pipeline status`; expiry."""
+import asyncio
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from openai import OpenAI
+from openai import AsyncOpenAI, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline import load_config
@@ -191,6 +192,31 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
     assert batch.id in [b.id for b in client.batches.list().data]
     # the job's working folder is gone once its files are made
     assert not (cluster["folder"] / "store" / "batches" / batch.id).exists()
+
+
+def test_async_client_upload_create_poll_download(service, tmp_path):
+    """``openai.AsyncOpenAI`` as an asyncio program uses it: two batches at once, each uploaded,
+    created, polled and downloaded."""
+    async def one(client: AsyncOpenAI, n: int) -> tuple:
+        src = requests_file(tmp_path / f"async-{n}.jsonl", n)
+        uploaded = await client.files.create(file=src.open("rb"), purpose="batch")
+        batch = await client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
+        deadline = time.monotonic() + 120
+        while batch.status not in ("completed", "failed", "cancelled", "expired"):
+            assert time.monotonic() < deadline, batch
+            await asyncio.sleep(0.1)
+            batch = await client.batches.retrieve(batch.id)
+        output = await client.files.content(batch.output_file_id)
+        return batch, lines(output.text)
+
+    async def both() -> list:
+        async with AsyncOpenAI(base_url=service.url, api_key="unused", max_retries=0) as client:
+            return await asyncio.gather(one(client, 40), one(client, 70))
+
+    for (batch, output), n in zip(asyncio.run(both()), (40, 70)):
+        assert batch.status == "completed" and batch.request_counts.completed == n and batch.error_file_id is None
+        assert [o["custom_id"] for o in output] == [f"req-{i}" for i in range(n)]
+        assert all(o["response"]["status_code"] == 200 for o in output)
 
 
 def test_batches_list_pages_with_after_and_limit(service, tmp_path):
