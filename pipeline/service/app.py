@@ -32,7 +32,7 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
     app = FastAPI(title="dask-vllm-pipeline batch service", docs_url=None, redoc_url=None, openapi_url=None)
     _error_shapes(app)
 
-    def authorized(request: Request) -> None:
+    async def authorized(request: Request) -> None:   # (async: no thread hop per request)
         if api_key is None:
             return
         given = request.headers.get("authorization", "")
@@ -95,7 +95,7 @@ def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
         return runner.list_batches(after, limit)
 
     @app.get(f"{V1}/batches/{{batch_id}}", dependencies=auth)
-    def batch(batch_id: str) -> dict:
+    async def batch(batch_id: str) -> dict:   # (on the event loop: the poll answers without a thread's hop)
         return runner.get(batch_id)
 
     @app.post(f"{V1}/batches/{{batch_id}}/cancel", dependencies=auth)
