@@ -41,3 +41,9 @@ ADDED_RECORD_ENV = "PIPELINE_DASK_ADDED_ENV"    # which variables the nanny adde
 EXIT_WITH_PARENT_ENV = "PIPELINE_EXIT_WITH_PARENT"  # an embedded cluster's scheduler: stop when its client process dies
 CLUSTER_DIR_ENV = "PIPELINE_CLUSTER_DIR"        # where `up` records the resident cluster
 LOG_DIR_ENV = "PIPELINE_LOG_DIR"                # where the embedded cluster's workers log
+
+# OpenAI batch JSONL: the endpoints a line's url may name besides the scoring ones (/v1/score,
+# /v1/rerank: pipeline/jobs/scoring_lines.py)
+CHAT_URL = "/v1/chat/completions"
+EMBEDDINGS_URL = "/v1/embeddings"
+ENDPOINTS = (CHAT_URL, EMBEDDINGS_URL)

@@ -24,9 +24,7 @@ from pipeline.jobs.storage import address, address_on, filesystem, glob_reaches,
 from pipeline.results import RESULT_FIELDS
 from tasks import Columns
 
-CHAT_URL = "/v1/chat/completions"
-EMBEDDINGS_URL = "/v1/embeddings"
-ENDPOINTS = (CHAT_URL, EMBEDDINGS_URL)
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL, ENDPOINTS
 
 
 def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,

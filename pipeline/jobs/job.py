@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow as pa
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import EMBEDDINGS_URL, check_output_apart, open_source
+from pipeline.jobs.input import check_output_apart, open_source
+from pipeline.names import EMBEDDINGS_URL
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.jobs.cluster_job import ClusterJob

@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 from fsspec.utils import read_block
 
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import CHAT_URL, EMBEDDINGS_URL, parse_line, request_row
+from pipeline.jobs.input import parse_line, request_row
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL
 from pipeline.jobs.partitions import ByteBlock
 from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
 from pipeline.jobs.scoring_lines import SCORING, carry_column, line_rows

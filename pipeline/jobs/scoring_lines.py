@@ -26,6 +26,8 @@ import json
 
 import pyarrow as pa
 
+from pipeline.names import ENDPOINTS
+
 SCORING = "score"   # a file of scoring requests' endpoint (``OpenAIBatchSource.endpoint``)
 # a score body's pairs: the first field's texts (the queries) with the second's (the documents)
 SCORE_FIELDS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
@@ -61,8 +63,6 @@ def scoring_kind(url) -> str | None:
 def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | None]:
     """A scoring line (parsed) as ``{"kind", "pairs": [(query, document)], "top_n"}`` and None,
     or None and why it is not one."""
-    from pipeline.jobs.input import ENDPOINTS
-
     if not isinstance(request, dict):
         return None, "line is not a JSON object"
     if not isinstance(request.get("custom_id"), str):

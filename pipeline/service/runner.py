@@ -21,7 +21,7 @@ import time
 from pipeline import console
 from pipeline.jobs.cluster_job import JobLeft
 from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import CHAT_URL, EMBEDDINGS_URL
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL
 from pipeline.jobs.job import prepare_job
 from pipeline.service import result_files
 from pipeline.service.errors import invalid, not_found

@@ -1,0 +1,87 @@
+"""The package's shape, as docs/architecture.md states it: imports go one way (no module imports
+another that imports it back, directly or round a circle, counting imports inside functions too),
+no module over 400 lines and no function over 60 outside pipeline/bench."""
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "pipeline"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(path: Path, modules: dict) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pipeline":
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "pipeline")
+    return {m for m in found if m in modules}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_circle_finder_sees_a_circle():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    modules = _modules()
+    graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
+    assert import_circles(graph) == []
+
+
+def _production() -> list[Path]:
+    return [p for p in PACKAGE.rglob("*.py") if "bench" not in p.relative_to(PACKAGE).parts]
+
+
+def test_modules_under_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in _production() if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def test_functions_under_60_lines():
+    limit, long = 60, []
+    for path in _production():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+                long.append(f"{path.relative_to(PACKAGE)}:{node.name} ({node.end_lineno - node.lineno + 1})")
+    assert long == []
