@@ -78,6 +78,7 @@ class Figures:
 @dataclass
 class JobSummary:
     job: str = ""                     # the stream's job id (its Dask span's name); "" before a stream ran
+    title: str | None = None          # what the job is to its user (the batch service: the batch's id)
     # rows
     rows: int = 0                     # rows answered (each exactly once) in this run, with or without error
     errors: int = 0                   # rows answered with an error (input, engine, worker or output)
@@ -164,7 +165,7 @@ class JobSummary:
 
     def as_dict(self) -> dict:
         """The stream's counts for the dashboard (pipeline/cluster/dashboard.py, history.py)."""
-        return {"job": self.job, "rows": self.rows, "workers_lost": self.workers_lost,
+        return {"job": self.job, "title": self.title, "rows": self.rows, "workers_lost": self.workers_lost,
                 "buckets_moved": self.buckets_moved, "rows_read": self.rows_read,
                 "rows_total": self.rows_total, "rows_with_error": self.errors,
                 "events": [e.as_dict() for e in self.events]}

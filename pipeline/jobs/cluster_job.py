@@ -119,12 +119,13 @@ class ClusterJob:
         return self.steps.committed()
 
     def run(self, pipeline, progress: bool | None = None, watched: bool | None = None,
-            stop: threading.Event | None = None, on_progress=None) -> JobSummary:
+            stop: threading.Event | None = None, on_progress=None, title: str | None = None) -> JobSummary:
         """``progress``: show a bar (default: on a terminal); ``watched``: someone watches the job
         for its first answers (``intake.first_answer_rows``; default: ``progress``); ``stop``: set,
         the job is let go (its tasks cancelled) and ``JobLeft`` raised; ``on_progress(done,
         failed)``: called about once a second with the rows answered so far (those resumed
-        included) and those of them answered with an error (as the answer tasks end)."""
+        included) and those of them answered with an error (as the answer tasks end); ``title``:
+        what the job is to its user, shown beside its id on the dashboard page."""
         self.on_progress = on_progress
         from tqdm import tqdm   # start time: loaded when a job runs
 
@@ -133,7 +134,7 @@ class ClusterJob:
         if watched is None:
             watched = progress
         client = pipeline.client
-        summary = JobSummary(resumed=self.steps.resumed)
+        summary = JobSummary(resumed=self.steps.resumed, title=title)
         todo = self.steps.partitions()
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id

@@ -97,7 +97,8 @@ def render(st: dict) -> str:
     job_html = "<p>No job has run yet.</p>"
     if job:
         items = ["rows answered", "rows_total", "rows_with_error", "workers_lost", "buckets_moved"]
-        job_html = (f"<p>Job <code>{html.escape(job['job'])}</code> (a Dask span of that name groups its tasks"
+        title = f" ({html.escape(job['title'])})" if job.get("title") else ""
+        job_html = (f"<p>Job <code>{html.escape(job['job'])}</code>{title} (a Dask span of that name groups its tasks"
                     f" on the standard pages)</p><ul>"
                     + "".join(f"<li>{html.escape(k.replace('_', ' '))}: {job.get(k.split()[0], job.get(k))}</li>"
                               for k in items)

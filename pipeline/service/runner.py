@@ -212,7 +212,7 @@ class Runner:
             if record["in_progress_at"] is None:
                 self._update(batch_id, status="in_progress", in_progress_at=int(time.time()))
             try:
-                job.run(self.pipeline, progress=False, stop=stop,
+                job.run(self.pipeline, progress=False, stop=stop, title=f"batch {batch_id}",
                         on_progress=lambda done, failed: self._progress(batch_id, done, failed))
             except JobLeft:
                 return self._let_go(batch_id, job)

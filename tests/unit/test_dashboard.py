@@ -93,3 +93,14 @@ def test_without_the_dashboard_there_is_no_plots_page_but_the_table_and_json_sta
     assert pages["/pipeline"][0] == 404 and pages["/status"][0] == 404
     assert pages["/pipeline/table"][0] == 200 and pages["/pipeline/status.json"][0] == 200
     assert "pipeline-dashboard-history" not in plugins
+
+
+def test_a_jobs_title_is_shown_beside_its_id():
+    from pipeline.summary import JobSummary
+
+    job = JobSummary(job="pipeline-job-0123456789ab", title="batch batch_<x>", rows=3).as_dict()
+    page = render(status(_SchedulerState({}, {"job": job, "time": time.time()})))
+    assert "<code>pipeline-job-0123456789ab</code> (batch batch_&lt;x&gt;)" in page
+    untitled = JobSummary(job="pipeline-job-0123456789ab").as_dict()
+    page = render(status(_SchedulerState({}, {"job": untitled, "time": time.time()})))
+    assert "<code>pipeline-job-0123456789ab</code> (a Dask span" in page
