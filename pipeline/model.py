@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.config import Config
+from pipeline.head import classifier_labels
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -153,5 +154,9 @@ PACKAGED_TASKS = {DEFAULT_MODEL_NAME: "generate", MINILM_NAME: "embed"}
 
 
 def packaged_task(config: Config) -> str | None:
-    """What the configured model serves ("generate" or "embed") when it is a packaged one, else None."""
-    return PACKAGED_TASKS.get(config.model.path or DEFAULT_MODEL_NAME)
+    """What the configured model serves ("generate" or "embed") when it is a packaged one,
+    "classify" when it is a local sequence-classification model (``classifier_labels``), else None."""
+    served = PACKAGED_TASKS.get(config.model.path or DEFAULT_MODEL_NAME)
+    if served is None and classifier_labels(model_folder(config)):
+        return "classify"
+    return served

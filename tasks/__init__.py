@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tasks.base import PromptParts, RowError, TaskKind
 from tasks.chat import Chat
-from tasks.classify import SCORE_TEMPLATE, Classify
+from tasks.classify import HEAD_TEMPLATE, SCORE_TEMPLATE, Classify
 from tasks.document_question import DocumentQuestion
 from tasks.embed import DEFAULT_TEMPLATE as EMBED_TEMPLATE, Embed
 from tasks.generate import Generate
@@ -37,8 +37,11 @@ def get_task_kind(config, tokenizer) -> TaskKind:
     if config.task == "embed":
         return Embed(tokenizer, p.template, prefix_column=p.prefix_column)
     if config.task in ("classify", "score"):
+        from pipeline.model import classifier_labels, model_folder
+
         return Classify(tokenizer, p.template, p.labels, score=config.task == "score", system=p.system,
-                        prefix_column=p.prefix_column, chat_template=p.chat_template)
+                        prefix_column=p.prefix_column, chat_template=p.chat_template,
+                        head=classifier_labels(model_folder(config)))
     raise ValueError(f"unknown task kind {config.task!r}; known: {', '.join(KINDS)}")
 
 
@@ -74,6 +77,10 @@ def task_columns(config) -> Columns:
     writes = written_fields(config.task)
     if config.task in ("template", "embed", "classify", "score"):
         default = SCORE_TEMPLATE if config.task == "score" else EMBED_TEMPLATE
+        if config.task in ("classify", "score") and config.prompt.template is None:
+            from pipeline.model import classifier_labels, model_folder
+
+            default = HEAD_TEMPLATE if classifier_labels(model_folder(config)) else default
         return Columns(required=tuple(template_columns(config.prompt.template or default)), writes=writes)
     if config.task == "generate":
         return Columns(one_of=("prompt", "messages"), optional=("prefix",), lists=("messages",), writes=writes)

@@ -13,6 +13,11 @@ here, with the model's tokenizer).
 ``score``: the row's score is the first label's probability (default labels ``yes``, ``no``; the
 default template asks whether the document answers the query, the document first so that every
 query about one document shares its prefill).
+
+A classification model (``head``: its labels, e.g. a ``...ForSequenceClassification`` checkpoint)
+answers from its own head instead: the text is sent as written (no chat template; the engine adds
+the model's special tokens), the template defaults to ``{text}``, and the labels are the model's
+(``prompt.labels``, if given, name some or all of them: the probabilities are renormalised over those).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from tasks.template import PromptTemplate, TemplateError
 SCORE_TEMPLATE = ("Document:\n{document}\n\nQuery: {query}\n\n"
                   "Does the document answer the query? Answer yes or no.")
 SCORE_LABELS = ("yes", "no")
+HEAD_TEMPLATE = "{text}"   # a classification model's default: the row's text as written
 
 
 def label_problem(labels, encode) -> str | None:
@@ -43,6 +49,23 @@ def label_problem(labels, encode) -> str | None:
     return None
 
 
+def head_probs(probs, head: tuple[str, ...], labels: tuple[str, ...]) -> list[float]:
+    """The head's probabilities (over its labels ``head``, in order) of ``labels``, renormalised over them."""
+    picked = [float(probs[head.index(label)]) for label in labels]
+    total = sum(picked) or 1.0
+    return [p / total for p in picked]
+
+
+def head_problem(labels, head: tuple[str, ...]) -> str | None:
+    """Why ``labels`` cannot be read from a classification head of labels ``head``, or None."""
+    unknown = [label for label in labels if label not in head]
+    if unknown:
+        return f"the model's labels are {list(head)}; {unknown} are not among them (or leave prompt.labels out)"
+    if len(set(labels)) != len(labels) or len(labels) < 2:
+        return "give at least two different labels of the model's"
+    return None
+
+
 def label_probs(logprobs: list[float]) -> list[float]:
     """Each label's probability over the labels, from its log-probability over the whole vocabulary."""
     top = max(logprobs)
@@ -56,8 +79,17 @@ class Classify(PromptTemplate):
     probability (``score`` column) instead of the likeliest label and every label's probability."""
 
     def __init__(self, tokenizer, template: str | None = None, labels=None, score: bool = False,
-                 system: str | None = None, prefix_column: str | None = None, chat_template: bool = True):
+                 system: str | None = None, prefix_column: str | None = None, chat_template: bool = True,
+                 head: tuple[str, ...] | None = None):
         self.name = "score" if score else "classify"
+        if head:   # (a classification model: its own head weighs its labels)
+            self.labels = tuple(labels) if labels else tuple(head)
+            problem = head_problem(self.labels, tuple(head))
+            if problem is not None:
+                raise TemplateError(f"task {self.name}: prompt.labels {list(labels)}: {problem}")
+            super().__init__(tokenizer, template or HEAD_TEMPLATE, prefix_column=prefix_column, chat_template=False,
+                             strict_text=True)
+            return
         if template is None and not score:
             raise TemplateError("task classify needs prompt.template (the row's text and the question to classify "
                                 "it by, e.g. \"Review: {text}\\n\\nIs this review positive or negative?\")")

@@ -38,3 +38,27 @@ def run_killed_once_answered():
         client.send_signal(signal.SIGKILL)
         client.wait()
     return run
+
+
+@pytest.fixture(scope="session")
+def classifier_model(tmp_path_factory):
+    """A sequence-classification model built here without network: all-MiniLM-L6-v2 (the packaged
+    embedding model, pipeline/model.py) with a seeded 3-label head (negative, neutral, positive)."""
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from pipeline import load_config
+    from pipeline.model import MINILM_NAME, resolve_model
+
+    base = resolve_model(load_config().replace(model={"path": MINILM_NAME}))
+    out = tmp_path_factory.mktemp("classifier") / "minilm-sentiment"
+    torch.manual_seed(44)
+    labels = {0: "negative", 1: "neutral", 2: "positive"}
+    model = BertForSequenceClassification.from_pretrained(base, num_labels=3, id2label=labels,
+                                                          label2id={v: k for k, v in labels.items()})
+    with torch.no_grad():   # (a head that tells the rows apart: the default's logits are near zero)
+        model.classifier.weight.normal_(0, 0.5)
+        model.classifier.bias.normal_(0, 0.1)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return str(out)

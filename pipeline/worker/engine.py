@@ -85,11 +85,19 @@ class Embedding:
     prompt_tokens: int
 
 
+@dataclass
+class Classified:
+    """A classification model's probability of each of its labels (its head's logits, softmaxed)."""
+    probs: Sequence[float]
+    prompt_tokens: int
+
+
 class Engine(Protocol):
     block_size: int       # tokens per KV-cache block (the prefix cache's unit)
     kv_cache_tokens: int  # tokens the engine's KV cache holds
     max_model_len: int    # the longest prompt (with its answer) the engine takes
-    tasks: tuple[str, ...]     # what it serves: "generate" and/or "embed"
+    tasks: tuple[str, ...]     # what it serves: "generate" and/or "embed", or "classify" (a classification model)
+    labels: tuple[str, ...] | None   # a classification model's labels, in its head's order
     embedding_size: int | None  # an embedding's values (an embedding engine's)
     special_tokens: int   # the tokens ``embed`` adds to a text (BERT's [CLS] and [SEP])
 
@@ -104,5 +112,8 @@ class Engine(Protocol):
     # the log-probability of each of ``label_ids`` as the next token after ``prompt_ids`` (one step)
     async def label_logprobs(self, prompt_ids: Sequence[int], label_ids: Sequence[int], request_id: str,
                              priority: int = 0) -> Labelled: ...
+    # a classification model's label probabilities for the text ``prompt_ids`` holds (special tokens
+    # added by the engine, as ``embed``'s)
+    async def classify(self, prompt_ids: Sequence[int], request_id: str, priority: int = 0) -> Classified: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...

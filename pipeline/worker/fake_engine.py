@@ -8,7 +8,7 @@ from typing import Sequence
 
 from pipeline.sampling import Sampling
 from pipeline.worker.adapters import Adapters
-from pipeline.worker.engine import Choice, Embedding, Generation, Labelled, adapter_folder
+from pipeline.worker.engine import Choice, Classified, Embedding, Generation, Labelled, adapter_folder
 from pipeline.worker.prefix_cache_model import PrefixCacheModel
 
 
@@ -16,7 +16,8 @@ class FakeEngine:
     """Answers every request with an empty answer (a row with an adapter: the adapter's name, once
     its folder checks out), after ``latency_s`` (default: at once); tokenizes by characters. With
     ``kv_cache_tokens``, each answer reports the prompt tokens a prefix cache of that size would
-    have served (pipeline/worker/prefix_cache_model.py)."""
+    have served (pipeline/worker/prefix_cache_model.py). With ``labels`` (a classification model's:
+    pipeline/head.py) it serves task classify alone (``classify``)."""
 
     block_size = 16
     settings: dict = {}
@@ -25,8 +26,11 @@ class FakeEngine:
     special_tokens = 0
 
     def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0, max_model_len: int = 2048,
-                 adapters: Adapters | None = None):
+                 adapters: Adapters | None = None, labels: tuple[str, ...] | None = None):
         self.latency_s = latency_s
+        self.labels = labels
+        if labels:
+            self.tasks = ("classify",)
         self.adapters = adapters
         self.max_model_len = max_model_len
         self.kv_cache_tokens = kv_cache_tokens
@@ -74,6 +78,18 @@ class FakeEngine:
         weights = [1 + ids.count(t) for t in label_ids]
         total = sum(weights)
         return Labelled([math.log(w / total) for w in weights], len(ids), self.cache.serve(prompt_ids))
+
+    async def classify(self, prompt_ids: Sequence[int], request_id: str, priority: int = 0) -> Classified:
+        """Softmax over the labels of logits: how often the prompt's text names each label --
+        deterministic, and the likeliest label is the one the text names most."""
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        import math
+
+        text = "".join(map(chr, prompt_ids))
+        counts = [text.count(label) for label in self.labels]
+        weights = [math.exp(c - max(counts)) for c in counts]
+        return Classified([w / sum(weights) for w in weights], len(prompt_ids))
 
     async def reset_prefix_cache(self) -> None:
         self.cache.reset()

@@ -34,7 +34,7 @@ from pipeline.prefix_memory import PrefixMemory
 from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling, check_answer
-from tasks.classify import label_probs
+from tasks.classify import head_probs, label_probs
 
 
 logger = logging.getLogger(__name__)
@@ -263,10 +263,12 @@ class EnginePlugin(WorkerPlugin):
     async def _classify(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
                         labels: tuple[str, ...]) -> RowResult:
         """Row ``index``'s labels weighed (task classify / score): the probability of each label's first
-        token as the answer's first token after the row's prompt, normalised over the labels; the
-        likeliest label, and the first label's probability as the row's score. It waits for ``job``'s
-        turn at the engine, as ``_one`` does."""
+        token as the answer's first token after the row's prompt, normalised over the labels -- or, on a
+        classification model, its head's probabilities (``_head``); the likeliest label, and the first
+        label's probability as the row's score. It waits for ``job``'s turn at the engine, as ``_one`` does."""
         engine = self.engine
+        if "classify" in engine.tasks:
+            return await self._head(job, batch_id, index, prefix_ids, suffix, truncate, labels)
         label_ids = self._label_ids.get(labels)
         if label_ids is None:
             label_ids = self._label_ids[labels] = [engine.encode(label)[0] for label in labels]
@@ -278,10 +280,22 @@ class EnginePlugin(WorkerPlugin):
         if isinstance(out, RowResult):
             out.index = index
             return out
-        probs = label_probs(out.logprobs)
-        return RowResult(index, label=labels[probs.index(max(probs))], label_probs=probs, score=probs[0],
-                         prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens, shard=self.shard,
-                         latency_s=time.perf_counter() - t0)
+        return _labelled(index, labels, label_probs(out.logprobs), out, self.shard, t0)
+
+    async def _head(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
+                    labels: tuple[str, ...]) -> RowResult:
+        """Row ``index``'s text (as ``_embed``'s) classified by the model's own head: ``labels``' probabilities."""
+        engine = self.engine
+        ids = prefix_ids + engine.encode(suffix) if suffix else prefix_ids
+        ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
+        if error is not None:
+            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
+        out, t0 = await self._at_engine(job, ids, lambda priority: engine.classify(
+            ids, request_id=f"{batch_id}-{index}", priority=priority))
+        if isinstance(out, RowResult):
+            out.index = index
+            return out
+        return _labelled(index, labels, head_probs(out.probs, engine.labels, labels), out, self.shard, t0)
 
     async def _at_engine(self, job: str, ids, request) -> tuple[object, float]:
         """``request(priority)`` (an engine call for prompt ``ids``) once it is ``job``'s turn at
@@ -340,10 +354,11 @@ def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | Non
 
         return VllmEngine(model, config, shard)
     if kind == "fake":
+        from pipeline.head import classifier_labels
         from pipeline.worker.fake_engine import FakeEngine
 
         return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens,
-                          config.engine.max_model_len, adapters_of(config))
+                          config.engine.max_model_len, adapters_of(config), classifier_labels(model))
     raise ValueError(f"unknown engine kind {kind!r}; use vllm or fake")
 
 
@@ -358,6 +373,13 @@ def shard_plugin() -> EnginePlugin:
         return worker.plugins[PLUGIN_NAME]
     except KeyError:
         raise RuntimeError(f"worker {worker.name} has no engine plugin; was the pipeline started?") from None
+
+
+def _labelled(index: int, labels: tuple[str, ...], probs: list[float], out, shard: str, t0: float) -> RowResult:
+    """A classified row's result: the likeliest label, every label's probability, the first one's as its score."""
+    return RowResult(index, label=labels[probs.index(max(probs))], label_probs=probs, score=probs[0],
+                     prompt_tokens=out.prompt_tokens, cached_tokens=getattr(out, "cached_tokens", 0), shard=shard,
+                     latency_s=time.perf_counter() - t0)
 
 
 def _choice(c, parsed: str | None, problem: str | None) -> dict:

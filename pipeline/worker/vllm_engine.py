@@ -9,7 +9,7 @@ import msgspec
 from pipeline.config import Config
 from pipeline.shard_config import ShardConfig
 from pipeline.sampling import Sampling
-from pipeline.worker.engine import (BadSampling, Choice, Embedding, EngineDead, Generation, Labelled, adapter_folder,
+from pipeline.worker.engine import (BadSampling, Choice, Classified, Embedding, EngineDead, Generation, Labelled, adapter_folder,
                                     adapters_of)
 
 
@@ -179,14 +179,18 @@ class VllmEngine:
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
         self.max_model_len = int(model_config.max_model_len)
         pooling = model_config.runner_type == "pooling"
-        self.tasks = ("embed",) if pooling else ("generate",)
-        self.embedding_size = int(model_config.embedding_size) if pooling else None
+        from pipeline.head import classifier_labels
+
+        # a sequence-classification model: vLLM's "classify" pooling (its head's logits, softmaxed)
+        self.labels = classifier_labels(model) if pooling else None
+        self.tasks = ("classify",) if self.labels else ("embed",) if pooling else ("generate",)
+        self.embedding_size = int(model_config.embedding_size) if pooling and not self.labels else None
         from transformers import AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(model)
         self._head, self._tail = special_tokens(self._tokenizer) if pooling else ([], [])
         self.special_tokens = len(self._head) + len(self._tail)
-        self._pooling: dict[bool | None, object] = {}   # normalize -> its PoolingParams
+        self._pooling: dict[bool | str | None, object] = {}   # normalize (or "classify") -> its PoolingParams
         self._params: dict[bytes, object] = {}   # encoded Sampling -> its SamplingParams
         self._labels: dict[tuple, object] = {}    # label token ids -> their SamplingParams
         self.adapters = adapters_of(config)
@@ -239,14 +243,28 @@ class VllmEngine:
 
     async def embed(self, prompt_ids: list[int], request_id: str, normalize: bool | None = None,
                     priority: int = 0) -> Embedding:
-        from vllm.inputs import TokensPrompt
         from vllm.pooling_params import PoolingParams
-        from vllm.v1.engine.exceptions import EngineDeadError
 
         params = self._pooling.get(normalize)
         if params is None:
             params = self._pooling[normalize] = PoolingParams(task="embed", use_activation=normalize)
         ids = [*self._head, *prompt_ids, *self._tail]
+        return Embedding((await self._pool(ids, params, request_id, priority)).float().numpy(), len(ids))
+
+    async def classify(self, prompt_ids: list[int], request_id: str, priority: int = 0) -> Classified:
+        from vllm.pooling_params import PoolingParams
+
+        params = self._pooling.get("classify")
+        if params is None:
+            params = self._pooling["classify"] = PoolingParams(task="classify")
+        ids = [*self._head, *prompt_ids, *self._tail]
+        return Classified((await self._pool(ids, params, request_id, priority)).float().tolist(), len(ids))
+
+    async def _pool(self, ids: list[int], params, request_id: str, priority: int):
+        """A pooling request's output tensor (an embedding, or a classifier's label probabilities)."""
+        from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError
+
         final = None
         try:
             async for out in self._llm.encode(TokensPrompt(prompt_token_ids=ids), params, request_id=request_id,
@@ -256,7 +274,7 @@ class VllmEngine:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
         if final is None:
             raise RuntimeError("engine returned no output")
-        return Embedding(final.outputs.data.float().numpy(), len(ids))
+        return final.outputs.data
 
     async def label_logprobs(self, prompt_ids: list[int], label_ids: Sequence[int], request_id: str,
                              priority: int = 0) -> Labelled:
