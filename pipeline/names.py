@@ -47,3 +47,5 @@ LOG_DIR_ENV = "PIPELINE_LOG_DIR"                # where the embedded cluster's w
 CHAT_URL = "/v1/chat/completions"
 EMBEDDINGS_URL = "/v1/embeddings"
 ENDPOINTS = (CHAT_URL, EMBEDDINGS_URL)
+SCORE_URL = "/v1/score"     # the scoring endpoints as a batch (``pipeline serve``) names them
+RERANK_URL = "/v1/rerank"

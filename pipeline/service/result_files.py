@@ -6,7 +6,8 @@ failed, in OpenAI's error shape: ``"response": {"status_code", "request_id", "bo
 
 A job let go before its end (its batch cancelled or expired) is split from its committed answers
 (``split_partial``): the requests it did not answer are in the error file too, as OpenAI lists
-them (``"response": null, "error": {"code": "batch_expired", "message"}``)."""
+them (``"response": null, "error": {"code": "batch_expired", "message"}``). A scoring request's
+pairs (``/v1/score``, ``/v1/rerank``: a row each) are kept only as its whole line."""
 from __future__ import annotations
 
 import json
@@ -60,39 +61,65 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
     """A job let go before its end (its batch cancelled or expired): its committed answers split
     into ``answered`` and ``failed`` as ``split`` does, each request it had not answered (or whose
     answer was not yet committed) an error line in ``failed`` (``why``: a key of ``UNANSWERED``),
-    all in input order and numbered as a whole job's output. The numbers of answered, failed and
-    unanswered requests. ``job``: the batch's ``ClusterJob`` (its partial output is read a block
-    of the input at a time)."""
-    from pipeline.jobs.input import parse_line
-    from pipeline.jobs.jsonl_input import block_lines
-
+    all in input order and numbered as a whole job's output. A scoring request (a row per pair)
+    is answered when every one of its pairs was committed: its line is then whole, as a whole
+    job writes it; else it is unanswered. The numbers of answered, failed and unanswered requests
+    (lines, not pairs). ``job``: the batch's ``ClusterJob`` (its partial output is read a block of
+    the input at a time)."""
     code, message = UNANSWERED[why]
-    sink, lines, source = job.sink, job.steps.lines, job.steps.source
+    sink, lines = job.sink, job.steps.lines
+    answers = _scoring_answers if lines.scores else _request_answers
     counts = [0, 0, 0]
     position = 0
     with open(answered, "w", encoding="utf-8") as ok, open(failed, "w", encoding="utf-8") as bad:
         for block in sink.partitions:
-            requests = block_lines(source, block)
-            done = _committed(sink, block)
-            for place, raw in enumerate(requests):
-                request, _ = parse_line(raw)
-                custom_id = request.get("custom_id") if isinstance(request, dict) else None
-                row = done.get(place)
-                if row is None:
+            for custom_id, line in answers(job.steps.source, block, _committed(sink, block), lines, position):
+                if line is None:
                     bad.write(json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id, "response": None,
                                           "error": {"code": code, "message": message}}, ensure_ascii=False) + "\n")
                     counts[2] += 1
+                elif json.loads(line)["error"] is None:
+                    ok.write(line + "\n")
+                    counts[0] += 1
                 else:
-                    line = output_line(position, custom_id, RowResult(position, **row), lines.model,
-                                       lines.max_tokens, lines.created, lines.embeds)
-                    if row["error"] is None:
-                        ok.write(line + "\n")
-                        counts[0] += 1
-                    else:
-                        bad.write(json.dumps(error_line(json.loads(line)), ensure_ascii=False) + "\n")
-                        counts[1] += 1
+                    bad.write(json.dumps(error_line(json.loads(line)), ensure_ascii=False) + "\n")
+                    counts[1] += 1
                 position += 1
     return counts[0], counts[1], counts[2]
+
+
+def _request_answers(source, block, done: dict[int, dict], lines, first: int):
+    """A block's requests (a row each), in order: (custom_id, its output line or None where its
+    answer was not committed); the first is the output's line ``first``."""
+    from pipeline.jobs.input import parse_line
+    from pipeline.jobs.jsonl_input import block_lines
+
+    for place, raw in enumerate(block_lines(source, block)):
+        request, _ = parse_line(raw)
+        custom_id = request.get("custom_id") if isinstance(request, dict) else None
+        row = done.get(place)
+        yield custom_id, None if row is None else output_line(
+            first + place, custom_id, RowResult(first + place, **row), lines.model, lines.max_tokens,
+            lines.created, lines.embeds)
+
+
+def _scoring_answers(source, block, done: dict[int, dict], lines, first: int):
+    """A block of scoring requests (a row per pair: ``scoring_lines``), a line at a time, in
+    order: (custom_id, its output line, or None unless every one of its pairs was committed)."""
+    from pipeline.jobs.jsonl_input import scoring_rows
+    from pipeline.jobs.scoring_lines import lines_of
+
+    group: list[tuple[int, dict]] = []   # one line's rows: (place in the block, carry)
+    for place, (_, _, carry) in enumerate([*scoring_rows(source, block), (None, None, None)]):
+        if group and (carry is None or carry["line"] != group[0][1]["line"]):
+            rows = [{"id": json.dumps(c, ensure_ascii=False), **done[p]} for p, c in group if p in done]
+            whole = len(rows) == len(group)
+            yield group[0][1]["custom_id"], lines_of(rows, first, lines.model, lines.created).rstrip("\n") \
+                if whole else None
+            first += 1
+            group = []
+        if carry is not None:
+            group.append((place, carry))
 
 
 def _committed(sink, block) -> dict[int, dict]:

@@ -21,7 +21,9 @@ import time
 from pipeline import console
 from pipeline.jobs.cluster_job import JobLeft
 from pipeline.jobs.errors import JobError
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL
+from pipeline.jobs.input import parse_line
+from pipeline.jobs.scoring_lines import scoring_kind
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
 from pipeline.jobs.job import prepare_job
 from pipeline.service import result_files
 from pipeline.service.errors import invalid, not_found
@@ -31,7 +33,8 @@ from pipeline.service.store import Store
 log = logging.getLogger("pipeline.service")
 
 # each endpoint and what the cluster's engines must serve for it
-ENDPOINT_TASKS = {CHAT_URL: "generate", EMBEDDINGS_URL: "embed"}
+# (the scoring ones: the score task, on a generation model; pipeline/jobs/scoring_lines.py)
+ENDPOINT_TASKS = {CHAT_URL: "generate", EMBEDDINGS_URL: "embed", SCORE_URL: "generate", RERANK_URL: "generate"}
 WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 
 
@@ -196,7 +199,7 @@ class Runner:
         # a job that ended before the service stopped (its output written): only the files are left to make
         if record["status"] != "finalizing" or not output.exists():
             file = self.store.file(record["input_file_id"])
-            why = _invalid_file(file, record["endpoint"])
+            why = _invalid_file(file, record["endpoint"], self.store.content_path(file["id"]))
             if why:
                 return self._fail(batch_id, *why)
             notes: list[str] = []
@@ -213,7 +216,7 @@ class Runner:
                 self._update(batch_id, status="in_progress", in_progress_at=int(time.time()))
             try:
                 job.run(self.pipeline, progress=False, stop=stop, title=f"batch {batch_id}",
-                        on_progress=lambda done, failed: self._progress(batch_id, done, failed))
+                        on_progress=lambda done, failed: self._progress(batch_id, job, done, failed))
             except JobLeft:
                 return self._let_go(batch_id, job)
             if stop.is_set() and not self._closing:   # (the job ended before it saw the stop: its output is whole)
@@ -222,9 +225,14 @@ class Runner:
             self._update(batch_id, status="finalizing", finalizing_at=int(time.time()))
         self._finalize(batch_id, output)
 
-    def _progress(self, batch_id: str, done: int, failed: int) -> None:
-        """The batch's request counts while its job runs (about once a second)."""
+    def _progress(self, batch_id: str, job, done: int, failed: int) -> None:
+        """The batch's request counts while its job runs (about once a second), from the job's
+        rows answered and failed; a scoring batch's rows are pairs (``_pairs_as_lines``)."""
         counts = self.get(batch_id)["request_counts"]
+        if job.steps.lines.scores:
+            done, failed = _pairs_as_lines(done, failed, counts["total"], job.rows_total)
+            if done is None:
+                return
         now = {**counts, "completed": done - failed, "failed": failed}
         if now != counts:
             self._update(batch_id, request_counts=now)
@@ -277,15 +285,49 @@ class Runner:
             self.store.save_batch(record)
 
 
-def _invalid_file(file: dict, endpoint: str) -> tuple[str, str, int | None] | None:
+def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None] | None:
     """Why a batch's input file fails validation (the batch fails, as OpenAI's does): its error's
-    code, message and line; or None."""
+    code, message and line; or None. A scoring batch's file (whose job answers score and rerank
+    lines alike) must hold no line for the other scoring endpoint either."""
     if file["_requests"] == 0:
         return "empty_file", f"File {file['id']} holds no requests.", None
     if file["_endpoint"] != endpoint:
         return "mismatched_endpoint", (f"The requests' url ({file['_endpoint']!r} on line 1) is not the batch's "
                                        f"endpoint ({endpoint})."), 1
+    if endpoint in (SCORE_URL, RERANK_URL):
+        line, url = _other_scoring_line(path, scoring_kind(endpoint))
+        if line is not None:
+            return "mismatched_endpoint", (f"The requests' url ({url!r} on line {line}) is not the batch's "
+                                           f"endpoint ({endpoint})."), line
     return None
+
+
+def _other_scoring_line(path, kind: str) -> tuple[int | None, str | None]:
+    """The first request (its number, from 1, and url) of the file at ``path`` for the scoring
+    endpoint other than ``kind``'s; None, None where there is none (other lines are the job's to
+    answer)."""
+    number = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.strip():
+                continue
+            number += 1
+            request, _ = parse_line(raw)
+            url = request.get("url") if isinstance(request, dict) else None
+            if scoring_kind(url) not in (None, kind):
+                return number, url
+    return None, None
+
+
+def _pairs_as_lines(done: int, failed: int, lines: int, pairs: int | None) -> tuple[int | None, int]:
+    """A scoring job's pairs answered and failed so far as requests (lines): the pairs answered in
+    proportion (``done`` of ``pairs`` as that share of ``lines``, rounded down, so every line once
+    every pair), the failed ones at most as many lines (a bad line is one failed row). None until
+    the job has read its input and knows its pairs."""
+    if not pairs:
+        return None, 0
+    lines_done = done * lines // pairs
+    return lines_done, min(failed, lines_done)
 
 
 def _check_metadata(metadata) -> None:
