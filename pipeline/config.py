@@ -272,8 +272,8 @@ class Config(Section):
         return self
 
     def _classifier(self) -> bool:
-        """``model.path`` is a local sequence-classification model (pipeline/head.py): its head has the labels."""
-        from pipeline.head import classifier_labels
+        """``model.path`` is a local sequence-classification model (pipeline/classifier_model.py): its head has the labels."""
+        from pipeline.classifier_model import classifier_labels
 
         path = self.model.path
         return bool(path) and classifier_labels(Path(os.path.expandvars(path)).expanduser()) is not None

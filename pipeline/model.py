@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.config import Config
-from pipeline.head import classifier_labels
+from pipeline.classifier_model import classifier_labels
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

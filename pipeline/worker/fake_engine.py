@@ -17,7 +17,7 @@ class FakeEngine:
     its folder checks out), after ``latency_s`` (default: at once); tokenizes by characters. With
     ``kv_cache_tokens``, each answer reports the prompt tokens a prefix cache of that size would
     have served (pipeline/worker/prefix_cache_model.py). With ``labels`` (a classification model's:
-    pipeline/head.py) it serves task classify alone (``classify``)."""
+    pipeline/classifier_model.py) it serves task classify alone (``classify``)."""
 
     block_size = 16
     settings: dict = {}

@@ -354,7 +354,7 @@ def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | Non
 
         return VllmEngine(model, config, shard)
     if kind == "fake":
-        from pipeline.head import classifier_labels
+        from pipeline.classifier_model import classifier_labels
         from pipeline.worker.fake_engine import FakeEngine
 
         return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens,

@@ -179,7 +179,7 @@ class VllmEngine:
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
         self.max_model_len = int(model_config.max_model_len)
         pooling = model_config.runner_type == "pooling"
-        from pipeline.head import classifier_labels
+        from pipeline.classifier_model import classifier_labels
 
         # a sequence-classification model: vLLM's "classify" pooling (its head's logits, softmaxed)
         self.labels = classifier_labels(model) if pooling else None
