@@ -34,7 +34,7 @@ def test_each_row_answered_with_its_adapter_as_plain_vllm_answers_it(tmp_path):
     pq.write_table(pa.Table.from_pylist([{k: r[k] for k in ("id", "document", "question", "adapter")} for r in rows]),
                    src)
     with Pipeline(config) as pipeline:
-        run_job(pipeline, src, tmp_path / "out.parquet", progress=False)
+        run_job(pipeline, src, tmp_path / "out.parquet", progress=False, sampling={"logprobs": True, "top_logprobs": 3})
         out = pq.read_table(tmp_path / "out.parquet").to_pylist()
         encode = lambda text: pipeline.tokenizer.encode(text, add_special_tokens=False)
         prompts = []
@@ -51,11 +51,16 @@ def test_each_row_answered_with_its_adapter_as_plain_vllm_answers_it(tmp_path):
         # every row with its own adapter, and with each adapter (and none) in turn
         _, _, own, _ = shards.run({name: [(prompts[k], folder(rows[k]["adapter"])) for k in kept]})
         each = {a: shards.run({name: [(prompts[k], folders.get(a)) for k in kept]})[2][name] for a in ("a1", "a2", None)}
-    own = [o.text.strip() for o in own[name]]
     got = [out[k]["answer"] for k in kept]
-    # Token for token where the engines' batches do not tip a near tie (vLLM is not batch-invariant:
-    # seen, "favorite" for "favourite" on a row without adapter) ...
-    assert sum(g == o for g, o in zip(got, own)) >= 0.75 * len(kept), list(zip(got, own))
+    # Token for token as plain vLLM answers each row with its adapter, except where our engine saw a near
+    # tie and took the other side (vLLM is not batch-invariant, and the two engines' batches differ:
+    # seen, "favorite" for "favourite"): at the first token that differs, plain vLLM's continuation is one
+    # of our top alternatives, within 0.1 of our choice's log-probability. (Rows without adapter batched
+    # beside rows with one got the last adapter's delta on CPU, in plain vLLM too, before
+    # pipeline/cpu_lora_fix.py: 3 of 11 rows differed in CI.)
+    for i, k in enumerate(kept):
+        assert _agrees(out[k]["logprobs"], own[name][i].text), (k, out[k]["answer"], own[name][i].text)
+    own = [o.text.strip() for o in own[name]]
     # ... and never another adapter's answer: no row's answer is another adapter's (where that differs
     # from its own adapter's), and every adapter (and none) has rows answered exactly as plain vLLM
     # answers them with it and unlike the others (a nearest-answer rule is too strict: seen, a row
@@ -72,3 +77,18 @@ def test_each_row_answered_with_its_adapter_as_plain_vllm_answers_it(tmp_path):
     # the adapters change the answers
     assert sum(each["a1"][i].text != each[None][i].text for i in range(len(kept))) >= len(kept) // 2
     assert sum(each["a2"][i].text != each["a1"][i].text for i in range(len(kept))) >= len(kept) // 2
+
+
+def _agrees(tokens: list[dict], plain: str, margin: float = 0.1) -> bool:
+    """Whether our answer's ``tokens`` spell ``plain`` up to a near tie our engine broke the other way."""
+    text = ""
+    for t in tokens:
+        if plain.startswith(text + t["token"]):
+            text += t["token"]
+            continue
+        rest = plain[len(text):]
+        if not rest:                   # plain vLLM stopped here; ours ends with its end-of-turn token
+            return t is tokens[-1]
+        return any(x["token"] and rest.startswith(x["token"]) and t["logprob"] - x["logprob"] <= margin
+                   for x in t["top_logprobs"] if x["token"] != t["token"])
+    return True
