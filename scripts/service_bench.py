@@ -1,14 +1,21 @@
-"""The batch service against ``python -m pipeline run`` on one warm cluster (fake engine).
+"""The batch service against ``python -m pipeline run`` on one warm cluster.
 
     .venv/bin/python scripts/service_bench.py [--requests 10000] [--rounds 3]
+    .venv/bin/python scripts/service_bench.py --engine vllm --requests 500 --rounds 1
 
-Starts a resident cluster of fake engines (``python -m pipeline up``, in a folder of its own,
-``engine.null_latency_s: 0``: what is measured is the path around the engine) and the service
-on it (``python -m pipeline serve`` on 127.0.0.1), then, on that one cluster:
+Starts a resident cluster (``python -m pipeline up``, in a folder of its own) and the service on it
+(``python -m pipeline serve`` on 127.0.0.1). ``--engine fake`` (the default): fake engines with
+``engine.null_latency_s: 0``, what is measured is the path around the engine; requests of a
+~45-token system message over 50 documents, 8 new tokens. ``--engine vllm``: the configured real
+engines; requests of retrieval-sized documents (~750 tokens, the bench's reuse shape: 4 questions
+a document, interleaved) as the system message and the question as the user's, 32 new tokens at
+most. Then, on that one cluster:
 
-1. a 1,000-request batch through the API (warms the service), then the service's RSS;
+1. a warm-up batch through the API (1,000 requests; 16 on real engines), then the service's RSS;
+   (on real engines the prefix caches are emptied before each contender, so each starts cold; and
+   each round's two go in turn first)
 2. ``--rounds`` times: a ``--requests`` chat-completions batch through the API (upload, create,
-   poll every 20 ms, download the output file) and the same JSONL through ``python -m pipeline
+   poll every ``--poll-s`` (20 ms), download the output file) and the same JSONL through ``python -m pipeline
    run`` (a process of its own, as a user runs it), each timed end to end: rows/s each, their
    ratio; every poll's latency (``GET /v1/batches/{id}`` over one keep-alive connection);
 3. the service's RSS after the first big batch and after the last.
@@ -39,13 +46,19 @@ from pipeline import load_config  # noqa: E402
 CHAT = "/v1/chat/completions"
 
 
-def requests_file(path: Path, n: int) -> Path:
+def requests_file(path: Path, n: int, real: bool, seed: int = 0) -> Path:
+    if real:
+        from pipeline.bench.workloads import document_questions
+        rows = document_questions(max(1, n // 4), 4, seed=seed, order="interleaved")[:n]
+        chats = [([{"role": "system", "content": r["document"]}, {"role": "user", "content": r["question"]}], 32)
+                 for r in rows]
+    else:
+        chats = [([{"role": "system", "content": f"Document {i % 50}: " + "words " * 40},
+                   {"role": "user", "content": f"Question {i}?"}], 8) for i in range(n)]
     with open(path, "w") as f:
-        for i in range(n):
-            messages = [{"role": "system", "content": f"Document {i % 50}: " + "words " * 40},
-                        {"role": "user", "content": f"Question {i}?"}]
+        for i, (messages, tokens) in enumerate(chats):
             f.write(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": CHAT,
-                                "body": {"model": "any", "messages": messages, "max_completion_tokens": 8}}) + "\n")
+                                "body": {"model": "any", "messages": messages, "max_completion_tokens": tokens}}) + "\n")
     return path
 
 
@@ -63,15 +76,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def api_batch(http: httpx.Client, src: Path, polls: list[float] | None = None) -> float:
-    """Upload, create, poll every 20 ms until over, download: seconds end to end."""
+def api_batch(http: httpx.Client, src: Path, polls: list[float] | None = None, poll_s: float = 0.02) -> float:
+    """Upload, create, poll every ``poll_s`` until over, download: seconds end to end."""
     t0 = time.perf_counter()
     with open(src, "rb") as f:
         uploaded = http.post("/files", files={"file": (src.name, f)}, data={"purpose": "batch"}).json()
     batch = http.post("/batches", json={"input_file_id": uploaded["id"], "endpoint": CHAT,
                                         "completion_window": "24h"}).json()
     while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
-        time.sleep(0.02)
+        time.sleep(poll_s)
         p0 = time.perf_counter()
         response = http.get(f"/batches/{batch['id']}")
         if polls is not None and batch["status"] == "in_progress":
@@ -89,17 +102,32 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--engine", choices=("fake", "vllm"), default="fake")
+    ap.add_argument("--poll-s", type=float, default=0.02,
+                    help="seconds between polls of the running batch (each poll's latency is recorded)")
     args = ap.parse_args()
+    real = args.engine == "vllm"
     folder = Path(tempfile.mkdtemp(prefix="service-bench-"))
     env = {**os.environ, "PIPELINE_CLUSTER_DIR": str(folder / "cluster")}
     config = folder / "cluster.yaml"
-    cfg = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "fake", "null_latency_s": 0.0})
+    cfg = load_config().replace(scheduler={"dashboard_address": None})
+    if not real:
+        cfg = cfg.replace(engine={"kind": "fake", "null_latency_s": 0.0})
     config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
-    small, big = requests_file(folder / "small.jsonl", 1_000), requests_file(folder / "big.jsonl", args.requests)
-    print(f"cluster: {len(cfg.shards)} shards of fake engines (null_latency_s 0), {os.cpu_count()} CPUs; "
+    small = requests_file(folder / "small.jsonl", 16 if real else 1_000, real, seed=1)
+    big = requests_file(folder / "big.jsonl", args.requests, real)
+    engines = "real vLLM engines" if real else "fake engines (null_latency_s 0)"
+    print(f"cluster: {len(cfg.shards)} shards of {engines}, {os.cpu_count()} CPUs; "
           f"{args.requests} requests a batch, {args.rounds} round(s)", flush=True)
     t0 = time.perf_counter()
     cli(env, "up", "--config", config)
+    empty_caches = lambda: None
+    if real:   # each contender starts with empty prefix caches: what one left would help the other
+        from distributed import Client
+        from pipeline.cluster.resident_state import ClusterState
+        from pipeline.worker.queries import reset_worker
+        dask = Client(ClusterState.load(folder / "cluster").address)
+        empty_caches = lambda: dask.run(reset_worker)
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", "--config", config, "--port", str(port),
                               "--store", folder / "store"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -119,25 +147,32 @@ def main() -> int:
         rss_small = service.memory_info().rss
         api_s, run_s, rss_big, polls = [], [], [], []
         for r in range(args.rounds):
-            api_s.append(api_batch(http, big, polls))
-            rss_big.append(service.memory_info().rss)
-            t = time.perf_counter()
-            cli(env, "run", big, folder / f"run-{r}.jsonl", "--config", config, "--quiet")
-            run_s.append(time.perf_counter() - t)
-            print(f"round {r + 1}: API {args.requests / api_s[-1]:.0f} rows/s ({api_s[-1]:.2f} s), "
-                  f"run {args.requests / run_s[-1]:.0f} rows/s ({run_s[-1]:.2f} s)", flush=True)
+            # (in turn first: what one leaves in the engines' prefix caches helps the other)
+            for who in ("api", "run") if r % 2 == 0 else ("run", "api"):
+                empty_caches()
+                if who == "api":
+                    api_s.append(api_batch(http, big, polls, args.poll_s))
+                    rss_big.append(service.memory_info().rss)
+                else:
+                    t = time.perf_counter()
+                    cli(env, "run", big, folder / f"run-{r}.jsonl", "--config", config, "--quiet")
+                    run_s.append(time.perf_counter() - t)
+            print(f"round {r + 1}: API {args.requests / api_s[-1]:.1f} rows/s ({api_s[-1]:.2f} s), "
+                  f"run {args.requests / run_s[-1]:.1f} rows/s ({run_s[-1]:.2f} s)", flush=True)
     finally:
         serve.terminate()
         serve.wait(60)
+        if real:
+            dask.close()
         cli(env, "down", "--config", config)
     api_rate, run_rate = args.requests / statistics.median(api_s), args.requests / statistics.median(run_s)
     polls.sort()
     mb = 1 / 2**20
-    print(f"\nthroughput ({args.requests} requests, median of {args.rounds}): API {api_rate:.0f} rows/s, "
-          f"python -m pipeline run {run_rate:.0f} rows/s, ratio API/run {api_rate / run_rate:.3f} (target >= 0.97)")
+    print(f"\nthroughput ({args.requests} requests, median of {args.rounds}): API {api_rate:.1f} rows/s, "
+          f"python -m pipeline run {run_rate:.1f} rows/s, ratio API/run {api_rate / run_rate:.3f} (target >= 0.97)")
     print(f"GET /v1/batches/{{id}} while a batch runs ({len(polls)} polls): p50 {polls[len(polls) // 2] * 1e3:.2f} ms, "
           f"p99 {polls[min(len(polls) - 1, int(len(polls) * 0.99))] * 1e3:.2f} ms (target p99 <= 20 ms)")
-    print(f"service RSS: {rss_small * mb:.0f} MiB after 1,000 requests, "
+    print(f"service RSS: {rss_small * mb:.0f} MiB after the warm-up, "
           + ", ".join(f"{v * mb:.0f} MiB" for v in rss_big) + f" after each {args.requests}-request batch "
           f"(growth {(rss_big[-1] - rss_small) * mb:+.0f} MiB)")
     print(f"total {time.perf_counter() - t0:.0f} s")
