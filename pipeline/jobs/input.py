@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from pipeline.jobs.errors import JobError
 from pipeline.jobs.row_checks import RowColumns
-from pipeline.jobs.scoring_lines import SCORING, scoring_kind
+from pipeline.jobs.scoring_lines import SCORING, envelope_error, scoring_kind
 from pipeline.jobs.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
 from pipeline.results import RESULT_FIELDS
 from tasks import Columns
@@ -309,12 +309,9 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
 
 
 def _request_body(request: Any, endpoint: str) -> tuple[dict | None, str | None]:
-    if not isinstance(request, dict):
-        return None, "line is not a JSON object"
-    if not isinstance(request.get("custom_id"), str):
-        return None, "custom_id is missing or not a string"
-    if request.get("method", "POST") != "POST":
-        return None, f"method must be POST (got {request.get('method')!r})"
+    why = envelope_error(request)
+    if why:
+        return None, why
     if request.get("url") != endpoint:
         other = "a file's requests are all for one endpoint, its first line's" \
             if request.get("url") in ENDPOINTS or scoring_kind(request.get("url")) \

@@ -60,15 +60,24 @@ def scoring_kind(url) -> str | None:
     return "score" if url.endswith("/score") else "rerank" if url.endswith("/rerank") else None
 
 
+def envelope_error(request) -> str | None:
+    """Why an OpenAI batch line (parsed, for any endpoint) is not a request's envelope: a JSON
+    object with a string ``custom_id``, method POST; None when it is."""
+    if not isinstance(request, dict):
+        return "line is not a JSON object"
+    if not isinstance(request.get("custom_id"), str):
+        return "custom_id is missing or not a string"
+    if request.get("method", "POST") != "POST":
+        return f"method must be POST (got {request.get('method')!r})"
+    return None
+
+
 def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | None]:
     """A scoring line (parsed) as ``{"kind", "pairs": [(query, document)], "top_n"}`` and None,
     or None and why it is not one."""
-    if not isinstance(request, dict):
-        return None, "line is not a JSON object"
-    if not isinstance(request.get("custom_id"), str):
-        return None, "custom_id is missing or not a string"
-    if request.get("method", "POST") != "POST":
-        return None, f"method must be POST (got {request.get('method')!r})"
+    why = envelope_error(request)
+    if why:
+        return None, why
     kind = scoring_kind(request.get("url"))
     if kind is None:
         other = "a file's requests are all for the scoring endpoints, its first line's" \

@@ -247,15 +247,10 @@ class EnginePlugin(WorkerPlugin):
         """Row ``index``'s embedding: its text is its prefix's tokens, then its suffix's (a template's
         text after its prefix column), cut to what the model takes when ``truncate``; it waits for
         ``job``'s turn at the engine, as ``_one`` does."""
-        engine = self.engine
-        ids = prefix_ids + engine.encode(suffix) if suffix else prefix_ids
-        ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
-        if error is not None:
-            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
-        out, t0 = await self._at_engine(job, ids, lambda priority: engine.embed(
-            ids, request_id=f"{batch_id}-{index}", normalize=sampling.normalize, priority=priority))
+        out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
+                                      self.engine.embed(ids, request_id=rid, normalize=sampling.normalize,
+                                                        priority=priority))
         if isinstance(out, RowResult):
-            out.index = index
             return out
         return RowResult(index, embedding=out.vector, prompt_tokens=out.prompt_tokens, shard=self.shard,
                          latency_s=time.perf_counter() - t0)
@@ -285,17 +280,25 @@ class EnginePlugin(WorkerPlugin):
     async def _head(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
                     labels: tuple[str, ...]) -> RowResult:
         """Row ``index``'s text (as ``_embed``'s) classified by the model's own head: ``labels``' probabilities."""
+        out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
+                                      self.engine.classify(ids, request_id=rid, priority=priority))
+        if isinstance(out, RowResult):
+            return out
+        return _labelled(index, labels, head_probs(out.probs, self.engine.labels, labels), out, self.shard, t0)
+
+    async def _on_text(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool, call):
+        """Row ``index``'s text -- its prefix's tokens, then its suffix's, cut to what the model takes
+        when ``truncate`` -- handed to ``call(ids, request_id, priority)`` at ``job``'s turn at the
+        engine: (the engine's output, its start time), or (the row's failed result, None)."""
         engine = self.engine
         ids = prefix_ids + engine.encode(suffix) if suffix else prefix_ids
         ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
         if error is not None:
-            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
-        out, t0 = await self._at_engine(job, ids, lambda priority: engine.classify(
-            ids, request_id=f"{batch_id}-{index}", priority=priority))
+            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard), None
+        out, t0 = await self._at_engine(job, ids, lambda priority: call(ids, f"{batch_id}-{index}", priority))
         if isinstance(out, RowResult):
             out.index = index
-            return out
-        return _labelled(index, labels, head_probs(out.probs, engine.labels, labels), out, self.shard, t0)
+        return out, t0
 
     async def _at_engine(self, job: str, ids, request) -> tuple[object, float]:
         """``request(priority)`` (an engine call for prompt ``ids``) once it is ``job``'s turn at
