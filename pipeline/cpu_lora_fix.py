@@ -18,7 +18,8 @@ import importlib
 import sys
 
 _OPS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
-_USERS = ("vllm.lora.ops.torch_ops.lora_ops", "vllm.lora.ops.torch_ops", "vllm.lora.punica_wrapper.punica_cpu")
+# modules that bind the ops by name when imported (the package binds them as lora_ops is imported)
+_USERS = ("vllm.lora.ops.torch_ops", "vllm.lora.punica_wrapper.punica_cpu")
 
 
 def skip_rows_without_adapter(op):
@@ -46,8 +47,7 @@ def install() -> None:
     ops = importlib.import_module("vllm.lora.ops.torch_ops.lora_ops")
     for name in _OPS:
         setattr(ops, name, skip_rows_without_adapter(getattr(ops, name)))
-    for module in _USERS[1:]:
-        user = sys.modules.get(module)
+    for user in filter(None, map(sys.modules.get, _USERS)):
         for name in _OPS:
-            if user is not None and hasattr(user, name):
+            if hasattr(user, name):
                 setattr(user, name, getattr(ops, name))
