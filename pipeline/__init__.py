@@ -10,7 +10,7 @@ import importlib
 _EXPORTS = {
     "Pipeline": "pipeline.client.pipeline", "RowResult": "pipeline.results",
     "Config": "pipeline.config", "ConfigError": "pipeline.config", "load_config": "pipeline.config",
-    "JobError": "pipeline.jobs.errors", "JobSummary": "pipeline.summary",
+    "JobError": "pipeline.data.errors", "JobSummary": "pipeline.summary",
     "prepare_job": "pipeline.jobs.job", "run_job": "pipeline.jobs.job",
 }
 __all__ = list(_EXPORTS)

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     # pyarrow or torch.
     from pipeline.cluster.engines import EngineStartError
     from pipeline.config import ConfigError, ConfigNote, engine_kind, load_config
-    from pipeline.jobs.errors import JobError
+    from pipeline.data.errors import JobError
     from pipeline.model import ModelError
 
     try:

@@ -136,7 +136,7 @@ class RecoveryConfig(Section):
     # A shard that has had no worker able to answer this long is given up on: its unfinished
     # buckets go to the surviving shards. Counted from the client's first poll that sees
     # its worker gone (or replaced) until a worker for it has a ready engine: a restarted worker
-    # joins in seconds but its engine may start for minutes (pipeline/client/recovery.py).
+    # joins in seconds but its engine may start for minutes (pipeline/jobs/recovery.py).
     rejoin_timeout_s: float = Field(60.0, ge=0)
     # A row is sent at most this many times (retries after a lost worker or a dead engine);
     # then it is answered with a `worker: ...` error.

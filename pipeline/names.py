@@ -43,7 +43,7 @@ CLUSTER_DIR_ENV = "PIPELINE_CLUSTER_DIR"        # where `up` records the residen
 LOG_DIR_ENV = "PIPELINE_LOG_DIR"                # where the embedded cluster's workers log
 
 # OpenAI batch JSONL: the endpoints a line's url may name besides the scoring ones (/v1/score,
-# /v1/rerank: pipeline/jobs/scoring_lines.py)
+# /v1/rerank: pipeline/data/scoring_lines.py)
 CHAT_URL = "/v1/chat/completions"
 EMBEDDINGS_URL = "/v1/embeddings"
 ENDPOINTS = (CHAT_URL, EMBEDDINGS_URL)

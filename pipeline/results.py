@@ -1,5 +1,5 @@
 """The result of one row, as ``Pipeline.stream``/``run`` yield it (a job's output has the same
-columns, pipeline/jobs/answer_files.py). Workers return answers as Arrow rows keyed by position;
+columns, pipeline/data/answer_files.py). Workers return answers as Arrow rows keyed by position;
 ids and extra columns never travel, the client fills them in."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A job's settings (``sampling:`` in the config) go with every batch; a row may override any of
 them through optional input columns of the same names (``ROW_COLUMNS``), and an OpenAI batch
-request through its body's fields (read into those columns by ``pipeline/jobs/input.py``). The
+request through its body's fields (read into those columns by ``pipeline/data/input.py``). The
 client checks each row's values (``checked``); the worker lays a row's settings over its job's
 (``Sampling.over``, pipeline/worker/plugin.py) and builds vLLM's ``SamplingParams`` from them
 (pipeline/worker/vllm_engine.py).

@@ -1,7 +1,7 @@
 """What happened during a job: ``JobSummary``, one type for ``Pipeline.stream`` (kept as
 ``Pipeline.last_report``, shown on the dashboard) and for file jobs (``run_job``, the CLI's
 summary). No Dask here: the job's coordinator (pipeline/jobs/cluster_job.py) takes each task's
-``Figures`` into it, with what happened to workers (events from pipeline/client/recovery.py's
+``Figures`` into it, with what happened to workers (events from pipeline/jobs/recovery.py's
 ``ShardWatch``).
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """What zlib-ng level 1 does to the bytes a cluster job moves between Dask processes, and when
-that pays on a network link (pipeline/cluster/compression.py).
+that pays on a network link (pipeline/compression.py).
 
     .venv/bin/python scripts/transfer_bytes.py              # 1M-row input
     .venv/bin/python scripts/transfer_bytes.py --rows 200000
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.bench.options import BenchOptions, burst_rows  # noqa: E402
-from pipeline.cluster.compression import LEVEL, NAME, measure  # noqa: E402
+from pipeline.compression import LEVEL, NAME, measure  # noqa: E402
 
 PARTITION_ROWS = 65_536
 LINKS = (("1 Gbit/s", 1e9 / 8), ("10 Gbit/s", 10e9 / 8))   # bytes per second

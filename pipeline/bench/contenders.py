@@ -110,14 +110,14 @@ def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeli
 def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str], decode_bytes: int,
                       by_document: bool = False) -> dict[str, list[int]]:
     """Row indices per shard as a cluster job places the rows' documents (each document's rows
-    on one shard; ``place_task`` of pipeline/jobs/cluster_tasks.py on the same per-document
+    on one shard; ``place_task`` of pipeline/steps/cluster_tasks.py on the same per-document
     counts, no document held by an engine: what it sees after ``reset_cache``). Each shard's rows
     in input (arrival) order, or ``by_document``: a document's rows together, in input order,
     documents in the order of their first row."""
     import numpy as np
     import pyarrow as pa
 
-    from pipeline.jobs.cluster_tasks import place_task   # (imports Dask: here, not at the top)
+    from pipeline.steps.cluster_tasks import place_task   # (imports Dask: here, not at the top)
     from pipeline.prefix_memory import prefix_digest
 
     digest_of: dict[str, int] = {}

@@ -17,9 +17,9 @@ and merge each partition's answers; no row passes through this process.
 """
 from __future__ import annotations
 
-from pipeline.jobs.answer_files import PANDAS_TYPES as _DTYPES
+from pipeline.data.answer_files import PANDAS_TYPES as _DTYPES
 from pipeline.jobs.kept_steps import KeptSteps
-from pipeline.jobs.row_checks import RowColumns
+from pipeline.data.row_checks import RowColumns
 from pipeline.results import output_fields
 from tasks import task_columns
 
@@ -73,7 +73,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
 
 class FrameSteps(KeptSteps):
     """A Dask DataFrame job's steps on the cluster (pipeline/jobs/cluster_job.py): each input
-    partition computed and read on a worker (pipeline/jobs/frame_tasks.py), answers kept in
+    partition computed and read on a worker (pipeline/steps/frame_tasks.py), answers kept in
     memory, each partition's answers merged into a pandas DataFrame with the input's index
     (``frames``: one future per partition, in order, once the job has run)."""
 
@@ -88,7 +88,7 @@ class FrameSteps(KeptSteps):
         """(``resources`` is not asked for: a DataFrame's partition is read where the cluster
         computed it, which may be a worker serving no shard.)"""
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
-        from pipeline.jobs.frame_tasks import frame_read_task, frame_tail_of
+        from pipeline.steps.frame_tasks import frame_read_task, frame_tail_of
 
         frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)   # on the cluster, read beside it
         read = client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
@@ -100,8 +100,8 @@ class FrameSteps(KeptSteps):
         """Each partition's answers merged on the cluster (waited for, not fetched)."""
         from distributed import wait
 
-        from pipeline.jobs.cluster_tasks import kept_piece
-        from pipeline.jobs.frame_tasks import frame_merge_task
+        from pipeline.steps.cluster_tasks import kept_piece
+        from pipeline.steps.frame_tasks import frame_merge_task
 
         job = spec.job_id
         merges = []

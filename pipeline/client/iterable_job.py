@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.jobs.cluster_tasks import frame_positions
+from pipeline.steps.cluster_tasks import frame_positions
 from pipeline.jobs.kept_steps import KeptSteps
-from pipeline.jobs.partitions import PARTITION_BITS
-from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
+from pipeline.data.partitions import PARTITION_BITS
+from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
 from pipeline.summary import Figures, JobSummary
 from tasks import get_task_kind
@@ -252,7 +252,7 @@ class IterableJob:
     def _window(self, job_class, window: Window) -> None:
         errors = pa.concat_tables([p.errors for p in window.parts])
         if errors.num_rows:   # (rows that failed reading: answered at once)
-            from pipeline.jobs.answer_files import error_table
+            from pipeline.data.answer_files import error_table
 
             self._hand_over(results_of(error_table(errors.column("position"), errors.column("error")), window))
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from distributed import Nanny
 
-import pipeline.cluster.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
+import pipeline.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline import engine_env
 from pipeline.cluster.security import dask_security, protocol, tls_args
 from pipeline.config import Config

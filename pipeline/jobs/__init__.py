@@ -1,8 +1,7 @@
-"""Jobs on the cluster: Parquet or OpenAI batch JSONL in, one output row per input row out
-(``job`` checks and prepares one; ``command`` is ``python -m pipeline run``; ``cluster_job``
-coordinates it, ``cluster_tasks`` are the tasks the workers run), the input (``input``,
-``partitions``, ``prompt_table``, ``jsonl_input``), undecodable text found per row
-(``row_checks``), answers committed as they come (``answer_files``, ``job_folder``, ``output``),
-OpenAI batch response lines (``openai_batch``), local paths and fsspec URLs (``storage``) and
-the error that stops a job (``errors``). Nothing is imported here: import the module.
+"""The client's side of a job: ``cluster_job`` plans it (partitions, the tasks it submits from
+pipeline/steps) and watches it (progress, lost shards: ``recovery``); a file job's steps
+(``file_steps``), what a DataFrame's and a stream's share (``kept_steps``), a resumed output's
+keys (``key_check``); ``job`` checks and prepares a file job and ``command`` is ``python -m
+pipeline run``; OpenAI batch response lines (``openai_batch``). Nothing is imported here:
+import the module.
 """

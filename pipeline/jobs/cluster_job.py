@@ -1,13 +1,13 @@
 """A job run on the cluster: the workers read the input, group its rows by document, answer
 and write; this process (the client) only plans and coordinates. It plans the partitions,
-submits the tasks (pipeline/jobs/cluster_tasks.py), shows progress from the counts the answer
+submits the tasks (pipeline/steps/cluster_tasks.py), shows progress from the counts the answer
 tasks publish, and has the partitions merged in input order when all are answered. What it
 holds grows with the number of partitions and buckets, not rows.
 
 The steps, each a set of Dask tasks:
 1. read: each input partition becomes prompt rows on a worker, with per-document counts;
 2. place: one task counts every document of the job and places it on a shard, in buckets
-   (pipeline/jobs/placement.py: bounded load, engines' held documents kept where they are);
+   (pipeline/steps/placement.py: bounded load, engines' held documents kept where they are);
 3. split: each partition's rows cut by shard, sorted by bucket; the pieces move worker to
    worker (partitions × shards of them; a bucket takes its slice of each of its shard's);
 4. answer: one task per bucket on its shard, rows grouped by document
@@ -16,7 +16,7 @@ The steps, each a set of Dask tasks:
 
 What the input and output are is the job's ``steps``: ``FileSteps`` (pipeline/jobs/file_steps.py:
 Parquet files or an OpenAI batch JSONL file in; answer files committed as they come,
-pipeline/jobs/answer_files.py; parts merged with the input's own columns, then OUTPUT),
+pipeline/data/answer_files.py; parts merged with the input's own columns, then OUTPUT),
 ``FrameSteps`` for a Dask DataFrame (pipeline/client/dataframes.py: answers kept in the
 cluster's memory), ``IterableSteps`` for ``Pipeline.stream`` (pipeline/client/iterable_job.py:
 a window of a Python iterable's rows, each bucket's answers handed back as it ends).
@@ -38,12 +38,12 @@ from dataclasses import dataclass, replace
 import dask
 from distributed import as_completed
 
-from pipeline.client.recovery import ShardWatch
+from pipeline.jobs.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
-from pipeline.jobs.cluster_tasks import JobSpec, Stopped, buckets_of, documents_of, figures_of, \
+from pipeline.steps.cluster_tasks import JobSpec, Stopped, buckets_of, documents_of, figures_of, \
     figures_of_answer, piece_of, place_task
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.placement import Bucket
+from pipeline.data.errors import JobError
+from pipeline.steps.placement import Bucket
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN

@@ -12,7 +12,7 @@ from pipeline.cluster.engines import EngineStartError
 from pipeline.cluster.resident_state import STATE_FILE, cluster_dir
 from pipeline.config import Config
 from pipeline.console import EXIT_INTERRUPTED, EXIT_STOPPED
-from pipeline.jobs.errors import JobError
+from pipeline.data.errors import JobError
 from pipeline.jobs.job import prepare_job
 from pipeline.jobs.cluster_job import unserved
 from pipeline.model import DEFAULT_MODEL_NAME, model_for, packaged_task, resolve_model

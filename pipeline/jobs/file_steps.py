@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.jobs.answer_files import ClusterParts
+from pipeline.data.answer_files import ClusterParts
 from pipeline.jobs.cluster_job import PLAN_PRIORITY
-from pipeline.jobs.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.scoring_lines import scoring_task
+from pipeline.steps.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
+from pipeline.data.errors import JobError
+from pipeline.data.scoring_lines import scoring_task
 from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
     partition_key_hashes, repeated_hashes, suspect_keys
 from tasks import Chat, Embed, get_task_kind

@@ -9,7 +9,7 @@ ids, output writable and apart from the input, resume state; the ids of a job la
 partition are checked by the workers, before any row is answered: pipeline/jobs/key_check.py).
 The job runs on the cluster (``ClusterJob``, ``pipeline/jobs/cluster_job.py``: the workers
 read, group by document, answer and write). Input and output are local paths or fsspec URLs
-(``pipeline/jobs/storage.py``).
+(``pipeline/data/storage.py``).
 
 Parquet output columns: the input's own columns (except those the task reads, ``document``
 and ``question`` for the default task, and those named like output columns) followed by ``id,
@@ -29,18 +29,18 @@ from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import check_output_apart, open_source
+from pipeline.data.errors import JobError
+from pipeline.data.input import check_output_apart, open_source
 from pipeline.names import EMBEDDINGS_URL
 from pipeline.jobs.key_check import check_duplicates, check_key_type
-from pipeline.jobs.answer_files import RESULT_TYPES, ClusterParts
+from pipeline.data.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.jobs.cluster_job import ClusterJob
 from pipeline.jobs.file_steps import FileSteps
-from pipeline.jobs.output import META
-from pipeline.jobs.partitions import plan_blocks, plan_partitions
-from pipeline.jobs.storage import filesystem, is_url, local_path
+from pipeline.data.output import META
+from pipeline.data.partitions import plan_blocks, plan_partitions
+from pipeline.data.storage import filesystem, is_url, local_path
 from pipeline.jobs.openai_batch import ResponseLines
-from pipeline.jobs.scoring_lines import SCORING
+from pipeline.data.scoring_lines import SCORING
 from pipeline.config import Config, load_config
 from pipeline.model import DEFAULT_MODEL_NAME
 from pipeline.results import RESULT_FIELDS, output_fields

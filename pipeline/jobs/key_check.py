@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.partitions import Partition
+from pipeline.data.errors import JobError
+from pipeline.data.partitions import Partition
 
 DUPLICATES_SHOWN = 10
 RANGE_ROWS = 1 << 24   # about the rows (hashes, 8 bytes each: 128 MB) one range's check task holds
@@ -98,8 +98,8 @@ def check_duplicates(source, allowed: bool) -> None:
 def _partition_keys(source, part: Partition) -> pa.Array:
     """Partition ``part``'s keys; none if it cannot be read (its read task says why, and its rows
     wait for a rerun, which checks every partition again)."""
-    from pipeline.jobs.jsonl_input import block_keys
-    from pipeline.jobs.prompt_table import read_partition, whole
+    from pipeline.steps.jsonl_input import block_keys
+    from pipeline.steps.prompt_table import read_partition, whole
 
     try:
         if source.format == "openai":

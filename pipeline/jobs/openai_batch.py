@@ -2,7 +2,7 @@
 
 A row with an answer: ``{"id", "custom_id", "response": {"status_code": 200, "request_id",
 "body": <chat.completion>}, "error": null}`` (an embedding request's body: OpenAI's list of one
-embedding; a scoring request's: vLLM's score or rerank response, pipeline/jobs/scoring_lines.py).
+embedding; a scoring request's: vLLM's score or rerank response, pipeline/data/scoring_lines.py).
 A row that failed: ``"response":
 {"status_code": 400, "request_id", "body": null}`` and the reason in ``"error"``. Ids are
 derived from the row's position, so a resumed job writes exactly what an uninterrupted one
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipeline.jobs.scoring_lines import lines_of
+from pipeline.data.scoring_lines import lines_of
 from pipeline.results import RESULT_FIELDS, RowResult
 
 

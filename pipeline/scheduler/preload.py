@@ -16,7 +16,7 @@ import dask
 from distributed import Scheduler
 from tornado.ioloop import PeriodicCallback
 
-import pipeline.cluster.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
+import pipeline.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline.names import EXIT_WITH_PARENT_ENV
 from pipeline.scheduler import dashboard
 
@@ -47,8 +47,8 @@ def dask_setup(server):
     dashboard.install(server)
     # The scheduler unpickles each task it is sent: a cluster job's tasks name these modules
     # (pyarrow compute and Parquet among them), which would otherwise load during the first job.
-    import pipeline.jobs.cluster_tasks  # noqa: F401
-    import pipeline.jobs.input  # noqa: F401
+    import pipeline.steps.cluster_tasks  # noqa: F401
+    import pipeline.data.input  # noqa: F401
     if os.environ.pop(EXIT_WITH_PARENT_ENV, None):
         exit_with_parent(server)
     if dask.config.get("distributed.scheduler.work-stealing"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.jobs.answer_files import ANSWER_SCHEMA
+from pipeline.data.answer_files import ANSWER_SCHEMA
 from pipeline.jobs.openai_batch import output_line
 from pipeline.results import RESULT_FIELDS, RowResult
 
@@ -91,8 +91,8 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
 def _request_answers(source, block, done: dict[int, dict], lines, first: int):
     """A block's requests (a row each), in order: (custom_id, its output line or None where its
     answer was not committed); the first is the output's line ``first``."""
-    from pipeline.jobs.input import parse_line
-    from pipeline.jobs.jsonl_input import block_lines
+    from pipeline.data.input import parse_line
+    from pipeline.steps.jsonl_input import block_lines
 
     for place, raw in enumerate(block_lines(source, block)):
         request, _ = parse_line(raw)
@@ -106,8 +106,8 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
 def _scoring_answers(source, block, done: dict[int, dict], lines, first: int):
     """A block of scoring requests (a row per pair: ``scoring_lines``), a line at a time, in
     order: (custom_id, its output line, or None unless every one of its pairs was committed)."""
-    from pipeline.jobs.jsonl_input import scoring_rows
-    from pipeline.jobs.scoring_lines import lines_of
+    from pipeline.steps.jsonl_input import scoring_rows
+    from pipeline.data.scoring_lines import lines_of
 
     group: list[tuple[int, dict]] = []   # one line's rows: (place in the block, carry)
     for place, (_, _, carry) in enumerate([*scoring_rows(source, block), (None, None, None)]):

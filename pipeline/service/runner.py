@@ -20,9 +20,9 @@ import time
 
 from pipeline import console
 from pipeline.jobs.cluster_job import JobLeft
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import parse_line
-from pipeline.jobs.scoring_lines import scoring_kind
+from pipeline.data.errors import JobError
+from pipeline.data.input import parse_line
+from pipeline.data.scoring_lines import scoring_kind
 from pipeline.names import CHAT_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
 from pipeline.jobs.job import prepare_job
 from pipeline.service import result_files
@@ -33,7 +33,7 @@ from pipeline.service.store import Store
 log = logging.getLogger("pipeline.service")
 
 # each endpoint and what the cluster's engines must serve for it
-# (the scoring ones: the score task, on a generation model; pipeline/jobs/scoring_lines.py)
+# (the scoring ones: the score task, on a generation model; pipeline/data/scoring_lines.py)
 ENDPOINT_TASKS = {CHAT_URL: "generate", EMBEDDINGS_URL: "embed", SCORE_URL: "generate", RERANK_URL: "generate"}
 WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 

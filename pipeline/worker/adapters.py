@@ -16,7 +16,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from pipeline.jobs.storage import LOCAL_PREFIXES, filesystem, is_url, local_path
+from pipeline.data.storage import LOCAL_PREFIXES, filesystem, is_url, local_path
 
 
 class AdapterError(ValueError):

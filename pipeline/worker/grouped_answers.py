@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from pipeline.jobs.prompt_table import prefixes_of
+from pipeline.steps.prompt_table import prefixes_of
 from pipeline.worker.admission import TokenGate
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked

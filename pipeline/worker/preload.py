@@ -19,7 +19,7 @@ import sys
 import click
 from distributed import Worker
 
-import pipeline.cluster.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
+import pipeline.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline.config import load_config
 from pipeline.names import ANSWER_SLOTS_RESOURCE, LOG_ENV_ADDED, LOG_FILE_ENV, READ_SLOTS_RESOURCE, \
     SHARD_RESOURCE_AMOUNT, answer_slots
@@ -71,5 +71,5 @@ def dask_setup(server, shard, config_path):
     # A cluster job's tasks and what their inputs unpickle into (pyarrow compute, Parquet and
     # datasets: 0.5-0.8 s), loaded now, while the engine starts, rather than by the first job's
     # first task.
-    import pipeline.jobs.cluster_tasks  # noqa: F401
-    import pipeline.jobs.input  # noqa: F401
+    import pipeline.steps.cluster_tasks  # noqa: F401
+    import pipeline.data.input  # noqa: F401

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import Pipeline, load_config
 from pipeline.bench.workloads import document_questions
-from pipeline.jobs.errors import JobError
+from pipeline.data.errors import JobError
 from pipeline.jobs.job import run_job
 
 pytestmark = pytest.mark.own_cluster

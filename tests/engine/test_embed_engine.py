@@ -13,7 +13,7 @@ import pytest
 from pipeline import Pipeline, load_config
 from pipeline.bench.embed import reference
 from pipeline.bench.workloads import document_questions
-from pipeline.jobs.errors import JobError
+from pipeline.data.errors import JobError
 from pipeline.jobs.job import run_job
 from pipeline.model import MINILM_NAME, resolve_model
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Pipeline, engine_env, load_config, prepare_job
-from pipeline.client.recovery import current_workers
+from pipeline.jobs.recovery import current_workers
 from pipeline.summary import LOST, REJOINED
 from pipeline.bench.workloads import document_questions
 

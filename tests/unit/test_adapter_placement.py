@@ -1,4 +1,4 @@
-"""Placement of rows that name LoRA adapters (pipeline/jobs/placement.py, adapter_keys.py): a
+"""Placement of rows that name LoRA adapters (pipeline/steps/placement.py, adapter_keys.py): a
 document under an adapter is a placement key of its own; where a job's adapters are more than an
 engine's LoRA slots (``max_loras``), each shard serves at most ``max_loras`` of them (or, past
 shards × ``max_loras``, ``ceil(adapters / shards)``), loads stay within the balance bound, an
@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.jobs.adapter_keys import adapter_code
-from pipeline.jobs.cluster_tasks import place_task
-from pipeline.jobs.placement import place_documents, spread
-from pipeline.jobs.prompt_table import prompt_rows_from
+from pipeline.steps.adapter_keys import adapter_code
+from pipeline.steps.cluster_tasks import place_task
+from pipeline.steps.placement import place_documents, spread
+from pipeline.steps.prompt_table import prompt_rows_from
 from pipeline.prefix_memory import prefix_digest
 
 BALANCE = 1.25   # place_documents' default bound: no shard above this × its fair share

@@ -110,7 +110,7 @@ def test_placed_assignment_places_documents_as_a_cluster_job():
     import numpy as np
 
     from pipeline.bench.contenders import placed_assignment
-    from pipeline.jobs.placement import place_documents
+    from pipeline.steps.placement import place_documents
     from pipeline.prefix_memory import prefix_digest
 
     rows = _doc_rows()

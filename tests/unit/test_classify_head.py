@@ -11,7 +11,7 @@ import pytest
 from pipeline import Pipeline, load_config
 from pipeline.config import ConfigError
 from pipeline.jobs.cluster_job import unserved
-from pipeline.jobs.errors import JobError
+from pipeline.data.errors import JobError
 from pipeline.jobs.job import run_job
 from pipeline.model import packaged_task
 from tasks.template import TemplateError

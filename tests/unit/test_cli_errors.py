@@ -131,7 +131,7 @@ def test_output_apart_from_the_input_from_python(tmp_path):
     """prepare_job (and so run_job) refuses the same, and compares object-store URLs normalized;
     an OUTPUT next to the input, or out of the glob's reach, is fine."""
     from pipeline.config import load_config
-    from pipeline.jobs.errors import JobError
+    from pipeline.data.errors import JobError
     from pipeline.jobs.job import prepare_job
 
     config = load_config().replace(engine={"kind": "fake"})

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
-from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
+from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
 from pipeline.jobs.cluster_job import ClusterJob
 
 COMPARED = ("answer", "error", "prompt_tokens", "completion_tokens", "finish_reason")
@@ -198,7 +198,7 @@ def without_created(line):
 
 
 def test_openai_batch_jsonl_on_the_cluster_resumes_and_refuses_repeated_custom_ids(null_pipeline, tmp_path):
-    from pipeline.jobs.jsonl_input import block_lines
+    from pipeline.steps.jsonl_input import block_lines
 
     src = batch_file(tmp_path / "batch.jsonl")
     config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
@@ -370,7 +370,7 @@ def slow_null_job(tmp_path, seed: int):
 
 def shard_worker(p, shard: str) -> str:
     """The address of the worker serving ``shard`` now."""
-    from pipeline.client.recovery import current_workers
+    from pipeline.jobs.recovery import current_workers
 
     return next(a for a, w in current_workers(p.client).items() if f"shard-{shard}" in (w.get("resources") or {}))
 

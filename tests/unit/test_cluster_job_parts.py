@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.client.tokenizer import load_tokenizer
-from pipeline.jobs.cluster_tasks import bucket_slice, place_task, split_task
-from pipeline.jobs.input import open_source
-from pipeline.jobs.partitions import plan_partitions
-from pipeline.jobs.placement import place_documents
-from pipeline.jobs.prompt_table import prefixes_of, prompt_rows
+from pipeline.steps.cluster_tasks import bucket_slice, place_task, split_task
+from pipeline.data.input import open_source
+from pipeline.data.partitions import plan_partitions
+from pipeline.steps.placement import place_documents
+from pipeline.steps.prompt_table import prefixes_of, prompt_rows
 from pipeline.model import model_for
 from pipeline.config import load_config
 from pipeline.prefix_memory import prefix_digest
@@ -215,7 +215,7 @@ def test_a_document_larger_than_a_bucket_is_split_into_chunks_each_with_its_text
 
 
 def test_a_large_jobs_shared_head_is_split_over_the_shards_a_small_documents_is_not():
-    from pipeline.jobs.placement import SPLIT_ROWS
+    from pipeline.steps.placement import SPLIT_ROWS
 
     one = np.array([42], np.uint64)
     big = place_documents(one, [4 * SPLIT_ROWS], [4 * SPLIT_ROWS * 10.0], ["a", "b"], bucket_rows=50_000)
@@ -396,8 +396,8 @@ def test_a_buckets_answers_are_written_in_files_of_many_rows_each_every_row_once
     """An answer task's rows come from many input partitions; each answer file holds one
     partition's, written once ``rows`` of them wait (or, after ``seconds``, all that wait), the
     rest at the end: every row once, sorted by position, counted as written."""
-    from pipeline.jobs.answer_files import AnswerFiles
-    from pipeline.jobs.answer_files import BucketCommits
+    from pipeline.data.answer_files import AnswerFiles
+    from pipeline.data.answer_files import BucketCommits
     from pipeline.results import RowResult
 
     files = AnswerFiles(tmp_path)
@@ -431,8 +431,8 @@ def test_a_read_without_texts_splits_into_the_same_pieces_as_one_that_kept_them(
     documents, the errors); its split reads the partition again. The pieces are the ones a
     read that kept the texts gives: same rows, prefixes on the same rows, same suffixes; with
     rows that failed, rows answered by an earlier run, and a document split into chunks."""
-    from pipeline.jobs.errors import JobError
-    from pipeline.jobs.prompt_table import PartitionTexts
+    from pipeline.data.errors import JobError
+    from pipeline.steps.prompt_table import PartitionTexts
 
     rng = np.random.default_rng(5)
     docs = [f"document {d} ünï " + "text " * (d + 1) for d in rng.integers(0, 7, 90)]

@@ -85,3 +85,43 @@ def test_functions_under_60_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
                 long.append(f"{path.relative_to(PACKAGE)}:{node.name} ({node.end_lineno - node.lineno + 1})")
     assert long == []
+
+
+WORKER_SIDE = ("pipeline.worker", "pipeline.steps")
+CLIENT_SIDE = ("pipeline.client", "pipeline.jobs", "pipeline.service", "pipeline.cluster")
+
+
+def _side_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from the workers' code into the client's, and from ``data`` into either side."""
+    def within(module, packages):
+        return any(module == p or module.startswith(p + ".") for p in packages)
+
+    found = []
+    for module, imports in graph.items():
+        if within(module, WORKER_SIDE):
+            found += [f"{module} -> {i}" for i in imports if within(i, CLIENT_SIDE)]
+        if within(module, ("pipeline.data",)):
+            found += [f"{module} -> {i}" for i in imports if within(i, WORKER_SIDE + CLIENT_SIDE)]
+    return sorted(found)
+
+
+def test_side_check_sees_a_crossing():
+    assert _side_crossings({"pipeline.steps.a": {"pipeline.jobs.b"}, "pipeline.jobs.b": {"pipeline.steps.a"},
+                            "pipeline.data.c": {"pipeline.worker.d"}}) == \
+        ["pipeline.data.c -> pipeline.worker.d", "pipeline.steps.a -> pipeline.jobs.b"]
+
+
+def test_worker_code_never_imports_client_code():
+    modules = _modules()
+    graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
+    assert _side_crossings(graph) == []
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists its packages by name: a new folder left out would be missing from a
+    non-editable install."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set()

@@ -1,4 +1,4 @@
-"""The "zlib-ng" compressor for Dask transfers (pipeline/cluster/compression.py): registered
+"""The "zlib-ng" compressor for Dask transfers (pipeline/compression.py): registered
 once, round-trips the buffers Dask hands it, used by Dask's own serialization when
 ``distributed.comm.compression`` names it, and between two worker processes on a cluster.
 """
@@ -17,8 +17,8 @@ from distributed.protocol.core import dumps, loads
 from distributed.protocol.serialize import Serialize, deserialize_bytes, serialize_bytelist, unpack_frames
 import msgpack
 
-from pipeline.cluster import compression
-from pipeline.cluster.compression import NAME
+from pipeline import compression
+from pipeline.compression import NAME
 
 CONFIG_KEY = "distributed.comm.compression"
 
@@ -123,7 +123,7 @@ def len_of(table: pa.Table) -> tuple[int, int]:
 
 
 def stats() -> dict:
-    from pipeline.cluster import compression as c
+    from pipeline import compression as c
     return dict(c.STATS)
 
 
@@ -143,7 +143,7 @@ def test_workers_on_different_addresses_move_a_table_compressed():
     if not (_loopback_ok("127.0.0.2") and _loopback_ok("127.0.0.3")):
         pytest.skip("127.0.0.2/127.0.0.3 are not usable loopback addresses here")
     cloudpickle.register_pickle_by_value(sys.modules[__name__])   # (the tasks run on the workers)
-    worker = {"nthreads": 1, "dashboard": False, "preload": ["pipeline.cluster.compression"],
+    worker = {"nthreads": 1, "dashboard": False, "preload": ["pipeline.compression"],
               "memory_limit": 0}
     environ = dict(os.environ)   # (Dask's nannies write into this process's environment: put back below)
     try:

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Pipeline, load_config
-from pipeline.jobs.errors import JobError
+from pipeline.data.errors import JobError
 from pipeline.jobs.job import run_job
 from pipeline.worker.fake_engine import FakeEngine
 

@@ -204,7 +204,7 @@ class Ctx:
 # python faults: on the module's embedded pipeline
 
 def shard_worker(p, shard: str) -> str:
-    from pipeline.client.recovery import current_workers
+    from pipeline.jobs.recovery import current_workers
 
     return next(a for a, w in current_workers(p.client).items() if f"shard-{shard}" in (w.get("resources") or {}))
 
@@ -279,7 +279,7 @@ def remove_partial(ctx):
 
 def _fail_writes(dask_worker, exc: BaseException) -> None:
     """On this worker: every answer file from now on fails with ``exc``."""
-    from pipeline.jobs import answer_files
+    from pipeline.data import answer_files
 
     original = getattr(answer_files.AnswerFiles.write, "original", answer_files.AnswerFiles.write)
 
@@ -290,7 +290,7 @@ def _fail_writes(dask_worker, exc: BaseException) -> None:
 
 
 def _heal_writes(dask_worker) -> None:
-    from pipeline.jobs import answer_files
+    from pipeline.data import answer_files
 
     answer_files.AnswerFiles.write = getattr(answer_files.AnswerFiles.write, "original",
                                              answer_files.AnswerFiles.write)

@@ -5,10 +5,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.input import open_source
+from pipeline.data.input import open_source
 from pipeline.jobs.key_check import duplicate_report, duplicates_message, partition_key_hashes, repeated_hashes, \
     suspect_keys
-from pipeline.jobs.partitions import plan_partitions
+from pipeline.data.partitions import plan_partitions
 from tasks import task_columns
 from pipeline import load_config
 

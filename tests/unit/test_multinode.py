@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from pipeline import Pipeline
-from pipeline.client.recovery import current_workers
+from pipeline.jobs.recovery import current_workers
 from pipeline.summary import GONE, LOST, REJOINED
 from pipeline.bench.workloads import document_questions
 

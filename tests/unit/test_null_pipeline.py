@@ -152,7 +152,7 @@ def test_shard_watch_sees_no_worker_come_and_go_when_none_did(null_pipeline):
     'rejoined' at the same address)."""
     from distributed import Client
 
-    from pipeline.client.recovery import ShardWatch
+    from pipeline.jobs.recovery import ShardWatch
 
     with dask.config.set({"distributed.client.scheduler-info-interval": "2ms"}):
         client = Client(null_pipeline.client.scheduler.address)

@@ -73,7 +73,7 @@ def _put_two_files(fs, folder, rows, cut):
 def test_job_from_s3_to_s3_runs_on_the_cluster(store_pipeline, s3):
     """The workers read the input objects and write the answer and part objects; OUTPUT appears
     whole; a partial output of another job is refused once it holds answers."""
-    from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
+    from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
     from pipeline.jobs.cluster_job import ClusterJob
 
     rows = _rows(30, seed=1)
@@ -225,9 +225,9 @@ def test_openai_batch_jsonl_on_s3(store_pipeline, s3):
 def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp_path):
     """The workers read the input from the object store themselves (the job's spec carries the
     store's settings); a resumed job refuses an input object rewritten under its answers."""
-    from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
+    from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
     from pipeline.jobs.cluster_job import ClusterJob
-    from pipeline.jobs.storage import filesystem
+    from pipeline.data.storage import filesystem
 
     rows = _rows(12, seed=7)
     fs = _fs(s3)

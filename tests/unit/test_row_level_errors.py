@@ -7,7 +7,7 @@ import pytest
 import pyarrow as pa
 
 from pipeline import load_config
-from pipeline.jobs.prompt_table import prompt_rows_from
+from pipeline.steps.prompt_table import prompt_rows_from
 from pipeline.sampling import Sampling
 from pipeline.worker.engine import Generation
 from pipeline.worker.gcstats import GcPauses

@@ -1,8 +1,8 @@
 """``recovery.rejoin_timeout_s`` counts until a worker that can answer, not one that has joined
-(pipeline/client/recovery.py): a fake scheduler and a fake clock."""
+(pipeline/jobs/recovery.py): a fake scheduler and a fake clock."""
 from types import SimpleNamespace
 
-from pipeline.client.recovery import ShardWatch
+from pipeline.jobs.recovery import ShardWatch
 from pipeline.summary import GONE, LOST, REJOINED
 
 

@@ -11,7 +11,7 @@ from cryptography.x509.oid import NameOID
 from distributed import Client
 
 from pipeline import Pipeline, load_config
-from pipeline.client.recovery import current_workers
+from pipeline.jobs.recovery import current_workers
 from pipeline.bench.workloads import document_questions
 
 

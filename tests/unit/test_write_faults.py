@@ -20,7 +20,7 @@ import pytest
 
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
-from pipeline.jobs.answer_files import ANSWER_SCHEMA, AnswerFiles
+from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
 from pipeline.worker.queries import worker_stats
 
 ROWS = 1600          # 800 a shard; 4 at a time, 0.02 s each: ~4 s a shard
@@ -152,7 +152,7 @@ def test_output_partial_removed_mid_job_stops_it_and_the_rerun_starts_over(pipel
 
 def _fail_writes(dask_worker, after: int, exc: BaseException, times: int) -> None:
     """On this worker: answer files ``after`` .. ``after + times - 1`` fail with ``exc``."""
-    from pipeline.jobs import answer_files
+    from pipeline.data import answer_files
 
     original = answer_files.AnswerFiles.write
     count = itertools.count()
@@ -166,7 +166,7 @@ def _fail_writes(dask_worker, after: int, exc: BaseException, times: int) -> Non
 
 
 def _heal_writes(dask_worker) -> None:
-    from pipeline.jobs import answer_files
+    from pipeline.data import answer_files
 
     answer_files.AnswerFiles.write = getattr(answer_files.AnswerFiles.write, "original",
                                              answer_files.AnswerFiles.write)
@@ -237,9 +237,9 @@ def test_no_write_makes_a_removed_folder_again_and_each_error_is_classed(tmp_pat
     ``OutputGone`` and leaves nothing behind; subfolders inside a present one are made."""
     import fsspec
 
-    from pipeline.jobs.errors import OutputGone
-    from pipeline.jobs.job_folder import LocalFolder, StoreFolder, permanent_write_error
-    from pipeline.jobs.output import META
+    from pipeline.data.errors import OutputGone
+    from pipeline.data.job_folder import LocalFolder, StoreFolder, permanent_write_error
+    from pipeline.data.output import META
     from pipeline.worker.engine import EngineDead
 
     table = pa.table({"position": [1]})

@@ -1,13 +1,13 @@
 """Runs on the workers: an OpenAI batch JSONL file read by a cluster job, a block of its bytes at a
-time (``ByteBlock``, pipeline/jobs/partitions.py). A block's rows are the non-blank lines that
+time (``ByteBlock``, pipeline/data/partitions.py). A block's rows are the non-blank lines that
 start in it (fsspec's ``read_block`` cuts it at line ends), so every line is read by one task.
 A row's position is its block's number, then its place in the block; the output's ids are
 numbered in input order when OUTPUT is written (pipeline/jobs/openai_batch.py).
 
-Each line is checked as pipeline/jobs/input.py says: a line that is not a request for the file's
+Each line is checked as pipeline/data/input.py says: a line that is not a request for the file's
 endpoint (chat completions or embeddings), whose messages the chat template rejects, or whose body's sampling
 settings are bad, is an error row with the same text. A file of scoring requests (``/v1/score``,
-``/v1/rerank``: pipeline/jobs/scoring_lines.py) has a row per (query, document) pair of each line:
+``/v1/rerank``: pipeline/data/scoring_lines.py) has a row per (query, document) pair of each line:
 its positions number the block's pairs, its carry says which line each belongs to.
 """
 from __future__ import annotations
@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fsspec.utils import read_block
 
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.input import parse_line, request_row
+from pipeline.data.errors import JobError
+from pipeline.data.input import parse_line, request_row
 from pipeline.names import CHAT_URL, EMBEDDINGS_URL
-from pipeline.jobs.partitions import ByteBlock
-from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of_dicts
-from pipeline.jobs.scoring_lines import SCORING, carry_column, line_rows
+from pipeline.data.partitions import ByteBlock
+from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
+from pipeline.data.scoring_lines import SCORING, carry_column, line_rows
 
 
 

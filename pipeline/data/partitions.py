@@ -2,10 +2,10 @@
 read by one Dask task on a worker.
 
 - Parquet (``plan_partitions``, from the files' footers): a run of consecutive rows of one
-  file (pipeline/jobs/prompt_table.py). Partitions follow row groups where they can; a row
+  file (pipeline/steps/prompt_table.py). Partitions follow row groups where they can; a row
   group larger than twice the partition size is read in slices.
 - OpenAI batch JSONL (``plan_blocks``, from the file's size): a range of the file's bytes, cut
-  at line ends when read (pipeline/jobs/jsonl_input.py). Its rows are counted only when read,
+  at line ends when read (pipeline/steps/jsonl_input.py). Its rows are counted only when read,
   so a row's position is the block's number, then the row's place in it (``PARTITION_BITS``).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every job's output shares: ``OUTPUT.partial/_job.json`` (``META``: which input the
 answers there belong to), the check that OUTPUT can be written, and writes that never leave a
 torn file (a temporary name, then a rename). The answer files and parts themselves:
-pipeline/jobs/answer_files.py."""
+pipeline/data/answer_files.py."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.errors import JobError
+from pipeline.data.errors import JobError
 
 META = "_job.json"
 

@@ -1,7 +1,7 @@
 """Rows that name a LoRA adapter, as placement keys: a document answered under two adapters is
 two documents (an engine's cached prefix under one adapter serves no other), each with a digest
 of its own (the prefix's folded with the adapter's) and an adapter code placement packs by
-(pipeline/jobs/placement.py). Rows with no adapter keep their prefix's digest, byte for byte.
+(pipeline/steps/placement.py). Rows with no adapter keep their prefix's digest, byte for byte.
 """
 from __future__ import annotations
 

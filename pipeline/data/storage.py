@@ -13,7 +13,7 @@ import os
 import posixpath
 from typing import Any
 
-from pipeline.jobs.errors import JobError
+from pipeline.data.errors import JobError
 
 
 LOCAL_PREFIXES = ("file://", "local://")   # fsspec's protocols for the local file system

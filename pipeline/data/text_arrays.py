@@ -1,6 +1,6 @@
 """Arrow string columns holding a text on some rows only, as views of the same bytes where
 they can be (no copy of a document's text for each of its rows): what a partition's prompt rows
-(pipeline/jobs/prompt_table.py) carry, each document's text on its first row."""
+(pipeline/steps/prompt_table.py) carry, each document's text on its first row."""
 from __future__ import annotations
 
 import numpy as np

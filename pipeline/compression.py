@@ -33,7 +33,7 @@ Turning it on: ``distributed.comm.compression: "zlib-ng"`` (``DASK_DISTRIBUTED__
 not registered fails each handshake with another host with ``ValueError: Invalid compression
 setting`` (same-address connections skip the setting).
 Importing this module registers it, and it is a Dask preload (``--preload
-pipeline.cluster.compression``, or ``preload=[...]`` of a Worker/Scheduler; a ``dask worker``'s
+pipeline.compression``, or ``preload=[...]`` of a Worker/Scheduler; a ``dask worker``'s
 nanny process needs ``--preload-nanny`` too): Dask imports a preload while it constructs the
 server, before the server opens any connection. Two processes whose settings differ (one
 ``"zlib-ng"``, one ``False``) agree on no compression; nothing breaks.

@@ -1,7 +1,7 @@
 """Which shard answers each document of a job, and in which bucket: a counting pass over the
 whole job's documents, then a bounded-load packing. Pure (numpy, no Dask): it runs as one task
 on a worker, over the per-document counts the partitions' read tasks made
-(pipeline/jobs/prompt_table.py), so the client holds no per-document state.
+(pipeline/steps/prompt_table.py), so the client holds no per-document state.
 
 - Every row of a document goes to one shard (placement is per document), except a document
   with more rows than a bucket, or than a shard's fair share of a large job: it is split into
@@ -13,7 +13,7 @@ on a worker, over the per-document counts the partitions' read tasks made
   first), so a skewed job (a few documents with many questions) stays balanced.
 - Only live shards get work: a dead shard's documents go to the others.
 - Where rows name LoRA adapters (a document under an adapter is a document of its own:
-  pipeline/jobs/adapter_keys.py) and the job's adapters are more than an engine applies at once
+  pipeline/steps/adapter_keys.py) and the job's adapters are more than an engine applies at once
   (``engine.max_loras``), adapters are spread first (``spread``: each shard at most ``max_loras``
   of them, or where there are more than shards × ``max_loras``, at most ``ceil(adapters /
   shards)``; an adapter too costly for one shard's fair share cut across shards while slots are
@@ -87,7 +87,7 @@ def place_documents(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, sha
     A document with more rows than a bucket, or than both a shard's fair share and ``SPLIT_ROWS``
     (a prompt head every row of a job shares), is split into chunks of rows that are placed on their own; each
     costs its share of the document's cost plus, once more, ``prefix_cost`` (its prefill).
-    ``adapters``: each document's adapter code (0: the base model; pipeline/jobs/adapter_keys.py);
+    ``adapters``: each document's adapter code (0: the base model; pipeline/steps/adapter_keys.py);
     where they are more than ``max_loras`` (an engine's LoRA slots), each shard gets few of them
     (``adapter_shards``). On a shard, each adapter's documents are consecutive buckets."""
     if not shards:

@@ -36,11 +36,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.sizeof import sizeof
 
-from pipeline.jobs.adapter_keys import adapter_digests
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.partitions import Partition
-from pipeline.jobs.row_checks import RowColumns
-from pipeline.jobs.text_arrays import on_first_rows, only_on, packed
+from pipeline.steps.adapter_keys import adapter_digests
+from pipeline.data.errors import JobError
+from pipeline.data.partitions import Partition
+from pipeline.data.row_checks import RowColumns
+from pipeline.data.text_arrays import on_first_rows, only_on, packed
 from pipeline.prefix_memory import digest_codes, text_digests, value_bounds
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked

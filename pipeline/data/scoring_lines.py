@@ -39,7 +39,7 @@ UNSUPPORTED_FIELDS = ("truncate_prompt_tokens", "max_tokens_per_query", "max_tok
 def scoring_task(config, tokenizer):
     """The task that answers a file of scoring requests: the config's ``score`` task (its
     template must read only ``document`` and ``query``), else the score task's defaults."""
-    from pipeline.jobs.errors import JobError
+    from pipeline.data.errors import JobError
     from tasks import Classify, get_task_kind
     from tasks.template import template_columns
 

@@ -1,6 +1,6 @@
 """Runs on the workers: a Dask DataFrame job's first and last step (``Pipeline.map_dataframe``,
 pipeline/client/dataframes.py). The steps between are every cluster job's
-(pipeline/jobs/cluster_tasks.py).
+(pipeline/steps/cluster_tasks.py).
 
     frame_read_task (per input partition)  -> PromptRows, figures, the partition's index
     frame_tail_of (per input partition)    -> what its merge needs of the read: the rows that
@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.jobs.answer_files import PANDAS_TYPES, error_table
-from pipeline.jobs.cluster_tasks import JobSpec, frame_positions
-from pipeline.jobs.prompt_table import PromptRows, prompt_rows_of
+from pipeline.data.answer_files import PANDAS_TYPES, error_table
+from pipeline.steps.cluster_tasks import JobSpec, frame_positions
+from pipeline.steps.prompt_table import PromptRows, prompt_rows_of
 from pipeline.summary import Figures
 
 

@@ -2,7 +2,7 @@
 write and read it: a folder on a local or shared file system (``LocalFolder``), or a prefix on
 an object store through fsspec (``StoreFolder``: ``s3://``, ``gs://``, ``memory://``, ...).
 
-Both give the one guarantee the job's commits rest on (pipeline/jobs/answer_files.py): a file
+Both give the one guarantee the job's commits rest on (pipeline/data/answer_files.py): a file
 that can be seen is whole. A local file is written under a temporary name, synced and renamed; an
 object store writes each object whole or not at all, and has no rename, so an object is written
 once, under its final name. Paths are strings within the folder's file system.
@@ -25,10 +25,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.errors import OutputGone
-from pipeline.jobs.output import META, write_atomic, write_table_atomic
+from pipeline.data.errors import OutputGone
+from pipeline.data.output import META, write_atomic, write_table_atomic
 
-# Write errors a retry cannot fix: the job stops at once (pipeline/jobs/cluster_tasks.py)
+# Write errors a retry cannot fix: the job stops at once (pipeline/steps/cluster_tasks.py)
 # rather than answer its rows again only to fail the same way.
 PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}   # (and PermissionError: EACCES, EPERM)
 

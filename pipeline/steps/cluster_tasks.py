@@ -16,7 +16,7 @@ through the client or inline through the scheduler.
     finish_task (one)                            -> OUTPUT (Parquet, or OpenAI batch JSONL)
 
 A partition is a Parquet file's rows (``Partition``) or a JSONL file's block of bytes
-(``ByteBlock``, read by pipeline/jobs/jsonl_input.py).
+(``ByteBlock``, read by pipeline/steps/jsonl_input.py).
 """
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from distributed import get_worker
 
-from pipeline.jobs.answer_files import AnswerFiles, BucketCommits, error_table, results_table
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.job_folder import permanent_write_error
-from pipeline.jobs.partitions import PARTITION_BITS, Partition, by_partition, runs
-from pipeline.jobs.placement import Bucket, Placement, place_documents
-from pipeline.jobs.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PartitionTexts, PromptRows, \
+from pipeline.data.answer_files import AnswerFiles, BucketCommits, error_table, results_table
+from pipeline.data.errors import JobError
+from pipeline.data.job_folder import permanent_write_error
+from pipeline.data.partitions import PARTITION_BITS, Partition, by_partition, runs
+from pipeline.steps.placement import Bucket, Placement, place_documents
+from pipeline.steps.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PartitionTexts, PromptRows, \
     prefixes_of, prompt_rows, read_partition
-from pipeline.jobs.text_arrays import on_first_rows
+from pipeline.data.text_arrays import on_first_rows
 from pipeline.sampling import Sampling
 from pipeline.summary import Figures
 from pipeline.worker.plugin import shard_plugin
@@ -78,7 +78,7 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, Figures]:
         # lost worker held, and must then get the same rows)
         done = files.answered_positions(part.index, before_run=spec.run)
         if spec.source.format == "openai":
-            from pipeline.jobs.jsonl_input import jsonl_prompt_rows
+            from pipeline.steps.jsonl_input import jsonl_prompt_rows
 
             rows = jsonl_prompt_rows(spec.source, spec.task, part, done)
         else:
@@ -323,7 +323,7 @@ def partition_of(positions: np.ndarray) -> np.ndarray:
 def merge_task(spec: JobSpec, part: Partition) -> int:
     source = spec.source
     if source.format == "openai":
-        from pipeline.jobs.jsonl_input import block_carry
+        from pipeline.steps.jsonl_input import block_carry
 
         carry = block_carry(source, part)
     else:

@@ -1,6 +1,6 @@
 """A cluster job's partial output, written by the workers: what is committed, and how it becomes
 OUTPUT. Every worker must see OUTPUT's folder: one machine, a shared file system, or an object
-store (pipeline/jobs/job_folder.py).
+store (pipeline/data/job_folder.py).
 
     OUTPUT.partial/
       _job.json                          which input, which partitions (resume checks it)
@@ -14,7 +14,7 @@ written once, whole). A partition is merged (by position, with its input's own c
 its rows are answered; then OUTPUT is the parts copied in order into one file that appears whole
 (renamed into place, or an upload that completes), and the folder goes. A run that is
 interrupted resumes from the files: partitions merged are skipped, rows answered are not read
-again (pipeline/jobs/prompt_table.py), so no row is answered twice and none is lost.
+again (pipeline/steps/prompt_table.py), so no row is answered twice and none is lost.
 """
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.jobs.errors import JobError, OutputGone
-from pipeline.jobs.job_folder import LocalFolder, StoreFolder
-from pipeline.jobs.output import META, check_writable, meta_differences
-from pipeline.jobs.partitions import Partition, by_partition
-from pipeline.jobs.storage import filesystem, store_error
+from pipeline.data.errors import JobError, OutputGone
+from pipeline.data.job_folder import LocalFolder, StoreFolder
+from pipeline.data.output import META, check_writable, meta_differences
+from pipeline.data.partitions import Partition, by_partition
+from pipeline.data.storage import filesystem, store_error
 from pipeline.results import RESULT_FIELDS, RowResult
 
 _TOKEN = [pa.field("token", pa.string()), pa.field("logprob", pa.float64())]
@@ -81,7 +81,7 @@ def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
 
 class AnswerFiles:
     """The folder's answer files and merged parts (used on the workers and by the client);
-    ``folder``: a ``LocalFolder`` or ``StoreFolder`` (pipeline/jobs/job_folder.py), or a local path."""
+    ``folder``: a ``LocalFolder`` or ``StoreFolder`` (pipeline/data/job_folder.py), or a local path."""
 
     def __init__(self, folder):
         self.folder = folder if isinstance(folder, (LocalFolder, StoreFolder)) else LocalFolder(folder)
@@ -212,7 +212,7 @@ class AnswerFiles:
 class ClusterParts:
     """The client's side of a cluster job's partial output (``OUTPUT.partial``): a folder on a
     local or shared file system (``local``) or a prefix on an object store (``on_store``). Opens
-    it, or resumes it with a partial output's checks (pipeline/jobs/output.py): another job's
+    it, or resumes it with a partial output's checks (pipeline/data/output.py): another job's
     committed results are refused (``_job.json`` says which job they belong to), and so is an
     input file changed under committed answers."""
 

@@ -17,10 +17,10 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.errors import JobError
-from pipeline.jobs.row_checks import RowColumns
-from pipeline.jobs.scoring_lines import SCORING, envelope_error, scoring_kind
-from pipeline.jobs.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
+from pipeline.data.errors import JobError
+from pipeline.data.row_checks import RowColumns
+from pipeline.data.scoring_lines import SCORING, envelope_error, scoring_kind
+from pipeline.data.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
 from pipeline.results import RESULT_FIELDS
 from tasks import Columns
 
@@ -56,7 +56,7 @@ def check_output_apart(source: "ParquetSource | OpenAIBatchSource", output: str 
     """Raise :class:`JobError` when writing OUTPUT, or its ``OUTPUT.partial`` folder, would touch
     the job's input: the final rename replaces OUTPUT, and a file written inside an input folder
     or where the input glob looks is read as input by the next run (a resume included). Paths
-    are compared as :func:`~pipeline.jobs.storage.address` es: real paths, normalized URLs."""
+    are compared as :func:`~pipeline.data.storage.address` es: real paths, normalized URLs."""
     out = address(output, storage_options)
     partial = out + ".partial"
     spec = str(source.spec if isinstance(source, ParquetSource) else source.path)
@@ -207,12 +207,12 @@ class OpenAIBatchSource:
     ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``,
     or, in a file of embedding requests, ``"url": "/v1/embeddings", "body": {"input": "text"}``,
     or, in a file of scoring requests, ``/v1/score`` and ``/v1/rerank`` lines (``SCORING``:
-    pipeline/jobs/scoring_lines.py); the first line's url says which (``endpoint``). Blank lines
+    pipeline/data/scoring_lines.py); the first line's url says which (``endpoint``). Blank lines
     are skipped. A line that is not such a request becomes an error row.
 
     Opening it reads nothing but the first line. A job on the client path reads every line here
     (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time
-    (pipeline/jobs/jsonl_input.py)."""
+    (pipeline/steps/jsonl_input.py)."""
     format = "openai"
     named = "file"
     key = "custom_id"
