@@ -108,8 +108,6 @@ class JobsConfig(Section):
 AUTO_WORKER_MEMORY_SHARE = 0.4   # of the machine's memory, for all its workers' job data (the rest: engines, the OS)
 
 
-
-
 class AdvancedConfig(Section):
     """``advanced:``: the tuning sections (docs/configuration.md, "Advanced tuning")."""
     intake: IntakeConfig = IntakeConfig()
