@@ -1,7 +1,8 @@
 """One validated config object, loaded from cluster.yaml.
 
 Every tunable lives here (the shards' section in pipeline/shard_config.py, a job's prompt and
-sampling in pipeline/job_config.py). Unknown keys and bad values raise :class:`ConfigError`
+sampling in pipeline/job_config.py, the tuning sections under ``advanced:`` in
+pipeline/tuning_config.py). Unknown keys and bad values raise :class:`ConfigError`
 with one readable line per problem (never a traceback wall).
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pipeline.cluster.layout import auto_shards, check_layout
 from pipeline.config_base import ConfigError, ConfigNote, Section
 from pipeline.shard_config import AutoShardsConfig, ShardConfig
 from pipeline.job_config import PromptConfig, SamplingConfig
+from pipeline.tuning_config import (AUTO_WORKER_MEMORY_SHARE, AdvancedConfig, IntakeConfig, JobsConfig,  # noqa: F401
+                                    RecoveryConfig, RoutingConfig, TUNING_SECTIONS, tuning_sections_moved)
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
 
@@ -99,50 +102,6 @@ class EngineConfig(Section):
         return engine_kind(value)
 
 
-class RoutingConfig(Section):
-    # What each worker remembers its engine holds (prefix digests, LRU, for the next job's
-    # placement: pipeline/prefix_memory.py) is bounded: at most this many KV blocks' worth
-    # across the cluster (~150 bytes each).
-    max_blocks: int = Field(250_000, gt=0)
-
-
-class IntakeConfig(Section):
-    # Requests admitted to one worker's engine at once (across all its batches).
-    max_in_flight: int = Field(96, gt=0)
-    # An answer task starts no new document while the requests in flight hold this share of
-    # its engine's KV cache (0 disables the check).
-    kv_budget_share: float = Field(0.9, ge=0)
-    # Requests each answer task admits until its first answer, so the first answers come in a
-    # second or two instead of with a full engine's batch, at some cost in throughput. 0: no
-    # limit; null: 1 when someone watches the job (a progress bar on a terminal), else no limit.
-    first_answer_rows: int | None = Field(None, ge=0)
-    # Pipeline.stream: rows of a Python iterable read and answered as one cluster job (a window;
-    # a document's questions are grouped within it; bounds the client's memory)...
-    read_ahead_rows: int = Field(50_000, gt=0)
-    # ...and the characters of prompt text they hold, each prefix counted once (when most
-    # documents in the window are distinct, this bound comes first).
-    read_ahead_chars: int = Field(32_000_000, gt=0)
-    # Tasks one worker runs at once (the worker's nthreads).
-    concurrent_batches: int = Field(4, gt=0)
-
-    def first_rows(self, watched: bool) -> int:
-        """``first_answer_rows``; unset: 1 when someone watches the job (a terminal), else 0."""
-        return self.first_answer_rows if self.first_answer_rows is not None else int(watched)
-
-
-class RecoveryConfig(Section):
-    # How often the client checks that every shard still has a worker (seconds).
-    poll_interval_s: float = Field(0.5, gt=0)
-    # A shard that has had no worker able to answer this long is given up on: its unfinished
-    # buckets go to the surviving shards. Counted from the client's first poll that sees
-    # its worker gone (or replaced) until a worker for it has a ready engine: a restarted worker
-    # joins in seconds but its engine may start for minutes (pipeline/jobs/recovery.py).
-    rejoin_timeout_s: float = Field(60.0, ge=0)
-    # A row is sent at most this many times (retries after a lost worker or a dead engine);
-    # then it is answered with a `worker: ...` error.
-    max_row_attempts: int = Field(3, gt=0)
-
-
 class SecurityConfig(Section):
     # TLS between client, scheduler and workers (Dask's distributed.security.Security).
     # All three PEM files set: every connection is tls:// with mutual authentication.
@@ -162,54 +121,6 @@ class SecurityConfig(Section):
         return self.tls_ca_file is not None
 
 
-class JobsConfig(Section):
-    """File jobs (``python -m pipeline run``, ``run_job``)."""
-    # Parquet: input rows per read task (whole row groups where the files allow).
-    partition_rows: int = Field(65_536, gt=0)
-    # OpenAI batch JSONL: bytes of the file per read task (cut at line ends).
-    partition_bytes: int = Field(64 * 2**20, gt=0)
-    # Input partitions a worker reads (into prompt rows) or splits at a time. Both are CPU-bound
-    # Arrow work that holds the partition's text while it runs: more at once on a worker's
-    # core(s) only contend, and raise the worker's peak memory (1M rows on 2 one-core shards:
-    # read in 5.8-6.9 s one at a time, 8.5-10.5 s four at a time). Read when the workers start.
-    reads_per_worker: int = Field(1, gt=0)
-    # Rows per answer task: a shard's documents are answered in buckets of at most this many
-    # rows (a document is split only when it alone has more rows than that, or than a shard's
-    # fair share of a large job).
-    bucket_rows: int = Field(50_000, gt=0)
-    # Bytes of a job's data (read rows, pieces, kept answers) a worker holds in memory before
-    # Dask spills the least recently used to disk, in the worker's local directory: "auto" (the
-    # default), 40 % of this machine's memory shared among its shards; a size ("8GB", or bytes);
-    # 0: never spill. Read when the workers start.
-    worker_memory: int | str = "auto"
-
-    @field_validator("worker_memory")
-    @classmethod
-    def _memory_size(cls, value: int | str) -> int | str:
-        if value == "auto":
-            return value
-        from dask.utils import parse_bytes
-
-        try:
-            size = parse_bytes(value)
-        except (ValueError, TypeError):
-            raise ValueError(f"jobs.worker_memory must be auto, 0 or a size such as 8GB (got {value!r})") from None
-        if size < 0:
-            raise ValueError(f"jobs.worker_memory must not be negative (got {value!r})")
-        return size
-
-    def worker_memory_bytes(self, shards: int) -> int:
-        """Each of ``shards`` workers' ``worker_memory`` in bytes (0: no spilling)."""
-        if self.worker_memory != "auto":
-            return int(self.worker_memory)
-        import psutil
-
-        return int(AUTO_WORKER_MEMORY_SHARE * psutil.virtual_memory().total / max(1, shards))
-
-
-AUTO_WORKER_MEMORY_SHARE = 0.4   # of the machine's memory, for all its workers' job data (the rest: engines, the OS)
-
-
 class Config(Section):
     scheduler: SchedulerConfig = SchedulerConfig()
     # "auto" (the default): one shard per GPU, or CPU shards of auto_shards.cpu_cores_per_shard
@@ -219,10 +130,6 @@ class Config(Section):
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
     sampling: SamplingConfig = SamplingConfig()
-    routing: RoutingConfig = RoutingConfig()
-    intake: IntakeConfig = IntakeConfig()
-    recovery: RecoveryConfig = RecoveryConfig()
-    jobs: JobsConfig = JobsConfig()
     security: SecurityConfig = SecurityConfig()
     prompt: PromptConfig = PromptConfig()
     # Options for fsspec when a job's input or output is a URL (s3://, gs://, ...): e.g. for S3
@@ -237,6 +144,14 @@ class Config(Section):
     # label's probability. score: columns document and query (or prompt.template's); the output is
     # the probability of the first label (default: yes) over the labels (default: yes, no).
     task: Literal["document_question", "template", "generate", "embed", "classify", "score"] = "document_question"
+    # The tuning sections (pipeline/tuning_config.py): intake, routing, recovery, jobs. Read in
+    # code as config.intake etc. (the properties below); at the top level in older files.
+    advanced: AdvancedConfig = AdvancedConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_tuning_sections(cls, data: Any) -> Any:
+        return tuning_sections_moved(data)
 
     @model_validator(mode="before")
     @classmethod
@@ -287,6 +202,22 @@ class Config(Section):
         return self
 
     @property
+    def intake(self) -> IntakeConfig:
+        return self.advanced.intake
+
+    @property
+    def routing(self) -> RoutingConfig:
+        return self.advanced.routing
+
+    @property
+    def recovery(self) -> RecoveryConfig:
+        return self.advanced.recovery
+
+    @property
+    def jobs(self) -> JobsConfig:
+        return self.advanced.jobs
+
+    @property
     def lora_slots(self) -> int:
         """``engine.max_loras`` resolved: 0 when the engines run without adapters."""
         if self.engine.max_loras is not None:
@@ -317,16 +248,24 @@ class Config(Section):
     def replace(self, **sections: Any) -> "Config":
         """A copy with whole sections or nested keys replaced, validated again.
 
-        ``cfg.replace(scheduler={"dashboard_address": None})`` merges into the section.
+        ``cfg.replace(scheduler={"dashboard_address": None})`` merges into the section. A tuning
+        section is named as code reads it, ``cfg.replace(intake={"max_in_flight": 4})``, or under
+        ``advanced``; either merges into that section and keeps the other tuning sections.
         """
         data = self.model_dump()
-        sections = template_means_task(sections)
+        sections = dict(template_means_task(sections))
+        tuning = {name: sections.pop(name) for name in TUNING_SECTIONS if name in sections}
+        if tuning or isinstance(sections.get("advanced"), dict):
+            tuning = {**sections.pop("advanced", {}), **tuning}
+            sections["advanced"] = {name: _merged(data["advanced"].get(name), value) for name, value in tuning.items()}
         for key, value in sections.items():
-            if isinstance(value, dict) and isinstance(data.get(key), dict):
-                data[key] = {**data[key], **value}
-            else:
-                data[key] = value
+            data[key] = _merged(data.get(key), value)
         return parse_config(data, source="<override>")
+
+
+def _merged(old: Any, new: Any) -> Any:
+    """A section's keys ``new`` over its values ``old`` (a value that is not a section: ``new``)."""
+    return {**old, **new} if isinstance(old, dict) and isinstance(new, dict) else new
 
 
 TEMPLATE_TASKS = ("template", "embed", "classify", "score")   # the tasks a prompt.template may shape

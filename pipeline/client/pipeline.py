@@ -188,11 +188,11 @@ class Pipeline:
         Answers come back a bucket at a time (a shard's share of a window's documents).
         ``watched``: someone watches this job's progress (a notebook, a terminal): the first
         windows are then small (64 rows, each next twice the one before) and, with
-        ``intake.first_answer_rows`` unset, each engine answers a first row before the rest, so
+        ``advanced.intake.first_answer_rows`` unset, each engine answers a first row before the rest, so
         the first answers come within seconds, at some cost in throughput.
 
-        ``rows`` may be any iterable: it is read a window at a time (``intake.read_ahead_rows``
-        rows or ``intake.read_ahead_chars`` characters of prompt text), each window answered as
+        ``rows`` may be any iterable: it is read a window at a time (``advanced.intake.read_ahead_rows``
+        rows or ``advanced.intake.read_ahead_chars`` characters of prompt text), each window answered as
         a cluster job (a document's questions are grouped within it) while the next is read, so
         memory stays bounded however long the input is. ``task``: a task other than the configured
         one, by name (``"generate"``) or as a task kind (e.g. ``tasks.Chat``, ``tasks.PromptTemplate``); ``sampling``: this job's sampling
@@ -204,7 +204,7 @@ class Pipeline:
 
         A worker lost mid-job costs no row: Dask computes what it held again once the nanny has
         restarted it, and a shard whose worker does not come back within
-        ``recovery.rejoin_timeout_s`` has its buckets moved to the others. Each row is yielded
+        ``advanced.recovery.rejoin_timeout_s`` has its buckets moved to the others. Each row is yielded
         exactly once; ``self.last_report`` says what happened. (How the rows run on the cluster:
         pipeline/client/iterable_job.py.)"""
         if rows_total is None and isinstance(rows, Sized):

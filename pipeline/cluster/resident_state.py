@@ -99,8 +99,8 @@ def fingerprint(config: Config, model: str) -> dict:
         "model": model,
         "engine": config.engine.model_dump(mode="json"),
         "shards": {s.name: s.model_dump(mode="json", exclude={"name"}) for s in config.shards},
-        "intake": {"max_in_flight": config.intake.max_in_flight,
-                   "concurrent_batches": config.intake.concurrent_batches},
+        "advanced": {"intake": {"max_in_flight": config.intake.max_in_flight,
+                                "concurrent_batches": config.intake.concurrent_batches}},
         "security": config.security.model_dump(mode="json"),
     }
 

@@ -76,11 +76,11 @@ def test_bad_yaml_and_missing_file(tmp_path):
 
 
 def test_cli_reports_config_error_without_traceback(tmp_path):
-    p = _write(tmp_path, "shards: [{name: a, device: 0}]\nintake: {max_in_flight: 0}\n")
+    p = _write(tmp_path, "shards: [{name: a, device: 0}]\nadvanced: {intake: {max_in_flight: 0}}\n")
     proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    assert "intake.max_in_flight" in proc.stderr
+    assert "advanced.intake.max_in_flight" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -101,9 +101,10 @@ def test_security_needs_all_three_tls_files():
 def test_engine_kind_and_recovery_are_checked():
     with pytest.raises(ConfigError) as err:
         parse_config({"shards": [{"name": "a", "device": 0}], "engine": {"kind": "mock"},
-                      "recovery": {"rejoin_timeout_s": -1, "max_row_attempts": 0}})
+                      "advanced": {"recovery": {"rejoin_timeout_s": -1, "max_row_attempts": 0}}})
     text = str(err.value)
-    assert "engine.kind" in text and "recovery.rejoin_timeout_s" in text and "recovery.max_row_attempts" in text
+    assert "engine.kind" in text and "advanced.recovery.rejoin_timeout_s" in text \
+        and "advanced.recovery.max_row_attempts" in text
 
 
 def test_auto_dtype_follows_the_cpus_bf16_support(tmp_path, monkeypatch):
@@ -132,11 +133,14 @@ def test_worker_memory_is_auto_a_size_or_zero_and_a_bad_one_is_named():
     auto = parse_config({"shards": shards}).jobs
     assert auto.worker_memory == "auto"
     assert auto.worker_memory_bytes(2) == int(0.4 * psutil.virtual_memory().total / 2)
-    assert parse_config({"shards": shards, "jobs": {"worker_memory": "8GB"}}).jobs.worker_memory_bytes(2) == 8 * 10**9
-    assert parse_config({"shards": shards, "jobs": {"worker_memory": 0}}).jobs.worker_memory_bytes(2) == 0
+    def jobs(**keys):
+        return parse_config({"shards": shards, "advanced": {"jobs": keys}}).jobs
+
+    assert jobs(worker_memory="8GB").worker_memory_bytes(2) == 8 * 10**9
+    assert jobs(worker_memory=0).worker_memory_bytes(2) == 0
     with pytest.raises(ConfigError) as err:
-        parse_config({"shards": shards, "jobs": {"worker_memory": "lots"}})
-    assert "jobs.worker_memory" in str(err.value) and "lots" in str(err.value)
+        jobs(worker_memory="lots")
+    assert "advanced.jobs.worker_memory: must be auto, 0 or a size such as 8GB (got 'lots')" in str(err.value)
 
 
 def test_the_fake_engine_reads_naturally_and_its_old_name_null_still_loads_with_a_note(tmp_path):
@@ -166,3 +170,86 @@ def test_the_command_line_prints_the_old_name_note_once(tmp_path):
     assert proc.stderr.splitlines() == ["note: engine kind null is now called fake (in YAML a bare null means no "
                                         "value); write `kind: fake` (or --engine fake)"]
     assert '"kind": "fake"' in proc.stdout
+
+
+# -- advanced: the tuning sections --------------------------------------------------------------
+
+def test_the_repositorys_cluster_yaml_has_the_tuning_sections_under_advanced_and_loads_without_a_note():
+    import warnings
+
+    import yaml
+
+    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    assert not {"intake", "routing", "recovery", "jobs"} & set(data)
+    assert {"intake", "recovery", "jobs"} <= set(data["advanced"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = load_config()
+        assert config.intake is config.advanced.intake and config.intake.max_in_flight == 96
+        assert config.jobs.bucket_rows == 50_000 and config.recovery.max_row_attempts == 3
+        again = parse_config(config.model_dump(mode="json"))   # (what a resident cluster's workers read)
+        assert again == config and set(config.model_dump()) >= {"advanced"}
+        assert not {"intake", "routing", "recovery", "jobs"} & set(config.model_dump())
+
+
+def test_tuning_sections_at_the_top_level_are_read_under_advanced_with_a_note(tmp_path):
+    from pipeline.config import ConfigNote
+
+    text = "intake: {max_in_flight: 7}\nrecovery: {max_row_attempts: 5}\nadvanced: {jobs: {bucket_rows: 9}}\n"
+    with pytest.warns(ConfigNote) as notes:
+        config = load_config(_write(tmp_path, text))
+    assert [str(n.message) for n in notes] == [
+        "intake: and recovery: are now under advanced: (advanced.intake, advanced.recovery); indent them under "
+        "an advanced: section"]
+    assert (config.intake.max_in_flight, config.recovery.max_row_attempts, config.jobs.bucket_rows) == (7, 5, 9)
+    assert config.advanced.intake.max_in_flight == 7
+    assert config.intake.concurrent_batches == 4   # (the section's other keys: their defaults)
+    with pytest.warns(ConfigNote, match=r"^jobs: is now under advanced: \(advanced.jobs\); indent it under"):
+        parse_config({"jobs": {"partition_rows": 10}})
+
+
+def test_a_tuning_section_given_at_the_top_level_and_under_advanced_is_an_error_naming_both(tmp_path):
+    text = "intake: {max_in_flight: 7}\nadvanced: {intake: {max_in_flight: 8}}\n"
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, text))
+    assert "intake: and advanced.intake: are one section, given twice: keep advanced.intake" in str(err.value)
+
+
+def test_an_unknown_key_under_advanced_is_one_line_naming_its_path(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, "advanced:\n  intake: {xyz: 1}\n"))
+    assert str(err.value).splitlines()[1:] == ["  advanced.intake.xyz: unknown key"]
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, "advanced: {engine: {max_num_seqs: 8}}\n"))
+    assert str(err.value).splitlines()[1:] == ["  advanced.engine: unknown key"]
+    with pytest.warns(Warning), pytest.raises(ConfigError) as err:   # (the old place: the same line, and the note)
+        load_config(_write(tmp_path, "intake: {xyz: 1}\n"))
+    assert str(err.value).splitlines()[1:] == ["  advanced.intake.xyz: unknown key"]
+
+
+def test_replace_merges_into_one_tuning_section_and_keeps_the_others():
+    import warnings
+
+    base = load_config().replace(jobs={"bucket_rows": 11}, recovery={"poll_interval_s": 0.25})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # (the code's own spelling: no note)
+        config = base.replace(intake={"max_in_flight": 4})
+        nested = base.replace(advanced={"intake": {"concurrent_batches": 2}}, recovery={"max_row_attempts": 9})
+    assert config.intake.max_in_flight == 4 and config.intake.concurrent_batches == 4
+    assert config.jobs.bucket_rows == 11 and config.jobs.partition_rows == 65_536
+    assert config.recovery == base.recovery and config.routing == base.routing
+    assert nested.intake.concurrent_batches == 2 and nested.intake.max_in_flight == 96
+    assert (nested.recovery.max_row_attempts, nested.recovery.poll_interval_s) == (9, 0.25)
+    assert nested.jobs.bucket_rows == 11
+    with pytest.raises(ConfigError, match=r"advanced.intake.max_in_flight: Input should be greater than 0"):
+        base.replace(intake={"max_in_flight": 0})
+
+
+def test_the_command_line_prints_the_tuning_sections_note_once(tmp_path):
+    p = _write(tmp_path, "routing: {max_blocks: 1000}\n")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["note: routing: is now under advanced: (advanced.routing); indent it under "
+                                        "an advanced: section"]
+    assert '"max_blocks": 1000' in proc.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import typing
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import yaml
 from pydantic import BaseModel
 
 from pipeline.__main__ import _parser
-from pipeline.config import Config, parse_config
+from pipeline.config import Config, ConfigNote, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = {"BENCHMARKS.md"}
@@ -54,29 +55,43 @@ def _is_list(annotation) -> bool:
     return typing.get_origin(annotation) is list
 
 
-SECTIONS = {name: _model_of(f.annotation) for name, f in Config.model_fields.items()
-            if _model_of(f.annotation) is not None}
+def _sections(model: type[BaseModel] = Config, path: str = "") -> dict[str, type[BaseModel]]:
+    """Every section by its dotted path: ``engine``, ``shards``, ``advanced``, ``advanced.intake``."""
+    found = {}
+    for name, field in model.model_fields.items():
+        section = _model_of(field.annotation)
+        if section is not None:
+            found[path + name] = section
+            found.update(_sections(section, f"{path}{name}."))
+    return found
 
 
-def _leaf_keys() -> list[str]:
-    """Every key a config file can set: ``engine.max_num_seqs``, ``shards[].devices``, ``task``."""
+SECTIONS = _sections()
+LIST_SECTIONS = {name for name, f in Config.model_fields.items() if _is_list(f.annotation)}
+
+
+def _leaf_keys(model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
+    """Every key a config file can set: ``engine.max_num_seqs``, ``shards[].devices``, ``task``,
+    ``advanced.intake.max_in_flight``."""
     keys = []
-    for name, field in Config.model_fields.items():
+    for name, field in model.model_fields.items():
         section = _model_of(field.annotation)
         if section is None:
-            keys.append(name)
-            continue
-        prefix = f"{name}[]." if _is_list(field.annotation) else f"{name}."
-        keys += [prefix + key for key in section.model_fields]
+            keys.append(prefix + name)
+        else:
+            keys += _leaf_keys(section, f"{prefix}{name}[]." if _is_list(field.annotation) else f"{prefix}{name}.")
     return keys
 
 
 LEAF_KEYS = _leaf_keys()
-LIST_SECTIONS = {name for name, f in Config.model_fields.items() if _is_list(f.annotation)}
-# A section name, a dot (or "[]." for a list of sections), a key; not part of a longer dotted
+# The tuning sections' place before `advanced:` (still read, with a note): a page naming
+# `intake.max_in_flight` names a key by a path the reference no longer has.
+OLD_SECTIONS = {name.removeprefix("advanced."): name for name in SECTIONS if name.count(".") == 1
+                and name.startswith("advanced.")}
+# A section's path, a dot (or "[]." for a list of sections), a key; not part of a longer dotted
 # name or a path (pipeline/worker/engine.py, distributed.scheduler.allowed-failures).
-DOTTED = re.compile(r"(?<![\w./\-\[])(" + "|".join(sorted(SECTIONS, key=len, reverse=True))
-                    + r")(\[\])?\.([A-Za-z_][A-Za-z0-9_]*)(?![\w\-])")
+DOTTED = re.compile(r"(?<![\w./\-\[])(" + "|".join(re.escape(name) for name in sorted(
+    [*SECTIONS, *OLD_SECTIONS], key=len, reverse=True)) + r")(\[\])?\.([A-Za-z_][A-Za-z0-9_]*)(?![\w\-])")
 
 
 def _dotted_keys(text: str):
@@ -87,33 +102,60 @@ def _dotted_keys(text: str):
         yield m.group(0), section, key
 
 
+def _not_a_key(name: str, section: str, key: str) -> str | None:
+    """Why a dotted name a page gives is not a config key (None: it is one)."""
+    if section in OLD_SECTIONS:
+        return f"{name} (now {OLD_SECTIONS[section]}.{key})"
+    return None if key in SECTIONS[section].model_fields else name
+
+
 def test_config_model_walk_finds_known_keys():
     # The walk itself: if these are not found, the checks below check nothing.
-    for key in ("engine.max_num_seqs", "intake.read_ahead_rows", "shards[].devices", "routing.max_blocks",
-                "storage_options", "task"):
+    for key in ("engine.max_num_seqs", "advanced.intake.read_ahead_rows", "shards[].devices",
+                "advanced.routing.max_blocks", "advanced.jobs.worker_memory", "storage_options", "task"):
         assert key in LEAF_KEYS
-    assert "jobs.path" not in LEAF_KEYS
+    assert "jobs.path" not in LEAF_KEYS and "advanced.jobs.path" not in LEAF_KEYS
+    assert "intake.read_ahead_rows" not in LEAF_KEYS and "advanced" not in LEAF_KEYS
+    assert set(OLD_SECTIONS) == {"intake", "routing", "recovery", "jobs"}
 
 
 @pytest.mark.parametrize("path", DOCS, ids=_rel)
 def test_dotted_config_keys_exist(path):
-    bad = sorted({name for name, section, key in _dotted_keys(_text(path))
-                  if key not in SECTIONS[section].model_fields})
-    assert not bad, f"{_rel(path)} names config keys the model (pipeline/config.py) lacks: {', '.join(bad)}"
+    bad = sorted({why for found in _dotted_keys(_text(path)) if (why := _not_a_key(*found))})
+    assert not bad, f"{_rel(path)} names config keys the model (pipeline/config.py) lacks, or by their old place: {', '.join(bad)}"
 
 
 def test_dotted_key_check_catches_a_removed_key():
-    found = [(s, k) for _, s, k in _dotted_keys("set `routing.late_binding: false` or `intake.batch_size`")]
-    assert found == [("routing", "late_binding"), ("intake", "batch_size")]
-    assert not any(k in SECTIONS[s].model_fields for s, k in found)
+    found = list(_dotted_keys("set `advanced.routing.late_binding: false` or `advanced.intake.max_in_flightx`"))
+    assert [(s, k) for _, s, k in found] == [("advanced.routing", "late_binding"), ("advanced.intake", "max_in_flightx")]
+    assert [_not_a_key(*f) for f in found] == ["advanced.routing.late_binding", "advanced.intake.max_in_flightx"]
+    assert _not_a_key(*next(_dotted_keys("`advanced.intake.max_in_flight`"))) is None
+    assert _not_a_key(*next(_dotted_keys("`advanced.intake`"))) is None
+    assert _not_a_key(*next(_dotted_keys("`advanced.intakes`"))) == "advanced.intakes"
+    # the old place of a tuning key (read from an old file, but not the name to give)
+    assert [_not_a_key(*f) for f in _dotted_keys("`intake.max_in_flight` and `jobs.bucket_rows`")] == [
+        "intake.max_in_flight (now advanced.intake.max_in_flight)", "jobs.bucket_rows (now advanced.jobs.bucket_rows)"]
     assert list(_dotted_keys("see pipeline/worker/engine.py and distributed.scheduler.allowed-failures")) == []
+    assert list(_dotted_keys("pipeline/jobs/cluster_job.py, pipeline.jobs.command, the client's recovery.py")) == []
+
+
+def _reference_keys(text: str) -> set[str]:
+    """The keys the reference's tables give, by their full paths (a table row's first cell)."""
+    return set(re.findall(r"^\| `([A-Za-z_][\w\[\].]*)` \|", text, re.M))
 
 
 def test_configuration_reference_names_every_key():
-    text = _text(ROOT / "docs" / "configuration.md")
-    named = set(re.findall(r"`([A-Za-z_][\w\[\].]*)", text))
+    named = _reference_keys(_text(ROOT / "docs" / "configuration.md"))
     missing = [key for key in LEAF_KEYS if key not in named]
-    assert not missing, f"docs/configuration.md does not name these config keys: {', '.join(missing)}"
+    assert not missing, f"docs/configuration.md's tables do not give these config keys: {', '.join(missing)}"
+    unknown = sorted(named - set(LEAF_KEYS) - {"shards"})   # (`shards`: auto, or a list of the shards[] keys)
+    assert not unknown, f"docs/configuration.md's tables give keys the model lacks: {', '.join(unknown)}"
+
+
+def test_reference_check_wants_full_paths():
+    assert _reference_keys("| `advanced.intake.max_in_flight` | `96` | ... |\n| `intake.kv_budget_share` | x |") == {
+        "advanced.intake.max_in_flight", "intake.kv_budget_share"}
+    assert "advanced.intake.kv_budget_share" in LEAF_KEYS and "intake.kv_budget_share" not in LEAF_KEYS
 
 
 @pytest.mark.parametrize("path", DOCS, ids=_rel)
@@ -210,7 +252,9 @@ def test_yaml_config_examples_validate(path, index, block):
     assert isinstance(data, dict), (f"{_rel(path)} yaml block {index} is not a mapping; "
                                     f"mark a block that is not a config with '{NOT_A_CONFIG}' on its first line")
     base = yaml.safe_load((ROOT / "cluster.yaml").read_text())
-    parse_config(_merge(base, data), source=f"{_rel(path)} yaml block {index}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigNote)   # (an example spells every key the current way)
+        parse_config(_merge(base, data), source=f"{_rel(path)} yaml block {index}")
 
 
 def test_readme_is_short():

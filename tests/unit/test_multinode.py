@@ -36,9 +36,10 @@ def _config(tmp, address):
     cfg["shards"] = [{"name": "cpu0", "devices": [0], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
                      {"name": "cpu1", "devices": [1], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}]
     cfg["engine"].update(kind="fake", null_latency_s=0.05)
-    cfg["intake"].update(max_in_flight=2, concurrent_batches=2)
-    cfg["recovery"] = {"poll_interval_s": 0.2, "rejoin_timeout_s": 5.0}
-    cfg.setdefault("jobs", {})["bucket_rows"] = 16   # (a stream's answers come bucket by bucket: kills land mid-job)
+    cfg["advanced"]["intake"].update(max_in_flight=2, concurrent_batches=2)
+    cfg["advanced"]["recovery"] = {"poll_interval_s": 0.2, "rejoin_timeout_s": 5.0}
+    # (a stream's answers come bucket by bucket: kills land mid-job)
+    cfg["advanced"].setdefault("jobs", {})["bucket_rows"] = 16
     path = tmp / "cluster.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -63,13 +63,15 @@ def test_a_running_cluster_with_the_same_config_is_used(folder, listening):
 def test_a_running_cluster_with_another_config_is_a_clear_error(folder, listening):
     config = load_config()
     _state(config, listening).save(folder)
-    other = config.replace(engine={"enforce_eager": True, "max_model_len": 1024}, sampling={"max_tokens": 8})
+    other = config.replace(engine={"enforce_eager": True, "max_model_len": 1024}, sampling={"max_tokens": 8},
+                           intake={"max_in_flight": 8})
     with pytest.raises(resident_state.ClusterMismatch) as err:
         resident.find(other, "other-model", notify=pytest.fail)
     text = str(err.value)
     assert f"a local cluster is up at {listening} for another config" in text
     for line in ("engine.enforce_eager: running 'auto', this config True",
                  "engine.max_model_len: running 2048, this config 1024",
+                 "advanced.intake.max_in_flight: running 96, this config 8",
                  "model: running 'm', this config 'other-model'"):
         assert line in text
     assert "python -m pipeline down" in text
