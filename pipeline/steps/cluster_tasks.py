@@ -234,7 +234,7 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
     try:
         await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
                                     _progress(spec, bucket, earlier.num_rows), commit=commits.add,
-                                    commit_rows=spec.commit_rows, commit_s=spec.commit_s, first_rows=spec.first_rows,
+                                    first_rows=spec.first_rows,
                                     prefixes=prefixes, task=task_key, job=spec.job_id, embed=spec.embeds,
                                     labels=spec.labels)
         # (only once every row is answered: a task that failed or was cancelled, its bucket moved to

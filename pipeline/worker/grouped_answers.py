@@ -25,11 +25,14 @@ from pipeline.sampling import ROW_COLUMNS, checked
 from pipeline.token_estimate import estimated_tokens
 
 PROGRESS_EVERY_S = 1.0
+# Answers go to ``commit`` (in the loop's thread pool) this many at a time, or this often: a hand-over,
+# not a buffer. When they are written is the commit's choice (pipeline/data/answer_files.py BucketCommits).
+HAND_OVER_ROWS = 4096
+HAND_OVER_S = 1.0
 
 
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
-                         progress=None, commit=None, commit_rows: int = 10_000,
-                         commit_s: float = 30.0, first_rows: int = 0,
+                         progress=None, commit=None, first_rows: int = 0,
                          prefixes: dict[int, str] | None = None,
                          job: str | None = None, embed: bool = False,
                          labels: tuple[str, ...] | None = None) -> list[RowResult]:
@@ -37,9 +40,9 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
     ``progress(done_rows, error_rows)`` is called now and then, and at the end.
-    ``commit(results)`` gets the results as they complete, at least ``commit_rows`` at a time or
-    every ``commit_s`` seconds, and the rest at the end (in the loop's thread pool, so the
-    engine's event loop goes on meanwhile); the first that fails stops the rows at once (those in
+    ``commit(results)`` gets the results as they complete, a few thousand at a time or every
+    second, and the rest at the end (in the loop's thread pool, so the engine's event loop goes
+    on meanwhile; ``commit`` decides when they are written); the first that fails stops the rows at once (those in
     flight aborted, no more started) and its error is raised. ``first_rows``: until the first
     answer, only this many requests are admitted (0: no limit), so that answer is not decoded in
     lockstep with a full engine's worth of others (``intake.first_answer_rows``,
@@ -48,7 +51,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
     (their prefix and suffix; ``plugin._embed``), not prompts to answer (``plugin._one``);
     ``labels``: the rows' prompts weigh these labels (task classify / score; ``plugin._classify``)."""
-    book = Bookkeeping(rows.num_rows, progress, commit, commit_rows, commit_s)
+    book = Bookkeeping(rows.num_rows, progress, commit)
     admission = Admission(plugin, rows, bucket_id, job or bucket_id, sampling, truncate, first_rows,
                           prefixes if prefixes is not None else prefixes_of(rows), book, embed, labels)
     try:
@@ -60,12 +63,12 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
 
 
 class Bookkeeping:
-    """A bucket's results as they come: kept in the rows' order, handed to ``commit`` in
-    batches (in the loop's thread pool), progress reported; the first failure (a row's or a
+    """A bucket's results as they come: kept in the rows' order, handed to ``commit`` as they
+    come (``HAND_OVER_ROWS`` at a time, or every ``HAND_OVER_S``; in the loop's thread pool), progress reported; the first failure (a row's or a
     commit's) kept, and a failed commit stops the rows in flight (``tasks``)."""
 
-    def __init__(self, n: int, progress, commit, commit_rows: int, commit_s: float):
-        self.progress, self.commit, self.commit_rows, self.commit_s = progress, commit, commit_rows, commit_s
+    def __init__(self, n: int, progress, commit):
+        self.progress, self.commit = progress, commit
         self.results: list[RowResult | None] = [None] * n
         self.done = self.errors = 0
         self.failure: list[BaseException] = []
@@ -82,7 +85,7 @@ class Bookkeeping:
         self.answered_one.set()
         self._ready.append(r)
         now = time.monotonic()
-        if len(self._ready) >= self.commit_rows or now - self._committed_at >= self.commit_s:
+        if len(self._ready) >= HAND_OVER_ROWS or now - self._committed_at >= HAND_OVER_S:
             self._hand_over()
         self.done += 1
         self.errors += r.error is not None

@@ -268,7 +268,7 @@ def test_grouped_answering_admits_first_rows_until_the_first_answer_then_all():
         assert plugin.engine.most_before_first == before and plugin.engine.most == 8
 
 
-def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait():
+def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait(monkeypatch):
     """The engine core dies mid-bucket while requests wait on it (vLLM's then all fail): the
     answering raises EngineDead (the worker restarts with a fresh engine) once the requests in
     flight have ended, starts no further document, and every row answered before the failure
@@ -277,8 +277,11 @@ def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait()
     from pipeline.worker.engine import EngineDead
     from pipeline.worker.fake_engine import FakeEngine
     from pipeline.worker.gcstats import GcPauses
+    from pipeline.worker import grouped_answers
     from pipeline.worker.grouped_answers import answer_grouped
     from pipeline.worker.plugin import EnginePlugin
+
+    monkeypatch.setattr(grouped_answers, "HAND_OVER_ROWS", 1)   # each answer handed to commit as it comes
 
     class Dying(FakeEngine):
         def __init__(self):
@@ -307,7 +310,7 @@ def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait()
         plugin._intake = FairAdmission(config.intake.max_in_flight)
         with pytest.raises(EngineDead, match="engine core died"):
             await answer_grouped(plugin, rows, "b", config.sampling.as_sampling(0), False,
-                                 commit=committed.extend, commit_rows=1)
+                                 commit=committed.extend)
 
     asyncio.run(run())
     answered = sorted(r.index for r in committed)
