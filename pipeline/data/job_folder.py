@@ -107,7 +107,7 @@ class LocalFolder:
     def drop_torn(self) -> None:
         """Files a killed writer left half written (under their temporary names)."""
         for leftover in Path(self.root).glob("**/.*.tmp"):
-            leftover.unlink()
+            leftover.unlink(missing_ok=True)   # (a task of a run just stopped may finish its write meanwhile)
 
     @contextmanager
     def writing(self, final: str):

@@ -28,7 +28,7 @@ PROGRESS_EVERY_S = 1.0
 # Answers go to ``commit`` (in the loop's thread pool) this many at a time, or this often: a hand-over,
 # not a buffer. When they are written is the commit's choice (pipeline/data/answer_files.py BucketCommits).
 HAND_OVER_ROWS = 4096
-HAND_OVER_S = 1.0
+HAND_OVER_S = 0.25
 
 
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
@@ -40,7 +40,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
     ``progress(done_rows, error_rows)`` is called now and then, and at the end.
-    ``commit(results)`` gets the results as they complete, a few thousand at a time or every
+    ``commit(results)`` gets the results as they complete, a few thousand at a time or four times a
     second, and the rest at the end (in the loop's thread pool, so the engine's event loop goes
     on meanwhile; ``commit`` decides when they are written); the first that fails stops the rows at once (those in
     flight aborted, no more started) and its error is raised. ``first_rows``: until the first
