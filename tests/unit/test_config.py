@@ -162,14 +162,19 @@ def test_the_fake_engine_reads_naturally_and_its_old_name_null_still_loads_with_
         load_config(_write(tmp_path, "engine: {kind: nul}\n"))
 
 
-def test_the_command_line_prints_the_old_name_note_once(tmp_path):
-    p = _write(tmp_path, "engine: {kind: null}\n")
+@pytest.mark.parametrize("yaml_text, note, shown", [
+    ("engine: {kind: null}\n", "note: engine kind null is now called fake (in YAML a bare null means no value); "
+                               "write `kind: fake` (or --engine fake)", '"kind": "fake"'),
+    ("routing: {max_blocks: 1000}\n", "note: routing: is now under advanced: (advanced.routing); indent it under "
+                                      "an advanced: section", '"max_blocks": 1000'),
+], ids=["old-engine-name", "old-tuning-section"])
+def test_the_command_line_prints_an_old_spelling_note_once(tmp_path, yaml_text, note, shown):
+    p = _write(tmp_path, yaml_text)
     proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines() == ["note: engine kind null is now called fake (in YAML a bare null means no "
-                                        "value); write `kind: fake` (or --engine fake)"]
-    assert '"kind": "fake"' in proc.stdout
+    assert proc.stderr.splitlines() == [note]
+    assert shown in proc.stdout
 
 
 # -- advanced: the tuning sections --------------------------------------------------------------
@@ -243,13 +248,3 @@ def test_replace_merges_into_one_tuning_section_and_keeps_the_others():
     assert nested.jobs.bucket_rows == 11
     with pytest.raises(ConfigError, match=r"advanced.intake.max_in_flight: Input should be greater than 0"):
         base.replace(intake={"max_in_flight": 0})
-
-
-def test_the_command_line_prints_the_tuning_sections_note_once(tmp_path):
-    p = _write(tmp_path, "routing: {max_blocks: 1000}\n")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines() == ["note: routing: is now under advanced: (advanced.routing); indent it under "
-                                        "an advanced: section"]
-    assert '"max_blocks": 1000' in proc.stdout
