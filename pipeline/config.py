@@ -19,8 +19,8 @@ from pipeline.cluster.layout import auto_shards, check_layout
 from pipeline.config_base import ConfigError, ConfigNote, Section
 from pipeline.shard_config import AutoShardsConfig, ShardConfig
 from pipeline.job_config import PromptConfig, SamplingConfig
-from pipeline.tuning_config import (AUTO_WORKER_MEMORY_SHARE, AdvancedConfig, IntakeConfig, JobsConfig,  # noqa: F401
-                                    RecoveryConfig, RoutingConfig, TUNING_SECTIONS, tuning_sections_moved)
+from pipeline.tuning_config import (AdvancedConfig, IntakeConfig, JobsConfig, RecoveryConfig, RoutingConfig,
+                                    TUNING_SECTIONS, tuning_sections_moved)
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
 

@@ -42,11 +42,11 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     ``progress(done_rows, error_rows)`` is called now and then, and at the end.
     ``commit(results)`` gets the results as they complete, a few thousand at a time or four times a
     second, and the rest at the end (in the loop's thread pool, so the engine's event loop goes
-    on meanwhile; ``commit`` decides when they are written); the first that fails stops the rows at once (those in
-    flight aborted, no more started) and its error is raised. ``first_rows``: until the first
-    answer, only this many requests are admitted (0: no limit), so that answer is not decoded in
-    lockstep with a full engine's worth of others (``intake.first_answer_rows``,
-    docs/configuration.md). ``job``: the job the rows belong to; jobs share the engine fairly
+    on meanwhile; ``commit`` decides when they are written); the first that fails stops the
+    rows at once (those in flight aborted, no more started) and its error is raised.
+    ``first_rows``: until the first answer, only this many requests are admitted (0: no limit),
+    so that answer is not decoded in lockstep with a full engine's worth of others
+    (``intake.first_answer_rows``, docs/configuration.md). ``job``: the job the rows belong to; jobs share the engine fairly
     (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
     at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
     (their prefix and suffix; ``plugin._embed``), not prompts to answer (``plugin._one``);
@@ -64,8 +64,9 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
 
 class Bookkeeping:
     """A bucket's results as they come: kept in the rows' order, handed to ``commit`` as they
-    come (``HAND_OVER_ROWS`` at a time, or every ``HAND_OVER_S``; in the loop's thread pool), progress reported; the first failure (a row's or a
-    commit's) kept, and a failed commit stops the rows in flight (``tasks``)."""
+    come (``HAND_OVER_ROWS`` at a time, or every ``HAND_OVER_S``; in the loop's thread pool),
+    progress reported; the first failure (a row's or a commit's) kept, and a failed commit
+    stops the rows in flight (``tasks``)."""
 
     def __init__(self, n: int, progress, commit):
         self.progress, self.commit = progress, commit
