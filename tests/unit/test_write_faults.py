@@ -6,6 +6,7 @@ every row once, in input order."""
 import errno
 import gc
 import itertools
+import os
 import re
 import shutil
 import subprocess
@@ -264,3 +265,29 @@ def test_no_write_makes_a_removed_folder_again_and_each_error_is_classed(tmp_pat
                            (ConnectionError("reset"), False), (OSError(errno.EIO, "I/O error"), False),
                            (TimeoutError("slow"), False), (EngineDead("engine core died"), False)]:
         assert permanent_write_error(exc) is permanent, exc
+
+
+def test_dropping_torn_files_passes_one_a_late_writer_renamed_meanwhile(tmp_path, monkeypatch):
+    """A rerun opened just after a job stopped: a task of the stopped run may still be finishing a
+    write, renaming its temporary file between the rerun's listing and its removal. The rerun
+    drops the torn files it can and goes on (it once failed with FileNotFoundError)."""
+    from pathlib import Path
+
+    from pipeline.data.job_folder import LocalFolder
+
+    folder = LocalFolder(tmp_path / "out.partial")
+    folder.create()
+    torn = tmp_path / "out.partial" / "answers" / "p000000"
+    torn.mkdir(parents=True)
+    (torn / ".run-b000000-00000.parquet.tmp").write_bytes(b"half")
+    (torn / ".run-b000001-00000.parquet.tmp").write_bytes(b"half")
+    glob = Path.glob
+
+    def listed_then_renamed(self, pattern):
+        found = list(glob(self, pattern))
+        os.replace(found[0], found[0].with_name("run-b000000-00000.parquet"))   # (the late writer's rename)
+        return found
+    monkeypatch.setattr(Path, "glob", listed_then_renamed)
+    folder.drop_torn()
+    monkeypatch.undo()
+    assert sorted(p.name for p in torn.iterdir()) == ["run-b000000-00000.parquet"]
