@@ -27,16 +27,14 @@ When it is on: only where the bytes cross a network link slower than compression
   there anyway: a connection whose two ends have the same IP address negotiates no
   compression whatever the setting (``Comm.handshake_info``).
 
-Turning it on: ``distributed.comm.compression: "zlib-ng"`` (``DASK_DISTRIBUTED__COMM__COMPRESSION
-=zlib-ng``) in the client, the scheduler and every worker, each of which must have called
-``register()`` before its first connection -- a process whose setting names a compressor that is
-not registered fails each handshake with another host with ``ValueError: Invalid compression
-setting`` (same-address connections skip the setting).
-Importing this module registers it, and it is a Dask preload (``--preload
-pipeline.compression``, or ``preload=[...]`` of a Worker/Scheduler; a ``dask worker``'s
-nanny process needs ``--preload-nanny`` too): Dask imports a preload while it constructs the
-server, before the server opens any connection. Two processes whose settings differ (one
-``"zlib-ng"``, one ``False``) agree on no compression; nothing breaks.
+Turning it on: the config's ``network.compression`` (``auto``, the default, or ``none``). Every
+process the pipeline starts or runs in -- the client, the embedded and resident clusters,
+``python -m pipeline scheduler`` and ``worker`` (nanny included) -- sets Dask's
+``distributed.comm.compression`` from it (pipeline/cluster/worker_spec.py, ``cluster_settings``)
+and imports this module, which registers the compressor, before its first connection: a preload
+is imported while its server is built. Dask settles a connection's compression in its handshake and
+falls back to raw where the two ends differ, so workers and clients check the scheduler's setting
+when they join (pipeline/cluster/settings_check.py) and stop with an error where it differs.
 """
 from __future__ import annotations
 
@@ -85,6 +83,22 @@ def register() -> None:
     if existing is not None and existing.compress is compress and existing.decompress is decompress:
         return
     _dask_compression.compressions[NAME] = _dask_compression.Compression(NAME, compress, decompress)
+
+
+SETTING = "distributed.comm.compression"
+
+
+def dask_value(compression: str) -> str | bool:
+    """Dask's ``distributed.comm.compression`` for the config's ``network.compression``. For
+    ``auto`` it is zlib-ng: Dask itself leaves a connection between two ends of one host raw
+    (``Comm.same_host``), so zlib-ng applies only between hosts."""
+    return NAME if compression == "auto" else False
+
+
+def describe(value) -> str:
+    """A process's Dask compression setting as the config names it."""
+    return "auto (zlib-ng between hosts)" if value == NAME else "none" if value in (False, None, "none") \
+        else str(value)
 
 
 def dask_setup(server) -> None:

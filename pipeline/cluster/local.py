@@ -24,8 +24,10 @@ from distributed import Client, SpecCluster
 from distributed.deploy.spec import ProcessInterface
 
 from pipeline.cluster.security import dask_security, tls_args
-from pipeline.cluster.worker_spec import DASK_SETTINGS, WorkerSpec, dask_env
-from pipeline.config import Config
+from pipeline.cluster.settings_check import settings_mismatch
+from pipeline.cluster.worker_spec import WorkerSpec, cluster_settings, dask_env
+from pipeline.config import Config, ConfigError
+from pipeline.scheduler.shard_claims import SETTINGS_HANDLER
 from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_DIR_ENV, LOG_ENV_ADDED, LOG_FILE_ENV
 
 # In the client's process only: Dask keeps the last 1,000 messages each connection sent, for
@@ -35,18 +37,18 @@ from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_DIR_ENV, LOG_ENV_ADDED, LOG
 CLIENT_SETTINGS = {"distributed.admin.low-level-log-length": 0}
 
 
-def apply_dask_settings() -> None:
-    dask.config.set({**DASK_SETTINGS, **CLIENT_SETTINGS})
+def apply_dask_settings(config: Config) -> None:
+    dask.config.set({**cluster_settings(config), **CLIENT_SETTINGS})
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def process_env() -> dict[str, str]:
+def process_env(config: Config) -> dict[str, str]:
     """The environment of a ``dask scheduler`` / ``dask worker`` process the pipeline starts:
-    this one's, with Dask's settings and this repository importable."""
+    this one's, with Dask's settings for ``config`` and this repository importable."""
     python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, **dask_env(), "PYTHONPATH": python_path}
+    return {**os.environ, **dask_env(cluster_settings(config)), "PYTHONPATH": python_path}
 
 
 def scheduler_command(config: Config, scheduler_file: Path) -> list[str]:
@@ -108,7 +110,7 @@ class SchedulerProcess(ProcessInterface):
             out = open(self.log, "w") if self.log is not None else None
             try:
                 self.proc = subprocess.Popen(scheduler_command(self.config, scheduler_file),
-                                             env={**process_env(), EXIT_WITH_PARENT_ENV: "1"},
+                                             env={**process_env(self.config), EXIT_WITH_PARENT_ENV: "1"},
                                              stdin=subprocess.DEVNULL, stdout=out,
                                              stderr=subprocess.STDOUT if out else None)
             finally:
@@ -162,7 +164,7 @@ def worker_specs(config: Config, log_dir: Path | None = None, extra_env: dict | 
 
 
 def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
-    apply_dask_settings()
+    apply_dask_settings(config)
     quiet = {}
     if log_dir is not None and QUIET_DASK[0] not in os.environ:
         # A worker logs that it runs its preload before the preload can move its output to the
@@ -179,16 +181,34 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
                        security=dask_security(config))
 
 
+def check_scheduler_settings(client: Client, config: Config) -> None:
+    """A ``ConfigError`` where the scheduler's settings differ from this config's (a scheduler
+    without the pipeline's preload cannot say, and is not checked)."""
+    try:
+        theirs = client.sync(getattr(client.scheduler, SETTINGS_HANDLER))
+    except Exception:  # noqa: BLE001 - no such handler there
+        return
+    problem = settings_mismatch(theirs, config, f"the scheduler {config.scheduler.address}", "this config")
+    if problem:
+        raise ConfigError(problem)
+
+
 def connect(config: Config, log_dir: Path | None = None) -> tuple[Client, SpecCluster | None]:
     """A client for the configured cluster, and the embedded cluster if one was started.
 
     The nannies of an embedded cluster write Dask's worker variables into this process's
     environment before they spawn their workers; they are put back as they were once the
     workers run (``engine_env.restore``; ``Pipeline.close`` does it again after a restart)."""
-    apply_dask_settings()
+    apply_dask_settings(config)
     security = dask_security(config)
     if config.scheduler.address:
-        return Client(config.scheduler.address, security=security), None
+        client = Client(config.scheduler.address, security=security)
+        try:
+            check_scheduler_settings(client, config)
+        except BaseException:
+            client.close()
+            raise
+        return client, None
     cluster = start_local_cluster(config, log_dir)
     try:
         # Results straight from the workers: through the scheduler (Dask's default) every batch's

@@ -81,7 +81,7 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     scheduler_file = folder / "scheduler.json"
     scheduler_file.unlink(missing_ok=True)
-    base_env = process_env()
+    base_env = process_env(config)
     host = config.scheduler.host
     dash = config.scheduler.dashboard_address
     procs: dict[str, subprocess.Popen] = {}
@@ -171,7 +171,7 @@ def up(config: Config, model: str, notify: Callable[[str], None], live: Callable
                          fingerprint=fingerprint(config, model), processes=processes, log_dir=str(folder / "logs"))
     notify(f"scheduler at {address}; logs in {state.log_dir}/")
     try:
-        apply_dask_settings()
+        apply_dask_settings(config)
         with Client(address, security=dask_security(config), timeout=30) as client:
             wait_for_shard_workers(client, config, timeout_s)
             start_engines(client, config, model, config.engine.kind, notify, live, logs=state.log_dir)

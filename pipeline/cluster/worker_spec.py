@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from distributed import Nanny
 
-import pipeline.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
+import pipeline.compression   # registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline import engine_env
 from pipeline.cluster.security import dask_security, protocol, tls_args
 from pipeline.config import Config
@@ -37,6 +37,13 @@ DASK_SETTINGS = {
 }
 
 WORKER_PRELOAD = "pipeline.worker.preload"
+NANNY_PRELOAD = "pipeline.compression"   # a `dask worker`'s nanny connects to the scheduler too
+
+
+def cluster_settings(config: Config) -> dict:
+    """``DASK_SETTINGS`` with the config's compression: what every process of a cluster gets
+    (scheduler, nannies, workers and client alike)."""
+    return {**DASK_SETTINGS, pipeline.compression.SETTING: pipeline.compression.dask_value(config.network.compression)}
 
 
 def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
@@ -51,16 +58,19 @@ class WorkerSpec:
     config: Config
     shard: ShardConfig
     env: dict[str, str] = field(default_factory=dict)
+    bind_host: str | None = None   # where it listens (default: the config's scheduler.host)
 
     @classmethod
-    def for_shard(cls, config: Config, shard: ShardConfig, starter_env=None, extra_env: dict | None = None) -> "WorkerSpec":
+    def for_shard(cls, config: Config, shard: ShardConfig, starter_env=None, extra_env: dict | None = None,
+                  bind_host: str | None = None) -> "WorkerSpec":
         """``starter_env``: the environment of the process that starts the nanny (default: this
         one's), before any nanny has started in it."""
-        return cls(config, shard, {**shard.worker_env(), **engine_env.worker_record(starter_env), **(extra_env or {})})
+        return cls(config, shard, {**shard.worker_env(), **engine_env.worker_record(starter_env), **(extra_env or {})},
+                   bind_host)
 
     @property
     def host(self) -> str:
-        return self.config.scheduler.host
+        return self.bind_host or self.config.scheduler.host
 
     @property
     def nthreads(self) -> int:
@@ -73,10 +83,11 @@ class WorkerSpec:
 
     @property
     def dask_settings(self) -> dict:
-        """Dask's settings for this worker: ``DASK_SETTINGS``, spilling above ``memory_limit``."""
+        """Dask's settings for this worker: ``cluster_settings``, spilling above ``memory_limit``."""
+        settings = cluster_settings(self.config)
         if not self.memory_limit:
-            return dict(DASK_SETTINGS)
-        return {**DASK_SETTINGS, "distributed.worker.memory.target": 1.0}
+            return settings
+        return {**settings, "distributed.worker.memory.target": 1.0}
 
     @property
     def resources(self) -> dict[str, int]:
@@ -108,7 +119,7 @@ class WorkerSpec:
                 "--memory-limit", str(self.memory_limit),
                 "--resources", " ".join(f"{k}={v}" for k, v in self.resources.items()),
                 "--no-dashboard", "--dashboard-address", f"{self.host}:0",
-                "--preload", WORKER_PRELOAD, *tls_args(self.config)]
+                "--preload", WORKER_PRELOAD, "--preload-nanny", NANNY_PRELOAD, *tls_args(self.config)]
 
     def process_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The environment of the ``dask worker`` process: ``base_env``, Dask's settings (what the
