@@ -1,7 +1,8 @@
 """Command line: ``python -m pipeline run INPUT OUTPUT [--config cluster.yaml] [options]``;
 ``python -m pipeline up`` / ``status`` / ``down`` for a resident local cluster that every
 later ``run`` with the same config uses; ``python -m pipeline serve`` for OpenAI's Files and
-Batches API over HTTP on it (docs/service.md).
+Batches API over HTTP on it (docs/service.md); ``python -m pipeline scheduler`` / ``worker``,
+one per host of a cluster across machines (docs/operating.md).
 
 Exit codes: 0 done; 2 the job cannot start (bad input, output, config or model: nothing
 ran); 1 the job stopped midway (what was committed is kept: run the same command again to
@@ -95,11 +96,84 @@ def _add_cluster_parsers(sub) -> None:
                              "model.cache_dir/service)")
     down = sub.add_parser("down", help="stop the resident local cluster (engines first)")
     down.add_argument("--config", default=None)
+    _add_host_parsers(sub)
+
+
+def _add_host_parsers(sub) -> None:
+    """``scheduler`` and ``worker``: one command per host of a cluster across machines."""
+    sched = sub.add_parser("scheduler", help="run this host's Dask scheduler with the pipeline's settings "
+                                             "(several machines: docs/operating.md)")
+    sched.add_argument("--host", default=None, help="the address to listen on (default: the config's scheduler.host, "
+                                                    "127.0.0.1)")
+    sched.add_argument("--port", type=int, default=None, help="default 8786")
+    sched.add_argument("--dashboard-address", default=None, metavar="HOST:PORT",
+                       help="the dashboard (default: HOST:8787; none: off)")
+    worker = sub.add_parser("worker", help="run this host's Dask worker for one shard, rejoining its scheduler "
+                                           "whenever it comes back (several machines: docs/operating.md)",
+                            usage="python -m pipeline worker [SCHEDULER_ADDRESS] --shard NAME|auto [options] "
+                                  "[dask worker options]",
+                            description="SCHEDULER_ADDRESS: tcp://HOST:8786 (tls://... with TLS), the first argument; "
+                                        "default: $DASK_SCHEDULER_ADDRESS. Options this command does not know (--name, "
+                                        "--nthreads, --memory-limit, ...) are passed to dask worker.")
+    worker.add_argument("--shard", required=True, metavar="NAME|auto",
+                        help="the entry of the config's shards: this worker serves; auto: the first one no worker "
+                             "serves, claimed at the scheduler")
+    worker.add_argument("--host", default=None,
+                        help="the address to listen on, this host's on the network that reaches the scheduler "
+                             "(default: 127.0.0.1 when the scheduler is on this host)")
+    worker.add_argument("--no-restart", dest="restart", action="store_false",
+                        help="end when the Dask worker ends instead of starting it again")
+    for p in (sched, worker):
+        p.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+        p.add_argument("--insecure", action="store_true",
+                       help="allow an address beyond loopback without TLS (a network only you can reach)")
+        p.add_argument("--log-file", default=None, metavar="PATH",
+                       help="Dask's and vLLM's output (default: model.cache_dir/logs/<scheduler|shard>.log; "
+                            "-: this terminal, e.g. for systemd's journal or kubectl logs)")
+
+
+def _config_command(args: argparse.Namespace, config) -> int:
+    from pipeline.model import model_folder, resolve_model
+
+    if args.command == "prepare-model":
+        print(resolve_model(config))
+        return 0
+    from pipeline.cluster.layout import describe
+
+    print(config.model_dump_json(indent=2))
+    print(f"shards:\n{describe(config)}")
+    config.require_layout(model_folder(config), local=not config.scheduler.address)
+    return 0
+
+
+def _host_command(args: argparse.Namespace, config) -> int:
+    from pipeline.cluster import hosts
+
+    if args.command == "scheduler":
+        return hosts.run_scheduler(config, args.host, args.port, args.dashboard_address, args.insecure, args.log_file)
+    return hosts.run_worker(config, args.scheduler_address, args.shard, args.host, args.insecure, args.log_file,
+                            args.dask_args, restart=args.restart)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line. ``worker`` passes the options it does not know to ``dask worker``
+    (``args.dask_args``: dask-jobqueue's --name, --nthreads, --memory-limit, ...)."""
+    parser = _parser()
+    address = None
+    if len(argv) > 1 and argv[0] == "worker" and not argv[1].startswith("-"):
+        # (taken here: argparse would give a passed-through option's value to a positional)
+        address, argv = argv[1], [argv[0], *argv[2:]]
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "worker":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.scheduler_address = address
+    args.dask_args = rest
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     # Here and in the commands' functions the project's modules are imported when a command
     # runs, for start time: `--help` and a bad argument answer without loading pydantic, Dask,
     # pyarrow or torch.
@@ -121,24 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         for w in caught:
             if not issubclass(w.category, ConfigNote):
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-        if args.command == "check-config":
-            from pipeline.cluster.layout import describe
-            from pipeline.model import model_folder
-
-            print(config.model_dump_json(indent=2))
-            print(f"shards:\n{describe(config)}")
-            config.require_layout(model_folder(config), local=not config.scheduler.address)
-            return 0
-        if args.command == "prepare-model":
-            from pipeline.model import resolve_model
-
-            print(resolve_model(config))
-            return 0
+        if args.command in ("check-config", "prepare-model"):
+            return _config_command(args, config)
         if args.command in ("up", "status", "down"):
             from pipeline.cluster import commands
 
             return commands.status(config, args.json, args.store) if args.command == "status" else \
                 getattr(commands, args.command)(config)
+        if args.command in ("scheduler", "worker"):
+            return _host_command(args, config)
         if args.command == "serve":
             return service_command.serve(args, config)
         if args.command == "bench":

@@ -18,7 +18,7 @@ from tornado.ioloop import PeriodicCallback
 
 import pipeline.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline.names import EXIT_WITH_PARENT_ENV
-from pipeline.scheduler import dashboard
+from pipeline.scheduler import dashboard, shard_claims
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ def dask_setup(server):
         raise click.UsageError("pipeline.scheduler.preload is the scheduler's preload; "
                                "start a worker with --preload pipeline.worker.preload")
     dashboard.install(server)
+    shard_claims.install(server)   # `pipeline worker --shard auto`, and the settings check of workers and clients
     # The scheduler unpickles each task it is sent: a cluster job's tasks name these modules
     # (pyarrow compute and Parquet among them), which would otherwise load during the first job.
     import pipeline.steps.cluster_tasks  # noqa: F401

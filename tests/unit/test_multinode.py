@@ -1,6 +1,7 @@
-"""Several machines, rehearsed on loopback: a `dask scheduler` and one `dask worker` per shard,
-each its own OS process started with Dask's commands and the pipeline's preload; the
-pipeline connects to the scheduler's address from cluster.yaml. The last test kills a
+"""Several machines, rehearsed on loopback: `python -m pipeline scheduler` and one `python -m
+pipeline worker` per shard, each its own OS process tree (Dask's scheduler; a supervisor, its
+`dask worker` nanny and the worker); the pipeline connects to the scheduler's address from
+cluster.yaml. Across real network hosts: tests/unit/test_hosts_netns.py. The last test kills a
 worker together with its nanny (a host lost for good): its rows go to the survivor.
 """
 import json
@@ -17,16 +18,16 @@ import psutil
 import pytest
 import yaml
 
+from helpers.rig_cluster import printed_address
 from pipeline import Pipeline
 from pipeline.jobs.recovery import current_workers
 from pipeline.summary import GONE, LOST, REJOINED
 from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
-DASK = str(Path(sys.executable).parent / "dask")
-# What docs/operating.md's multi-node recipe sets ("Several machines").
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
-       "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+# The docs' recipe ("Several machines"): the pipeline's own commands, no Dask variable set by hand.
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+PIPELINE = [sys.executable, "-m", "pipeline"]
 
 
 def _config(tmp, address):
@@ -48,25 +49,18 @@ def _config(tmp, address):
 @pytest.fixture(scope="module")
 def processes(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("multinode")
-    sched_file = tmp / "scheduler.json"
+    config_path = _config(tmp, "tcp://127.0.0.1:0")
     procs = {"scheduler": subprocess.Popen(
-        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
-         "--scheduler-file", str(sched_file), "--preload", "pipeline.scheduler.preload"], env=ENV, cwd=tmp)}
+        [*PIPELINE, "scheduler", "--port", "0", "--dashboard-address", "127.0.0.1:0", "--config", str(config_path),
+         "--log-file", str(tmp / "scheduler.log")], env=ENV, cwd=tmp, stderr=subprocess.PIPE, text=True)}
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists():
-            assert time.monotonic() < deadline, "scheduler did not start"
-            assert procs["scheduler"].poll() is None, "scheduler exited"
-            time.sleep(0.2)
-        time.sleep(0.2)
-        info = json.loads(sched_file.read_text())
-        config_path = _config(tmp, info["address"])
+        address, port = printed_address(procs["scheduler"])
+        info = {"address": address, "services": {"dashboard": port}}
+        config_path = _config(tmp, address)
         for shard in ("cpu0", "cpu1"):
             procs[shard] = subprocess.Popen(
-                [DASK, "worker", info["address"], "--host", "127.0.0.1", "--nthreads", "2", "--memory-limit", "0",
-                 "--no-dashboard", "--name", shard,
-                 "--preload", "pipeline.worker.preload", "--shard", shard, "--pipeline-config", str(config_path)],
-                env=ENV, cwd=tmp)
+                [*PIPELINE, "worker", address, "--shard", shard, "--config", str(config_path),
+                 "--log-file", str(tmp / f"{shard}.log")], env=ENV, cwd=tmp)
         yield procs, config_path, info
     finally:
         for p in procs.values():
@@ -101,7 +95,7 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
     # each shard is served by a separate `dask worker` process tree, not by this process
     pids = pipeline.client.run(os.getpid)
     for shard in ("cpu0", "cpu1"):
-        assert {c.pid for c in psutil.Process(procs[shard].pid).children()} & set(pids.values())
+        assert {c.pid for c in psutil.Process(procs[shard].pid).children(recursive=True)} & set(pids.values())
     assert os.getpid() not in pids.values()
     # the preload gives each worker its shard's resource and the cluster jobs' slots
     # (2 threads: 1 answer task at a time; jobs.reads_per_worker reads)
@@ -135,7 +129,7 @@ def test_engines_of_dask_worker_processes_start_without_dasks_worker_variables(p
                     if f"shard-{shard.name}" in (w.get("resources") or {}))
         child, worker = pipeline.client.run(child_env_as_engine_gets_it, shard.worker_env(), workers=[addr])[addr]
         assert worker["MALLOC_TRIM_THRESHOLD_"] == "65536"   # the `dask worker` nanny gave it to its worker
-        assert engine_env.ADDED_RECORD not in worker          # no record: Dask's exact defaults are Dask's
+        assert engine_env.ADDED_RECORD in worker              # `pipeline worker` records which are Dask's
         assert not [k for k in dask_only if k in child], sorted(k for k in dask_only if k in child)
         assert all(child.get(k) == v for k, v in shard.worker_env().items())
 
@@ -144,7 +138,8 @@ def test_dask_worker_killed_comes_back_through_its_nanny_with_its_shard(processe
     procs, _, _ = processes
     rows = document_questions(60, 4, seed=23, order="shuffled")
     worker = _worker_process(pipeline, "cpu1")
-    assert worker.ppid() == procs["cpu1"].pid  # a child of its `dask worker` (nanny) process
+    # a child of its `dask worker` (nanny) process, which `pipeline worker` started
+    assert psutil.Process(worker.ppid()).ppid() == procs["cpu1"].pid
     out = []
     for r in pipeline.stream(rows):
         out.append(r)
@@ -163,12 +158,14 @@ def test_dask_worker_killed_comes_back_through_its_nanny_with_its_shard(processe
 def test_host_lost_for_good_its_rows_go_to_the_survivor(processes, pipeline):
     procs, _, _ = processes
     rows = document_questions(100, 4, seed=22, order="shuffled")
-    nanny = psutil.Process(procs["cpu1"].pid)
+    supervisor = psutil.Process(procs["cpu1"].pid)
+    nanny = psutil.Process(_worker_process(pipeline, "cpu1").ppid())
     worker = _worker_process(pipeline, "cpu1")
     out = []
     for r in pipeline.stream(rows):
         out.append(r)
-        if len(out) == 100:  # the nanny first, so nothing restarts the worker
+        if len(out) == 100:  # the supervisor and the nanny first, so nothing restarts the worker
+            supervisor.send_signal(signal.SIGKILL)
             nanny.send_signal(signal.SIGKILL)
             worker.send_signal(signal.SIGKILL)
     report = pipeline.last_report

@@ -1,0 +1,78 @@
+"""Which shard a worker started with ``--shard auto`` serves, decided at the scheduler.
+
+Identical workers (a Slurm job's, a Kubernetes worker group's replicas) cannot know their shard
+from their command line. Before it starts its Dask worker, ``python -m pipeline worker --shard
+auto`` asks the scheduler for one: the scheduler answers with the first shard of the worker's
+config that no live worker serves and nobody else has claimed, preferring the one the asking
+host served before (a worker that rejoins after a network cut takes its shard back). A claim
+holds for ``CLAIM_TTL_S`` seconds, long enough for the worker to start and register with the
+shard's resource; after that the live workers' resources alone decide. Both decisions run on
+the scheduler's event loop, one request at a time, so two workers never get the same shard.
+
+The choice itself is a pure function (``choose_shard``), tested without a cluster; the handler
+that the scheduler's preload installs is the thin I/O shell around it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from distributed.protocol.compression import get_compression_settings
+
+from pipeline.names import shard_resource
+
+CLAIM_TTL_S = 180.0
+CLAIM_HANDLER = "pipeline_claim_shard"
+SETTINGS_HANDLER = "pipeline_settings"
+
+
+@dataclass
+class Claims:
+    """Shards promised to workers that have not registered yet: shard -> (claimant, expiry)."""
+    held: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def live(self, now: float) -> dict[str, str]:
+        self.held = {s: (who, until) for s, (who, until) in self.held.items() if until > now}
+        return {s: who for s, (who, _) in self.held.items()}
+
+
+def choose_shard(candidates: list[str], served: set[str], claimed: dict[str, str], claimant: str,
+                 prefer: str | None = None) -> str | None:
+    """The shard ``claimant`` should serve: ``prefer`` where it is free, else the first of
+    ``candidates`` (the config's order) that no live worker serves and no other claimant holds;
+    None when every shard is taken. A shard the same claimant claimed before is free to it."""
+    def free(name: str) -> bool:
+        return name not in served and claimed.get(name, claimant) == claimant
+
+    if prefer in candidates and free(prefer):
+        return prefer
+    return next((name for name in candidates if free(name)), None)
+
+
+def served_shards(scheduler, candidates: list[str]) -> set[str]:
+    """The shards among ``candidates`` that a worker now registered with the scheduler serves."""
+    held = set()
+    for ws in scheduler.workers.values():
+        held.update(name for name in candidates if shard_resource(name) in (ws.resources or {}))
+    return held
+
+
+def install(scheduler) -> None:
+    """Add the claim and settings handlers to the scheduler (its preload calls this)."""
+    claims = Claims()
+
+    def claim(comm=None, candidates=(), claimant: str = "", prefer: str | None = None) -> str | None:
+        now = time.monotonic()
+        held = claims.live(now)
+        chosen = choose_shard(list(candidates), served_shards(scheduler, list(candidates)), held, claimant, prefer)
+        if chosen is not None:
+            claims.held = {s: c for s, c in claims.held.items() if c[0] != claimant}
+            claims.held[chosen] = (claimant, now + CLAIM_TTL_S)
+        return chosen
+
+    def settings(comm=None) -> dict:
+        """What a worker or client must agree on with this scheduler (checked on their side)."""
+        return {"compression": get_compression_settings("distributed.comm.compression")}
+
+    scheduler.handlers[CLAIM_HANDLER] = claim
+    scheduler.handlers[SETTINGS_HANDLER] = settings
