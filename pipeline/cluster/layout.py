@@ -86,10 +86,11 @@ def model_heads(model_path: str | None) -> tuple[int, int] | None:
 def check_layout(config, model_path: str | None = None, *, local: bool = True,
                  gpus: list[int] | None = None, cores: list[int] | None = None) -> list[str]:
     """One line per reason the shard layout cannot run. ``local``: the shards run on this
-    machine (their devices are checked against it)."""
+    machine (their devices are checked against it, and no device may be in two shards; across
+    hosts, each host numbers its own devices, and a one-GPU pod or job sees its GPU as 0)."""
     problems: list[str] = []
     owner: dict[tuple[str, int], str] = {}
-    for s in config.shards:
+    for s in config.shards if local else ():
         for d in s.devices:
             other = owner.setdefault((s.kind, d), s.name)
             if other != s.name:

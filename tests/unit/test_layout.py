@@ -83,6 +83,11 @@ def test_impossible_layouts_are_refused_one_line_each(tmp_path):
     assert check_layout(gpus, None, gpus=[0, 1]) == [
         "shards.g: GPU 2, 3 does not exist on this machine (GPUs: 0, 1)"]
     assert check_layout(gpus, None, local=False) == []   # other machines' devices are theirs to check
+    # one GPU per host (pods, Slurm jobs): each host's GPU 0 is its own
+    pods = parse_config({"shards": [{"name": f"gpu{i}", "kind": "gpu", "devices": [0]} for i in range(3)]})
+    assert check_layout(pods, None, local=False) == []
+    assert check_layout(pods, None, gpus=[0]) == ["shards: GPU 0 is in two shards, gpu0 and gpu1",
+                                                  "shards: GPU 0 is in two shards, gpu0 and gpu2"]
     with pytest.raises(ConfigError, match="a device is listed twice"):
         parse_config({"shards": [{"name": "x", "devices": [0, 0]}]})
 
