@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.own_cluster]
 def real_engine_config() -> dict:
     config = rig_config(["cpu0", "cpu1"])
     config["engine"] = {"kind": "vllm", "enforce_eager": True, "max_num_seqs": 16, "block_size": 32}
-    config["sampling"] = {"max_tokens": 12, "temperature": 0.0}
+    config["sampling"] = {"max_tokens": 24, "temperature": 0.0}
     config["advanced"]["intake"]["max_in_flight"] = 16
     config["advanced"]["jobs"]["bucket_rows"] = 24   # (answers come bucket by bucket: the cut lands mid-job)
     return config
