@@ -1,9 +1,10 @@
 """The pipeline across real network hosts: three network namespaces on one bridge
 (helpers/netns.py), each with its own address. The scheduler and the client run on the first
 host, one `python -m pipeline worker` on each other host, started as docs/operating.md says.
-Links are cut, healed and shaped while the processes run. Fake engines: what is checked here is
-the network's part (rows, rejoin, compression, TLS); tests/engine/test_hosts_netns_engine.py
-repeats the cut with real vLLM engines.
+Links are cut and shaped while the processes run. Fake engines: what is checked here is the
+network's part (rows, rejoin, compression, TLS). A worker host cut for 40 s and healed, its worker
+registered again and its engine answering the next job: tests/engine/test_hosts_netns_engine.py,
+with real vLLM engines.
 """
 import time
 from collections import Counter
@@ -55,31 +56,6 @@ def test_a_job_across_three_hosts_answers_every_row_once_in_order(cluster, tmp_p
 
 def answered_files(out):
     return list((out.parent / (out.name + ".partial")).glob("answers/p*/*.parquet"))
-
-
-def test_a_worker_host_cut_for_40_s_loses_no_row_and_rejoins(cluster, tmp_path):
-    c = cluster(rig_config(["cpu0", "cpu1"], null_latency_s=0.02))
-    rows = document_questions(500, 4, seed=55, order="shuffled")
-    out = tmp_path / "out.parquet"
-    job = c.start_run([write_rows(tmp_path / "in.parquet", rows), out])
-    cut_worker = c.served()["cpu1"]
-    c.wait_for(lambda: answered_files(out) or job.poll() is not None, 60, "the first answers")
-    c.rig[2].cut()
-    t_cut = time.monotonic()
-    time.sleep(40)
-    c.rig[2].heal()
-    t_heal = time.monotonic()
-    rejoined = c.wait_for(lambda: (c.served().get("cpu1") not in (None, cut_worker)) and time.monotonic(), 60,
-                          "cpu1's worker to register again after the heal")
-    print(f"cpu1 registered again {rejoined - t_heal:.1f} s after the heal ({t_heal - t_cut:.0f} s cut)")
-    stdout, stderr = job.communicate(timeout=300)
-    assert job.returncode == 0, stderr
-    check_rows(out, rows)
-    # the next job answers on both shards
-    again = document_questions(100, 2, seed=56, order="shuffled")
-    done = c.run([write_rows(tmp_path / "in2.parquet", again), tmp_path / "out2.parquet"])
-    assert done.returncode == 0, done.stderr
-    assert {r["shard"] for r in check_rows(tmp_path / "out2.parquet", again)} == {"cpu0", "cpu1"}
 
 
 def test_a_host_cut_for_good_has_its_buckets_answered_by_the_others(cluster, tmp_path):
