@@ -17,10 +17,17 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.cluster.layout import auto_shards, check_layout
 from pipeline.config_base import ConfigError, ConfigNote, Section
-from pipeline.shard_config import AutoShardsConfig, ShardConfig
 from pipeline.job_config import PromptConfig, SamplingConfig
-from pipeline.tuning_config import (AdvancedConfig, IntakeConfig, JobsConfig, RecoveryConfig, RoutingConfig,
-                                    TUNING_SECTIONS, tuning_sections_moved)
+from pipeline.shard_config import AutoShardsConfig, ShardConfig
+from pipeline.tuning_config import (
+    TUNING_SECTIONS,
+    AdvancedConfig,
+    IntakeConfig,
+    JobsConfig,
+    RecoveryConfig,
+    RoutingConfig,
+    tuning_sections_moved,
+)
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
 
@@ -201,7 +208,8 @@ class Config(Section):
         return self
 
     def _classifier(self) -> bool:
-        """``model.path`` is a local sequence-classification model (pipeline/classifier_model.py): its head has the labels."""
+        """``model.path`` is a local sequence-classification model (pipeline/classifier_model.py): its head has the
+        labels."""
         from pipeline.classifier_model import classifier_labels
 
         path = self.model.path
@@ -318,6 +326,25 @@ def parse_config(data: Any, source: str = "<dict>") -> Config:
         raise ConfigError(_format_error(err, source)) from None
 
 
+def given_twice(node, path: tuple[str, ...] = ()) -> list[str]:
+    """One line per key that a mapping of the YAML document ``node`` gives twice, naming its
+    path and both lines. YAML itself keeps the last value without a word (an ``engine:``
+    section with ``kind:`` twice silently ran the second)."""
+    out: list[str] = []
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out += given_twice(item, (*path, str(i)))
+    elif isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name, line = str(key.value), key.start_mark.line + 1
+            if name in lines:
+                out.append(f"{'.'.join((*path, name))}: given twice, on lines {lines[name]} and {line}")
+            lines.setdefault(name, line)
+            out += given_twice(value, (*path, name))
+    return out
+
+
 def load_config(path: str | os.PathLike | None = None) -> Config:
     """Load and validate a cluster.yaml (the repository's default when ``path`` is None)."""
     p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
@@ -328,7 +355,10 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
     try:
+        twice = given_twice(yaml.compose(text, Loader=yaml.SafeLoader))
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    if twice:
+        raise ConfigError(f"invalid config {p}:\n  " + "\n  ".join(twice))
     return parse_config(data if data is not None else {}, source=str(p))

@@ -75,6 +75,19 @@ def test_bad_yaml_and_missing_file(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
+def test_a_key_given_twice_is_an_error_naming_it_and_both_lines(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("engine:\n  kind: fake\n  max_num_seqs: 4\n  kind: vllm\n"
+                    "shards:\n  - {name: a, devices: [0]}\n  - name: b\n    devices: [1]\n    name: c\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"invalid config {path}:\n  engine.kind: given twice, on lines 2 and 4\n"
+                              f"  shards.1.name: given twice, on lines 7 and 9")
+    done = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(path)], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert done.returncode == 2 and "engine.kind: given twice, on lines 2 and 4" in done.stderr
+
+
 def test_cli_reports_config_error_without_traceback(tmp_path):
     p = _write(tmp_path, "shards: [{name: a, device: 0}]\nadvanced: {intake: {max_in_flight: 0}}\n")
     proc = subprocess.run([sys.executable, "-m", "pipeline", "check-config", str(p)],
