@@ -1,5 +1,5 @@
 # The two commands a newcomer types (see README.md). Each sets up .venv first if needed.
-.PHONY: setup run test test-unit sample
+.PHONY: setup run test test-unit lint sample
 
 setup:
 	@bash scripts/setup.sh
@@ -12,6 +12,10 @@ run: setup
 test: setup
 	@.venv/bin/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# ruff's lint rules (pyproject.toml, [tool.ruff]): pycodestyle, pyflakes, sorted imports, lines <= 120.
+lint: setup
+	.venv/bin/ruff check .
 
 test-unit: setup
 	.venv/bin/python -m pytest -q tests/unit

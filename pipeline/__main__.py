@@ -67,7 +67,8 @@ def _add_run_parser(sub) -> None:
                              "columns, weighed against --label's; score: columns document, query (or --template's), "
                              "the probability of yes")
     prompt.add_argument("--template", default=None, metavar="TEXT",
-                        help="the user message, naming input columns, e.g. 'Summarize in one line: {text}' (sets --task "
+                        help="the user message, naming input columns, e.g. 'Summarize in one line: {text}' "
+                             "(sets --task "
                              "template unless --task embed, classify or score); put what rows share first")
     prompt.add_argument("--prefix-column", default=None, metavar="COLUMN",
                         help="the template's shareable prefix runs through this column (default: its first)")

@@ -10,7 +10,6 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from pipeline.config_base import Section
-
 from pipeline.sampling import MAX_TOP_LOGPROBS, Sampling, SamplingError, checked, schema_text
 from tasks.template import TemplateError, template_columns
 

@@ -10,8 +10,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pipeline.config import Config
 from pipeline.classifier_model import classifier_labels
+from pipeline.config import Config
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

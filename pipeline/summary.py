@@ -59,7 +59,8 @@ class Figures:
         import pyarrow.compute as pc
 
         errors = table.column("error")
-        tokens = {k: pc.sum(table.column(k)).as_py() or 0 for k in ("prompt_tokens", "cached_tokens", "completion_tokens")}
+        tokens = {k: pc.sum(table.column(k)).as_py() or 0
+                  for k in ("prompt_tokens", "cached_tokens", "completion_tokens")}
         return cls(rows=table.num_rows, errors=len(errors) - errors.null_count, errors_by_kind=error_groups(errors),
                    shard=shard, **tokens)
 

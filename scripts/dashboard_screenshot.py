@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import chromium  # noqa: E402  (scripts/chromium.py)
+
 from pipeline import Pipeline, load_config  # noqa: E402
 from pipeline.bench.workloads import document_questions  # noqa: E402
 

@@ -124,7 +124,8 @@ def main() -> None:
                 print(f"ratios (three jobs): smalls' first answer / alone "
                       f"{results[1]['first'] / small_alone['first']:.2f}, "
                       f"{results[2]['first'] / small_alone['first']:.2f}; time "
-                      f"{results[1]['time'] / small_alone['time']:.2f}, {results[2]['time'] / small_alone['time']:.2f}; "
+                      f"{results[1]['time'] / small_alone['time']:.2f}, "
+                      f"{results[2]['time'] / small_alone['time']:.2f}; "
                       f"big {results[0]['time'] / big_alone['time']:.3f}", flush=True)
     finally:
         if not running and not args.keep_cluster:

@@ -52,7 +52,8 @@ def main() -> None:
                 StandaloneShards(p.config.replace(engine=b_engine), p.model, environ=user_env) as b:
             sets = {"A": a, "B": b}
             for k, s in sets.items():
-                print(f"set {k}'s engines: " + "; ".join(f"{shard}: {settings}" for shard, settings in s.settings.items()),
+                print(f"set {k}'s engines: "
+                      + "; ".join(f"{shard}: {settings}" for shard, settings in s.settings.items()),
                       flush=True)
             warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
                                   p.task, p.tokenizer, bs, n)

@@ -54,10 +54,13 @@ def main() -> None:
             docs = slots // a.questions_per_doc
             d = pa.array(docs)
             doc_text = pc.binary_join_element_wise(
-                pa.array(np.char.add("Document ", docs.astype(str)).astype(object)), filler.take(pa.array((docs * 7919) % 256)), ". ")
+                pa.array(np.char.add("Document ", docs.astype(str)).astype(object)),
+                filler.take(pa.array((docs * 7919) % 256)), ". ")
             ids = pa.array(np.char.add("r", np.arange(start, start + len(slots)).astype(str)).astype(object))
-            q = pc.binary_join_element_wise(pa.array(np.char.add("What is said about item ", (slots % a.questions_per_doc).astype(str)).astype(object)),
-                                            pc.cast(d, pa.string()), " of document ")
+            q = pc.binary_join_element_wise(
+                pa.array(np.char.add("What is said about item ",
+                                     (slots % a.questions_per_doc).astype(str)).astype(object)),
+                pc.cast(d, pa.string()), " of document ")
             table = pa.table({"id": ids, "document": doc_text, "question": q}, schema=schema)
             if a.format == "openai":
                 w.writelines(_requests(table))

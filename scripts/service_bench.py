@@ -58,7 +58,8 @@ def requests_file(path: Path, n: int, real: bool, seed: int = 0) -> Path:
     with open(path, "w") as f:
         for i, (messages, tokens) in enumerate(chats):
             f.write(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": CHAT,
-                                "body": {"model": "any", "messages": messages, "max_completion_tokens": tokens}}) + "\n")
+                                "body": {"model": "any", "messages": messages,
+                                         "max_completion_tokens": tokens}}) + "\n")
     return path
 
 
@@ -121,13 +122,16 @@ def main() -> int:
           f"{args.requests} requests a batch, {args.rounds} round(s)", flush=True)
     t0 = time.perf_counter()
     cli(env, "up", "--config", config)
-    empty_caches = lambda: None
+    def empty_caches():
+        return None
     if real:   # each contender starts with empty prefix caches: what one left would help the other
         from distributed import Client
+
         from pipeline.cluster.resident_state import ClusterState
         from pipeline.worker.queries import reset_worker
         dask = Client(ClusterState.load(folder / "cluster").address)
-        empty_caches = lambda: dask.run(reset_worker)
+        def empty_caches():
+            return dask.run(reset_worker)
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", "--config", config, "--port", str(port),
                               "--store", folder / "store"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,

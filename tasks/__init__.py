@@ -17,7 +17,8 @@ from tasks.base import PromptParts, RowError, TaskKind
 from tasks.chat import Chat
 from tasks.classify import HEAD_TEMPLATE, SCORE_TEMPLATE, Classify
 from tasks.document_question import DocumentQuestion
-from tasks.embed import DEFAULT_TEMPLATE as EMBED_TEMPLATE, Embed
+from tasks.embed import DEFAULT_TEMPLATE as EMBED_TEMPLATE
+from tasks.embed import Embed
 from tasks.generate import Generate
 from tasks.template import PromptTemplate, TemplateError, template_columns
 
@@ -53,7 +54,8 @@ class Columns:
     one_of: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     lists: tuple[str, ...] = ()   # read as lists (chat messages)
-    writes: tuple[str, ...] = ()  # the result columns the task writes (an input column of one of these names is not copied)
+    writes: tuple[str, ...] = ()  # the result columns the task writes (an input column of one of these names is
+                                  # not copied)
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -87,5 +89,5 @@ def task_columns(config) -> Columns:
     return Columns(required=("document", "question"), writes=writes)
 
 
-__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "Embed", "Classify", "PromptTemplate",
-           "TemplateError", "KINDS", "get_task_kind", "Columns", "task_columns"]
+__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "Embed", "Classify",
+           "PromptTemplate", "TemplateError", "KINDS", "get_task_kind", "Columns", "task_columns"]

@@ -7,7 +7,8 @@ hand-sort them in.
     .venv/bin/python -m pipeline.bench.adapter_bench [--adapters 4] [--docs 64] [--questions 3] [--pairs 3]
 
 The adapters are made with PEFT for the default model (pipeline/bench/adapters.py); every question
-is asked with every adapter (adapters x documents x questions rows), shuffled; ``engine.max_loras`` 2. Prints rows/s of each run, the median ratio, the rows whose answers
+is asked with every adapter (adapters x documents x questions rows), shuffled; ``engine.max_loras`` 2.
+Prints rows/s of each run, the median ratio, the rows whose answers
 differ from plain vLLM's, and the engines' settings and environments side by side.
 """
 from __future__ import annotations
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                           model={"adapters": folders}, engine={"max_loras": args.max_loras})
     with Pipeline(config) as pipeline:
         stats = pipeline.worker_stats()
-        encode = lambda text: pipeline.tokenizer.encode(text, add_special_tokens=False)
+        def encode(text):
+            return pipeline.tokenizer.encode(text, add_special_tokens=False)
         with StandaloneShards(pipeline.config, pipeline.model, environ=user_env) as shards:
             envs = engine_env_report(pipeline, shards)
             runs, differ = [], []
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append({k: len(rows) / v for k, v in took.items()})
                 print(f"pair {pair + 1}: pipeline {runs[-1]['pipeline']:.2f} rows/s, plain vLLM sorted by (adapter, "
                       f"document) {runs[-1]['vllm']:.2f}; ratio {runs[-1]['pipeline'] / runs[-1]['vllm']:.3f}; answers "
-                      f"differing {differ[-1]} of {len(rows)}; error rows {sum(a['error'] is not None for a in answers)}",
+                      f"differing {differ[-1]} of {len(rows)}; "
+                      f"error rows {sum(a['error'] is not None for a in answers)}",
                       flush=True)
     ratios = [r["pipeline"] / r["vllm"] for r in runs]
     print(f"\nrows/s ratio pipeline / plain vLLM (median of {len(runs)} pairs, {len(rows)} rows, {args.adapters} "

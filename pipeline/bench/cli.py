@@ -23,7 +23,8 @@ def add_bench_parser(sub) -> None:
     bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse burst (default 4)")
     bench.add_argument("--skewed-requests", type=int, default=256)
     bench.add_argument("--bigjob-docs", type=int, default=480, help="bigjob burst: documents (default 480)")
-    bench.add_argument("--bigjob-questions", type=int, default=3, help="bigjob burst: questions per document (default 3)")
+    bench.add_argument("--bigjob-questions", type=int, default=3,
+                       help="bigjob burst: questions per document (default 3)")
     bench.add_argument("--filler-sentences", type=int, default=50,
                        help="document size: about 13 tokens each (default 50: prompts of ~750-790 tokens)")
     bench.add_argument("--contenders", default=None,
@@ -80,7 +81,7 @@ def bench(args: argparse.Namespace, config) -> int:
 
 def bench_config(config, mode: str, env_items: list[str]):
     """``config`` with ``--engine-mode`` and ``--engine-env`` applied (a new Config)."""
-    from pipeline.config import ConfigError   # here, not at the top, for the other commands' start
+    from pipeline.config import ConfigError  # here, not at the top, for the other commands' start
 
     if mode != "config":
         config = config.replace(engine={"enforce_eager": mode == "eager"})

@@ -2,7 +2,8 @@
 (the plain vLLM processes of ``standalone``, prompts split round-robin, by the pipeline's placement
 or by its cluster-job placement: ``standalone_assignment``), ``run_pipeline`` (a started
 pipeline, with the run's settings given as a config of their own) and ``run_pipeline_job`` (the
-same, the burst run as a file job on the cluster path), each measured into a ``RunResult``. ``Prepared``: a burst's rows turned into prompts
+same, the burst run as a file job on the cluster path), each measured into a ``RunResult``.
+``Prepared``: a burst's rows turned into prompts
 once, for every contender."""
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ class RunResult:
     per_shard: dict
     finish_s: dict
     gc: dict
-    cores: dict = field(default_factory=dict)          # role -> cores used during the burst (pipeline/bench/cpu_share.py)
+    cores: dict = field(default_factory=dict)          # role -> cores used during the burst
+                                                       # (pipeline/bench/cpu_share.py)
     faults: dict = field(default_factory=dict)         # role -> minor page faults during the burst
     engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
 
@@ -96,7 +98,7 @@ def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeli
         for i in range(len(rows)):
             assign[shards[i % len(shards)]].append(i)
     elif name in ("standalone-routed", "standalone-arrival", "standalone-sorted"):
-        from pipeline.jobs.cluster_job import CHARS_PER_TOKEN   # (imports Dask: here, not at the top)
+        from pipeline.jobs.cluster_job import CHARS_PER_TOKEN  # (imports Dask: here, not at the top)
 
         parts = [pipeline.task.split(row) for row in rows]
         assign.update(placed_assignment([p.prefix for p in parts], [p.suffix for p in parts], shards,
@@ -117,8 +119,8 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
     import numpy as np
     import pyarrow as pa
 
-    from pipeline.steps.cluster_tasks import place_task   # (imports Dask: here, not at the top)
     from pipeline.prefix_memory import prefix_digest
+    from pipeline.steps.cluster_tasks import place_task  # (imports Dask: here, not at the top)
 
     digest_of: dict[str, int] = {}
     docs: dict[int, list[int]] = {}   # digest -> [rows, prefix bytes, suffix bytes, first row], first-seen order
@@ -219,7 +221,7 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.jobs.job import prepare_job   # (imports Dask: here, not at the top)
+    from pipeline.jobs.job import prepare_job  # (imports Dask: here, not at the top)
 
     res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
                     prep.ideal_prefill_blocks, {}, {}, {})

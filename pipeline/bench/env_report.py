@@ -28,7 +28,8 @@ def engine_env_report(pipeline, shards) -> dict:
                     continue
         per_proc = {}
         for name in sorted(set(sides["pipeline"]) | set(sides["standalone"])):
-            (ppid, penv), (spid, senv) = sides["pipeline"].get(name, (None, {})), sides["standalone"].get(name, (None, {}))
+            (ppid, penv), (spid, senv) = (sides["pipeline"].get(name, (None, {})),
+                                          sides["standalone"].get(name, (None, {})))
             d = engine_env.env_diff(penv, senv)
             per_proc[name] = {"pipeline_pid": ppid, "standalone_pid": spid,
                               "only_pipeline": d["only_a"], "only_standalone": d["only_b"], "differ": d["differ"],

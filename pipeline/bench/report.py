@@ -11,12 +11,14 @@ from pipeline.bench.options import ALL_CONTENDERS
 # (name, key path, target, "ge"/"le", burst or None for every burst)
 TARGETS = [
     ("pipeline / standalone-routed, median", ("ratios", "pipeline/standalone-routed", "median"), 1.00, "ge", None),
-    ("pipeline / standalone-routed, worst pair", ("ratios", "pipeline/standalone-routed", "worst_pair"), 0.97, "ge", None),
+    ("pipeline / standalone-routed, worst pair", ("ratios", "pipeline/standalone-routed", "worst_pair"), 0.97,
+     "ge", None),
     ("pipeline / standalone-rr, median", ("ratios", "pipeline/standalone-rr", "median"), 1.5, "ge", "reuse"),
     ("pipeline / standalone-arrival, median", ("ratios", "pipeline/standalone-arrival", "median"), 2.4, "ge", "bigjob"),
     ("pipeline / standalone-sorted, median", ("ratios", "pipeline/standalone-sorted", "median"), 1.0, "ge", "bigjob"),
     ("pipeline prefill computed / token ideal", ("contenders", "pipeline", "prefill_over_ideal"), 1.05, "le", "reuse"),
-    ("pipeline prefill computed / block ideal", ("contenders", "pipeline", "prefill_over_block_ideal"), 1.05, "le", "reuse"),
+    ("pipeline prefill computed / block ideal", ("contenders", "pipeline", "prefill_over_block_ideal"), 1.05,
+     "le", "reuse"),
     ("pipeline max GC pause per worker, wall (ms)", ("contenders", "pipeline", "gc_max_ms"), 2.0, "le", None),
     ("pipeline max GC pause per worker, CPU (ms)", ("contenders", "pipeline", "gc_max_cpu_ms"), 2.0, "le", None),
 ]
@@ -41,7 +43,8 @@ def target_rows(report: dict) -> list[dict]:
                 continue
             ok = value >= target if kind == "ge" else value <= target
             miss = 0.0 if ok else (value / target - 1 if target else value)
-            rows.append({"target": name, "burst": burst, "value": value, "goal": f"{'≥' if kind == 'ge' else '≤'} {target:g}",
+            rows.append({"target": name, "burst": burst, "value": value,
+                         "goal": f"{'≥' if kind == 'ge' else '≤'} {target:g}",
                          "met": ok, "miss_by": miss})
     p = report.get("plumbing")
     if p:
@@ -60,10 +63,12 @@ def render_markdown(report: dict, command: str) -> str:
         f"vllm {m.get('vllm')}, torch {m.get('torch')}, dask {m.get('dask')}.  ",
         f"Options: {report['options']}.  ",
         f"Engine start (s): pipeline workers {_fmt_map(report['engine_start_s']['pipeline'])}; "
-        f"standalone processes {_fmt_map(report['engine_start_s']['standalone'])}. Total run: {report['total_s']:.0f} s.",
+        f"standalone processes {_fmt_map(report['engine_start_s']['standalone'])}. "
+        f"Total run: {report['total_s']:.0f} s.",
         "",
         "Throughput is the median over pairs; each run starts from an empty prefix cache.", "",
-        "| burst | contender | req/s | out tok/s | prompt tok/req | prefill / ideal (block ideal) | cached share | accuracy | engine page faults/req | GC max / p99 ms (max CPU ms) | finish spread s | rows per shard |",
+        "| burst | contender | req/s | out tok/s | prompt tok/req | prefill / ideal (block ideal) | cached share | "
+        "accuracy | engine page faults/req | GC max / p99 ms (max CPU ms) | finish spread s | rows per shard |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for burst, s in report["summary"].items():
@@ -74,9 +79,11 @@ def render_markdown(report: dict, command: str) -> str:
             lines.append(
                 f"| {burst} | {c} | {v['requests_per_s']:.2f} | {v['output_tokens_per_s']:.1f} | "
                 f"{v.get('prompt_tokens_per_request', 0):.0f} | "
-                f"{v['prefill_over_ideal']:.3f} ({v['prefill_over_block_ideal']:.3f}) | {v['cached_share']:.3f} | {v['accuracy']:.1%} | "
+                f"{v['prefill_over_ideal']:.3f} ({v['prefill_over_block_ideal']:.3f}) | {v['cached_share']:.3f} | "
+                f"{v['accuracy']:.1%} | "
                 f"{_num(v.get('engine_faults_per_request'))} | "
-                f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | {_spread(v['finish_spread_s'])} | "
+                f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | "
+                f"{_spread(v['finish_spread_s'])} | "
                 f"{_fmt_map(v['per_shard'])} |")
     roles = ROLES
     if any(v.get("cores") for s in report["summary"].values() for v in s["contenders"].values()):

@@ -67,7 +67,8 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
     if own:
         pipeline = Pipeline(config).start()
     # Throughput side by side: the pipeline's runs fill its engines at once, as the reference does
-    # (the first-answer ramp trades ~1.7 s of a burst for a first answer within ~2 s; advanced.intake.first_answer_rows in docs/configuration.md).
+    # (the first-answer ramp trades ~1.7 s of a burst for a first answer within ~2 s;
+    # advanced.intake.first_answer_rows in docs/configuration.md).
     job = pipeline.config.replace(intake={"first_answer_rows": 0})
     try:
         stats = pipeline.worker_stats()

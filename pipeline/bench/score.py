@@ -38,7 +38,8 @@ def pairs_of(docs: int, queries: int, seed: int) -> list[dict]:
 
 def prompt_ids(pipeline, rows: list[dict]) -> list[list[int]]:
     """Each row's prompt as the workers send it: its prefix's tokens, then its suffix's."""
-    encode = lambda text: pipeline.tokenizer.encode(text, add_special_tokens=False)
+    def encode(text):
+        return pipeline.tokenizer.encode(text, add_special_tokens=False)
     parts = [pipeline.task.split(r) for r in rows]
     return [encode(p.prefix) + encode(p.suffix) for p in parts]
 
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append({k: len(rows) / v for k, v in took.items()})
                 print(f"pair {pair + 1}: pipeline {runs[-1]['pipeline']:.2f} rows/s, plain vLLM in arrival order "
                       f"{runs[-1]['arrival']:.2f}, plain vLLM sorted by document {runs[-1]['sorted']:.2f}; ratios "
-                      f"{runs[-1]['pipeline'] / runs[-1]['arrival']:.3f}, {runs[-1]['pipeline'] / runs[-1]['sorted']:.3f}",
+                      f"{runs[-1]['pipeline'] / runs[-1]['arrival']:.3f}, "
+                      f"{runs[-1]['pipeline'] / runs[-1]['sorted']:.3f}",
                       flush=True)
         scored = pq.read_table(work / "out-0.parquet").to_pylist()
         label_ids = [pipeline.tokenizer.encode(x, add_special_tokens=False)[0] for x in pipeline.task.labels]

@@ -8,7 +8,8 @@ benchmark's environment as it was before any cluster started) plus the shard's v
 have written into. It gets the same engine arguments and sampling as the pipeline's
 workers, and talks to the benchmark over a loopback socket.
 
-Protocol: ``load`` (prompts as token ids, texts, or (token ids, LoRA adapter folder)), ``reset`` (empty the prefix cache), ``go``
+Protocol: ``load`` (prompts as token ids, texts, or (token ids, LoRA adapter folder)),
+``reset`` (empty the prefix cache), ``go``
 (generate them all; for a config of task embed embed them all with ``LLM.embed``; for task
 classify or score read the labels' log-probabilities, one step each, as the pipeline's workers do;
 reply with the outputs), ``stop``.
@@ -26,9 +27,15 @@ from dataclasses import dataclass
 
 from pipeline.config import Config
 from pipeline.names import SHARD_ENV
-from pipeline.worker.vllm_engine import (engine_kwargs, engine_settings, fitted_kwargs, label_params, read_labels,
-                                         sampling_params)
 from pipeline.worker.gcstats import GcPauses
+from pipeline.worker.vllm_engine import (
+    engine_kwargs,
+    engine_settings,
+    fitted_kwargs,
+    label_params,
+    read_labels,
+    sampling_params,
+)
 
 
 @dataclass
@@ -186,7 +193,8 @@ class StandaloneShards:
         for name in self.shards:
             self._expect(name, "ok")
 
-    def run(self, assignment: dict[str, list[list[int]]]) -> tuple[float, dict[str, float], dict[str, list[Output]], dict]:
+    def run(self,
+            assignment: dict[str, list[list[int]]]) -> tuple[float, dict[str, float], dict[str, list[Output]], dict]:
         """Load each shard's prompts, then start all at once; the clock covers generation only.
 
         Returns (wall seconds, finish time per shard, outputs per shard, GC summary per shard)."""

@@ -18,8 +18,8 @@ and merge each partition's answers; no row passes through this process.
 from __future__ import annotations
 
 from pipeline.data.answer_files import PANDAS_TYPES as _DTYPES
-from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.data.row_checks import RowColumns
+from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.results import output_fields
 from tasks import task_columns
 
@@ -60,7 +60,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     parts = df.to_delayed()
     if len(parts) != df.npartitions:
         raise DataFrameInputError(f"the DataFrame has {df.npartitions} partitions but Dask gave {len(parts)}")
-    from pipeline.jobs.cluster_job import ClusterJob   # start time: loaded by DataFrame jobs only
+    from pipeline.jobs.cluster_job import ClusterJob  # start time: loaded by DataFrame jobs only
 
     steps = FrameSteps(parts, RowColumns.of(columns, names), out_columns, rows_total)
     ClusterJob(steps, config, truncate_prompts).run(pipeline, progress=False)

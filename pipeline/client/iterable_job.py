@@ -32,11 +32,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.steps.cluster_tasks import frame_positions
-from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.data.partitions import PARTITION_BITS
-from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
+from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
+from pipeline.steps.cluster_tasks import frame_positions
+from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
 from pipeline.summary import Figures, JobSummary
 from tasks import get_task_kind
 
@@ -266,7 +266,8 @@ class IterableJob:
             total = self.report.rows_total
             job.update(job=self._job_id or job["job"], rows=rows + job["rows"], rows_read=rows + window.rows,
                        rows_total=total if total is not None else rows + window.rows,
-                       rows_with_error=errors + job["rows_with_error"], events=[*(e.as_dict() for e in events), *job["events"]])
+                       rows_with_error=errors + job["rows_with_error"],
+                       events=[*(e.as_dict() for e in events), *job["events"]])
             return job
 
         steps = IterableSteps(window, self.task, on_answers, shown)

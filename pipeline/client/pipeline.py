@@ -18,9 +18,9 @@ from pipeline.client import dataframes
 from pipeline.client.iterable_job import IterableJob
 from pipeline.client.tokenizer import load_tokenizer
 from pipeline.cluster import resident
-from pipeline.cluster.resident_state import ClusterState
 from pipeline.cluster.engines import held_documents, start_engines, wait_for_shard_workers
 from pipeline.cluster.local import apply_dask_settings, connect, worker_log_dir
+from pipeline.cluster.resident_state import ClusterState
 from pipeline.cluster.security import dask_security
 from pipeline.config import Config, SamplingConfig, engine_kind, load_config
 from pipeline.model import model_for
@@ -195,7 +195,8 @@ class Pipeline:
         rows or ``advanced.intake.read_ahead_chars`` characters of prompt text), each window answered as
         a cluster job (a document's questions are grouped within it) while the next is read, so
         memory stays bounded however long the input is. ``task``: a task other than the configured
-        one, by name (``"generate"``) or as a task kind (e.g. ``tasks.Chat``, ``tasks.PromptTemplate``); ``sampling``: this job's sampling
+        one, by name (``"generate"``) or as a task kind (e.g. ``tasks.Chat``, ``tasks.PromptTemplate``);
+        ``sampling``: this job's sampling
         settings instead of the config's (a ``SamplingConfig`` or a mapping of its keys; a row's
         columns of the same names override them for that row, pipeline/sampling.py);
         ``truncate_prompts``: cut prompts longer than the model's context instead of answering

@@ -27,8 +27,8 @@ from pipeline.cluster.security import dask_security, tls_args
 from pipeline.cluster.settings_check import settings_mismatch
 from pipeline.cluster.worker_spec import WorkerSpec, cluster_settings, dask_env
 from pipeline.config import Config, ConfigError
-from pipeline.scheduler.shard_claims import SETTINGS_HANDLER
 from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_DIR_ENV, LOG_ENV_ADDED, LOG_FILE_ENV
+from pipeline.scheduler.shard_claims import SETTINGS_HANDLER
 
 # In the client's process only: Dask keeps the last 1,000 messages each connection sent, for
 # debugging; from the client those carry every batch's payload (~100-200 KB each on the null
@@ -58,7 +58,8 @@ def scheduler_command(config: Config, scheduler_file: Path) -> list[str]:
     host = config.scheduler.host
     dash = config.scheduler.dashboard_address
     return [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port",
-            str(config.scheduler.port), "--scheduler-file", str(scheduler_file), "--preload", "pipeline.scheduler.preload",
+            str(config.scheduler.port), "--scheduler-file", str(scheduler_file),
+            "--preload", "pipeline.scheduler.preload",
             *(["--dashboard-address", dash] if dash else ["--no-dashboard", "--dashboard-address", f"{host}:0"]),
             *tls_args(config)]
 

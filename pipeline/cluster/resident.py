@@ -31,8 +31,14 @@ from distributed import Client
 
 from pipeline.cluster.engines import start_engines, wait_for_shard_workers
 from pipeline.cluster.local import apply_dask_settings, process_env, read_scheduler_file, scheduler_command
-from pipeline.cluster.resident_state import (STATE_FILE, ClusterMismatch, ClusterState, cluster_dir, differences,
-                                             fingerprint)
+from pipeline.cluster.resident_state import (
+    STATE_FILE,
+    ClusterMismatch,
+    ClusterState,
+    cluster_dir,
+    differences,
+    fingerprint,
+)
 from pipeline.cluster.security import dask_security
 from pipeline.cluster.worker_spec import WorkerSpec
 from pipeline.config import Config
@@ -86,7 +92,8 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
     dash = config.scheduler.dashboard_address
     procs: dict[str, subprocess.Popen] = {}
     try:
-        procs["scheduler"] = _spawn(scheduler_command(config, scheduler_file), base_env, log_dir / "scheduler.log", folder)
+        procs["scheduler"] = _spawn(scheduler_command(config, scheduler_file), base_env, log_dir / "scheduler.log",
+                                    folder)
         info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
         address = info["address"]
         # The worker the embedded cluster starts as a Nanny, as a ``dask worker`` process. Its

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq

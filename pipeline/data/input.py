@@ -21,10 +21,9 @@ from pipeline.data.errors import JobError
 from pipeline.data.row_checks import RowColumns
 from pipeline.data.scoring_lines import SCORING, envelope_error, scoring_kind
 from pipeline.data.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL, ENDPOINTS
 from pipeline.results import RESULT_FIELDS
 from tasks import Columns
-
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL, ENDPOINTS
 
 
 def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,

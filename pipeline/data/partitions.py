@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-
 PARTITION_BITS = 32   # a position made of a partition's number and a row's place in it (JSONL, DataFrames)
 
 

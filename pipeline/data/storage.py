@@ -15,7 +15,6 @@ from typing import Any
 
 from pipeline.data.errors import JobError
 
-
 LOCAL_PREFIXES = ("file://", "local://")   # fsspec's protocols for the local file system
 
 

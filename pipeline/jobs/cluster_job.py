@@ -38,16 +38,23 @@ from dataclasses import dataclass, replace
 import dask
 from distributed import as_completed
 
-from pipeline.jobs.recovery import ShardWatch
 from pipeline.cluster.engines import held_documents
-from pipeline.steps.cluster_tasks import JobSpec, Stopped, buckets_of, documents_of, figures_of, \
-    figures_of_answer, piece_of, place_task
 from pipeline.data.errors import JobError
-from pipeline.steps.placement import Bucket
+from pipeline.jobs.recovery import ShardWatch
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
+from pipeline.steps.cluster_tasks import (
+    JobSpec,
+    Stopped,
+    buckets_of,
+    documents_of,
+    figures_of,
+    figures_of_answer,
+    piece_of,
+    place_task,
+)
+from pipeline.steps.placement import Bucket
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
-
 
 # Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
 # split, pieces) go ahead of any job's answering, each job's k-th bucket on a shard has the same
@@ -127,7 +134,7 @@ class ClusterJob:
         included) and those of them answered with an error (as the answer tasks end); ``title``:
         what the job is to its user, shown beside its id on the dashboard page."""
         self.on_progress = on_progress
-        from tqdm import tqdm   # start time: loaded when a job runs
+        from tqdm import tqdm  # start time: loaded when a job runs
 
         if progress is None:
             progress = sys.stderr.isatty()

@@ -7,16 +7,16 @@ import time
 
 from pipeline import console
 from pipeline.client.pipeline import Pipeline
+from pipeline.client.tokenizer import load_tokenizer
 from pipeline.cluster import resident
 from pipeline.cluster.engines import EngineStartError
 from pipeline.cluster.resident_state import STATE_FILE, cluster_dir
 from pipeline.config import Config
 from pipeline.console import EXIT_INTERRUPTED, EXIT_STOPPED
 from pipeline.data.errors import JobError
-from pipeline.jobs.job import prepare_job
 from pipeline.jobs.cluster_job import unserved
+from pipeline.jobs.job import prepare_job
 from pipeline.model import DEFAULT_MODEL_NAME, model_for, packaged_task, resolve_model
-from pipeline.client.tokenizer import load_tokenizer
 from tasks import TemplateError, get_task_kind
 
 

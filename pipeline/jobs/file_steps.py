@@ -8,12 +8,19 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.data.answer_files import ClusterParts
-from pipeline.jobs.cluster_job import PLAN_PRIORITY
-from pipeline.steps.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
 from pipeline.data.errors import JobError
 from pipeline.data.scoring_lines import scoring_task
-from pipeline.jobs.key_check import duplicate_report, duplicates_message, hash_range, hash_ranges, \
-    partition_key_hashes, repeated_hashes, suspect_keys
+from pipeline.jobs.cluster_job import PLAN_PRIORITY
+from pipeline.jobs.key_check import (
+    duplicate_report,
+    duplicates_message,
+    hash_range,
+    hash_ranges,
+    partition_key_hashes,
+    repeated_hashes,
+    suspect_keys,
+)
+from pipeline.steps.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
 from tasks import Chat, Embed, get_task_kind
 
 MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)

@@ -29,20 +29,20 @@ from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 
+from pipeline.config import Config, load_config
+from pipeline.data.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.data.errors import JobError
 from pipeline.data.input import check_output_apart, open_source
-from pipeline.names import EMBEDDINGS_URL
-from pipeline.jobs.key_check import check_duplicates, check_key_type
-from pipeline.data.answer_files import RESULT_TYPES, ClusterParts
-from pipeline.jobs.cluster_job import ClusterJob
-from pipeline.jobs.file_steps import FileSteps
 from pipeline.data.output import META
 from pipeline.data.partitions import plan_blocks, plan_partitions
-from pipeline.data.storage import filesystem, is_url, local_path
-from pipeline.jobs.openai_batch import ResponseLines
 from pipeline.data.scoring_lines import SCORING
-from pipeline.config import Config, load_config
+from pipeline.data.storage import filesystem, is_url, local_path
+from pipeline.jobs.cluster_job import ClusterJob
+from pipeline.jobs.file_steps import FileSteps
+from pipeline.jobs.key_check import check_duplicates, check_key_type
+from pipeline.jobs.openai_batch import ResponseLines
 from pipeline.model import DEFAULT_MODEL_NAME
+from pipeline.names import EMBEDDINGS_URL
 from pipeline.results import RESULT_FIELDS, output_fields
 from pipeline.summary import JobSummary
 from tasks import task_columns

@@ -4,8 +4,8 @@ pipeline/client/iterable_job.py): nothing committed, nothing to resume, no ids t
 partition split as it was read. pipeline/jobs/cluster_job.py runs them."""
 from __future__ import annotations
 
-from pipeline.steps.cluster_tasks import JobSpec, kept_answer_task, split_task
 from pipeline.data.partitions import PartNumber
+from pipeline.steps.cluster_tasks import JobSpec, kept_answer_task, split_task
 from tasks import get_task_kind
 
 

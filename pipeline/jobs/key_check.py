@@ -30,7 +30,7 @@ def hash_ranges(rows: int) -> int:
 
 def key_hashes(keys: pa.Array) -> np.ndarray:
     """A 64-bit hash of each non-null key."""
-    import pandas as pd   # start time: loaded by jobs only
+    import pandas as pd  # start time: loaded by jobs only
 
     keys = keys.drop_null()
     if not len(keys):

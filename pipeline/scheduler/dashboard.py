@@ -91,7 +91,8 @@ def _cell(value, fmt: str) -> str:
 
 def render(st: dict) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in COLUMNS)
-    rows = "".join(f"<tr><th>{html.escape(name)}</th>" + "".join(f"<td>{_cell(s.get(k), f)}</td>" for k, _, f in COLUMNS)
+    rows = "".join(f"<tr><th>{html.escape(name)}</th>"
+                   + "".join(f"<td>{_cell(s.get(k), f)}</td>" for k, _, f in COLUMNS)
                    + "</tr>" for name, s in st["shards"].items())
     job = st.get("job") or {}
     job_html = "<p>No job has run yet.</p>"
@@ -102,7 +103,8 @@ def render(st: dict) -> str:
                     f" on the standard pages)</p><ul>"
                     + "".join(f"<li>{html.escape(k.replace('_', ' '))}: {job.get(k.split()[0], job.get(k))}</li>"
                               for k in items)
-                    + "".join(f"<li>{html.escape(e['kind'])}: {html.escape(e['shard'])} ({html.escape(str(e['worker']))})</li>"
+                    + "".join(f"<li>{html.escape(e['kind'])}: {html.escape(e['shard'])} "
+                              f"({html.escape(str(e['worker']))})</li>"
                               for e in job.get("events", []))
                     + "</ul>")
     deaths = "".join(f"<li>{html.escape(d['shard'])}: {html.escape(d['error'])}</li>" for d in st["engine_deaths"])
@@ -111,7 +113,8 @@ def render(st: dict) -> str:
 <style>body{{font-family:sans-serif;margin:1.5em}}table{{border-collapse:collapse}}
 th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}thead th{{background:#eef;font-size:90%}}</style>
 </head><body><h1>Pipeline shards</h1>
-<p><a href="../status">Dask status</a> · <a href="../pipeline">plots</a> · <a href="status.json">JSON</a> · refreshes every 2 s</p>
+<p><a href="../status">Dask status</a> · <a href="../pipeline">plots</a> · <a href="status.json">JSON</a> \
+· refreshes every 2 s</p>
 <table><thead><tr><th>shard</th>{head}</tr></thead><tbody>{rows}</tbody></table>
 <h2>Current job</h2>{job_html}
 {'<h2>Engine deaths</h2><ul>' + deaths + '</ul>' if deaths else ''}
@@ -138,7 +141,7 @@ def install(scheduler) -> None:
         (JSON_PATH, PipelineStatus, {"dask_server": scheduler}),
     ])
     if has_dashboard(scheduler):
-        from pipeline.scheduler import dashboard_plots   # Bokeh: imported only where it is served
+        from pipeline.scheduler import dashboard_plots  # Bokeh: imported only where it is served
 
         scheduler.add_plugin(HistoryPlugin(), idempotent=True)
         dashboard_plots.register(scheduler)
@@ -146,7 +149,7 @@ def install(scheduler) -> None:
 
 def uninstall(scheduler) -> None:
     if has_dashboard(scheduler):
-        from pipeline.scheduler import dashboard_plots   # Bokeh: imported only where it is served
+        from pipeline.scheduler import dashboard_plots  # Bokeh: imported only where it is served
 
         dashboard_plots.unregister(scheduler)
 

@@ -134,7 +134,8 @@ def _plottable(cols: dict, names) -> dict:
 def summary(job: str, done: int, total: int | None, errors: int | None) -> str:
     share = f" ({100 * done / total:.1f} %)" if total else ""
     of = f" of {total:,}" if total is not None else ""
-    return (f"Job <code>{html.escape(str(job))}</code>: <b>{done:,}</b>{of} rows answered{share}, {errors or 0:,} with an error. "
+    return (f"Job <code>{html.escape(str(job))}</code>: <b>{done:,}</b>{of} rows answered{share}, "
+            f"{errors or 0:,} with an error. "
             f"<span style='color:#666'>One point a second, the last 30 minutes; per-shard figures also as a "
             f"<a href='pipeline/table'>table</a> and <a href='pipeline/status.json'>JSON</a>.</span>")
 

@@ -29,7 +29,8 @@ from pipeline.names import PUBLISH_INTERVAL_S, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
 
 MAX_POINTS = 1800              # per series: 30 minutes at one point a second
 RATE_WINDOW_S = 10.0           # rates over a shard's snapshots of this many seconds
-STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S   # a worker that has sent nothing for this long is idle (it sends while it works)
+STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S   # a worker that has sent nothing for this long is idle
+                                         # (it sends while it works)
 
 SHARD_COLUMNS = ("requests_per_s", "output_tokens_per_s", "cache_hit_share", "engine_busy_share", "queued", "in_flight")
 JOB_COLUMNS = ("job", "rows_done", "rows_total", "rows_read", "rows_with_error")

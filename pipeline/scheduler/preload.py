@@ -48,8 +48,8 @@ def dask_setup(server):
     shard_claims.install(server)   # `pipeline worker --shard auto`, and the settings check of workers and clients
     # The scheduler unpickles each task it is sent: a cluster job's tasks name these modules
     # (pyarrow compute and Parquet among them), which would otherwise load during the first job.
-    import pipeline.steps.cluster_tasks  # noqa: F401
     import pipeline.data.input  # noqa: F401
+    import pipeline.steps.cluster_tasks  # noqa: F401
     if os.environ.pop(EXIT_WITH_PARENT_ENV, None):
         exit_with_parent(server)
     if dask.config.get("distributed.scheduler.work-stealing"):

@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from pipeline import console
@@ -58,7 +57,7 @@ def loopback(host: str) -> bool:
 
 
 def serve(args, config: "Config") -> int:
-    import uvicorn   # (start time: only when serving)
+    import uvicorn  # (start time: only when serving)
 
     from pipeline.client.pipeline import Pipeline
     from pipeline.service.app import create_app

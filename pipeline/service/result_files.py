@@ -106,8 +106,8 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
 def _scoring_answers(source, block, done: dict[int, dict], lines, first: int):
     """A block of scoring requests (a row per pair: ``scoring_lines``), a line at a time, in
     order: (custom_id, its output line, or None unless every one of its pairs was committed)."""
-    from pipeline.steps.jsonl_input import scoring_rows
     from pipeline.data.scoring_lines import lines_of
+    from pipeline.steps.jsonl_input import scoring_rows
 
     group: list[tuple[int, dict]] = []   # one line's rows: (place in the block, carry)
     for place, (_, _, carry) in enumerate([*scoring_rows(source, block), (None, None, None)]):

@@ -19,12 +19,12 @@ import threading
 import time
 
 from pipeline import console
-from pipeline.jobs.cluster_job import JobLeft
 from pipeline.data.errors import JobError
 from pipeline.data.input import parse_line
 from pipeline.data.scoring_lines import scoring_kind
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
+from pipeline.jobs.cluster_job import JobLeft
 from pipeline.jobs.job import prepare_job
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
 from pipeline.service import result_files
 from pipeline.service.errors import invalid, not_found
 from pipeline.service.objects import FINAL, OUTPUT_PURPOSE, batch_errors, batch_record, new_batch_id, page, shown

@@ -32,11 +32,19 @@ from pipeline.data.answer_files import AnswerFiles, BucketCommits, error_table, 
 from pipeline.data.errors import JobError
 from pipeline.data.job_folder import permanent_write_error
 from pipeline.data.partitions import PARTITION_BITS, Partition, by_partition, runs
-from pipeline.steps.placement import Bucket, Placement, place_documents
-from pipeline.steps.prompt_table import DOCUMENTS_SCHEMA, ERRORS_SCHEMA, ROWS_SCHEMA, PartitionTexts, PromptRows, \
-    prefixes_of, prompt_rows, read_partition
 from pipeline.data.text_arrays import on_first_rows
 from pipeline.sampling import Sampling
+from pipeline.steps.placement import Bucket, Placement, place_documents
+from pipeline.steps.prompt_table import (
+    DOCUMENTS_SCHEMA,
+    ERRORS_SCHEMA,
+    ROWS_SCHEMA,
+    PartitionTexts,
+    PromptRows,
+    prefixes_of,
+    prompt_rows,
+    read_partition,
+)
 from pipeline.summary import Figures
 from pipeline.worker.plugin import shard_plugin
 
@@ -274,7 +282,8 @@ async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | No
                                           _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key,
                                           job=spec.job_id, embed=spec.embeds, labels=spec.labels)
     table = results_table(results)
-    return Figures.of_answers(table, bucket.shard), by_partition(table, partition_of(table.column("position").to_numpy()))
+    return (Figures.of_answers(table, bucket.shard),
+            by_partition(table, partition_of(table.column("position").to_numpy())))
 
 
 def figures_of_answer(answer: tuple[Figures, object]) -> Figures:

@@ -21,11 +21,10 @@ from fsspec.utils import read_block
 
 from pipeline.data.errors import JobError
 from pipeline.data.input import parse_line, request_row
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL
 from pipeline.data.partitions import ByteBlock
-from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
 from pipeline.data.scoring_lines import SCORING, carry_column, line_rows
-
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL
+from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
 
 
 def block_lines(source, block: ByteBlock) -> list[bytes]:

@@ -151,9 +151,9 @@ def _least_loaded(digests: np.ndarray, cost: np.ndarray, n_shards: int, held_sha
     heap = [(load[s], s) for s in range(n_shards)]
     heapq.heapify(heap)
     for k in free.tolist():
-        l, s = heapq.heappop(heap)
+        shard_load, s = heapq.heappop(heap)
         shard_of[k] = s
-        heapq.heappush(heap, (l + cost[k], s))
+        heapq.heappush(heap, (shard_load + cost[k], s))
     return shard_of
 
 

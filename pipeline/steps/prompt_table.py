@@ -36,7 +36,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.sizeof import sizeof
 
-from pipeline.steps.adapter_keys import adapter_digests
 from pipeline.data.errors import JobError
 from pipeline.data.partitions import Partition
 from pipeline.data.row_checks import RowColumns
@@ -44,6 +43,7 @@ from pipeline.data.text_arrays import on_first_rows, only_on, packed
 from pipeline.prefix_memory import digest_codes, text_digests, value_bounds
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
+from pipeline.steps.adapter_keys import adapter_digests
 from tasks import PromptTemplate, RowError
 
 ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(),

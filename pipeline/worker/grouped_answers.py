@@ -18,11 +18,11 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from pipeline.steps.prompt_table import prefixes_of
-from pipeline.worker.admission import TokenGate
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
+from pipeline.steps.prompt_table import prefixes_of
 from pipeline.token_estimate import estimated_tokens
+from pipeline.worker.admission import TokenGate
 
 PROGRESS_EVERY_S = 1.0
 # Answers go to ``commit`` (in the loop's thread pool) this many at a time, or this often: a hand-over,
@@ -46,7 +46,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     rows at once (those in flight aborted, no more started) and its error is raised.
     ``first_rows``: until the first answer, only this many requests are admitted (0: no limit),
     so that answer is not decoded in lockstep with a full engine's worth of others
-    (``intake.first_answer_rows``, docs/configuration.md). ``job``: the job the rows belong to; jobs share the engine fairly
+    (``intake.first_answer_rows``, docs/configuration.md).
+    ``job``: the job the rows belong to; jobs share the engine fairly
     (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
     at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
     (their prefix and suffix; ``plugin._embed``), not prompts to answer (``plugin._one``);

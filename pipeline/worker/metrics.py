@@ -15,7 +15,6 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFam
 from pipeline.worker.gcstats import GcPauses
 
 
-
 class ShardMetrics:
     def __init__(self, shard: str, gc_pauses: GcPauses, clock=time.perf_counter):
         self.shard = shard

@@ -22,20 +22,19 @@ from distributed import WorkerPlugin, get_worker
 from tornado.ioloop import PeriodicCallback
 
 from pipeline import engine_env
-from pipeline.worker import metrics, reaper
 from pipeline.config import Config
-from pipeline.shard_config import ShardConfig
-from pipeline.worker.engine import BadSampling, Engine, EngineDead, adapters_of
-from pipeline.worker.gcstats import GcPauses
-from pipeline.worker.admission import FairAdmission, TokenGate
-from pipeline.worker.grouped_answers import answer_grouped
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
-from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling, check_answer
+from pipeline.shard_config import ShardConfig
+from pipeline.worker import metrics, reaper
+from pipeline.worker.admission import FairAdmission, TokenGate
+from pipeline.worker.engine import BadSampling, Engine, EngineDead, adapters_of
+from pipeline.worker.gcstats import GcPauses
+from pipeline.worker.grouped_answers import answer_grouped
+from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from tasks.classify import head_probs, label_probs
-
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,14 @@ from distributed import Worker
 
 import pipeline.compression  # noqa: F401 - registers Dask's "zlib-ng" compressor (docs/operating.md)
 from pipeline.config import load_config
-from pipeline.names import ANSWER_SLOTS_RESOURCE, LOG_ENV_ADDED, LOG_FILE_ENV, READ_SLOTS_RESOURCE, \
-    SHARD_RESOURCE_AMOUNT, answer_slots
+from pipeline.names import (
+    ANSWER_SLOTS_RESOURCE,
+    LOG_ENV_ADDED,
+    LOG_FILE_ENV,
+    READ_SLOTS_RESOURCE,
+    SHARD_RESOURCE_AMOUNT,
+    answer_slots,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +43,8 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     worker.state.total_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     slots = answer_slots(worker.state.nthreads)
-    worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = slots
+    worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = \
+        worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = slots
     reads = config.jobs.reads_per_worker
     worker.state.total_resources[READ_SLOTS_RESOURCE] = worker.state.available_resources[READ_SLOTS_RESOURCE] = reads
     logger.info("pipeline: this worker serves shard %s", shard.name)
@@ -56,7 +63,8 @@ def write_output_to(path: str) -> None:
 
 @click.command()
 @click.option("--shard", default=None, help="the shard (a name under `shards:` in the config) this worker serves")
-@click.option("--pipeline-config", "config_path", default=None, help="the pipeline's cluster.yaml (default: the repository's)")
+@click.option("--pipeline-config", "config_path", default=None,
+              help="the pipeline's cluster.yaml (default: the repository's)")
 def dask_setup(server, shard, config_path):
     if not isinstance(server, Worker):
         raise click.UsageError("pipeline.worker.preload is the workers' preload; "
@@ -71,5 +79,5 @@ def dask_setup(server, shard, config_path):
     # A cluster job's tasks and what their inputs unpickle into (pyarrow compute, Parquet and
     # datasets: 0.5-0.8 s), loaded now, while the engine starts, rather than by the first job's
     # first task.
-    import pipeline.steps.cluster_tasks  # noqa: F401
     import pipeline.data.input  # noqa: F401
+    import pipeline.steps.cluster_tasks  # noqa: F401

@@ -7,11 +7,19 @@ from typing import Sequence
 import msgspec
 
 from pipeline.config import Config
-from pipeline.shard_config import ShardConfig
 from pipeline.sampling import Sampling
-from pipeline.worker.engine import (BadSampling, Choice, Classified, Embedding, EngineDead, Generation, Labelled, adapter_folder,
-                                    adapters_of)
-
+from pipeline.shard_config import ShardConfig
+from pipeline.worker.engine import (
+    BadSampling,
+    Choice,
+    Classified,
+    Embedding,
+    EngineDead,
+    Generation,
+    Labelled,
+    adapter_folder,
+    adapters_of,
+)
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 

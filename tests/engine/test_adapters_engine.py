@@ -36,7 +36,8 @@ def test_each_row_answered_with_its_adapter_as_plain_vllm_answers_it(tmp_path):
     with Pipeline(config) as pipeline:
         run_job(pipeline, src, tmp_path / "out.parquet", progress=False, sampling={"logprobs": True, "top_logprobs": 3})
         out = pq.read_table(tmp_path / "out.parquet").to_pylist()
-        encode = lambda text: pipeline.tokenizer.encode(text, add_special_tokens=False)
+        def encode(text):
+            return pipeline.tokenizer.encode(text, add_special_tokens=False)
         prompts = []
         for r in rows:
             parts = pipeline.task.split(r)
@@ -45,12 +46,14 @@ def test_each_row_answered_with_its_adapter_as_plain_vllm_answers_it(tmp_path):
                               f"adapter_config.json (a PEFT adapter's folder)"
     kept = [k for k in range(len(rows)) if k != 5]
     assert all(out[k]["error"] is None for k in kept)
-    folder = lambda name: None if name is None else folders.get(name, name)
+    def folder(name):
+        return None if name is None else folders.get(name, name)
     with StandaloneShards(config, model) as shards:
         name = shards.shards[0]
         # every row with its own adapter, and with each adapter (and none) in turn
         _, _, own, _ = shards.run({name: [(prompts[k], folder(rows[k]["adapter"])) for k in kept]})
-        each = {a: shards.run({name: [(prompts[k], folders.get(a)) for k in kept]})[2][name] for a in ("a1", "a2", None)}
+        each = {a: shards.run({name: [(prompts[k], folders.get(a)) for k in kept]})[2][name]
+                for a in ("a1", "a2", None)}
     got = [out[k]["answer"] for k in kept]
     # Token for token as plain vLLM answers each row with its adapter, except where our engine saw a near
     # tie and took the other side (vLLM is not batch-invariant, and the two engines' batches differ:

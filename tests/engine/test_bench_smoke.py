@@ -2,8 +2,8 @@
 (Real figures come from full runs of `python -m pipeline bench`, never from tests.)"""
 import json
 
-from pipeline.bench.run import CONTENDERS, BenchOptions, run_bench
 from pipeline.bench.report import write_report
+from pipeline.bench.run import CONTENDERS, BenchOptions, run_bench
 
 
 def test_bench_smoke(pipeline, tmp_path):

@@ -20,7 +20,8 @@ LABELS = ["positive", "negative"]
 def _reference(pipeline, config, rows: list[dict]) -> list[list[float]]:
     """Each row's label probabilities from the transformers reference, on the prompt the workers send."""
     task = get_task_kind(config, pipeline.tokenizer)
-    encode = lambda text: pipeline.tokenizer.encode(text, add_special_tokens=False)
+    def encode(text):
+        return pipeline.tokenizer.encode(text, add_special_tokens=False)
     prompts = [encode(p.prefix) + encode(p.suffix) for p in map(task.split, rows)]
     label_ids = [encode(label)[0] for label in task.labels]
     out = []

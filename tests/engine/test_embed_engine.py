@@ -56,7 +56,8 @@ def test_embeddings_match_the_models_reference(tmp_path):
             raise AssertionError(f"{whole['prompt_tokens']} tokens embedded; the model takes 256")
         if row["error"] is not None:
             long += 1
-            assert row["error"].startswith("input: prompt too long (") and "the embedding model takes 254" in row["error"]
+            assert (row["error"].startswith("input: prompt too long (")
+                    and "the embedding model takes 254" in row["error"])
             assert whole["prompt_tokens"] == 256
         else:   # (the same text in two jobs: the same embedding, up to the engine's arithmetic in batches
             # composed differently -- seen once, 0.02356 for 0.02330 in one value)

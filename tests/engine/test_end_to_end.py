@@ -4,8 +4,8 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.job import run_job
 from pipeline.bench.workloads import document_questions
+from pipeline.jobs.job import run_job
 
 
 def _contains(expected, answer):

@@ -30,7 +30,8 @@ def test_engine_processes_start_without_dasks_worker_variables(pipeline):
             if name.startswith("VLLM::Worker"):
                 # vLLM's engine core sets this for its model runners itself: one thread per
                 # pinned core (vllm/utils/ompmultiprocessing.py), as it does in plain vLLM.
-                assert env.get("OMP_NUM_THREADS") == str(len(shard.worker_env()["VLLM_CPU_OMP_THREADS_BIND"].split(",")))
+                assert (env.get("OMP_NUM_THREADS")
+                        == str(len(shard.worker_env()["VLLM_CPU_OMP_THREADS_BIND"].split(","))))
                 leaked = [k for k in leaked if k != "OMP_NUM_THREADS"]
             assert not leaked, f"{shard.name} {name} (pid {pid}) inherited Dask's {leaked}"
             # Whatever its value, this one turns off glibc's dynamic mmap threshold (~35 % slower).

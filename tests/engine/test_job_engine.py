@@ -8,8 +8,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.jobs.job import run_job
 from pipeline.bench.workloads import document_questions
+from pipeline.jobs.job import run_job
 from tasks import Chat
 from tasks.document_question import INSTRUCTION
 

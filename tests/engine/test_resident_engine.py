@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from pipeline import load_config
-from pipeline.model import resolve_model
 from pipeline.bench.prefill_ideal import block_ideal
-from pipeline.client.tokenizer import load_tokenizer
 from pipeline.bench.workloads import document_questions
+from pipeline.client.tokenizer import load_tokenizer
+from pipeline.model import resolve_model
 from tasks import DocumentQuestion
 
 ROOT = Path(__file__).resolve().parents[2]

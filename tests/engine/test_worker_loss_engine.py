@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import Pipeline, engine_env, load_config, prepare_job
+from pipeline.bench.workloads import document_questions
 from pipeline.jobs.recovery import current_workers
 from pipeline.summary import LOST, REJOINED
-from pipeline.bench.workloads import document_questions
 
 pytestmark = pytest.mark.own_cluster
 
@@ -32,7 +32,8 @@ def test_real_worker_and_engine_kills_answer_every_row_once_and_reap_the_engine(
     config = load_config().replace(scheduler={"dashboard_address": None},
                                    engine={"enforce_eager": True, "max_num_seqs": 16},
                                    intake={"max_in_flight": 8},
-                                   jobs={"bucket_rows": 4})   # (answers come back bucket by bucket: the kill lands mid-job)
+                                   jobs={"bucket_rows": 4})   # (answers come back bucket by bucket: the kill
+                                                              # lands mid-job)
     rows = document_questions(12, 4, seed=31, order="shuffled")
     p = Pipeline(config).start()
     try:

@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.prefix_memory import prefix_digest
 from pipeline.steps.adapter_keys import adapter_code
 from pipeline.steps.cluster_tasks import place_task
 from pipeline.steps.placement import place_documents, spread
 from pipeline.steps.prompt_table import prompt_rows_from
-from pipeline.prefix_memory import prefix_digest
 
 BALANCE = 1.25   # place_documents' default bound: no shard above this × its fair share
 

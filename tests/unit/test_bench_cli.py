@@ -110,8 +110,8 @@ def test_placed_assignment_places_documents_as_a_cluster_job():
     import numpy as np
 
     from pipeline.bench.contenders import placed_assignment
-    from pipeline.steps.placement import place_documents
     from pipeline.prefix_memory import prefix_digest
+    from pipeline.steps.placement import place_documents
 
     rows = _doc_rows()
     prefixes, suffixes = [r["document"] for r in rows], [r["question"] for r in rows]
@@ -126,7 +126,8 @@ def test_placed_assignment_places_documents_as_a_cluster_job():
             for i in idx:
                 assert shard_of_doc.setdefault(rows[i]["doc_id"], s) == s   # a document on one shard
     # the same shard per row both ways, as place_documents gives it on the job's counts
-    row_shard = lambda assign: {i: s for s, idx in assign.items() for i in idx}
+    def row_shard(assign):
+        return {i: s for s, idx in assign.items() for i in idx}
     assert row_shard(arrival) == row_shard(by_doc)
     docs = list(dict.fromkeys(prefixes))
     n = [prefixes.count(d) for d in docs]
@@ -152,8 +153,10 @@ def test_standalone_assignment_by_contender():
     from pipeline.bench.contenders import placed_assignment, standalone_assignment
 
     rows = _doc_rows(10, 2, seed=1)
-    split = lambda row: SimpleNamespace(prefix=row["document"], suffix=row["question"])
-    pipeline = SimpleNamespace(task=SimpleNamespace(split=split), config=SimpleNamespace(sampling=SimpleNamespace(max_tokens=32)))
+    def split(row):
+        return SimpleNamespace(prefix=row["document"], suffix=row["question"])
+    pipeline = SimpleNamespace(task=SimpleNamespace(split=split),
+                               config=SimpleNamespace(sampling=SimpleNamespace(max_tokens=32)))
     shards = ["a", "b"]
     assert standalone_assignment("standalone-rr", shards, rows, None) == \
         {"a": list(range(0, 20, 2)), "b": list(range(1, 20, 2))}
@@ -193,4 +196,5 @@ def test_bigjob_report_ratios_side_by_side():
     assert "| 2.250 | 0.900 | 0.100 | 0.480 | 0.500 |" in md
     assert "Big job (`bigjob`: 6 documents × 2 questions" in md
     met = {t["target"]: t["met"] for t in target_rows(report) if t["burst"] == "bigjob"}
-    assert met["pipeline / standalone-arrival, median"] is False and met["pipeline / standalone-sorted, median"] is False
+    assert (met["pipeline / standalone-arrival, median"] is False
+            and met["pipeline / standalone-sorted, median"] is False)

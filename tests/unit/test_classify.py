@@ -91,7 +91,8 @@ def test_score_pairs_from_a_dataframe_and_python_rows(fake_pipeline):
 
 def test_labels_must_differ_in_their_first_token_and_classify_needs_template_and_labels(fake_pipeline, tmp_path):
     tokenizer = fake_pipeline.tokenizer
-    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
+    def encode(text):
+        return tokenizer.encode(text, add_special_tokens=False)
     assert label_problem(["positive", "negative"], encode) is None
     assert "begin with the same token" in label_problem(["yes", "yes please"], encode)
     assert label_problem(["yes"], encode) == "give at least two labels"

@@ -10,8 +10,8 @@ import pytest
 
 from pipeline import Pipeline, load_config
 from pipeline.config import ConfigError
-from pipeline.jobs.cluster_job import unserved
 from pipeline.data.errors import JobError
+from pipeline.jobs.cluster_job import unserved
 from pipeline.jobs.job import run_job
 from pipeline.model import packaged_task
 from tasks.template import TemplateError
@@ -63,7 +63,8 @@ def test_some_of_the_models_labels_are_renormalised_in_the_order_given(head_pipe
         counts = [(text + " neutral").count(label) for label in LABELS]
         full = _softmax(counts)
         want = [full[2] / (full[2] + full[1]), full[1] / (full[2] + full[1])]
-        assert row["label_probs"] == pytest.approx(want) and row["label"] == ["positive", "neutral"][want.index(max(want))]
+        assert (row["label_probs"] == pytest.approx(want)
+                and row["label"] == ["positive", "neutral"][want.index(max(want))])
 
 
 def test_labels_not_the_models_and_jobs_it_cannot_serve_are_refused(head_pipeline, tmp_path, classifier_model):

@@ -11,14 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.client.tokenizer import load_tokenizer
-from pipeline.steps.cluster_tasks import bucket_slice, place_task, split_task
+from pipeline.config import load_config
 from pipeline.data.input import open_source
 from pipeline.data.partitions import plan_partitions
+from pipeline.model import model_for
+from pipeline.prefix_memory import prefix_digest
+from pipeline.steps.cluster_tasks import bucket_slice, place_task, split_task
 from pipeline.steps.placement import place_documents
 from pipeline.steps.prompt_table import prefixes_of, prompt_rows
-from pipeline.model import model_for
-from pipeline.config import load_config
-from pipeline.prefix_memory import prefix_digest
 from pipeline.worker.admission import FairAdmission
 from tasks import Columns, DocumentQuestion, PromptTemplate
 
@@ -273,11 +273,10 @@ def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait(m
     answering raises EngineDead (the worker restarts with a fresh engine) once the requests in
     flight have ended, starts no further document, and every row answered before the failure
     went to ``commit`` once, with its own answer, so a rerun skips exactly those."""
-    from pipeline.worker import metrics
+    from pipeline.worker import grouped_answers, metrics
     from pipeline.worker.engine import EngineDead
     from pipeline.worker.fake_engine import FakeEngine
     from pipeline.worker.gcstats import GcPauses
-    from pipeline.worker import grouped_answers
     from pipeline.worker.grouped_answers import answer_grouped
     from pipeline.worker.plugin import EnginePlugin
 
@@ -299,7 +298,8 @@ def test_grouped_answering_stops_when_the_engine_dies_under_requests_that_wait(m
     config = load_config().replace(intake={"max_in_flight": 4})
     rows = pa.table({"position": pa.array(range(100, 140), pa.int64()),
                      "digest": pa.array([d for d in range(10) for _ in range(4)], pa.uint64()),
-                     "prefix": pa.array([f"doc {i // 4} " if i % 4 == 0 else None for i in range(40)], pa.large_string()),
+                     "prefix": pa.array([f"doc {i // 4} " if i % 4 == 0 else None for i in range(40)],
+                                        pa.large_string()),
                      "suffix": pa.array([f"q{i}" for i in range(40)], pa.large_string())})
     plugin = EnginePlugin(config, "x", "fake")
     plugin.engine, plugin.shard, plugin.prefixes, plugin.token_gate = Dying(), "cpu0", None, None
@@ -399,8 +399,7 @@ def test_a_buckets_answers_are_written_in_files_of_many_rows_each_every_row_once
     """An answer task's rows come from many input partitions; each answer file holds one
     partition's, written once ``rows`` of them wait (or, after ``seconds``, all that wait), the
     rest at the end: every row once, sorted by position, counted as written."""
-    from pipeline.data.answer_files import AnswerFiles
-    from pipeline.data.answer_files import BucketCommits
+    from pipeline.data.answer_files import AnswerFiles, BucketCommits
     from pipeline.results import RowResult
 
     files = AnswerFiles(tmp_path)

@@ -8,6 +8,7 @@ import sys
 
 import cloudpickle
 import dask
+import msgpack
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -15,7 +16,6 @@ from distributed import Client, Nanny, Scheduler, SpecCluster
 from distributed.protocol import compression as dask_compression
 from distributed.protocol.core import dumps, loads
 from distributed.protocol.serialize import Serialize, deserialize_bytes, serialize_bytelist, unpack_frames
-import msgpack
 
 from pipeline import compression
 from pipeline.compression import NAME

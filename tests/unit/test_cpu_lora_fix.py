@@ -1,8 +1,9 @@
 """The vLLM plugin that keeps CPU rows without an adapter free of the last slot's adapter
 (pipeline/cpu_lora_fix.py): vLLM's own torch ops give a row of index -1 the last adapter's
 delta; wrapped, that row gets none and the other rows' results are unchanged bit for bit."""
-import torch
 from importlib.metadata import entry_points
+
+import torch
 
 from pipeline.cpu_lora_fix import install, skip_rows_without_adapter
 

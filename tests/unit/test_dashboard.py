@@ -36,7 +36,8 @@ def test_rates_over_the_recent_window_and_zero_when_idle():
     assert cpu0["requests"] == 40
     assert cpu1["requests_per_s"] == 0.0 and cpu1["engine_busy_share"] == 0.0
     page = render(st)
-    assert "<th>cpu0</th>" in page and "<td>10.0</td>" in page and "<td>0.75</td>" in page and "No job has run yet" in page
+    assert ("<th>cpu0</th>" in page and "<td>10.0</td>" in page and "<td>0.75</td>" in page
+            and "No job has run yet" in page)
 
 
 def test_a_restarted_workers_counters_do_not_make_negative_rates():

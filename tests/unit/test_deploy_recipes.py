@@ -333,6 +333,7 @@ def pod_config(config_map: dict, container: dict, volumes: list[dict]):
 
 def test_daskcluster_worker_group_one_gpu_pod_per_shard(crd_validator):
     from dask_kubernetes.operator.controller.controller import build_worker_deployment_spec
+
     from pipeline.cluster.hosts import check_protocol, exposure_error
 
     config_map, cluster = manifest()

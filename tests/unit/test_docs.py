@@ -122,12 +122,14 @@ def test_config_model_walk_finds_known_keys():
 @pytest.mark.parametrize("path", DOCS, ids=_rel)
 def test_dotted_config_keys_exist(path):
     bad = sorted({why for found in _dotted_keys(_text(path)) if (why := _not_a_key(*found))})
-    assert not bad, f"{_rel(path)} names config keys the model (pipeline/config.py) lacks, or by their old place: {', '.join(bad)}"
+    assert not bad, (f"{_rel(path)} names config keys the model (pipeline/config.py) lacks, or by their old place: "
+                     f"{', '.join(bad)}")
 
 
 def test_dotted_key_check_catches_a_removed_key():
     found = list(_dotted_keys("set `advanced.routing.late_binding: false` or `advanced.intake.max_in_flightx`"))
-    assert [(s, k) for _, s, k in found] == [("advanced.routing", "late_binding"), ("advanced.intake", "max_in_flightx")]
+    assert [(s, k) for _, s, k in found] == [("advanced.routing", "late_binding"),
+                                             ("advanced.intake", "max_in_flightx")]
     assert [_not_a_key(*f) for f in found] == ["advanced.routing.late_binding", "advanced.intake.max_in_flightx"]
     assert _not_a_key(*next(_dotted_keys("`advanced.intake.max_in_flight`"))) is None
     assert _not_a_key(*next(_dotted_keys("`advanced.intake`"))) is None

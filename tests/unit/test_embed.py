@@ -45,7 +45,8 @@ def test_each_rows_embedding_on_its_row_and_bad_rows_as_errors(fake_pipeline, tm
     assert [r["id"] for r in rows] == [f"r{k}" for k in range(len(TEXTS))] and summary.rows == len(TEXTS)
     for text, row in zip(TEXTS, rows):
         if not text:
-            assert row["embedding"] is None and row["error"] == f"input: document is {'null' if text is None else 'empty'}"
+            assert (row["embedding"] is None
+                    and row["error"] == f"input: document is {'null' if text is None else 'empty'}")
             continue
         assert row["error"] is None and row["prompt_tokens"] == len(text)
         assert np.allclose(row["embedding"], _expected(text), atol=1e-6)

@@ -27,7 +27,8 @@ def test_a_killed_client_leaves_no_scheduler_or_worker_behind(tmp_path):
     try:
         assert proc.stdout.readline().strip() == b"ready"
         children = psutil.Process(proc.pid).children(recursive=True)
-        schedulers = [c for c in children if any(k in " ".join(c.cmdline()) for k in ("dask_scheduler", "dask scheduler"))]
+        schedulers = [c for c in children
+                      if any(k in " ".join(c.cmdline()) for k in ("dask_scheduler", "dask scheduler"))]
         assert len(schedulers) == 1 and len(children) >= 3   # the scheduler and a worker per shard
     finally:
         proc.kill()   # SIGKILL: nothing in the client gets to clean up

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from helpers.netns import netns_hosts  # noqa: F401 - the fixture
 from helpers.certs import write_certs
+from helpers.netns import netns_hosts  # noqa: F401 - the fixture
 from helpers.rig_cluster import RigCluster, read_output, rig_config, write_rows
 from pipeline.bench.workloads import document_questions
 

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 from itertools import count
 
 import pytest
-
 from vllm.v1.core.sched.request_queue import PriorityRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 

@@ -5,12 +5,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.data.input import open_source
-from pipeline.jobs.key_check import duplicate_report, duplicates_message, partition_key_hashes, repeated_hashes, \
-    suspect_keys
-from pipeline.data.partitions import plan_partitions
-from tasks import task_columns
 from pipeline import load_config
+from pipeline.data.input import open_source
+from pipeline.data.partitions import plan_partitions
+from pipeline.jobs.key_check import (
+    duplicate_report,
+    duplicates_message,
+    partition_key_hashes,
+    repeated_hashes,
+    suspect_keys,
+)
+from tasks import task_columns
 
 
 def source_of(tmp_path, ids, row_group_size=7):

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -20,9 +19,9 @@ import yaml
 
 from helpers.rig_cluster import printed_address
 from pipeline import Pipeline
+from pipeline.bench.workloads import document_questions
 from pipeline.jobs.recovery import current_workers
 from pipeline.summary import GONE, LOST, REJOINED
-from pipeline.bench.workloads import document_questions
 
 ROOT = Path(__file__).resolve().parents[2]
 # The docs' recipe ("Several machines"): the pipeline's own commands, no Dask variable set by hand.
@@ -114,7 +113,10 @@ def test_engines_of_dask_worker_processes_start_without_dasks_worker_variables(p
     from pipeline import engine_env
 
     def child_env_as_engine_gets_it(keep):  # runs in the worker (a local function travels by value)
-        import json, os, subprocess, sys
+        import os
+        import subprocess
+        import sys
+
         from pipeline import engine_env
 
         code = "import json, os; print(json.dumps(dict(os.environ)))"

@@ -51,7 +51,8 @@ def test_rows_without_id_get_their_position_and_bad_rows_an_error(null_pipeline)
             {"document": "d1", "question": 7}, {"document": "d2", "question": "q2"}]
     results = null_pipeline.run(rows)
     assert [r.id for r in results] == [0, 1, 2, 3]
-    assert [r.error for r in results] == [None, "input: document is null", "input: question is not text (got int)", None]
+    assert [r.error for r in results] == [None, "input: document is null", "input: question is not text (got int)",
+                                          None]
 
 
 def _documents_stay_on_one_shard(p, seed):
@@ -125,8 +126,8 @@ def test_workers_expose_shard_metrics_to_prometheus(null_pipeline):
         assert url.startswith("http://127.0.0.1:")
         text = _get(url)[1]
         for name in ("pipeline_requests_queued", "pipeline_requests_in_flight", "pipeline_prefill_tokens_outstanding",
-                     "pipeline_prefix_cache_hit_ratio", "pipeline_output_tokens_total", "pipeline_gc_pause_seconds_total",
-                     "pipeline_engine_busy_seconds_total"):
+                     "pipeline_prefix_cache_hit_ratio", "pipeline_output_tokens_total",
+                     "pipeline_gc_pause_seconds_total", "pipeline_engine_busy_seconds_total"):
             assert name in text, name
         m = re.search(r'^pipeline_requests_total\{shard="(\w+)"\} (\S+)$', text, re.M)
         seen[m.group(1)] = float(m.group(2))

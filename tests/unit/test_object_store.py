@@ -226,8 +226,8 @@ def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp
     """The workers read the input from the object store themselves (the job's spec carries the
     store's settings); a resumed job refuses an input object rewritten under its answers."""
     from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
-    from pipeline.jobs.cluster_job import ClusterJob
     from pipeline.data.storage import filesystem
+    from pipeline.jobs.cluster_job import ClusterJob
 
     rows = _rows(12, seed=7)
     fs = _fs(s3)
@@ -253,8 +253,9 @@ def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp
 
 
 def test_an_adapter_at_a_url_is_fetched_once_and_answers_its_rows(s3, tmp_path):
-    from pipeline.model import resolve_model
     from safetensors.numpy import save_file
+
+    from pipeline.model import resolve_model
 
     local = tmp_path / "adapter"
     local.mkdir()

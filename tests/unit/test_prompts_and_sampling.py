@@ -113,7 +113,8 @@ def test_row_sampling_values_checked_with_the_reason():
             ({"top_k": -2}, "top_k must be an integer >= -1 (0 or -1: off) (got -2)"),
             ({"stop": [""]}, "stop must be a non-empty string or a list of them (got [''])"),
             ({"choice": []}, "choice must be a non-empty list of non-empty strings (got [])"),
-            ({"json_schema": "{nope"}, "json_schema is not valid JSON (Expecting property name enclosed in double quotes at position 1)"),
+            ({"json_schema": "{nope"},
+             "json_schema is not valid JSON (Expecting property name enclosed in double quotes at position 1)"),
             ({"json_schema": "[1]"}, "json_schema must be a JSON schema (a JSON object) (got [1])"),
             ({"json_schema": "{}", "choice": ["a"]}, "json_schema and choice are both set; give one constraint")):
         with pytest.raises(SamplingError) as err:

@@ -9,9 +9,8 @@ import psutil
 import pytest
 
 from pipeline.cluster import resident, resident_state, worker_spec
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, load_config
 from pipeline.names import CLUSTER_DIR_ENV
-from pipeline.config import load_config
 from pipeline.prefix_memory import PrefixMemory, prefix_digest
 
 
@@ -89,7 +88,8 @@ def test_stale_state_is_said_and_removed_and_nothing_is_used(folder):
     state.save(folder)
     said = []
     assert resident.find(config, "m", notify=said.append) is None
-    assert len(said) == 1 and "is no longer running (its scheduler process is gone); starting an embedded one" in said[0]
+    assert (len(said) == 1
+            and "is no longer running (its scheduler process is gone); starting an embedded one" in said[0])
     assert not (folder / resident_state.STATE_FILE).exists()
 
 

@@ -2,20 +2,19 @@
 failing engine request inside a worker batch."""
 import asyncio
 
+import pyarrow as pa
 import pytest
 
-import pyarrow as pa
-
 from pipeline import load_config
-from pipeline.steps.prompt_table import prompt_rows_from
+from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling
+from pipeline.steps.prompt_table import prompt_rows_from
+from pipeline.worker.admission import FairAdmission
 from pipeline.worker.engine import Generation
 from pipeline.worker.gcstats import GcPauses
 from pipeline.worker.metrics import ShardMetrics
-from pipeline.results import ErrorKind, RowResult
-from pipeline.worker.prompt_fit import fit_prompt
-from pipeline.worker.admission import FairAdmission
 from pipeline.worker.plugin import EnginePlugin
+from pipeline.worker.prompt_fit import fit_prompt
 from tasks import Chat, RowError
 from tests.unit.test_workloads_and_tasks import ChatMLTokenizer
 

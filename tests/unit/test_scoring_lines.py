@@ -10,8 +10,8 @@ import pytest
 
 from pipeline import Pipeline, load_config, prepare_job
 from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
-from pipeline.steps.jsonl_input import scoring_rows
 from pipeline.data.scoring_lines import line_rows
+from pipeline.steps.jsonl_input import scoring_rows
 
 DOCS = ["y" * 30 + " yes", "n" * 30 + " no", "y" * 10 + "n" * 12, "yy nn"]
 
@@ -164,9 +164,9 @@ def test_a_lines_rows_carry_what_its_output_needs():
 
 
 def test_the_configs_score_task_answers_scoring_lines_if_its_template_reads_only_their_pairs(fake_pipeline):
-    from pipeline.jobs.cluster_job import unserved
     from pipeline.data.errors import JobError
     from pipeline.data.scoring_lines import scoring_task
+    from pipeline.jobs.cluster_job import unserved
     from tasks.classify import SCORE_TEMPLATE
 
     config, tokenizer = fake_pipeline.config, fake_pipeline.tokenizer

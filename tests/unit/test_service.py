@@ -407,7 +407,8 @@ def test_batches_in_metrics_and_in_pipeline_status(service, cluster, tmp_path):
     assert line.split()[1:5] == ["completed", "600", "0", "600"], line
     listed = [row.split()[0] for row in text.split("(python -m pipeline serve):\n")[1].splitlines()[1:]]
     assert listed == [b.id for b in client.batches.list(limit=20)]
-    as_json = json.loads(cli(cluster["env"], "status", "--json", "--config", cluster["config"], "--store", store).stdout)
+    as_json = json.loads(cli(cluster["env"], "status", "--json", "--config", cluster["config"],
+                             "--store", store).stdout)
     assert {"shards", "batches"} <= set(as_json)
     assert next(b for b in as_json["batches"] if b["id"] == batch.id)["request_counts"] == \
         {"total": 600, "completed": 600, "failed": 0}
@@ -498,7 +499,8 @@ def test_api_key_is_required_when_set_and_beyond_loopback(cluster, tmp_path):
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert svc.client(api_key="s3cret").files.list().data == []
         assert httpx.get(f"http://127.0.0.1:{svc.port}/metrics").status_code == 401
-        assert scrape(svc.port, Authorization="Bearer s3cret")[("pipeline_service_batches", (("status", "completed"),))] == 0
+        assert scrape(svc.port, Authorization="Bearer s3cret")[("pipeline_service_batches",
+                                                                (("status", "completed"),))] == 0
     finally:
         svc.stop()
 

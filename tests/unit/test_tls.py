@@ -4,10 +4,9 @@ import pytest
 from distributed import Client
 
 from helpers.certs import write_certs
-
 from pipeline import Pipeline, load_config
-from pipeline.jobs.recovery import current_workers
 from pipeline.bench.workloads import document_questions
+from pipeline.jobs.recovery import current_workers
 
 
 def test_tls_cluster_answers_and_refuses_plain_clients(tmp_path):

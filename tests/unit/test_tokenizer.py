@@ -2,9 +2,9 @@
 import pytest
 from transformers import AutoTokenizer
 
+from pipeline.client.tokenizer import FolderTokenizer, load_tokenizer
 from pipeline.config import load_config
 from pipeline.model import resolve_model
-from pipeline.client.tokenizer import FolderTokenizer, load_tokenizer
 from tasks import Chat, DocumentQuestion
 
 CONVERSATIONS = [

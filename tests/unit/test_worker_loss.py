@@ -17,12 +17,12 @@ from collections import Counter
 import cloudpickle
 
 from pipeline import Pipeline, load_config
-from pipeline.worker.engine import EngineDead
-from pipeline.worker.fake_engine import FakeEngine
+from pipeline.bench.workloads import document_questions
 from pipeline.jobs.recovery import current_workers
 from pipeline.summary import GONE, LOST, REJOINED
+from pipeline.worker.engine import EngineDead
+from pipeline.worker.fake_engine import FakeEngine
 from pipeline.worker.plugin import PLUGIN_NAME
-from pipeline.bench.workloads import document_questions
 
 ROWS = 400
 

@@ -13,7 +13,8 @@ def write_certs(folder, ips=("127.0.0.1",), name="pipeline test CA") -> dict[str
     """``tls_ca_file``, ``tls_cert`` and ``tls_key`` written under ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
-    valid = {"not_valid_before": now - datetime.timedelta(minutes=5), "not_valid_after": now + datetime.timedelta(days=1)}
+    valid = {"not_valid_before": now - datetime.timedelta(minutes=5),
+             "not_valid_after": now + datetime.timedelta(days=1)}
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
@@ -32,5 +33,6 @@ def write_certs(folder, ips=("127.0.0.1",), name="pipeline test CA") -> dict[str
     paths = {"tls_ca_file": folder / "ca.pem", "tls_cert": folder / "cert.pem", "tls_key": folder / "key.pem"}
     paths["tls_ca_file"].write_bytes(ca.public_bytes(pem))
     paths["tls_cert"].write_bytes(cert.public_bytes(pem))
-    paths["tls_key"].write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    paths["tls_key"].write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()))
     return {k: str(v) for k, v in paths.items()}
