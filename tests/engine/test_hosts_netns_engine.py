@@ -33,7 +33,7 @@ def test_a_worker_host_cut_for_40_s_mid_job_on_real_engines(netns_hosts, tmp_pat
     c = RigCluster(netns_hosts(3), tmp_path, real_engine_config())
     try:
         c.start()
-        rows = document_questions(100, 4, seed=62, order="shuffled")
+        rows = document_questions(60, 4, seed=62, order="shuffled")
         out = tmp_path / "out.parquet"
         job = c.start_run([write_rows(tmp_path / "in.parquet", rows), out])
         cut_worker = c.served()["cpu1"]

@@ -41,25 +41,13 @@ def cluster(netns_hosts, tmp_path):
         c.stop()
 
 
-def test_a_job_across_three_hosts_answers_every_row_once_in_order(cluster, tmp_path):
-    c = cluster()
-    rows = document_questions(200, 4, seed=54, order="shuffled")
-    before = [h.link_bytes() for h in c.rig.hosts]
-    done = c.run([write_rows(tmp_path / "in.parquet", rows), tmp_path / "out.parquet"])
-    assert done.returncode == 0, done.stderr
-    got = check_rows(tmp_path / "out.parquet", rows)
-    assert {r["shard"] for r in got} == {"cpu0", "cpu1"}
-    moved = [sum(after) - sum(b) for after, b in zip((h.link_bytes() for h in c.rig.hosts), before)]
-    print("bytes over each host's link (scheduler+client, cpu0, cpu1):", moved)
-    assert moved[1] > 20_000 and moved[2] > 20_000     # the workers' pieces crossed the links
-
-
 def answered_files(out):
     return list((out.parent / (out.name + ".partial")).glob("answers/p*/*.parquet"))
 
 
 def test_a_host_cut_for_good_has_its_buckets_answered_by_the_others(cluster, tmp_path):
     config = rig_config(["cpu0", "cpu1"], null_latency_s=0.02)
+    config["advanced"]["recovery"]["rejoin_timeout_s"] = 10
     c = cluster(config)
     rows = document_questions(400, 4, seed=57, order="shuffled")
     out = tmp_path / "out.parquet"
@@ -104,9 +92,10 @@ def test_the_scheduler_restarted_workers_rejoin_and_the_rerun_resumes(cluster, t
     check_rows(out, rows)
 
 
-def test_compression_between_hosts_on_a_slow_link(cluster, tmp_path):
-    """10 Mbit/s links: the same job with network.compression auto (the default) and none; the
-    bytes that cross the workers' links, and the job's time."""
+def test_a_job_across_three_hosts_on_a_slow_link_with_and_without_compression(cluster, tmp_path):
+    """10 Mbit/s links: the same job with network.compression none and auto (the default), every
+    row once and in order on both shards each time; the bytes that cross the workers' links, and the
+    job's time."""
     rows = document_questions(300, 4, seed=59, order="shuffled")
     write_rows(tmp_path / "in.parquet", rows)
     figures = {}
@@ -117,13 +106,14 @@ def test_compression_between_hosts_on_a_slow_link(cluster, tmp_path):
         for h in c.rig.hosts:
             h.shape("10mbit")
         c.start()
-        before = sum(sum(h.link_bytes()) for h in c.rig.hosts[1:])
+        before = [sum(h.link_bytes()) for h in c.rig.hosts]
         t0 = time.monotonic()
         done = c.run([tmp_path / "in.parquet", tmp_path / f"out-{setting}.parquet"])
         took = time.monotonic() - t0
         assert done.returncode == 0, done.stderr
-        check_rows(tmp_path / f"out-{setting}.parquet", rows)
-        figures[setting] = (sum(sum(h.link_bytes()) for h in c.rig.hosts[1:]) - before, took)
+        assert {r["shard"] for r in check_rows(tmp_path / f"out-{setting}.parquet", rows)} == {"cpu0", "cpu1"}
+        moved = [sum(h.link_bytes()) - b for h, b in zip(c.rig.hosts, before)]
+        figures[setting] = (sum(moved[1:]), took)
         c.stop()
     print("10 Mbit/s, worker links' bytes and job seconds:", figures,
           f"ratio {figures['none'][0] / figures['auto'][0]:.1f}x")
