@@ -15,8 +15,10 @@ for the settings every process must share, and, with ``--shard auto``, for its s
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import ipaddress
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -83,9 +85,21 @@ def _reporter(log: IO | None) -> Callable[[str], None]:
     return say
 
 
+def _die_with_parent() -> None:
+    """In the child, before it runs Dask: SIGTERM it when the command that started it dies, even
+    by SIGKILL, so no scheduler or worker is left holding its port or shard (Linux's prctl)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):   # not Linux: the supervisor's own stop still ends the child
+        pass
+
+
+PR_SET_PDEATHSIG = 1
+
+
 def _spawn(args: list[str], env: dict, log: IO | None) -> subprocess.Popen:
     return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT if log is not None else None)
+                            stderr=subprocess.STDOUT if log is not None else None, preexec_fn=_die_with_parent)
 
 
 # -- the scheduler ----------------------------------------------------------------------
@@ -109,7 +123,7 @@ def run_scheduler(config: Config, host: str | None, port: int | None, dashboard:
     def start(_supervisor: Supervisor) -> subprocess.Popen:
         child = _spawn(scheduler_command(config, scheduler_file), process_env(config), log)
         info = read_scheduler_file(scheduler_file, child, target, 120)
-        board = info.get("services", {}).get("dashboard")
+        board = info.get("services", {}).get("dashboard") if config.scheduler.dashboard_address else None
         say(f"scheduler at {info['address']}" + (f"; dashboard http://{host}:{board}/status" if board else "")
             + f"; logs: {target or 'this terminal'}")
         say(f"start each worker host with: python -m pipeline worker {info['address']} --shard NAME|auto "
@@ -118,9 +132,14 @@ def run_scheduler(config: Config, host: str | None, port: int | None, dashboard:
 
     try:
         return Supervisor(start, say, restart=False).run()
+    except RuntimeError as exc:   # it exited or hung at start (a port in use, a bad preload)
+        say(f"error: {exc}")
+        return 1
     finally:
         scheduler_file.unlink(missing_ok=True)
         os.rmdir(folder)
+        if log is not None:
+            log.close()
 
 
 # -- the worker -------------------------------------------------------------------------

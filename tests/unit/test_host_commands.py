@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -116,3 +117,21 @@ def test_a_compression_setting_that_differs_from_the_schedulers_is_an_error(tmp_
     finally:
         scheduler.terminate()
         scheduler.wait(30)
+
+
+@pytest.mark.own_cluster
+def test_a_scheduler_whose_port_is_taken_says_so_and_one_killed_takes_its_dask_process_along(tmp_path):
+    first = subprocess.Popen([*PIPELINE, "scheduler", "--port", "0", "--log-file", tmp_path / "first.log",
+                              "--dashboard-address", "127.0.0.1:0"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        address, _ = printed_address(first)
+        port = address.rsplit(":", 1)[1]
+        second = command("scheduler", "--port", port, "--log-file", tmp_path / "second.log", "--dashboard-address",
+                         "127.0.0.1:0", timeout=120)
+        assert second.returncode == 1 and "pipeline: error: the scheduler exited at start" in second.stderr
+        dask_scheduler = psutil.Process(first.pid).children()[0]
+        first.kill()   # the command dies without a word: its Dask scheduler must not outlive it
+        dask_scheduler.wait(30)
+    finally:
+        first.kill()
+        first.wait()
