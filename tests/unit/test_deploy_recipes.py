@@ -18,8 +18,12 @@ from importlib.resources import files
 from pathlib import Path
 
 import dask
+import dask_jobqueue  # noqa: F401 - the Slurm recipe's; a missing install fails here, not silently
+import dask_kubernetes  # noqa: F401 - the Kubernetes recipe's CRD
 import pytest
 import yaml
+
+from pipeline.__main__ import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -27,12 +31,7 @@ VENV_PYTHON = "/opt/pipeline/.venv/bin/python"
 
 
 def parse(argv: list[str]):
-    """``python -m pipeline ARGV`` as the command line parses it. Each test calls it after the
-    checks that do not need it: while the command line has no ``parse_args``, the rest is skipped."""
-    try:
-        from pipeline.__main__ import parse_args
-    except ImportError as exc:
-        pytest.skip(f"pipeline.__main__.parse_args is not importable yet ({exc}): the scheduler/worker commands")
+    """``python -m pipeline ARGV`` as the command line parses it."""
     return parse_args(argv)
 
 
@@ -140,7 +139,6 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path):
 
 @pytest.fixture
 def slurm():
-    pytest.importorskip("dask_jobqueue")
     saved = copy.deepcopy(dask.config.config)   # make_cluster sets the pipeline's Dask settings
     spec = importlib.util.spec_from_file_location("slurm_cluster", DEPLOY / "slurm" / "slurm_cluster.py")
     module = importlib.util.module_from_spec(spec)
@@ -279,7 +277,6 @@ def closed(schema):
 
 @pytest.fixture(scope="module")
 def crd_validator():
-    pytest.importorskip("dask_kubernetes")
     import jsonschema
 
     crd = yaml.safe_load((files("dask_kubernetes") / CRD).read_text())
