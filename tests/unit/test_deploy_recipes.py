@@ -6,9 +6,7 @@ scheduler."""
 from __future__ import annotations
 
 import copy
-import datetime
 import importlib.util
-import ipaddress
 import re
 import shlex
 import shutil
@@ -23,6 +21,7 @@ import dask_kubernetes  # noqa: F401 - the Kubernetes recipe's CRD
 import pytest
 import yaml
 
+from helpers.certs import write_certs
 from pipeline.__main__ import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,38 +155,6 @@ def write_config(folder: Path, shards="list", security: dict | None = None) -> s
     path = folder / "cluster.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
-
-
-def write_certs(folder: Path) -> dict[str, str]:
-    """A CA, and one certificate for 127.0.0.1 signed by it (every role presents it)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def cert(name, key, issuer, issuer_key, ca):
-        b = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer).public_key(key.public_key())
-             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-             .not_valid_after(now + datetime.timedelta(days=1))
-             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if not ca:
-            b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                critical=False)
-        return b.sign(issuer_key, hashes.SHA256())
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "deploy test CA")])
-    ca = cert(ca_name, ca_key, ca_name, ca_key, True)
-    leaf = cert(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), key, ca_name, ca_key, False)
-    pem = serialization.Encoding.PEM
-    paths = {"tls_ca_file": folder / "ca.pem", "tls_cert": folder / "cert.pem", "tls_key": folder / "key.pem"}
-    paths["tls_ca_file"].write_bytes(ca.public_bytes(pem))
-    paths["tls_cert"].write_bytes(leaf.public_bytes(pem))
-    paths["tls_key"].write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                   serialization.NoEncryption()))
-    return {k: str(v) for k, v in paths.items()}
 
 
 def job_command(script: str) -> list[str]:
