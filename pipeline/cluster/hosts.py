@@ -175,10 +175,6 @@ def ask_scheduler(address: str, config: Config, op: str, **kwargs):
         return asyncio.run(_ask(address, config, op, **kwargs))
 
 
-def missing_handler(exc: BaseException) -> bool:
-    return "no handler" in str(exc).lower() or isinstance(exc, (KeyError, AttributeError))
-
-
 def visible_devices(inherited: str, devices: list[int]) -> str:
     """A GPU shard's ``CUDA_VISIBLE_DEVICES`` on a host whose scheduler already gave this process
     some GPUs (Slurm's ``--gres``, Kubernetes' device plugin): the shard's device numbers index
@@ -221,20 +217,14 @@ class WorkerHost:
                 self.say(f"the scheduler {self.address} cannot be reached ({type(exc).__name__}); trying again in "
                          f"{delay:.0f} s")
                 supervisor.wait(delay)
-            except Exception as exc:  # noqa: BLE001 - a scheduler without the pipeline's preload
-                if not missing_handler(exc):
-                    raise
-                if self.wanted == "auto":
-                    raise ConfigError(f"the scheduler {self.address} does not run the pipeline's preload (--shard auto "
-                                      f"needs it): start it with python -m pipeline scheduler") from None
-                theirs = None
-                break
-        if theirs is not None:
-            problem = settings_mismatch(theirs, self.config, f"the scheduler {self.address}", "this worker's config")
-            if problem:
-                raise ConfigError(problem)
+        problem = settings_mismatch(theirs, self.config, f"the scheduler {self.address}", "this worker's config")
+        if problem:
+            raise ConfigError(problem)
         if self.wanted != "auto":
             return self.wanted
+        if theirs is None:   # (Dask's reply to an operation it has no handler for)
+            raise ConfigError(f"the scheduler {self.address} does not run the pipeline's preload (--shard auto "
+                              f"needs it): start it with python -m pipeline scheduler")
         while True:
             chosen = ask_scheduler(self.address, self.config, CLAIM_HANDLER, candidates=self.config.shard_names,
                                    claimant=self.claimant, prefer=self.shard)

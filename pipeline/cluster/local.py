@@ -185,10 +185,7 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
 def check_scheduler_settings(client: Client, config: Config) -> None:
     """A ``ConfigError`` where the scheduler's settings differ from this config's (a scheduler
     without the pipeline's preload cannot say, and is not checked)."""
-    try:
-        theirs = client.sync(getattr(client.scheduler, SETTINGS_HANDLER))
-    except Exception:  # noqa: BLE001 - no such handler there
-        return
+    theirs = client.sync(getattr(client.scheduler, SETTINGS_HANDLER))
     problem = settings_mismatch(theirs, config, f"the scheduler {config.scheduler.address}", "this config")
     if problem:
         raise ConfigError(problem)

@@ -13,15 +13,14 @@ from pipeline.cluster.worker_spec import cluster_settings
 from pipeline.config import Config
 
 
-def _normal(value) -> str:
-    return compression.NAME if value == compression.NAME else "none" if value in (False, None, "none", "False") \
-        else str(value)
-
-
-def settings_mismatch(theirs: dict, config: Config, them: str, us: str) -> str | None:
-    """Why this process cannot join a scheduler whose settings are ``theirs``, or None."""
+def settings_mismatch(theirs: dict | None, config: Config, them: str, us: str) -> str | None:
+    """Why this process cannot join a scheduler whose settings are ``theirs``, or None. A
+    scheduler without the pipeline's preload answers the question with None (Dask replies None to
+    an operation it has no handler for): it cannot say, and is not checked."""
+    if theirs is None:
+        return None
     ours = cluster_settings(config)[compression.SETTING]
-    if _normal(theirs.get("compression")) == _normal(ours):
+    if compression.describe(theirs.get("compression")) == compression.describe(ours):
         return None
     return (f"network.compression differs: {them} runs {compression.describe(theirs.get('compression'))}, "
             f"{us} says {compression.describe(ours)}. Every host's config must give the same value; Dask would "

@@ -135,3 +135,31 @@ def test_a_scheduler_whose_port_is_taken_says_so_and_one_killed_takes_its_dask_p
     finally:
         first.kill()
         first.wait()
+
+
+@pytest.mark.own_cluster
+def test_a_scheduler_without_the_pipelines_preload_cannot_say_its_settings_or_hand_out_shards(tmp_path):
+    """Dask answers an operation it has no handler for with None, not an error: a client is not
+    checked against such a scheduler, and a `--shard auto` worker is told what is missing."""
+    scheduler_file = tmp_path / "scheduler.json"
+    plain = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                              "0", "--no-dashboard", "--scheduler-file", scheduler_file], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() or not scheduler_file.read_text():
+            assert time.monotonic() < deadline and plain.poll() is None, "the scheduler did not start"
+            time.sleep(0.1)
+        time.sleep(0.2)
+        address = __import__("json").loads(scheduler_file.read_text())["address"]
+        from distributed import Client
+
+        from pipeline.cluster.local import check_scheduler_settings
+        with Client(address, timeout=30) as client:
+            check_scheduler_settings(client, load_config().replace(scheduler={"address": address}))
+        done = command("worker", address, "--shard", "auto", timeout=120)
+        assert done.returncode == 2
+        assert f"the scheduler {address} does not run the pipeline's preload (--shard auto needs it)" in done.stderr
+    finally:
+        plain.terminate()
+        plain.wait(30)
