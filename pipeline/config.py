@@ -354,11 +354,15 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(f"config file not found: {p}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+    loader = yaml.SafeLoader(text)   # parsed once: its nodes are checked, then built (yaml.safe_load's steps)
     try:
-        twice = given_twice(yaml.compose(text, Loader=yaml.SafeLoader))
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        twice = given_twice(node)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
     if twice:
         raise ConfigError(f"invalid config {p}:\n  " + "\n  ".join(twice))
     return parse_config(data if data is not None else {}, source=str(p))
