@@ -4,8 +4,8 @@ network namespaces, tests/unit/helpers/netns.py); prints one line per run and th
 
     .venv/bin/python scripts/hosts_bench.py [--rows 200000] [--rate 100mbit]
 
-Input: distinct retrieval-sized documents (about 1,450 characters each, 4 questions each,
-shuffled), as fresh strings in a Parquet file on the shared disk. Each run starts its own cluster
+Input: distinct retrieval-sized documents (50 filler sentences: about 750 tokens each, 4 questions
+each, shuffled), as fresh strings in a Parquet file on the shared disk. Each run starts its own cluster
 (`python -m pipeline scheduler` and two `python -m pipeline worker`), runs `python -m pipeline run`
 on the scheduler's host, and counts the bytes over the worker hosts' links.
 """
@@ -30,6 +30,7 @@ def one_run(name: str, hosts: int, folder: Path, data: Path, rows: int, compress
     rig = make_rig(hosts)
     config = rig_config(["cpu0", "cpu1"])
     config["network"] = {"compression": compression}
+    config["engine"]["max_model_len"] = 16384   # (the fake engine counts a prompt's characters as its tokens)
     config["advanced"]["jobs"] = {}   # the defaults: 65,536-row partitions, 50,000-row buckets
     config["advanced"]["intake"] = {}
     run_dir = folder / name
@@ -47,7 +48,8 @@ def one_run(name: str, hosts: int, folder: Path, data: Path, rows: int, compress
         if done.returncode != 0:
             raise SystemExit(f"{name}: the job failed:\n{done.stderr[-2000:]}")
         out = read_output(run_dir / "out.parquet")
-        assert len(out) == rows and all(r["error"] is None for r in out)
+        errors = [r["error"] for r in out if r["error"] is not None]
+        assert len(out) == rows and not errors, (len(out), errors[:3])
         moved = [sum(h.link_bytes()) - b for h, b in zip(rig.hosts, before)]
         figures = {"name": name, "seconds": seconds, "rows_per_s": rows / seconds, "wire_bytes": sum(moved[1:]),
                    "head_bytes": moved[0]}
@@ -63,11 +65,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--rate", default="100mbit", help="the shaped links' rate for the compression runs")
+    ap.add_argument("--filler-sentences", type=int, default=50,
+                    help="document size: about 13 tokens each (default 50: retrieval-sized, ~750 tokens)")
     ap.add_argument("--skip-shaped", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hosts-bench-") as tmp:
         folder = Path(tmp)
-        data = write_rows(folder / "in.parquet", document_questions(args.rows // 4, 4, seed=54, order="shuffled"))
+        data = write_rows(folder / "in.parquet", document_questions(args.rows // 4, 4, seed=54, order="shuffled",
+                                                                        filler_sentences=args.filler_sentences))
         print(f"{args.rows:,} rows, {args.rows // 4:,} distinct documents; fake engine, 2 shards", flush=True)
         loop = one_run("one host, loopback", 1, folder, data, args.rows, "auto", None)
         three = one_run("three hosts", 3, folder, data, args.rows, "auto", None)

@@ -5,6 +5,7 @@ run``) on the scheduler's host. Files (config, input, output, logs) are shared, 
 system would be across real hosts; every byte between processes crosses the rig's links.
 """
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -66,7 +67,6 @@ class RigCluster:
         return [s["name"] for s in self.config["shards"]]
 
     def _env(self) -> dict:
-        import os
         return {**os.environ, **self.env}
 
     def start_scheduler(self, timeout_s: float = 60.0) -> None:
