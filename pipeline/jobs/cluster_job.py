@@ -24,7 +24,8 @@ a window of a Python iterable's rows, each bucket's answers handed back as it en
 A worker lost mid-job costs no row: Dask reruns its tasks (a file job's answer task skips the
 rows it committed before). A partition that cannot be read is left for a rerun, after the
 others are committed. An answer task whose write failed for good (``cluster_tasks.Stopped``)
-stops the job at once: its other tasks are cancelled.
+stops the job at once: its other tasks are cancelled, and waited for until none runs
+(pipeline/jobs/let_go.py), so nothing of the job is written after ``run`` ends.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from distributed import as_completed
 
 from pipeline.cluster.engines import held_documents
 from pipeline.data.errors import JobError
+from pipeline.jobs.let_go import let_go
 from pipeline.jobs.recovery import ShardWatch
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.steps.cluster_tasks import (
@@ -173,9 +175,7 @@ class ClusterJob:
                     unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar, stop)
         finally:
             client.unsubscribe_topic(spec.topic)
-            for f in futures:
-                if not f.done():
-                    f.cancel()
+            let_go(client, futures, job_id)
         summary.seconds = time.perf_counter() - t0
         summary.rows_read = summary.rows_total = summary.rows
         self._publish(pipeline, summary, force=True)

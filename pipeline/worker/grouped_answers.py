@@ -59,6 +59,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         await admission.run()
     except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
         book.stop()
+        await book.settle()   # (what was handed to commit is written, or not, before the task ends)
         raise
     return await book.finish()
 
@@ -112,10 +113,15 @@ class Bookkeeping:
         for task in list(self.tasks):
             task.cancel()
 
+    async def settle(self) -> None:
+        """The commits handed over have ended (written or failed): once the answering is over,
+        nothing of it is written later (a rerun reads the answer files as they stay)."""
+        await asyncio.gather(*self._commits, return_exceptions=True)
+
     async def finish(self) -> list[RowResult]:
         """Every row started has ended: the failure, if any, raised; else the rest committed."""
         if self.failure:
-            await asyncio.gather(*self._commits, return_exceptions=True)
+            await self.settle()
             raise self.failure[0]
         self._hand_over()
         await asyncio.gather(*self._commits)

@@ -173,6 +173,43 @@ def _heal_writes(dask_worker) -> None:
                                              answer_files.AnswerFiles.write)
 
 
+def _slow_writes(dask_worker, seconds: float) -> None:
+    """On this worker: each answer file is written ``seconds`` late."""
+    from pipeline.data import answer_files
+
+    original = answer_files.AnswerFiles.write
+
+    def write(self, *args):
+        time.sleep(seconds)
+        return original(self, *args)
+    write.original = original
+    answer_files.AnswerFiles.write = write
+
+
+def test_once_a_failed_write_has_stopped_the_job_nothing_more_of_it_is_written(pipeline, src, tmp_path):
+    """The other shard's commit under way when the job stops ends before ``run`` raises, so a rerun
+    reads a folder that stays as it read it (it did not: a commit landing after the rerun had read
+    the folder made it count rows it never answered, or answer them twice)."""
+    rows, path = src
+    out, partial = tmp_path / "out.parquet", tmp_path / "out.parquet.partial"
+    failing, slow = sorted(pipeline.client.scheduler_info()["workers"])
+    pipeline.client.run(_fail_writes, after=1, exc=OSError(errno.ENOSPC, "No space left on device"), times=1,
+                        workers=[failing])
+    pipeline.client.run(_slow_writes, seconds=1.0, workers=[slow])
+    try:
+        with pytest.raises(JobError, match="No space left on device"):
+            job(pipeline, path, out).run(pipeline, progress=False)
+        files = sorted(partial.glob("answers/p*/*.parquet"))
+        time.sleep(1.5)   # (longer than a slow write)
+        assert sorted(partial.glob("answers/p*/*.parquet")) == files
+    finally:
+        pipeline.client.run(_heal_writes)
+    again = job(pipeline, path, out)
+    done = again.done
+    assert done and again.run(pipeline, progress=False).rows == ROWS - done
+    check_output(out, rows)
+
+
 @pytest.mark.parametrize("exc, retried", [
     (OSError(errno.ENOSPC, "No space left on device"), False),
     (OSError(errno.EROFS, "Read-only file system"), False),
