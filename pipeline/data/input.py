@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.data.errors import JobError
+from pipeline.data.openai_format import ChatBody, EmbeddingsBody, RequestLine, read_as
 from pipeline.data.row_checks import RowColumns
-from pipeline.data.scoring_lines import SCORING, envelope_error, scoring_kind
+from pipeline.data.scoring_lines import SCORING, scoring_kind
 from pipeline.data.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
 from pipeline.names import CHAT_URL, EMBEDDINGS_URL, ENDPOINTS
 from pipeline.results import RESULT_FIELDS
@@ -296,85 +297,42 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
     """A request line (parsed) of a file for ``endpoint`` as a row of the task's columns, and
     None; or None and why it cannot be one. A chat request whose ``model`` is one of ``adapters``
     answers with that adapter."""
-    body, error = _request_body(request, endpoint)
+    line, error = read_as(request, RequestLine)
     if error is not None:
         return None, error
-    if endpoint == EMBEDDINGS_URL:
-        return _embedding_request(body)
-    row, error = _chat_request(body)
-    if row is not None and body.get("model") in adapters:
-        row["adapter"] = body["model"]
-    return row, error
-
-
-def _request_body(request: Any, endpoint: str) -> tuple[dict | None, str | None]:
-    why = envelope_error(request)
-    if why:
-        return None, why
-    if request.get("url") != endpoint:
+    if line.url != endpoint:
         other = "a file's requests are all for one endpoint, its first line's" \
-            if request.get("url") in ENDPOINTS or scoring_kind(request.get("url")) \
+            if line.url in ENDPOINTS or scoring_kind(line.url) \
             else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
-        return None, f"url must be {endpoint} (got {request.get('url')!r}); {other}"
-    body = request.get("body")
-    if not isinstance(body, dict):
-        return None, "body is missing or not an object"
-    return body, None
+        return None, f"url must be {endpoint} (got {line.url!r}); {other}"
+    if endpoint == EMBEDDINGS_URL:
+        return _embedding_request(line.body)
+    body, error = read_as(line.body, ChatBody, "body")
+    if error is not None:
+        return None, error
+    if body.stream:
+        return None, "body asks for stream; a batch's answers are not streamed"
+    refused = [k for k in ChatBody.REFUSED if getattr(body, k)]
+    if refused:
+        return None, f"body.{refused[0]} is not supported (text answers only)"
+    row = {"messages": body.messages, **body.sampling()}
+    if body.model in adapters:
+        row["adapter"] = body.model
+    return row, None
 
 
-def _embedding_request(body: dict) -> tuple[dict | None, str | None]:
+def _embedding_request(value: dict) -> tuple[dict | None, str | None]:
     """An embeddings request's text (OpenAI's ``input``: a string, or a list of one string)."""
-    text = body.get("input")
-    if isinstance(text, list) and len(text) == 1:
+    body, error = read_as(value, EmbeddingsBody, "body")
+    if error is not None:
+        return None, error
+    text = body.input
+    if isinstance(text, list):
+        if len(text) != 1:
+            return None, "body.input must be a string (one text per request)"
         text = text[0]
-    if not isinstance(text, str):
-        return None, "body.input must be a string (one text per request)"
-    if body.get("encoding_format", "float") != "float":
-        return None, f"body.encoding_format {body.get('encoding_format')!r} is not supported (float only)"
-    if body.get("dimensions") is not None:
+    if body.encoding_format != "float":
+        return None, f"body.encoding_format {body.encoding_format!r} is not supported (float only)"
+    if body.dimensions is not None:
         return None, "body.dimensions is not supported (embeddings have the model's size)"
     return {"document": text}, None
-
-
-def _chat_request(body: dict) -> tuple[dict | None, str | None]:
-    if body.get("stream"):
-        return None, "body asks for stream; a batch's answers are not streamed"
-    unsupported = [k for k in UNSUPPORTED_BODY_FIELDS if body.get(k)]
-    if unsupported:
-        return None, f"body.{unsupported[0]} is not supported (text answers only)"
-    try:
-        return {"messages": body.get("messages"), **_body_sampling(body)}, None
-    except ValueError as exc:
-        return None, str(exc)
-
-
-# Body fields that change what a response holds, which this pipeline does not produce.
-UNSUPPORTED_BODY_FIELDS = ("tools", "tool_choice", "functions", "function_call", "audio")
-
-
-def _body_sampling(body: dict) -> dict:
-    """The request's sampling fields, under the row columns' names (pipeline/sampling.py), as
-    ``vllm run-batch`` reads them: max_completion_tokens (or max_tokens), temperature, top_p,
-    top_k, stop, seed, n, logprobs, top_logprobs, and a response_format (json_schema or
-    json_object) or vLLM's structured_outputs (json or choice). Checked with the row's other values."""
-    out = {k: body.get(k) for k in ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs", "top_logprobs")}
-    out["max_tokens"] = body.get("max_completion_tokens", body.get("max_tokens"))
-    fmt = body.get("response_format")
-    if fmt is not None:
-        kind = fmt.get("type") if isinstance(fmt, dict) else None
-        if kind == "json_schema":
-            spec = fmt.get("json_schema")
-            if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
-                raise ValueError("body.response_format.json_schema.schema is missing or not an object")
-            out["json_schema"] = spec["schema"]
-        elif kind == "json_object":
-            out["json_schema"] = {"type": "object"}
-        elif kind != "text":
-            raise ValueError(f"body.response_format.type must be text, json_object or json_schema (got {kind!r})")
-    structured = body.get("structured_outputs")
-    if isinstance(structured, dict):
-        if structured.get("choice") is not None:
-            out["choice"] = structured["choice"]
-        if structured.get("json") is not None:
-            out["json_schema"] = structured["json"]
-    return {k: v for k, v in out.items() if v is not None}

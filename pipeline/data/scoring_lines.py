@@ -26,14 +26,27 @@ import json
 
 import pyarrow as pa
 
+from pipeline.data.openai_format import (
+    Envelope,
+    OutputLine,
+    PromptTokensDetails,
+    RequestLine,
+    RerankBody,
+    RerankDocument,
+    RerankResponse,
+    RerankResult,
+    RerankUsage,
+    ScoreBody,
+    ScoreData,
+    ScoreResponse,
+    ScoringBody,
+    Usage,
+    encode,
+    read_as,
+)
 from pipeline.names import ENDPOINTS
 
 SCORING = "score"   # a file of scoring requests' endpoint (``OpenAIBatchSource.endpoint``)
-# a score body's pairs: the first field's texts (the queries) with the second's (the documents)
-SCORE_FIELDS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
-# body fields that change how vLLM's scores are made, which the score task does not do
-UNSUPPORTED_FIELDS = ("truncate_prompt_tokens", "max_tokens_per_query", "max_tokens_per_doc", "instruction",
-                      "chat_template_kwargs")
 
 
 def scoring_task(config, tokenizer):
@@ -60,32 +73,20 @@ def scoring_kind(url) -> str | None:
     return "score" if url.endswith("/score") else "rerank" if url.endswith("/rerank") else None
 
 
-def envelope_error(request) -> str | None:
-    """Why an OpenAI batch line (parsed, for any endpoint) is not a request's envelope: a JSON
-    object with a string ``custom_id``, method POST; None when it is."""
-    if not isinstance(request, dict):
-        return "line is not a JSON object"
-    if not isinstance(request.get("custom_id"), str):
-        return "custom_id is missing or not a string"
-    if request.get("method", "POST") != "POST":
-        return f"method must be POST (got {request.get('method')!r})"
-    return None
-
-
 def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | None]:
     """A scoring line (parsed) as ``{"kind", "pairs": [(query, document)], "top_n"}`` and None,
     or None and why it is not one."""
-    why = envelope_error(request)
+    line, why = read_as(request, RequestLine)
     if why:
         return None, why
-    kind = scoring_kind(request.get("url"))
+    kind = scoring_kind(line.url)
     if kind is None:
         other = "a file's requests are all for the scoring endpoints, its first line's" \
-            if request.get("url") in ENDPOINTS else "the scoring endpoints served are /v1/score and /v1/rerank"
-        return None, f"url must be /v1/score or /v1/rerank (got {request.get('url')!r}); {other}"
-    body = request.get("body")
-    if not isinstance(body, dict):
-        return None, "body is missing or not an object"
+            if line.url in ENDPOINTS else "the scoring endpoints served are /v1/score and /v1/rerank"
+        return None, f"url must be /v1/score or /v1/rerank (got {line.url!r}); {other}"
+    body, why = read_as(line.body, RerankBody if kind == "rerank" else ScoreBody, "body")
+    if why:
+        return None, why
     try:
         _check_body(body, adapters)
         pairs, top_n = _rerank_pairs(body) if kind == "rerank" else (_score_pairs(body), 0)
@@ -94,33 +95,27 @@ def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | N
     return {"kind": kind, "pairs": pairs, "top_n": top_n}, None
 
 
-def _check_body(body: dict, adapters) -> None:
-    unsupported = [k for k in UNSUPPORTED_FIELDS if body.get(k)]
-    if unsupported:
-        raise ValueError(f"body.{unsupported[0]} is not supported (pairs are scored whole, with the score prompt)")
-    if body.get("use_activation") is False:
+def _check_body(body: ScoringBody, adapters) -> None:
+    refused = [k for k in body.REFUSED if getattr(body, k)]
+    if refused:
+        raise ValueError(f"body.{refused[0]} is not supported (pairs are scored whole, with the score prompt)")
+    if body.use_activation is False:
         raise ValueError("body.use_activation false is not supported (a score is a probability)")
-    if body.get("model") in adapters:
-        raise ValueError(f"body.model {body['model']!r} names an adapter, and scores do not use adapters yet")
+    if body.model in adapters:
+        raise ValueError(f"body.model {body.model!r} names an adapter, and scores do not use adapters yet")
 
 
-def _texts(body: dict, field: str) -> list[str]:
-    """A field's texts: a string, or a list of strings (vLLM's multimodal parts are not read)."""
-    value = body.get(field)
-    values = value if isinstance(value, list) else [value]
-    for i, text in enumerate(values):
-        if not isinstance(text, str):
-            where = f"body.{field}[{i}]" if isinstance(value, list) else f"body.{field}"
-            raise ValueError(f"{where} must be a string (text only)")
-    return values
+def _texts(value: str | list[str]) -> list[str]:
+    return value if isinstance(value, list) else [value]
 
 
-def _score_pairs(body: dict) -> list[tuple[str, str]]:
-    fields = next((f for f in SCORE_FIELDS if f[0] in body and f[1] in body), None)
+def _score_pairs(body: ScoreBody) -> list[tuple[str, str]]:
+    fields = next((f for f in body.SPELLINGS if getattr(body, f[0]) is not None and getattr(body, f[1]) is not None),
+                  None)
     if fields is None:
         raise ValueError("body must have queries and documents (or queries and items, data_1 and data_2, "
                          "text_1 and text_2)")
-    queries, documents = _texts(body, fields[0]), _texts(body, fields[1])
+    queries, documents = _texts(getattr(body, fields[0])), _texts(getattr(body, fields[1]))
     if not queries:
         raise ValueError("At least one text element must be given")
     if not documents:
@@ -131,21 +126,14 @@ def _score_pairs(body: dict) -> list[tuple[str, str]]:
     return list(zip(queries * len(documents) if len(queries) == 1 else queries, documents))
 
 
-def _rerank_pairs(body: dict) -> tuple[list[tuple[str, str]], int]:
-    if "query" not in body or "documents" not in body:
-        raise ValueError("body must have query and documents")
-    query = body["query"]
-    if not isinstance(query, str):
-        raise ValueError("body.query must be a string (text only)")
-    documents = _texts(body, "documents")
+def _rerank_pairs(body: RerankBody) -> tuple[list[tuple[str, str]], int]:
+    documents = _texts(body.documents)
     if not documents:
         raise ValueError("At least one text_pair element must be given")
-    top_n = body.get("top_n", 0)
-    if top_n is None:
-        top_n = 0
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
+    top_n = body.top_n or 0
+    if top_n < 0:
         raise ValueError(f"body.top_n must be a whole number, 0 or more (got {top_n!r})")
-    return [(query, d) for d in documents], top_n
+    return [(body.query, d) for d in documents], top_n
 
 
 def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> list[tuple]:
@@ -196,38 +184,35 @@ def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int)
         if "index" in failed[0]:
             kind, _, why = error.partition(": ")
             error = f"{kind}: pair {failed[0]['index']}: {why}" if why else f"pair {failed[0]['index']}: {error}"
-        return json.dumps({"id": f"pipeline-{number}", "custom_id": carry["custom_id"],
-                           "response": {"status_code": 400, "request_id": request_id, "body": None},
-                           "error": error}, ensure_ascii=False)
+        return encode(OutputLine(id=f"pipeline-{number}", custom_id=carry["custom_id"], error=error,
+                                 response=Envelope(status_code=400, request_id=request_id)))
     body = _rerank_body(number, group, model) if carry["kind"] == "rerank" else \
         _score_body(number, group, model, created)
-    return json.dumps({"id": f"pipeline-{number}", "custom_id": carry["custom_id"],
-                       "response": {"status_code": 200, "request_id": request_id, "body": body},
-                       "error": None}, ensure_ascii=False)
+    return encode(OutputLine(id=f"pipeline-{number}", custom_id=carry["custom_id"],
+                             response=Envelope(status_code=200, request_id=request_id, body=body)))
 
 
 def _tokens(group) -> tuple[int, int]:
     return sum(r["prompt_tokens"] or 0 for _, r in group), sum(r["cached_tokens"] or 0 for _, r in group)
 
 
-def _score_body(number: int, group, model: str, created: int) -> dict:
+def _score_body(number: int, group, model: str, created: int) -> ScoreResponse:
     """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
     prompt, cached = _tokens(group)
-    return {"id": f"score-{number}", "object": "list", "created": created, "model": model,
-            "data": [{"index": c["index"], "object": "score", "score": r["score"]} for c, r in group],
-            "usage": {"prompt_tokens": prompt, "total_tokens": prompt, "completion_tokens": 0,
-                      "prompt_tokens_details": {"cached_tokens": cached}, "completion_tokens_details": None}}
+    return ScoreResponse(id=f"score-{number}", created=created, model=model,
+                         data=[ScoreData(index=c["index"], score=r["score"]) for c, r in group],
+                         usage=Usage(prompt_tokens=prompt, total_tokens=prompt,
+                                     prompt_tokens_details=PromptTokensDetails(cached)))
 
 
-def _rerank_body(number: int, group, model: str) -> dict:
+def _rerank_body(number: int, group, model: str) -> RerankResponse:
     """vLLM's ``RerankResponse``: the documents by score, highest first (ties in their order),
     the first ``top_n`` of them (0: all)."""
     prompt, _ = _tokens(group)
-    results = [{"index": c["index"], "document": {"text": c["document"], "multi_modal": None},
-                "relevance_score": r["score"]} for c, r in group]
-    results.sort(key=lambda x: x["relevance_score"], reverse=True)
+    results = [RerankResult(index=c["index"], document=RerankDocument(text=c["document"]), relevance_score=r["score"])
+               for c, r in group]
+    results.sort(key=lambda x: x.relevance_score, reverse=True)
     top_n = group[0][0]["top_n"]
     if 0 < top_n < len(results):
         results = results[:top_n]
-    return {"id": f"score-{number}", "model": model, "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
-            "results": results}
+    return RerankResponse(id=f"score-{number}", model=model, usage=RerankUsage(prompt, prompt), results=results)

@@ -1,4 +1,5 @@
-"""Output lines of the OpenAI batch format, as ``vllm run-batch`` writes them.
+"""Output lines of the OpenAI batch format, as ``vllm run-batch`` writes them (the typed models:
+pipeline/data/openai_format.py).
 
 A row with an answer: ``{"id", "custom_id", "response": {"status_code": 200, "request_id",
 "body": <chat.completion>}, "error": null}`` (an embedding request's body: OpenAI's list of one
@@ -15,6 +16,22 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from pipeline.data.openai_format import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChoiceLogprobs,
+    Embedding,
+    EmbeddingList,
+    EmbeddingUsage,
+    Envelope,
+    OutputLine,
+    PromptTokensDetails,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+    encode,
+)
 from pipeline.data.scoring_lines import lines_of
 from pipeline.results import RESULT_FIELDS, RowResult
 
@@ -23,52 +40,44 @@ def output_line(position: int, custom_id, result: RowResult, model: str, max_tok
                 embeds: bool = False) -> str:
     request_id = f"pipeline-batch-{position}"
     if result.error is not None:
-        response = {"status_code": 400, "request_id": request_id, "body": None}
-        return json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id, "response": response,
-                           "error": result.error}, ensure_ascii=False)
-    body = embedding_body(result, model) if embeds else {
-        "id": f"chatcmpl-{position}",
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": _choices(result, max_tokens),
-        "usage": {
-            "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
-        },
-    }
-    return json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id,
-                       "response": {"status_code": 200, "request_id": request_id, "body": body},
-                       "error": None}, ensure_ascii=False)
+        return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id, error=result.error,
+                                 response=Envelope(status_code=400, request_id=request_id)))
+    body = embedding_body(result, model) if embeds else ChatCompletion(
+        id=f"chatcmpl-{position}", created=created, model=model, choices=_choices(result, max_tokens),
+        usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+                    total_tokens=result.prompt_tokens + result.completion_tokens,
+                    prompt_tokens_details=PromptTokensDetails(result.cached_tokens)))
+    return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id,
+                             response=Envelope(status_code=200, request_id=request_id, body=body)))
 
 
-def embedding_body(result: RowResult, model: str) -> dict:
+def embedding_body(result: RowResult, model: str) -> EmbeddingList:
     """OpenAI's response to an embeddings request of one input."""
-    return {"object": "list", "data": [{"object": "embedding", "embedding": list(result.embedding), "index": 0}],
-            "model": model, "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}}
+    return EmbeddingList(data=[Embedding(embedding=list(result.embedding))], model=model,
+                         usage=EmbeddingUsage(result.prompt_tokens, result.prompt_tokens))
 
 
-def _choices(result: RowResult, max_tokens: int) -> list[dict]:
+def _choices(result: RowResult, max_tokens: int) -> list[ChatChoice]:
     """The response's choices: the row's answer, or each of its answers (``sampling.n``), with
     their log-probabilities where asked for (OpenAI's ``logprobs.content``)."""
     answers = result.choices or [{"answer": result.answer, "finish_reason": result.finish_reason,
                                   "completion_tokens": result.completion_tokens, "logprobs": result.logprobs}]
-    out = []
-    for i, a in enumerate(answers):
-        choice = {"index": i, "message": {"role": "assistant", "content": a["answer"]},
-                  # as the engine says: at max_tokens (length) or at the end of the answer (stop)
-                  "finish_reason": a["finish_reason"] or ("length" if a["completion_tokens"] >= max_tokens else "stop"),
-                  "logprobs": None if a.get("logprobs") is None else {"content": [_token(t) for t in a["logprobs"]]}}
-        out.append(choice)
-    return out
+    return [ChatChoice(index=i, message=AssistantMessage(content=a["answer"]),
+                       # as the engine says: at max_tokens (length) or at the end of the answer (stop)
+                       finish_reason=a["finish_reason"] or ("length" if a["completion_tokens"] >= max_tokens
+                                                            else "stop"),
+                       logprobs=None if a.get("logprobs") is None else
+                       ChoiceLogprobs([_token(t) for t in a["logprobs"]]))
+            for i, a in enumerate(answers)]
 
 
-def _token(t: dict) -> dict:
-    def one(token: str, logprob: float) -> dict:
-        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8", "surrogatepass"))}
-    return {**one(t["token"], t["logprob"]), "top_logprobs": [one(x["token"], x["logprob"]) for x in t["top_logprobs"]]}
+def _utf8(token: str) -> list[int]:
+    return list(token.encode("utf-8", "surrogatepass"))
+
+
+def _token(t: dict) -> TokenLogprob:
+    return TokenLogprob(t["token"], t["logprob"], _utf8(t["token"]),
+                        [TopLogprob(x["token"], x["logprob"], _utf8(x["token"])) for x in t["top_logprobs"]])
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from pipeline.data.answer_files import ANSWER_SCHEMA
+from pipeline.data.openai_format import ApiError, Envelope, ErrorBody, LineError, OutputLine, decode, encode
 from pipeline.jobs.openai_batch import output_line
 from pipeline.results import RESULT_FIELDS, RowResult
 
@@ -28,26 +29,25 @@ def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int]:
     with open(job_output, encoding="utf-8") as src, open(answered, "w", encoding="utf-8") as ok, \
             open(failed, "w", encoding="utf-8") as bad:
         for line in src:
-            row = json.loads(line)
-            if row["error"] is None:
+            row = decode(line)
+            if row.error is None:
                 ok.write(line)
                 counts[0] += 1
             else:
-                bad.write(json.dumps(error_line(row), ensure_ascii=False) + "\n")
+                bad.write(encode(error_line(row)) + "\n")
                 counts[1] += 1
     return counts[0], counts[1]
 
 
-def error_line(row: dict) -> dict:
+def error_line(row: OutputLine) -> OutputLine:
     """A failed request's output line in OpenAI's error-file shape."""
-    message = str(row["error"])
+    message = str(row.error)
     group = message.split(":", 1)[0]
     client_fault = group in CLIENT_GROUPS
-    error = {"message": message, "type": "invalid_request_error" if client_fault else "server_error",
-             "param": None, "code": None}
-    response = {"status_code": 400 if client_fault else 500, "request_id": row["response"]["request_id"],
-                "body": {"error": error}}
-    return {"id": row["id"], "custom_id": row["custom_id"], "response": response, "error": None}
+    error = ApiError(message=message, type="invalid_request_error" if client_fault else "server_error")
+    return OutputLine(id=row.id, custom_id=row.custom_id,
+                      response=Envelope(status_code=400 if client_fault else 500, request_id=row.response.request_id,
+                                        body=ErrorBody(error)))
 
 
 # what a request the batch did not answer says in its error file (OpenAI's words for an expired one)
@@ -75,14 +75,14 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
         for block in sink.partitions:
             for custom_id, line in answers(job.steps.source, block, _committed(sink, block), lines, position):
                 if line is None:
-                    bad.write(json.dumps({"id": f"pipeline-{position}", "custom_id": custom_id, "response": None,
-                                          "error": {"code": code, "message": message}}, ensure_ascii=False) + "\n")
+                    bad.write(encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id, response=None,
+                                                error=LineError(code, message))) + "\n")
                     counts[2] += 1
-                elif json.loads(line)["error"] is None:
+                elif (row := decode(line)).error is None:
                     ok.write(line + "\n")
                     counts[0] += 1
                 else:
-                    bad.write(json.dumps(error_line(json.loads(line)), ensure_ascii=False) + "\n")
+                    bad.write(encode(error_line(row)) + "\n")
                     counts[1] += 1
                 position += 1
     return counts[0], counts[1], counts[2]

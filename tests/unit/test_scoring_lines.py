@@ -97,7 +97,7 @@ def test_lines_fan_out_to_pairs_and_gather_back_in_vllms_shapes(fake_pipeline, t
     assert errors[6].startswith("input: line is not valid JSON")
     assert errors[7].startswith("input: url must be /v1/score or /v1/rerank (got '/v1/chat/completions')")
     assert errors[8] == "input: pair 1: document is empty"
-    assert errors[9] == "input: body.documents[1] must be a string (text only)"
+    assert errors[9] == "input: body.documents[1]: expected str, got object"
     assert errors[10].startswith("input: body.top_n must be a whole number")
     assert errors[11].startswith("input: body.truncate_prompt_tokens is not supported")
     assert errors[12] is None and out[12]["response"]["body"]["data"][0]["index"] == 0   # (any url ending /score)
