@@ -85,9 +85,6 @@ class AnswerFiles:
     def __init__(self, folder):
         self.folder = folder if isinstance(folder, (LocalFolder, StoreFolder)) else LocalFolder(folder)
 
-    def answers_dir(self, partition: int) -> str:
-        return self.folder.path("answers", f"p{partition:06d}")
-
     def part_path(self, partition: int) -> str:
         return self.folder.path("parts", f"part-{partition:06d}.parquet")
 

@@ -66,12 +66,6 @@ class Placement:
         """The first row's position of the document of each of ``digests``."""
         return self.first[np.searchsorted(self.digests, digests)]
 
-    def shard_rows(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for b in self.buckets:
-            out[b.shard] = out.get(b.shard, 0) + b.rows
-        return out
-
 
 # A document is split across shards only above this many rows (or a bucket's): below it, keeping
 # its questions on the shard that prefilled it is worth more than the balance a split would buy.

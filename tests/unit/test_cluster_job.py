@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from helpers.dead_engine import kill_engine
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
 from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
@@ -87,14 +88,14 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     assert (p0.rows, p1.rows) == (16, 8)
     files.write(0, "old-b000000", answers.slice(0, 16).cast(ANSWER_SCHEMA))
     files.write(1, "old-b000001", answers.slice(16, 4).cast(ANSWER_SCHEMA))
-    (Path(files.answers_dir(1)) / ".old-b000002.parquet.tmp").write_bytes(b"PAR1 torn")
+    (Path(files.folder.path("answers", "p000001")) / ".old-b000002.parquet.tmp").write_bytes(b"PAR1 torn")
 
     notes = []
     again = prepare_job(src, tmp_path / "out.parquet", config=null_pipeline.config,
                         notify=notes.append)
     assert again.done == 20 and notes == [f"resuming: 20 of {len(rows)} rows are already in {again.sink.dir}; "
                                           f"answering the rest"]
-    assert not list(Path(files.answers_dir(1)).glob(".*.tmp"))
+    assert not list(Path(files.folder.path("answers", "p000001")).glob(".*.tmp"))
     summary = again.run(null_pipeline, progress=False)
     assert summary.rows == len(rows) - 20 and summary.resumed == 20
     def without(rows):   # (where two runs may differ)
@@ -400,26 +401,6 @@ def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
     assert summary.rows == len(rows)
 
 
-class _DeadEngine:
-    """An engine whose engine core has died: every request fails as vLLM's then do."""
-    block_size, kv_cache_tokens, settings, max_model_len = 16, 0, {}, 2048
-    tasks, embedding_size, special_tokens = ("generate",), None, 0
-
-    def encode(self, text):
-        return [ord(c) for c in text]
-
-    async def generate(self, prompt_ids, request_id, sampling, priority=0):
-        from pipeline.worker.engine import EngineDead
-
-        raise EngineDead("vLLM engine core died: EngineDeadError")
-
-
-def _kill_engine(dask_worker):
-    from pipeline.worker.plugin import PLUGIN_NAME
-
-    dask_worker.plugins[PLUGIN_NAME].engine = _DeadEngine()
-
-
 def test_an_engine_dying_mid_job_restarts_its_worker_and_loses_and_repeats_no_row(tmp_path):
     """One shard's engine dies while it answers its bucket: the worker says so, restarts with a
     fresh engine, and Dask runs the bucket again there, skipping the rows it committed; every row
@@ -437,7 +418,7 @@ def test_an_engine_dying_mid_job_restarts_its_worker_and_loses_and_repeats_no_ro
         pid = p.client.run(os.getpid, workers=[addr])[addr]
         job = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None, part_rows=10)
         # each shard answers ~120 rows, 2 at a time, 0.05 s each: ~3 s; the engine dies after 1 s
-        killer = threading.Timer(1.0, p.client.run, (_kill_engine,), {"workers": [addr]})
+        killer = threading.Timer(1.0, p.client.run, (kill_engine,), {"workers": [addr]})
         killer.start()
         summary = job.run(p, progress=False)
         killer.join()

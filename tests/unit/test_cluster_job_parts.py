@@ -199,7 +199,7 @@ def test_a_document_larger_than_a_bucket_is_split_into_chunks_each_with_its_text
     assert list(placement.split) == [head] and len(placement.split[head]) == 8   # 57 rows, chunks of at most 8
     assert all(b.rows <= 8 for b in placement.buckets)
     assert {b.shard for b in placement.buckets} == {"cpu0", "cpu1"}
-    shard_rows = placement.shard_rows()
+    shard_rows = rows_by_shard(placement)
     assert abs(shard_rows["cpu0"] - shard_rows["cpu1"]) <= 8
     pieces = [split_task(r, placement) for r in reads]
     by_bucket = {b.index: pa.concat_tables([t for p in pieces if (t := bucket_slice(p.get(b.shard), b.index))])
@@ -219,7 +219,7 @@ def test_a_large_jobs_shared_head_is_split_over_the_shards_a_small_documents_is_
 
     one = np.array([42], np.uint64)
     big = place_documents(one, [4 * SPLIT_ROWS], [4 * SPLIT_ROWS * 10.0], ["a", "b"], bucket_rows=50_000)
-    assert len(big.split[42]) == 2 and big.shard_rows() == {"a": 2 * SPLIT_ROWS, "b": 2 * SPLIT_ROWS}
+    assert len(big.split[42]) == 2 and rows_by_shard(big) == {"a": 2 * SPLIT_ROWS, "b": 2 * SPLIT_ROWS}
     small = place_documents(one, [SPLIT_ROWS - 1], [1.0], ["a", "b"], bucket_rows=50_000)
     assert not small.split and len(small.buckets) == 1   # its questions stay where it is prefilled
 
@@ -469,3 +469,11 @@ def test_a_read_without_texts_splits_into_the_same_pieces_as_one_that_kept_them(
         with pytest.raises(JobError, match="changed while the job ran"):
             for (b, fb), part in zip(lean, parts):
                 split_task((b, fb), placement, PartitionTexts(source, task, part, b.rows.column("position").to_numpy()))
+
+
+def rows_by_shard(placement) -> dict[str, int]:
+    """Each shard's rows, over its buckets."""
+    out: dict[str, int] = {}
+    for b in placement.buckets:
+        out[b.shard] = out.get(b.shard, 0) + b.rows
+    return out

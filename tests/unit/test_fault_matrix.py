@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from helpers.dead_engine import kill_engine as put_dead_engine
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
 from pipeline.jobs import file_steps
@@ -221,31 +222,10 @@ def worker_restarted(ctx):
         return f"shard cpu1 still has worker process {ctx.killed}"
 
 
-class _DeadEngine:
-    """An engine whose engine core has died: every request fails as vLLM's then do
-    (tests/unit/test_cluster_job.py)."""
-    block_size, kv_cache_tokens, settings, max_model_len = 16, 0, {}, 2048
-    tasks, embedding_size, special_tokens = ("generate",), None, 0
-
-    def encode(self, text):
-        return [ord(c) for c in text]
-
-    async def generate(self, prompt_ids, request_id, sampling, priority=0):
-        from pipeline.worker.engine import EngineDead
-
-        raise EngineDead("vLLM engine core died: EngineDeadError")
-
-
-def _kill_engine(dask_worker):
-    from pipeline.worker.plugin import PLUGIN_NAME
-
-    dask_worker.plugins[PLUGIN_NAME].engine = _DeadEngine()
-
-
 def kill_engine(ctx):
     addr = shard_worker(ctx.p, "cpu1")
     ctx.engine_deaths = len(ctx.p.client.get_events("pipeline-engine-died"))
-    ctx.p.client.run(_kill_engine, workers=[addr])
+    ctx.p.client.run(put_dead_engine, workers=[addr])
 
 
 def engine_died(ctx):

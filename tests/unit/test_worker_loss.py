@@ -16,13 +16,11 @@ from collections import Counter
 
 import cloudpickle
 
+from helpers.dead_engine import kill_engine
 from pipeline import Pipeline, load_config
 from pipeline.bench.workloads import document_questions
 from pipeline.jobs.recovery import current_workers
 from pipeline.summary import GONE, LOST, REJOINED
-from pipeline.worker.engine import EngineDead
-from pipeline.worker.fake_engine import FakeEngine
-from pipeline.worker.plugin import PLUGIN_NAME
 
 ROWS = 400
 
@@ -81,17 +79,6 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_tasks_run_again():
         assert {r.shard for r in again} == {"cpu0", "cpu1"} and all(r.error is None for r in again)
 
 
-class _DeadEngine(FakeEngine):
-    """An engine whose engine core has died: every request fails as vLLM's would."""
-
-    async def generate(self, prompt_ids, request_id, sampling, priority=0):
-        raise EngineDead("vLLM engine core died: EngineDeadError")
-
-
-def _kill_engine(dask_worker):
-    dask_worker.plugins[PLUGIN_NAME].engine = _DeadEngine()
-
-
 def test_engine_that_dies_in_a_live_worker_is_reported_and_the_worker_restarted():
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     rows = document_questions(40, 3, seed=9, order="shuffled")
@@ -99,7 +86,7 @@ def test_engine_that_dies_in_a_live_worker_is_reported_and_the_worker_restarted(
         before = _worker_pid(p, "cpu1")
         workers = current_workers(p.client)
         addr = next(a for a, w in workers.items() if "shard-cpu1" in (w.get("resources") or {}))
-        p.client.run(_kill_engine, workers=[addr])
+        p.client.run(kill_engine, workers=[addr])
         results = p.run(rows)
         report = p.last_report
         print("engine died:", report.summary())

@@ -252,7 +252,8 @@ def test_a_rerun_drops_damaged_answer_files_and_answers_their_rows_again(pipelin
     files.write(0, "old-b000000-00000", answers(0, 100))
     files.write(0, "old-b000001-00000", answers(100, 200))
     files.write(0, "old-b000002-00000", pa.table({"position": pa.array(range(200, 300), pa.int64())}))
-    torn = f"{files.answers_dir(0)}/old-b000001-00000.parquet"
+    answers_dir = files.folder.path("answers", "p000000")
+    torn = f"{answers_dir}/old-b000001-00000.parquet"
     with open(torn, "r+b") as f:   # (cut short: a file system that kept half a write)
         f.truncate(f.seek(0, 2) // 2)
 
@@ -261,7 +262,7 @@ def test_a_rerun_drops_damaged_answer_files_and_answers_their_rows_again(pipelin
     assert again.done == 100 and again.sink.notes == [
         f"dropped the damaged file {torn} (Parquet magic bytes not found in footer. Either the file is corrupted "
         f"or this is not a parquet file.); its rows are answered again",
-        f"dropped the damaged file {files.answers_dir(0)}/old-b000002-00000.parquet (not this job's columns); "
+        f"dropped the damaged file {answers_dir}/old-b000002-00000.parquet (not this job's columns); "
         f"its rows are answered again"]
     assert notes[-1] == f"resuming: 100 of {ROWS} rows are already in {again.sink.dir}; answering the rest"
     assert again.run(pipeline, progress=False).rows == ROWS - 100
