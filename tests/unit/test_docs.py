@@ -223,6 +223,60 @@ def test_command_check_catches_a_removed_option():
     assert "router-bench" not in commands
 
 
+def _synopsis(text: str) -> dict[str, str]:
+    """usage.md's synopsis (its first ``bash`` block): each command's entry, its continuation
+    lines joined, its trailing comment dropped."""
+    block = re.search(r"^```bash\n(.*?)^```", text, re.S | re.M).group(1)
+    entries: dict[str, str] = {}
+    command = None
+    for line in block.splitlines():
+        line = line.split("  #")[0]
+        m = re.match(r"\.venv/bin/python -m pipeline ([\w-]+)(.*)", line)
+        if m:
+            command = m.group(1)
+            entries[command] = m.group(2)
+        elif command is not None:
+            entries[command] += " " + line.strip()
+    return entries
+
+
+def _documented_options(entry: str) -> dict[str, set[str] | None]:
+    """An entry's options, each with the choices it lists (``--format auto|parquet|openai``) or None."""
+    found = {}
+    for m in re.finditer(r"(?<![\w-])(--[A-Za-z][\w-]*)(?: ([a-z_]+(?:\|[a-z_]+)+)(?=[\] ]|$))?", entry):
+        found[m.group(1)] = set(m.group(2).split("|")) if m.group(2) else None
+    return found
+
+
+def test_usage_synopsis_is_the_parsers():
+    """Every command, option and choice of the parser is in usage.md's synopsis, and nothing else."""
+    commands = _subcommands()
+    synopsis = _synopsis(_text(ROOT / "docs" / "usage.md"))
+    assert set(synopsis) == set(commands)
+    problems = []
+    for command, entry in synopsis.items():
+        actions = {max(a.option_strings, key=len): a for a in commands[command]._actions
+                   if a.option_strings and "--help" not in a.option_strings}
+        documented = _documented_options(entry)
+        problems += [f"{command} {o}: not in the synopsis" for o in set(actions) - set(documented)]
+        problems += [f"{command} {o}: not an option" for o in set(documented) - set(actions)]
+        for option, choices in documented.items():
+            action = actions.get(option)
+            if action is not None and action.choices is not None and choices != set(action.choices):
+                problems.append(f"{command} {option}: the synopsis lists {sorted(choices or ())}, the parser "
+                                f"{sorted(action.choices)}")
+        positionals = [a.dest.upper() for a in commands[command]._actions if not a.option_strings]
+        problems += [f"{command} {name}: not in the synopsis" for name in positionals
+                     if not re.search(rf"\b{name}\b", entry)]
+    assert not problems, "\n".join(problems)
+
+
+def test_synopsis_check_catches_a_missing_choice():
+    entry = _synopsis("```bash\n.venv/bin/python -m pipeline run INPUT OUTPUT [--task a|b] [--quiet]\n"
+                      "    [--max-tokens N]   # a comment --not-an-option\n```\n")["run"]
+    assert _documented_options(entry) == {"--task": {"a", "b"}, "--quiet": None, "--max-tokens": None}
+
+
 # -- YAML examples --------------------------------------------------------------------------------
 def _yaml_blocks(text: str):
     for m in re.finditer(r"^```ya?ml[^\n]*\n(.*?)^```", text, re.S | re.M):
