@@ -198,22 +198,11 @@ class Config(Section):
             raise ValueError("task template needs prompt.template (e.g. \"Summarize:\\n\\n{text}\")")
         if self.task not in TEMPLATE_TASKS and self.prompt.template is not None:
             raise ValueError(f"prompt.template is only used by tasks {', '.join(TEMPLATE_TASKS)} (task is {self.task})")
-        if self.task == "classify" and (self.prompt.template is None or not self.prompt.labels) and \
-                not self._classifier():
-            raise ValueError("task classify needs prompt.template (the text and the question to classify it by, e.g. "
-                             "\"Review: {text}\\n\\nIs it positive or negative?\") and prompt.labels (e.g. "
-                             "[positive, negative])")
+        # (task classify's template and labels are checked where the model is read: a classification
+        # model's head has its own, tasks/classify.py; validating a config reads no file)
         if self.task not in ("classify", "score") and self.prompt.labels is not None:
             raise ValueError(f"prompt.labels is only used by tasks classify and score (task is {self.task})")
         return self
-
-    def _classifier(self) -> bool:
-        """``model.path`` is a local sequence-classification model (pipeline/classifier_model.py): its head has the
-        labels."""
-        from pipeline.classifier_model import classifier_labels
-
-        path = self.model.path
-        return bool(path) and classifier_labels(Path(os.path.expandvars(path)).expanduser()) is not None
 
     @model_validator(mode="after")
     def _unique_shards(self) -> "Config":
