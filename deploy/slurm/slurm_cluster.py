@@ -47,7 +47,7 @@ from pipeline.cluster.hosts import DEFAULT_DASHBOARD_PORT, DEFAULT_PORT, check_p
 from pipeline.cluster.security import dask_security
 from pipeline.cluster.worker_spec import cluster_settings
 from pipeline.config import Config, load_config
-from pipeline.tuning_config import AUTO_WORKER_MEMORY_SHARE
+from pipeline.config.tuning import AUTO_WORKER_MEMORY_SHARE
 
 SCHEDULER_PRELOAD = "pipeline.scheduler.preload"
 WORKER_HOST = "$(hostname)"   # expanded on the compute node: the address the worker listens on

@@ -23,10 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import Pipeline, engine_env, load_config
+from pipeline import engine_env
 from pipeline.bench.env_report import engine_env_report, print_engines
 from pipeline.bench.standalone import StandaloneShards
 from pipeline.bench.workloads import document_questions
+from pipeline.client.pipeline import Pipeline
+from pipeline.config import load_config
 from pipeline.jobs.job import run_job
 from pipeline.model import MINILM_NAME
 

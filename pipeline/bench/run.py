@@ -13,7 +13,7 @@ Protocol: for each burst, ``pairs`` rounds; in each round every contender runs t
 rows (fresh documents per round) from an empty prefix cache, in an order that reverses
 every round. The clock covers the burst only. A fake-engine run measures the plumbing.
 
-Here: ``run_bench`` and the plumbing run. The command's options are in pipeline/bench/cli.py,
+Here: ``run_bench`` and the plumbing run. The command's options are in pipeline/cli/bench.py,
 the bench's in ``options``; a contender's run is in ``contenders``, the medians in ``summary``,
 the engines' environments in ``env_report``, the machine in ``machine``.
 """

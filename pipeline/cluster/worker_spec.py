@@ -14,8 +14,8 @@ import pipeline.compression  # registers Dask's "zlib-ng" compressor (docs/opera
 from pipeline import engine_env
 from pipeline.cluster.security import dask_security, protocol, tls_args
 from pipeline.config import Config
+from pipeline.config.shards import ShardConfig
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, SHARD_RESOURCE_AMOUNT, answer_slots
-from pipeline.shard_config import ShardConfig
 
 # What vLLM inside Dask workers needs (docs/architecture.md, "What runs where").
 DASK_SETTINGS = {

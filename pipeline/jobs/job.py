@@ -48,7 +48,7 @@ from pipeline.summary import JobSummary
 from tasks import task_columns
 
 if TYPE_CHECKING:
-    from pipeline.client.pipeline import Pipeline
+    from pipeline.jobs.cluster_handle import ClusterHandle
 
 
 __all__ = ["prepare_job", "run_job"]
@@ -137,7 +137,7 @@ def _output_schema(source, config: "Config") -> pa.Schema:
                       *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
 
 
-def run_job(pipeline: Pipeline, input_path, output_path, *, progress: bool | None = None, task: str | None = None,
+def run_job(pipeline: ClusterHandle, input_path, output_path, *, progress: bool | None = None, task: str | None = None,
             prompt: dict | None = None, sampling: dict | None = None, **options) -> JobSummary:
     """The whole job from Python: the same checks and options as ``python -m pipeline run``.
     ``task``, ``prompt``, ``sampling``: this job's, over the pipeline's config (the engines keep

@@ -41,11 +41,11 @@ from pipeline.steps.prompt_table import (
     ROWS_SCHEMA,
     PartitionTexts,
     PromptRows,
-    prefixes_of,
     prompt_rows,
     read_partition,
 )
 from pipeline.summary import Figures
+from pipeline.worker.grouped_answers import prefixes_of
 from pipeline.worker.plugin import shard_plugin
 
 

@@ -15,7 +15,7 @@ under one adapter serves no other, and placement keeps each shard's adapters few
 A ``PromptRows`` holds:
 - ``rows``: position, digest, prefix, suffix (and the row's sampling columns, if the input has
   them) for every row that became a prompt. A document's prefix text is on the first of its
-  rows only (null on the others; ``prefixes_of``), so a row costs its suffix, not its document,
+  rows only (null on the others; ``grouped_answers.prefixes_of``), so a row costs its suffix, not its document,
   on its way to its shard;
 - ``documents``: per distinct prefix, its digest, rows and UTF-8 bytes (what placement counts),
   the position of its first row here, and its adapter (``adapter_code`` of the rows' ``adapter``,
@@ -258,12 +258,6 @@ class PartitionTexts:
                            f"{self.part.start}-{self.part.stop - 1} is not the one read); run the same command "
                            f"again to resume")
         return texts
-
-
-def prefixes_of(rows: pa.Table) -> dict[int, str]:
-    """Each document's prefix text by its digest, from the rows that carry it."""
-    carriers = rows.filter(pc.is_valid(rows.column("prefix")))
-    return dict(zip(carriers.column("digest").to_pylist(), carriers.column("prefix").to_pylist()))
 
 
 def _plain_text(table: pa.Table, task: PromptTemplate) -> bool:

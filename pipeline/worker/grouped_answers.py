@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.results import RowResult
 from pipeline.sampling import ROW_COLUMNS, checked
-from pipeline.steps.prompt_table import prefixes_of
 from pipeline.token_estimate import estimated_tokens
 from pipeline.worker.admission import TokenGate
 
@@ -38,7 +38,7 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
                          labels: tuple[str, ...] | None = None) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
-    digest (default: from the rows that carry it, ``prompt_table.prefixes_of``).
+    digest (default: from the rows that carry it, ``prefixes_of``).
     ``progress(done_rows, error_rows)`` is called now and then, and at the end.
     ``commit(results)`` gets the results as they complete, a few thousand at a time or four times a
     second, and the rest at the end (in the loop's thread pool, so the engine's event loop goes
@@ -62,6 +62,13 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
         await book.settle()   # (what was handed to commit is written, or not, before the task ends)
         raise
     return await book.finish()
+
+
+def prefixes_of(rows: pa.Table) -> dict[int, str]:
+    """Each document's prefix text by its digest, from the rows that carry it (a prompt table
+    carries a document's prefix on its first row only: pipeline/steps/prompt_table.py)."""
+    carriers = rows.filter(pc.is_valid(rows.column("prefix")))
+    return dict(zip(carriers.column("digest").to_pylist(), carriers.column("prefix").to_pylist()))
 
 
 class Bookkeeping:

@@ -23,11 +23,11 @@ from tornado.ioloop import PeriodicCallback
 
 from pipeline import engine_env
 from pipeline.config import Config
+from pipeline.config.shards import ShardConfig
 from pipeline.names import ENGINE_DIED_TOPIC, PLUGIN_NAME, PUBLISH_INTERVAL_S, SHARD_ENV, SNAPSHOT_TOPIC
 from pipeline.prefix_memory import PrefixMemory
 from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling, check_answer
-from pipeline.shard_config import ShardConfig
 from pipeline.worker import metrics, reaper
 from pipeline.worker.admission import FairAdmission, TokenGate
 from pipeline.worker.engine import BadSampling, Engine, EngineDead, adapters_of

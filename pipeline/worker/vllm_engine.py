@@ -7,8 +7,8 @@ from typing import Sequence
 import msgspec
 
 from pipeline.config import Config
+from pipeline.config.shards import ShardConfig
 from pipeline.sampling import Sampling
-from pipeline.shard_config import ShardConfig
 from pipeline.worker.engine import (
     BadSampling,
     Choice,

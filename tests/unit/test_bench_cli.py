@@ -1,4 +1,4 @@
-"""The benchmarks' command line (pipeline/bench/cli.py) and how a bench run gets its settings
+"""The benchmarks' command line (pipeline/cli/bench.py) and how a bench run gets its settings
 (a config passed down, the pipeline's own left as it is), without engines."""
 import subprocess
 import sys
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.__main__ import _parser
-from pipeline.bench.cli import bench_config
 from pipeline.bench.contenders import Prepared, run_pipeline
+from pipeline.cli.bench import bench_config
+from pipeline.cli.main import _parser
 from pipeline.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]

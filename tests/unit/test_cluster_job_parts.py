@@ -18,8 +18,9 @@ from pipeline.model import model_for
 from pipeline.prefix_memory import prefix_digest
 from pipeline.steps.cluster_tasks import bucket_slice, place_task, split_task
 from pipeline.steps.placement import place_documents
-from pipeline.steps.prompt_table import prefixes_of, prompt_rows
+from pipeline.steps.prompt_table import prompt_rows
 from pipeline.worker.admission import FairAdmission
+from pipeline.worker.grouped_answers import prefixes_of
 from tasks import Columns, DocumentQuestion, PromptTemplate
 
 

@@ -5,25 +5,27 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pipeline"
+OURS = ("pipeline", "tasks")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(packages=("pipeline",)) -> dict[str, Path]:
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        out[name.removesuffix(".__init__")] = path
+    for package in packages:
+        for path in (PACKAGE.parent / package).rglob("*.py"):
+            name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
     return out
 
 
 def _imports(path: Path, modules: dict) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pipeline":
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS:
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
                 found.add(full if full in modules else node.module)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] == "pipeline")
+            found.update(a.name for a in node.names if a.name.split(".")[0] in OURS)
     return {m for m in found if m in modules}
 
 
@@ -115,6 +117,56 @@ def test_worker_code_never_imports_client_code():
     modules = _modules()
     graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
     assert _side_crossings(graph) == []
+
+
+# The house, top floor first (docs/architecture.md, "Layout"): a module imports only its own floor's
+# and those below. The command line calls the service, the benchmark, the client and the jobs; the
+# client (``Pipeline``) runs jobs; jobs start and watch clusters' tasks; the tasks run on the
+# workers; ``data``, ``tasks`` and the base modules (config, names, results, ...) are for everyone.
+FLOORS = [
+    ("pipeline", "pipeline.__main__", "pipeline.cli"),   # the public face and the command line
+    ("pipeline.service", "pipeline.bench"),
+    ("pipeline.client",),
+    ("pipeline.jobs",),
+    ("pipeline.cluster",),
+    ("pipeline.scheduler",),
+    ("pipeline.steps",),
+    ("pipeline.worker",),
+    ("pipeline.data",),
+    ("tasks",),
+    (),   # the base: every other module of pipeline/ (pipeline.config, pipeline.names, ...)
+]
+# Imports that climb, each for the reason docs/architecture.md gives.
+CLIMBS_EXPLAINED = {
+    # the worker process's start-up imports the answer tasks' modules while its engine starts
+    ("pipeline.worker.preload", "pipeline.steps.cluster_tasks"),
+}
+
+
+def _floor(module: str) -> int:
+    for number, packages in enumerate(FLOORS):
+        if any(module == p if p == "pipeline" else module == p or module.startswith(p + ".") for p in packages):
+            return number
+    return len(FLOORS) - 1
+
+
+def _climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a floor to one above it."""
+    return sorted(f"{m} -> {i}" for m, imports in graph.items() for i in imports
+                  if _floor(i) < _floor(m) and (m, i) not in CLIMBS_EXPLAINED)
+
+
+def test_climb_check_sees_a_climb():
+    assert _climbs({"pipeline.jobs.a": {"pipeline.client.b", "pipeline.data.c"}, "pipeline.names": {"tasks.x"},
+                    "pipeline.cli.run": {"pipeline.jobs.a"}}) == \
+        ["pipeline.jobs.a -> pipeline.client.b", "pipeline.names -> tasks.x"]
+
+
+def test_no_import_climbs_back_up_the_house():
+    modules = _modules(OURS)
+    graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
+    assert _climbs(graph) == []
+    assert all(i in graph.get(m, ()) for m, i in CLIMBS_EXPLAINED)   # (each exception still there)
 
 
 def test_every_package_is_installed():

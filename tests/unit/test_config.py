@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_default_cluster_yaml_is_this_machines_cpu_shards_on_loopback():
-    from pipeline.cluster.layout import usable_cores, visible_gpus
+    from pipeline.config.layout import usable_cores, visible_gpus
 
     cfg = load_config()
     if len(usable_cores()) == 2 and not visible_gpus():   # this project's box
@@ -55,7 +55,7 @@ def test_bad_value_is_named_with_what_was_given(tmp_path):
 
 
 def test_shards_default_to_auto_and_names_must_be_unique(tmp_path):
-    from pipeline.cluster.layout import check_layout, usable_cores, visible_gpus
+    from pipeline.config.layout import check_layout, usable_cores, visible_gpus
 
     default = load_config(_write(tmp_path, "engine: {}\n"))   # no shards key
     auto = parse_config({"shards": "auto"})

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from helpers.certs import write_certs
-from pipeline.__main__ import parse_args
+from pipeline.cli.main import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -339,8 +339,8 @@ def test_daskcluster_scheduler_command(crd_validator):
 def test_one_gpu_pods_config_passes_the_layout_check():
     """Shards on different hosts (pods, Slurm jobs) may each use their host's GPU 0; the layout
     check of ``run`` must not call that one GPU in two shards."""
-    from pipeline.cluster.layout import check_layout
     from pipeline.config import parse_config
+    from pipeline.config.layout import check_layout
 
     config = parse_config(yaml.safe_load(manifest()[0]["data"]["cluster.yaml"]))
     assert check_layout(config, None, local=False) == []

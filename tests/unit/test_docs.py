@@ -13,7 +13,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from pipeline.__main__ import _parser
+from pipeline.cli.main import _parser
 from pipeline.config import Config, ConfigNote, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,8 +122,8 @@ def test_config_model_walk_finds_known_keys():
 @pytest.mark.parametrize("path", DOCS, ids=_rel)
 def test_dotted_config_keys_exist(path):
     bad = sorted({why for found in _dotted_keys(_text(path)) if (why := _not_a_key(*found))})
-    assert not bad, (f"{_rel(path)} names config keys the model (pipeline/config.py) lacks, or by their old place: "
-                     f"{', '.join(bad)}")
+    assert not bad, (f"{_rel(path)} names config keys the model (pipeline/config/config_file.py) lacks, or by "
+                     f"their old place: {', '.join(bad)}")
 
 
 def test_dotted_key_check_catches_a_removed_key():

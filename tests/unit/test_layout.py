@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import load_config
-from pipeline.cluster.layout import auto_shards, check_layout
 from pipeline.config import ConfigError, parse_config
+from pipeline.config.layout import auto_shards, check_layout
 from pipeline.worker.vllm_engine import engine_kwargs
 
 ROOT = Path(__file__).resolve().parents[2]

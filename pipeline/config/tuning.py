@@ -2,7 +2,7 @@
 (intake), how much they remember for placement (routing), how the client recovers from a lost
 worker (recovery), how file jobs are cut into tasks (jobs). Their defaults suit most jobs.
 
-Code reads them as ``config.intake`` etc. (properties of pipeline/config.py's ``Config``). A
+Code reads them as ``config.intake`` etc. (properties of pipeline/config/config_file.py's ``Config``). A
 file from before ``advanced:`` has them at the top level: :func:`tuning_sections_moved` reads
 them into ``advanced``, with a :class:`ConfigNote`.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from pipeline.config_base import ConfigNote, Section
+from pipeline.config.base import ConfigNote, Section
 
 
 class RoutingConfig(Section):

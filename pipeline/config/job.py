@@ -1,4 +1,4 @@
-"""A job's own settings, the sections of the config (pipeline/config.py) that travel with each
+"""A job's own settings, the sections of the config (pipeline/config/config_file.py) that travel with each
 job to the workers, so one running cluster serves jobs with different ones: ``sampling`` and
 ``prompt``."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.config_base import Section
+from pipeline.config.base import Section
+from pipeline.config.template_fields import TemplateError, template_columns
 from pipeline.sampling import MAX_TOP_LOGPROBS, Sampling, SamplingError, checked, schema_text
-from tasks.template import TemplateError, template_columns
 
 
 class SamplingConfig(Section):

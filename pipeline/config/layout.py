@@ -13,7 +13,7 @@
 machine does not have, a tensor-parallel size that does not divide the shard's devices or the
 model's attention heads (``Config.require_layout`` raises them as one ``ConfigError``).
 
-It imports nothing of the pipeline: the config (pipeline/config.py) imports it to resolve
+It imports nothing of the pipeline: the config (pipeline/config/config_file.py) imports it to resolve
 ``shards: auto``, and its functions take the config as an argument.
 """
 from __future__ import annotations

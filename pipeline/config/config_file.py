@@ -1,7 +1,7 @@
 """One validated config object, loaded from cluster.yaml.
 
 Every tunable lives here (the shards' section in pipeline/shard_config.py, a job's prompt and
-sampling in pipeline/job_config.py, the tuning sections under ``advanced:`` in
+sampling in pipeline/config/job.py, the tuning sections under ``advanced:`` in
 pipeline/tuning_config.py). Unknown keys and bad values raise :class:`ConfigError`
 with one readable line per problem (never a traceback wall).
 """
@@ -15,11 +15,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from pipeline.cluster.layout import auto_shards, check_layout
-from pipeline.config_base import ConfigError, ConfigNote, Section
-from pipeline.job_config import PromptConfig, SamplingConfig
-from pipeline.shard_config import AutoShardsConfig, ShardConfig
-from pipeline.tuning_config import (
+from pipeline.config.base import ConfigError, ConfigNote, Section
+from pipeline.config.job import PromptConfig, SamplingConfig
+from pipeline.config.layout import auto_shards, check_layout
+from pipeline.config.shards import AutoShardsConfig, ShardConfig
+from pipeline.config.tuning import (
     TUNING_SECTIONS,
     AdvancedConfig,
     IntakeConfig,
@@ -29,7 +29,7 @@ from pipeline.tuning_config import (
     tuning_sections_moved,
 )
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "cluster.yaml"
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "cluster.yaml"
 
 
 OLD_FAKE_ENGINE = ("null", None)   # the fake engine's old name; YAML reads a bare `null` as None
@@ -244,7 +244,7 @@ class Config(Section):
         return next((s for s in self.shards if s.name == name), None)
 
     def require_layout(self, model_path: str | None = None, *, local: bool = True) -> None:
-        """Raise ``ConfigError`` listing why the shard layout cannot run (pipeline/cluster/layout.py),
+        """Raise ``ConfigError`` listing why the shard layout cannot run (pipeline/config/layout.py),
         if it cannot. ``local``: the shards run on this machine; ``model_path``: a local model
         folder, whose attention heads a tensor-parallel size must divide."""
         problems = check_layout(self, model_path, local=local)

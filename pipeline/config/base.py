@@ -1,4 +1,4 @@
-"""What every part of the config (pipeline/config.py, pipeline/job_config.py) shares: the
+"""What every part of the config (pipeline/config/config_file.py, pipeline/config/job.py) shares: the
 sections' base (unknown keys refused, values frozen) and the errors and notes it raises."""
 from __future__ import annotations
 

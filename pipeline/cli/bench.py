@@ -1,5 +1,5 @@
 """The benchmark's command: ``python -m pipeline bench``.
-``add_bench_parser`` registers it with the command line's subparsers (pipeline/__main__.py),
+``add_bench_parser`` registers it with the command line's subparsers (pipeline/cli/main.py),
 ``bench`` runs it.
 
 Every ``python -m pipeline`` command imports this module: the bench's own modules (they import
