@@ -21,6 +21,7 @@ A partition is a Parquet file's rows (``Partition``) or a JSONL file's block of 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -245,13 +246,17 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
                                     first_rows=spec.first_rows,
                                     prefixes=prefixes, task=task_key, job=spec.job_id, embed=spec.embeds,
                                     labels=spec.labels)
-        # (only once every row is answered: a task that failed or was cancelled, its bucket moved to
-        # another shard, writes nothing more; its rerun answers what it had not written)
+        # (what is left, once every row is answered)
         await loop.run_in_executor(None, commits.close)
     except Exception as exc:
-        if not permanent_write_error(exc):
-            raise   # (Dask runs the task again: an engine that died, a store's network error)
-        return Stopped(write_failure(exc, spec.folder.url)), None
+        if permanent_write_error(exc):
+            return Stopped(write_failure(exc, spec.folder.url)), None
+        # (released: the job was let go; or Dask runs the task again: an engine that died, a store's
+        # network error). The answers in hand are written first: they were counted as answered, and
+        # a rerun skips them (a row written twice keeps its first answer when merged).
+        with contextlib.suppress(Exception):
+            await loop.run_in_executor(None, commits.close)
+        raise
     return figures, None
 
 

@@ -115,7 +115,9 @@ class Bookkeeping:
             self.failure.append(exc)
 
     def stop(self) -> None:
-        """The answering was cancelled: the rows in flight stop too."""
+        """The answering was cancelled: the rows in flight stop too; those answered are handed to
+        ``commit`` (they were counted as answered: a batch let go keeps them)."""
+        self._hand_over()
         self.stopped = True
         for task in list(self.tasks):
             task.cancel()

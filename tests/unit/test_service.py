@@ -248,10 +248,13 @@ def test_cancel_mid_way_stops_the_job_and_the_cluster_serves_the_next_batch(serv
     wait_for(client, batch.id, lambda b: b.request_counts.completed >= 300)
     in_use = httpx.delete(f"{service.url}/files/{big.id}")
     assert in_use.status_code == 400 and in_use.json()["error"]["code"] == "file_in_use"
+    counted = client.batches.retrieve(batch.id).request_counts.completed
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status == "cancelling" and cancelling.cancelling_at is not None
     cancelled = wait_for(client, batch.id, over, timeout_s=30)
     assert cancelled.status == "cancelled" and cancelled.cancelled_at >= cancelled.cancelling_at
+    # every answer counted as completed before the cancel is kept (committed before the batch is cancelled)
+    assert cancelled.request_counts.completed >= counted >= 300
     # its output file holds the answers its job committed, its error file each request left unanswered
     kept_and_unanswered(client, cancelled, 3000, "batch_cancelled",
                         "This request could not be executed before the batch was cancelled.")

@@ -22,6 +22,7 @@ import pytest
 from pipeline import JobError, Pipeline, load_config, prepare_job
 from pipeline.bench.workloads import document_questions
 from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
+from pipeline.jobs.cluster_job import JobLeft
 from pipeline.worker.queries import worker_stats
 
 ROWS = 1600          # 800 a shard; 4 at a time, 0.02 s each: ~4 s a shard
@@ -207,6 +208,28 @@ def test_once_a_failed_write_has_stopped_the_job_nothing_more_of_it_is_written(p
     again = job(pipeline, path, out)
     done = again.done
     assert done and again.run(pipeline, progress=False).rows == ROWS - done
+    check_output(out, rows)
+
+
+def test_a_job_let_go_keeps_every_answer_it_counted(pipeline, src, tmp_path):
+    """Let go (a batch cancelled or expired) before any commit was due: the answers counted as
+    answered are committed before ``run`` raises, so a batch keeps what it said was completed."""
+    rows, path = src
+    out = tmp_path / "out.parquet"
+    first = prepare_job(path, out, config=pipeline.config, part_rows=10_000, flush_seconds=60.0,
+                        notify=lambda m: None)
+    stop, counted = threading.Event(), []
+
+    def on_progress(done, failed):
+        if done >= 100 and not stop.is_set():
+            counted.append(done)
+            stop.set()
+    with pytest.raises(JobLeft):
+        first.run(pipeline, progress=False, stop=stop, on_progress=on_progress)
+    again = job(pipeline, path, out)
+    done = again.done
+    assert 100 <= counted[0] <= done < ROWS
+    assert again.run(pipeline, progress=False).rows == ROWS - done
     check_output(out, rows)
 
 
