@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pipeline.classifier_model import classifier_labels
 from pipeline.config import Config
+from tasks import spec
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -160,3 +161,12 @@ def packaged_task(config: Config) -> str | None:
     if served is None and classifier_labels(model_folder(config)):
         return "classify"
     return served
+
+
+def head_labels(config: Config) -> tuple[str, ...] | None:
+    """The labels of the configured model's classification head, for a task that weighs labels
+    (tasks classify and score: tasks/registry.py); None for other tasks and other models."""
+    if not spec(config.task).reads_labels:
+        return None
+    labels = classifier_labels(model_folder(config))
+    return tuple(labels) if labels else None

@@ -8,35 +8,27 @@ from typing import Any
 
 import msgspec
 
+from tasks.registry import TASKS
+
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s",
                  "finish_reason", "answer_json", "logprobs", "choices", "embedding", "label", "label_probs", "score")
 # Written only by jobs that ask for them: JSON answers (sampling.json_schema, or a json_schema
 # column), log-probabilities (sampling.logprobs / top_logprobs), several answers (sampling.n > 1).
 JSON_FIELD = "answer_json"
 ASKED_FOR = {JSON_FIELD: ("json_schema",), "logprobs": ("logprobs", "top_logprobs"), "choices": ("n",)}
-# An embedding job's result columns (task embed).
-EMBED_FIELDS = ("embedding", "error", "prompt_tokens", "shard", "latency_s")
-# A classification's (task classify) and a score's (task score).
-CLASSIFY_FIELDS = ("label", "label_probs", "error", "prompt_tokens", "cached_tokens", "shard", "latency_s")
-SCORE_FIELDS = ("score", "error", "prompt_tokens", "cached_tokens", "shard", "latency_s")
-TASK_FIELDS = {"embed": EMBED_FIELDS, "classify": CLASSIFY_FIELDS, "score": SCORE_FIELDS}
-TASK_ONLY = ("embedding", "label", "label_probs", "score")   # written by those tasks alone
-
-
 def written_fields(task: str | None) -> tuple[str, ...]:
-    """The result columns a job of ``task`` may write (an input column of one of these names is
-    not copied to the output; one named ``label`` is, in a job that generates answers)."""
-    if task in TASK_FIELDS:
-        return TASK_FIELDS[task]
-    return tuple(n for n in RESULT_FIELDS[1:] if n not in TASK_ONLY)
+    """The result columns a job of ``task`` may write (tasks/registry.py; an input column of one of
+    these names is not copied to the output; one named ``label`` is, in a job that generates answers)."""
+    return TASKS.get(task, TASKS["generate"]).writes
 
 
 def output_fields(sampling, row_columns=(), task: str | None = None) -> list[str]:
-    """The result columns a job's output has: for ``task`` embed, classify or score its own
-    (``TASK_FIELDS``); else an answer's, the optional ones only when the job's sampling settings (a
-    ``Sampling``) or its rows' own sampling columns (``row_columns``) ask for them."""
-    if task in TASK_FIELDS:
-        return list(TASK_FIELDS[task])
+    """The result columns a job's output has: a task that does not answer in text (embed,
+    classify, score) its own; else an answer's, the optional ones only when the job's sampling
+    settings (a ``Sampling``) or its rows' own sampling columns (``row_columns``) ask for them."""
+    kind = TASKS.get(task, TASKS["generate"])
+    if not kind.answers:
+        return list(kind.writes)
     asked = {JSON_FIELD: sampling.json_schema is not None, "logprobs": sampling.keeps_logprobs,
              "choices": sampling.choices > 1}
     return [n for n in written_fields(task)

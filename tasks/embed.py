@@ -13,6 +13,7 @@ DEFAULT_TEMPLATE = "{document}"
 
 class Embed(PromptTemplate):
     name = "embed"
+    embeds = True   # its rows are texts to embed, not prompts to answer
 
     def __init__(self, tokenizer, template: str | None = None, prefix_column: str | None = None):
         # the placement keys on the text through its prefix column (the whole text, by default);

@@ -17,10 +17,38 @@ from __future__ import annotations
 import string
 from typing import Any, Mapping
 
-from pipeline.config.template_fields import TemplateError, template_columns
 from tasks.base import PromptParts, RowError
 
 _MARK = "\uE000FIELD{}\uE000"   # private-use sentinel, never in real text
+
+
+class TemplateError(ValueError):
+    """A template that cannot be used; the message says why."""
+
+
+def template_columns(template: str) -> list[str]:
+    """The columns a template names, in order of first use; :class:`TemplateError` if it is not
+    a template of plain column names."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise TemplateError(f"prompt template is not valid ({exc}); write literal braces as {{{{ and }}}}") from None
+    columns: list[str] = []
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if not field or not field.isidentifier():
+            raise TemplateError(f"prompt template field {{{field}}} is not a column name "
+                                f"(a name of letters, digits and underscores)")
+        if spec or conversion:
+            raise TemplateError(f"prompt template field {{{field}}} has a format spec or conversion; "
+                                f"only plain {{column}} fields are supported")
+        if field not in columns:
+            columns.append(field)
+    if not columns:
+        raise TemplateError("prompt template names no input column (e.g. {document}); every row would "
+                            "get the same prompt")
+    return columns
 
 
 class PromptTemplate:
@@ -54,20 +82,21 @@ class PromptTemplate:
                                     "so the prompt template cannot be applied to it")
             pieces.append(head)
         pieces.append(rest)
-        self._fields = fields
-        self._pieces = pieces
+        # the template's columnar pieces (pipeline/steps/prompt_table.py renders a whole table with
+        # them): prompt = prefix_pieces[0] + value(fields[0]) + ... + suffix_pieces[-1]
+        self.fields = fields
         # the prefix ends after the prefix column's first use and the whitespace that follows it
         cut = fields.index(self.prefix_column) + 1
         tail = pieces[cut]
         keep = len(tail) - len(tail.lstrip())
-        self._prefix_pieces = pieces[:cut] + [tail[:keep]]
-        self._suffix_pieces = [tail[keep:]] + pieces[cut + 1:]
+        self.prefix_pieces = pieces[:cut] + [tail[:keep]]
+        self.suffix_pieces = [tail[keep:]] + pieces[cut + 1:]
 
     def split(self, row: Mapping[str, Any]) -> PromptParts:
-        values = [self._value(row, f) for f in self._fields]
-        cut = len(self._prefix_pieces) - 1
-        return PromptParts(prefix=_join(self._prefix_pieces, values[:cut]),
-                           suffix=_join(self._suffix_pieces, values[cut:]))
+        values = [self._value(row, f) for f in self.fields]
+        cut = len(self.prefix_pieces) - 1
+        return PromptParts(prefix=_join(self.prefix_pieces, values[:cut]),
+                           suffix=_join(self.suffix_pieces, values[cut:]))
 
     def _value(self, row: Mapping[str, Any], column: str) -> str:
         if column not in row:

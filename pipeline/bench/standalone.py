@@ -36,6 +36,7 @@ from pipeline.worker.vllm_engine import (
     read_labels,
     sampling_params,
 )
+from tasks import spec
 
 
 @dataclass
@@ -55,10 +56,11 @@ def _serve(conn, model: str, config: Config) -> None:
     shard = config.shard(os.environ.get(SHARD_ENV))
     # (fitted to the model as the pipeline's engines are: an embedding model's shorter context)
     llm = LLM(**fitted_kwargs(engine_kwargs(model, config, shard)))
-    embeds = config.task == "embed"
+    task = spec(config.task)
+    embeds = task.embeds
     sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
     label_ids = None
-    if config.task in ("classify", "score"):   # (each label's first token, as the workers read it)
+    if task.reads_labels:   # (each label's first token, as the workers read it)
         from tasks.classify import SCORE_LABELS
 
         tokenizer = llm.get_tokenizer()

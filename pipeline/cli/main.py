@@ -17,6 +17,7 @@ from pipeline import console
 from pipeline.cli import bench as bench_cli
 from pipeline.cli import serve as service_command
 from pipeline.console import EXIT_STOPPED, EXIT_USAGE
+from tasks.registry import CONFIG_TASKS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,7 +60,7 @@ def _add_run_parser(sub) -> None:
     run.add_argument("--verbose", action="store_true",
                      help="the workers' Dask and vLLM logs on this terminal (default: one log file per shard)")
     prompt = run.add_argument_group("prompt and sampling (override the config's prompt: and sampling:)")
-    prompt.add_argument("--task", choices=("document_question", "template", "generate", "embed", "classify", "score"),
+    prompt.add_argument("--task", choices=CONFIG_TASKS,
                         default=None,
                         help="document_question: columns document, question; generate: a prompt (optional prefix) "
                              "or messages column; template: --template's columns; embed: a document column (or "

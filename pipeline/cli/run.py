@@ -16,8 +16,8 @@ from pipeline.console import EXIT_INTERRUPTED, EXIT_STOPPED
 from pipeline.data.errors import JobError
 from pipeline.jobs.cluster_job import unserved
 from pipeline.jobs.job import prepare_job
-from pipeline.model import DEFAULT_MODEL_NAME, model_for, packaged_task, resolve_model
-from tasks import TemplateError, get_task_kind
+from pipeline.model import DEFAULT_MODEL_NAME, head_labels, model_for, packaged_task, resolve_model
+from tasks import TASKS, TemplateError, get_task_kind
 
 
 def prompt_options(args, config: Config) -> Config:
@@ -58,9 +58,9 @@ def run(args, config: Config) -> int:
         raise JobError(refused)
     if config.engine.kind == "vllm" or config.model.path is not None:
         resolve_model(config)
-    if job.steps.task_name(config) in ("classify", "score"):   # (its labels, read with the model's tokenizer)
+    if TASKS[job.steps.task_name(config)].reads_labels:   # (its labels, read with the model's tokenizer)
         try:
-            get_task_kind(config, load_tokenizer(model_for(config, config.engine.kind)))
+            get_task_kind(config, load_tokenizer(model_for(config, config.engine.kind)), head_labels(config))
         except TemplateError as exc:
             raise JobError(str(exc)) from None
     for note in notes:

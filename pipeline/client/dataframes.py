@@ -20,6 +20,7 @@ from __future__ import annotations
 from pipeline.data.answer_files import PANDAS_TYPES as _DTYPES
 from pipeline.data.row_checks import RowColumns
 from pipeline.jobs.kept_steps import KeptSteps
+from pipeline.model import head_labels
 from pipeline.results import output_fields
 from tasks import task_columns
 
@@ -47,7 +48,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     if not isinstance(df, dd.DataFrame):
         raise DataFrameInputError(f"map_dataframe takes a Dask or pandas DataFrame (got {type(df).__name__})")
     config = pipeline.config.for_job(task, prompt, sampling)
-    columns = task_columns(config)
+    columns = task_columns(config, head_labels(config))
     names = list(df.columns)
     missing = columns.missing(names)
     if missing:

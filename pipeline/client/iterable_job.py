@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from pipeline.data.partitions import PARTITION_BITS
 from pipeline.jobs.kept_steps import KeptSteps
+from pipeline.model import head_labels
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
 from pipeline.steps.cluster_tasks import frame_positions
 from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
@@ -175,7 +176,7 @@ class IterableJob:
         self.rows, self.truncate, self.watched = rows, truncate_prompts, watched
         if isinstance(task, str):   # (a task's name, as in the config: its prompt settings the config's)
             self.config = self.config.for_job(task=task)
-            task = get_task_kind(self.config, pipeline.tokenizer)
+            task = get_task_kind(self.config, pipeline.tokenizer, head_labels(self.config))
         self.task = task if task is not None else pipeline.task
         self.report = JobSummary()
         self.report.rows_total = rows_total

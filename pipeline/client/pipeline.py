@@ -23,7 +23,7 @@ from pipeline.cluster.local import apply_dask_settings, connect, worker_log_dir
 from pipeline.cluster.resident_state import ClusterState
 from pipeline.cluster.security import dask_security
 from pipeline.config import Config, SamplingConfig, engine_kind, load_config
-from pipeline.model import model_for
+from pipeline.model import head_labels, model_for
 from pipeline.results import RowResult
 from pipeline.summary import JobSummary
 from pipeline.worker.queries import reset_worker, stop_engine, worker_stats
@@ -69,7 +69,7 @@ class Pipeline:
         if self.engine_kind == "vllm" and not self.config.scheduler.address and self._client is None:
             self.config.require_layout(self.model)
         self.tokenizer = load_tokenizer(self.model)
-        self.task = get_task_kind(self.config, self.tokenizer)
+        self.task = get_task_kind(self.config, self.tokenizer, head_labels(self.config))
         if self._client is None:
             try:
                 self._client, self._cluster = self._connect()

@@ -28,6 +28,7 @@ from pipeline.config.tuning import (
     RoutingConfig,
     tuning_sections_moved,
 )
+from tasks.registry import CONFIG_TASKS, TASKS, spec
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "cluster.yaml"
 
@@ -164,7 +165,7 @@ class Config(Section):
     # classify: prompt.template's columns; the output is the likeliest of prompt.labels and each
     # label's probability. score: columns document and query (or prompt.template's); the output is
     # the probability of the first label (default: yes) over the labels (default: yes, no).
-    task: Literal["document_question", "template", "generate", "embed", "classify", "score"] = "document_question"
+    task: Literal[CONFIG_TASKS] = "document_question"   # (tasks/registry.py)
     # The tuning sections (pipeline/tuning_config.py): intake, routing, recovery, jobs. Read in
     # code as config.intake etc. (the properties below); at the top level in older files.
     advanced: AdvancedConfig = AdvancedConfig()
@@ -194,14 +195,17 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _task_prompt(self) -> "Config":
-        if self.task == "template" and self.prompt.template is None:
-            raise ValueError("task template needs prompt.template (e.g. \"Summarize:\\n\\n{text}\")")
-        if self.task not in TEMPLATE_TASKS and self.prompt.template is not None:
-            raise ValueError(f"prompt.template is only used by tasks {', '.join(TEMPLATE_TASKS)} (task is {self.task})")
+        task = spec(self.task)
+        if task.needs_template and self.prompt.template is None:
+            raise ValueError(f"task {task.name} needs prompt.template (e.g. \"Summarize:\\n\\n{{text}}\")")
+        if not task.reads_template and self.prompt.template is not None:
+            raise ValueError(f"prompt.template is only used by tasks {_tasks_that('reads_template')} (task is "
+                             f"{task.name})")
         # (task classify's template and labels are checked where the model is read: a classification
         # model's head has its own, tasks/classify.py; validating a config reads no file)
-        if self.task not in ("classify", "score") and self.prompt.labels is not None:
-            raise ValueError(f"prompt.labels is only used by tasks classify and score (task is {self.task})")
+        if not task.reads_labels and self.prompt.labels is not None:
+            raise ValueError(f"prompt.labels is only used by tasks {_tasks_that('reads_labels', ' and ')} (task is "
+                             f"{task.name})")
         return self
 
     @model_validator(mode="after")
@@ -279,7 +283,9 @@ def _merged(old: Any, new: Any) -> Any:
     return {**old, **new} if isinstance(old, dict) and isinstance(new, dict) else new
 
 
-TEMPLATE_TASKS = ("template", "embed", "classify", "score")   # the tasks a prompt.template may shape
+def _tasks_that(what: str, sep: str = ", ") -> str:
+    """The config tasks whose ``TaskSpec`` says ``what`` (tasks/registry.py), as the user reads them."""
+    return sep.join(t for t in CONFIG_TASKS if getattr(TASKS[t], what))
 
 
 def template_means_task(data: Any) -> Any:

@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from pipeline.config.base import Section
-from pipeline.config.template_fields import TemplateError, template_columns
 from pipeline.sampling import MAX_TOP_LOGPROBS, Sampling, SamplingError, checked, schema_text
+from tasks.template import TemplateError, template_columns
 
 
 class SamplingConfig(Section):

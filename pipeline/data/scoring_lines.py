@@ -50,19 +50,16 @@ SCORING = "score"   # a file of scoring requests' endpoint (``OpenAIBatchSource.
 
 
 def scoring_task(config, tokenizer):
-    """The task that answers a file of scoring requests: the config's ``score`` task (its
-    template must read only ``document`` and ``query``), else the score task's defaults."""
+    """The task that answers a file of scoring requests (``tasks.registry.scoring_requests_kind``)."""
     from pipeline.data.errors import JobError
-    from tasks import Classify, get_task_kind
-    from tasks.template import template_columns
+    from pipeline.model import head_labels
+    from tasks.registry import scoring_requests_kind
+    from tasks.template import TemplateError
 
-    if config.task != "score":
-        return Classify(tokenizer, score=True)
-    columns = set(template_columns(config.prompt.template)) if config.prompt.template else set()
-    if columns - {"document", "query"}:
-        raise JobError(f"prompt.template reads {', '.join(sorted(columns - {'document', 'query'}))}; a scoring "
-                       f"request's pairs have only document and query")
-    return get_task_kind(config, tokenizer)
+    try:
+        return scoring_requests_kind(config.task, config.prompt, tokenizer, head_labels(config))
+    except TemplateError as exc:
+        raise JobError(str(exc)) from None
 
 
 def scoring_kind(url) -> str | None:

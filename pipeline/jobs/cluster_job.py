@@ -57,6 +57,7 @@ from pipeline.steps.cluster_tasks import (
 from pipeline.steps.placement import Bucket
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
+from tasks import TASKS
 
 # Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
 # split, pieces) go ahead of any job's answering, each job's k-th bucket on a shard has the same
@@ -384,16 +385,6 @@ class ClusterJob:
 
 def unserved(task: str, engine_tasks, model: str) -> str | None:
     """Why the cluster's engines (serving ``engine_tasks``: "generate", "embed", or "classify": a
-    classification model) cannot run a job of ``task`` (its name), or None."""
-    kind = "a classification model" if "classify" in engine_tasks else "a generation model"
-    if task == "embed" and "embed" not in engine_tasks:
-        return (f"task embed needs an embedding model, and this cluster's engines run {model}, {kind}; "
-                f"set model.path to an embedding model (e.g. all-MiniLM-L6-v2) and run the job on a "
-                f"cluster of its own (docs/usage.md, \"Embeddings\")")
-    if task in ("classify", "score") and "classify" in engine_tasks or task == "embed" or "generate" in engine_tasks:
-        return None
-    if "classify" in engine_tasks:
-        return (f"this cluster's engines run {model}, a classification model, which serves only tasks classify "
-                f"and score (this job's task is {task}); run the job on a cluster of a generation model")
-    return (f"this cluster's engines run {model}, an embedding model, which serves only task embed (this "
-            f"job's task is {task}); run the job on a cluster of a generation model")
+    classification model) cannot run a job of ``task`` (its name; a kind of the user's own is run
+    as the generate task), or None (tasks/registry.py)."""
+    return TASKS.get(task, TASKS["generate"]).unserved(engine_tasks, model)

@@ -20,6 +20,7 @@ from pipeline.jobs.key_check import (
     repeated_hashes,
     suspect_keys,
 )
+from pipeline.model import head_labels
 from pipeline.steps.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
 from tasks import Chat, Embed, get_task_kind
 
@@ -61,7 +62,7 @@ class FileSteps:
         """An OpenAI batch job's requests are chats, texts to embed (a file of embedding requests)
         or pairs to score (a file of scoring requests); any other job's rows are the config's task's."""
         if self.lines is None:
-            return get_task_kind(config, tokenizer)
+            return get_task_kind(config, tokenizer, head_labels(config))
         if self.lines.scores:
             return scoring_task(config, tokenizer)
         return Embed(tokenizer) if self.lines.embeds else Chat(tokenizer)

@@ -41,7 +41,7 @@ from pipeline.jobs.cluster_job import ClusterJob
 from pipeline.jobs.file_steps import FileSteps
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.openai_batch import ResponseLines
-from pipeline.model import DEFAULT_MODEL_NAME
+from pipeline.model import DEFAULT_MODEL_NAME, head_labels
 from pipeline.names import EMBEDDINGS_URL
 from pipeline.results import RESULT_FIELDS, output_fields
 from pipeline.summary import JobSummary
@@ -63,7 +63,8 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     default: the repository's cluster.yaml)."""
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
-    source = open_source(input_path, format, task_columns(config), config.storage_options, config.model.adapters)
+    source = open_source(input_path, format, task_columns(config, head_labels(config)), config.storage_options,
+                         config.model.adapters)
     check_output_apart(source, output_path, config.storage_options)   # before anything is written
     check_key_type(source)
     if source.format != "openai" and "adapter" in source.row_columns.sampling_columns and not config.lora_slots:

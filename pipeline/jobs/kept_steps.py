@@ -5,6 +5,7 @@ partition split as it was read. pipeline/jobs/cluster_job.py runs them."""
 from __future__ import annotations
 
 from pipeline.data.partitions import PartNumber
+from pipeline.model import head_labels
 from pipeline.steps.cluster_tasks import JobSpec, kept_answer_task, split_task
 from tasks import get_task_kind
 
@@ -45,7 +46,7 @@ class KeptSteps:
         pass
 
     def task_kind(self, config, tokenizer):
-        return self.task if self.task is not None else get_task_kind(config, tokenizer)
+        return self.task if self.task is not None else get_task_kind(config, tokenizer, head_labels(config))
 
     def task_name(self, config) -> str:
         """The name of ``task_kind``'s task (known before it is made)."""

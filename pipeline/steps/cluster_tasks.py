@@ -72,7 +72,7 @@ class JobSpec:
     @property
     def embeds(self) -> bool:
         """The rows are texts to embed (task embed), not prompts to answer."""
-        return getattr(self.task, "name", None) == "embed"
+        return getattr(self.task, "embeds", False)
 
     @property
     def labels(self) -> tuple[str, ...] | None:

@@ -74,7 +74,7 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
     (answered by an earlier run) are left out."""
     if source.endpoint == SCORING:
         return _scoring_prompt_rows(source, task, block, done)
-    endpoint = EMBEDDINGS_URL if getattr(task, "name", None) == "embed" else CHAT_URL
+    endpoint = EMBEDDINGS_URL if getattr(task, "embeds", False) else CHAT_URL
     requests = block_requests(source, block)
     read = len(requests)
     positions = pa.array(block.start + np.arange(len(requests), dtype=np.int64))

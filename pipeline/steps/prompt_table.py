@@ -105,7 +105,7 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     """``table``'s rows (the task's ``columns``; each row's position in ``positions``) as prompt
     rows (``texts``: as ``prompt_rows``)."""
     if isinstance(task, PromptTemplate) and not columns.sampling_columns and _plain_text(table, task):
-        if not texts and len(task._prefix_pieces) == 2:
+        if not texts and len(task.prefix_pieces) == 2:
             return _prompt_index(_FieldValues(task, table), positions)
         prefix, suffix, error, digests = _template_columns(task, table)
     else:
@@ -246,13 +246,13 @@ class PartitionTexts:
         values = _field_texts(task, table)
         self._documents = values[0]
         suffix_values = values[1:] if every else [v.take(take) for v in values[1:]]
-        self.suffix = _join(task._suffix_pieces, suffix_values, len(self._local))
+        self.suffix = _join(task.suffix_pieces, suffix_values, len(self._local))
 
     def prefixes(self, rows: np.ndarray, lengths: np.ndarray) -> pa.Array:
         """The prefix text of each of ``rows`` (indices into the positions given), whose UTF-8
         lengths the read found to be ``lengths``: a file that changed since is refused (where
         a length did; a digest of each would cost a fifth of the split)."""
-        texts = _join(self.task._prefix_pieces, [self._documents.take(pa.array(self._local[rows]))], len(rows))
+        texts = _join(self.task.prefix_pieces, [self._documents.take(pa.array(self._local[rows]))], len(rows))
         if not np.array_equal(pc.binary_length(texts).to_numpy(zero_copy_only=False), lengths):
             raise JobError(f"{self.source.files[self.part.file]} changed while the job ran (a document of rows "
                            f"{self.part.start}-{self.part.stop - 1} is not the one read); run the same command "
@@ -262,7 +262,7 @@ class PartitionTexts:
 
 def _plain_text(table: pa.Table, task: PromptTemplate) -> bool:
     """Every column the template reads is a string column of valid UTF-8."""
-    for name in set(task._fields):
+    for name in set(task.fields):
         column = table.column(name)
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             return False
@@ -286,16 +286,16 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     error = fields.error()
     if codes is not None:   # (the join copies each distinct document once; the rest are views)
         only_first = only_on(values[0], first)   # each distinct document on its first row only
-        prefix = pa.DictionaryArray.from_arrays(codes, packed(_join(task._prefix_pieces, [only_first], n), first))
+        prefix = pa.DictionaryArray.from_arrays(codes, packed(_join(task.prefix_pieces, [only_first], n), first))
     else:
-        prefix = _join(task._prefix_pieces, values[:fields.cut], n)
-    suffix = _join(task._suffix_pieces, values[fields.cut:], n)
+        prefix = _join(task.prefix_pieces, values[:fields.cut], n)
+    suffix = _join(task.suffix_pieces, values[fields.cut:], n)
     return prefix, suffix, error, fields.digests
 
 
 def _field_texts(task: PromptTemplate, table: pa.Table) -> list[pa.Array]:
     """The template's fields of ``table``, in its order, as large_string arrays (views of the text)."""
-    return [whole(table.column(f)).cast(pa.large_string()) for f in task._fields]
+    return [whole(table.column(f)).cast(pa.large_string()) for f in task.fields]
 
 
 class _FieldValues:
@@ -304,18 +304,18 @@ class _FieldValues:
     each code's first row), else ``codes`` is None."""
 
     def __init__(self, task: PromptTemplate, table: pa.Table):
-        self.task, self.cut, self.rows = task, len(task._prefix_pieces) - 1, table.num_rows
+        self.task, self.cut, self.rows = task, len(task.prefix_pieces) - 1, table.num_rows
         self.values = _field_texts(task, table)
         self.codes = self.digests = self.first = None
         if self.cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
-            head, tail = task._prefix_pieces
+            head, tail = task.prefix_pieces
             self.codes, self.digests, self.first = digest_codes(self.values[0], head, tail)
 
     def error(self) -> pa.Array:
         """Each row's error (null where it is fine): the first field that fails names it."""
         task, codes = self.task, self.codes
         error = pa.nulls(self.rows, pa.string())
-        for i, (field, value) in enumerate(zip(task._fields, self.values)):
+        for i, (field, value) in enumerate(zip(task.fields, self.values)):
             coded = i == 0 and codes is not None
             reason = pc.if_else(pc.is_null(codes if coded else value),
                                 pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
@@ -329,7 +329,7 @@ class _FieldValues:
 
     def suffix_bytes(self) -> np.ndarray:
         """Each row's suffix length in UTF-8 bytes, as ``_join`` would make it (0 where a field is null)."""
-        total = np.full(self.rows, _utf8_bytes(self.task._suffix_pieces), np.int64)
+        total = np.full(self.rows, _utf8_bytes(self.task.suffix_pieces), np.int64)
         for value in self.values[self.cut:]:
             total += pc.fill_null(pc.binary_length(value), 0).to_numpy(zero_copy_only=False)
         return total
@@ -337,7 +337,7 @@ class _FieldValues:
     def prefix_bytes(self) -> np.ndarray:
         """Each code's prefix length in UTF-8 bytes (template head + document + tail)."""
         bounds = value_bounds(self.values[0])
-        return bounds[self.first + 1] - bounds[self.first] + _utf8_bytes(self.task._prefix_pieces)
+        return bounds[self.first + 1] - bounds[self.first] + _utf8_bytes(self.task.prefix_pieces)
 
 
 def _utf8_bytes(pieces: list[str]) -> int:

@@ -50,8 +50,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     ``job``: the job the rows belong to; jobs share the engine fairly
     (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
     at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
-    (their prefix and suffix; ``plugin._embed``), not prompts to answer (``plugin._one``);
-    ``labels``: the rows' prompts weigh these labels (task classify / score; ``plugin._classify``)."""
+    (their prefix and suffix; ``plugin.embed_row``), not prompts to answer (``plugin.answer_row``);
+    ``labels``: the rows' prompts weigh these labels (task classify / score; ``plugin.classify_row``)."""
     book = Bookkeeping(rows.num_rows, progress, commit)
     admission = Admission(plugin, rows, bucket_id, job or bucket_id, sampling, truncate, first_rows,
                           prefixes if prefixes is not None else prefixes_of(rows), book, embed, labels)
@@ -245,10 +245,11 @@ class Admission:
         """Row ``k``'s request: an embedding, labels weighed, or an answer."""
         position, suffix, plugin = int(self.positions[k]), self.suffixes[k], self.plugin
         if self.embed:
-            return plugin._embed(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
+            return plugin.embed_row(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
         if self.labels:
-            return plugin._classify(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, self.labels)
-        return plugin._one(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
+            return plugin.classify_row(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate,
+                                       self.labels)
+        return plugin.answer_row(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
 
     def _settled(self, k: int, task: asyncio.Task) -> None:
         self.waiting -= 1

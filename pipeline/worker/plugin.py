@@ -212,7 +212,7 @@ class EnginePlugin(WorkerPlugin):
         ts = tasks.get(key)
         return ts is None or ts.state in LET_GO
 
-    async def _one(self, job: str, batch_id: str, index: int, prefix_ids: list[int], suffix: str,
+    async def answer_row(self, job: str, batch_id: str, index: int, prefix_ids: list[int], suffix: str,
                    truncate: bool, sampling: Sampling) -> RowResult:
         """Row ``index`` (its position in the job): its prompt is its prefix's tokens, then its
         suffix's. It waits for ``job``'s turn at the engine (pipeline/worker/admission.py)."""
@@ -241,11 +241,11 @@ class EnginePlugin(WorkerPlugin):
                 result.fail(ErrorKind.OUTPUT, problem)
         return result
 
-    async def _embed(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
+    async def embed_row(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
                      sampling: Sampling) -> RowResult:
         """Row ``index``'s embedding: its text is its prefix's tokens, then its suffix's (a template's
         text after its prefix column), cut to what the model takes when ``truncate``; it waits for
-        ``job``'s turn at the engine, as ``_one`` does."""
+        ``job``'s turn at the engine, as ``answer_row`` does."""
         out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
                                       self.engine.embed(ids, request_id=rid, normalize=sampling.normalize,
                                                         priority=priority))
@@ -254,12 +254,12 @@ class EnginePlugin(WorkerPlugin):
         return RowResult(index, embedding=out.vector, prompt_tokens=out.prompt_tokens, shard=self.shard,
                          latency_s=time.perf_counter() - t0)
 
-    async def _classify(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
+    async def classify_row(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
                         labels: tuple[str, ...]) -> RowResult:
         """Row ``index``'s labels weighed (task classify / score): the probability of each label's first
         token as the answer's first token after the row's prompt, normalised over the labels -- or, on a
         classification model, its head's probabilities (``_head``); the likeliest label, and the first
-        label's probability as the row's score. It waits for ``job``'s turn at the engine, as ``_one`` does."""
+        label's probability as the row's score. It waits for ``job``'s turn at the engine, as ``answer_row`` does."""
         engine = self.engine
         if "classify" in engine.tasks:
             return await self._head(job, batch_id, index, prefix_ids, suffix, truncate, labels)
@@ -278,7 +278,7 @@ class EnginePlugin(WorkerPlugin):
 
     async def _head(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
                     labels: tuple[str, ...]) -> RowResult:
-        """Row ``index``'s text (as ``_embed``'s) classified by the model's own head: ``labels``' probabilities."""
+        """Row ``index``'s text (as ``embed_row``'s) classified by the model's own head: ``labels``' probabilities."""
         out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
                                       self.engine.classify(ids, request_id=rid, priority=priority))
         if isinstance(out, RowResult):

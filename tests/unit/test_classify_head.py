@@ -14,7 +14,7 @@ from pipeline.config import ConfigError
 from pipeline.data.errors import JobError
 from pipeline.jobs.cluster_job import unserved
 from pipeline.jobs.job import run_job
-from pipeline.model import packaged_task
+from pipeline.model import head_labels, packaged_task
 from tasks import get_task_kind
 from tasks.template import TemplateError
 
@@ -93,7 +93,8 @@ def test_a_classify_task_needs_template_and_labels_unless_the_model_has_a_head(c
     """Checked where the model is read (its head's labels), not when the config is validated: a
     config names a model that may not be there yet (a remote worker's path, one to prepare)."""
     head = load_config().replace(model={"path": classifier_model}, task="classify")
-    assert get_task_kind(head, load_tokenizer(classifier_model)).labels
+    assert head_labels(head) and get_task_kind(head, load_tokenizer(classifier_model), head_labels(head)).labels
     plain = load_config().replace(task="classify", model={"path": str(tmp_path / "not-there-yet")})
+    assert head_labels(plain) is None
     with pytest.raises(TemplateError, match="task classify needs prompt.template"):
-        get_task_kind(plain, load_tokenizer(classifier_model))
+        get_task_kind(plain, load_tokenizer(classifier_model), head_labels(plain))

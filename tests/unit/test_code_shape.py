@@ -2,6 +2,7 @@
 another that imports it back, directly or round a circle, counting imports inside functions too),
 no module over 400 lines and no function over 60 outside pipeline/bench."""
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pipeline"
@@ -122,7 +123,8 @@ def test_worker_code_never_imports_client_code():
 # The house, top floor first (docs/architecture.md, "Layout"): a module imports only its own floor's
 # and those below. The command line calls the service, the benchmark, the client and the jobs; the
 # client (``Pipeline``) runs jobs; jobs start and watch clusters' tasks; the tasks run on the
-# workers; ``data``, ``tasks`` and the base modules (config, names, results, ...) are for everyone.
+# workers; ``data``, the base modules (config, names, results, ...) and the task kinds (tasks/) are
+# for everyone.
 FLOORS = [
     ("pipeline", "pipeline.__main__", "pipeline.cli"),   # the public face and the command line
     ("pipeline.service", "pipeline.bench"),
@@ -133,9 +135,10 @@ FLOORS = [
     ("pipeline.steps",),
     ("pipeline.worker",),
     ("pipeline.data",),
-    ("tasks",),
     (),   # the base: every other module of pipeline/ (pipeline.config, pipeline.names, ...)
+    ("tasks",),   # the task kinds and their registry: they import nothing of pipeline/
 ]
+BASE = len(FLOORS) - 2
 # Imports that climb, each for the reason docs/architecture.md gives.
 CLIMBS_EXPLAINED = {
     # the worker process's start-up imports the answer tasks' modules while its engine starts
@@ -147,7 +150,7 @@ def _floor(module: str) -> int:
     for number, packages in enumerate(FLOORS):
         if any(module == p if p == "pipeline" else module == p or module.startswith(p + ".") for p in packages):
             return number
-    return len(FLOORS) - 1
+    return BASE
 
 
 def _climbs(graph: dict[str, set[str]]) -> list[str]:
@@ -157,9 +160,9 @@ def _climbs(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_climb_check_sees_a_climb():
-    assert _climbs({"pipeline.jobs.a": {"pipeline.client.b", "pipeline.data.c"}, "pipeline.names": {"tasks.x"},
-                    "pipeline.cli.run": {"pipeline.jobs.a"}}) == \
-        ["pipeline.jobs.a -> pipeline.client.b", "pipeline.names -> tasks.x"]
+    assert _climbs({"pipeline.jobs.a": {"pipeline.client.b", "pipeline.data.c"}, "tasks.x": {"pipeline.names"},
+                    "pipeline.cli.run": {"pipeline.jobs.a"}, "pipeline.names": {"tasks.x"}}) == \
+        ["pipeline.jobs.a -> pipeline.client.b", "tasks.x -> pipeline.names"]
 
 
 def test_no_import_climbs_back_up_the_house():
@@ -167,6 +170,30 @@ def test_no_import_climbs_back_up_the_house():
     graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
     assert _climbs(graph) == []
     assert all(i in graph.get(m, ()) for m, i in CLIMBS_EXPLAINED)   # (each exception still there)
+
+
+# A task's name compared outside tasks/ (``config.task == "embed"``, ``task in ("classify", "score")``):
+# what a task reads, writes and needs is its ``TaskSpec``'s to say (tasks/registry.py).
+TASK_NAME_COMPARED = re.compile(r"""(\btask\w*\b(\([^)]*\))?|getattr\([^)]*"name"[^)]*\))\s*"""
+                                r"""(==|!=|\bnot in\b|\bin\b)\s*\(?\s*"""
+                                r"""["'](document_question|template|generate|chat|embed|classify|score)["']""")
+
+
+def _task_name_comparisons(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if TASK_NAME_COMPARED.search(line)]
+
+
+def test_task_name_check_sees_a_comparison():
+    found = _task_name_comparisons('if config.task in ("classify", "score"):\n'
+                                   'x = getattr(task, "name", None) == "embed"\nif job.steps.task_name(c) != "chat":\n'
+                                   'if "classify" in engine.tasks:\nif spec(config.task).reads_labels:')
+    assert len(found) == 3
+
+
+def test_no_task_name_is_compared_outside_tasks():
+    found = [f"{path.relative_to(PACKAGE.parent)}: {line}" for path in sorted(PACKAGE.rglob("*.py"))
+             for line in _task_name_comparisons(path.read_text())]
+    assert found == []
 
 
 def test_every_package_is_installed():
