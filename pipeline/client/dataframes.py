@@ -11,7 +11,7 @@ holds the answers, one pandas DataFrame per input partition, kept in the cluster
 partitions, same index, same divisions. Computing it, or writing it, reads the kept answers and
 does not run the model again.
 
-The job runs on the cluster (``FrameSteps`` below, pipeline/jobs/cluster_job.py): the workers
+The job runs on the cluster (``FrameSteps``, pipeline/jobs/frame_steps.py; pipeline/jobs/cluster_job.py): the workers
 compute the input partitions, build the prompts, group every row of the job by document, answer
 and merge each partition's answers; no row passes through this process.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from pipeline.data.answer_files import PANDAS_TYPES as _DTYPES
 from pipeline.data.row_checks import RowColumns
-from pipeline.jobs.kept_steps import KeptSteps
 from pipeline.model import head_labels
 from pipeline.results import output_fields
 from tasks import task_columns
@@ -62,6 +61,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     if len(parts) != df.npartitions:
         raise DataFrameInputError(f"the DataFrame has {df.npartitions} partitions but Dask gave {len(parts)}")
     from pipeline.jobs.cluster_job import ClusterJob  # start time: loaded by DataFrame jobs only
+    from pipeline.jobs.frame_steps import FrameSteps
 
     steps = FrameSteps(parts, RowColumns.of(columns, names), out_columns, rows_total)
     ClusterJob(steps, config, truncate_prompts).run(pipeline, progress=False)
@@ -70,50 +70,3 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
 
     with dask.config.set({"dataframe.convert-string": False}):   # (list columns stay lists, not their text)
         return dd.from_delayed(futures, meta=meta, divisions=df.divisions, verify_meta=False)
-
-
-class FrameSteps(KeptSteps):
-    """A Dask DataFrame job's steps on the cluster (pipeline/jobs/cluster_job.py): each input
-    partition computed and read on a worker (pipeline/steps/frame_tasks.py), answers kept in
-    memory, each partition's answers merged into a pandas DataFrame with the input's index
-    (``frames``: one future per partition, in order, once the job has run)."""
-
-    def __init__(self, parts: list, columns: RowColumns, out_columns: list[str], rows_total: int | None):
-        super().__init__(parts, source=columns)
-        self.out_columns = out_columns
-        self.rows_total = rows_total
-        self.frames: list = []
-        self._tails: dict = {}   # partition -> what its merge needs of its read (``frame_tail_of``)
-
-    def read(self, client, spec, part, key: str, resources: dict | None = None):
-        """(``resources`` is not asked for: a DataFrame's partition is read where the cluster
-        computed it, which may be a worker serving no shard.)"""
-        from pipeline.jobs.cluster_job import PLAN_PRIORITY
-        from pipeline.steps.frame_tasks import frame_read_task, frame_tail_of
-
-        frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)   # on the cluster, read beside it
-        read = client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
-        # (what the merge needs of the read, kept: the read itself is let go once split)
-        self._tails[part.index] = client.submit(frame_tail_of, read, key=f"{key}-tail", priority=PLAN_PRIORITY)
-        return read
-
-    def complete(self, client, spec, todo: list, unreadable: dict, answers: dict) -> list:
-        """Each partition's answers merged on the cluster (waited for, not fetched)."""
-        from distributed import wait
-
-        from pipeline.steps.cluster_tasks import kept_piece
-        from pipeline.steps.frame_tasks import frame_merge_task
-
-        job = spec.job_id
-        merges = []
-        for p in todo:
-            pieces = [client.submit(kept_piece, a, p.index, key=f"{job}-kept-{p.index}-{b}")
-                      for b, a in answers.items()]
-            merges.append(client.submit(frame_merge_task, self._tails.pop(p.index), p.index, self.out_columns,
-                                        *pieces, key=f"{job}-merge-{p.index}"))
-        wait(merges)
-        for f in merges:
-            if f.status != "finished":
-                f.result()   # raises the task's error
-        self.frames = merges
-        return []

@@ -33,12 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.data.partitions import PARTITION_BITS
-from pipeline.jobs.kept_steps import KeptSteps
+from pipeline.jobs.stream_steps import IterableSteps
 from pipeline.model import head_labels
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
 from pipeline.steps.cluster_tasks import frame_positions
 from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
-from pipeline.summary import Figures, JobSummary
+from pipeline.summary import JobSummary
 from tasks import get_task_kind
 
 # Rows of a window in one partition: each partition's prompt rows travel in one task.
@@ -111,42 +111,6 @@ def _add_part(window: Window, batch: list, task) -> int:
     docs = rows.documents
     return int(pc.sum(docs.column("prefix_bytes")).as_py() or 0) + \
         int(pc.sum(docs.column("suffix_bytes")).as_py() or 0)
-
-
-def _read(read):
-    """A stream partition's read: its prompt rows and figures, made on the client (the task's
-    argument; Dask computes it again wherever a lost worker held it)."""
-    return read
-
-
-class IterableSteps(KeptSteps):
-    """A window's steps on the cluster (pipeline/jobs/cluster_job.py): its partitions' prompt
-    rows, made here, are the reads; answers are kept in memory and each bucket's go to
-    ``on_answers`` (a table of ``ANSWER_SCHEMA`` rows, positions as the window's) as it ends."""
-
-    def __init__(self, window: Window, task, on_answers, shown):
-        super().__init__(window.parts, task=task)
-        self.window, self.on_answers, self.shown = window, on_answers, shown
-        self.rows_total = window.rows
-
-    def read(self, client, spec, part, key: str, resources: dict | None = None):
-        from pipeline.jobs.cluster_job import PLAN_PRIORITY
-
-        rows = self.window.parts[part.index]
-        figures = Figures.of_read(self.window.sizes[part.index], rows.errors.column("error"))
-        return client.submit(_read, (rows, figures), key=key, priority=PLAN_PRIORITY)
-
-    def answered(self, client, answer) -> None:
-        """A bucket's answer task ended: its answers, to ``on_answers`` (``TimeoutError``: they
-        were lost with their worker before they came here)."""
-        from pipeline.jobs.cluster_job import LOST_AFTER_S
-
-        _, by_partition = answer.result(timeout=LOST_AFTER_S)
-        if by_partition:
-            self.on_answers(pa.concat_tables(list(by_partition.values())))
-
-    def complete(self, client, spec, todo: list, unreadable: dict, answers: dict) -> list:
-        return []
 
 
 def results_of(table: pa.Table, window: Window) -> list[RowResult]:

@@ -17,9 +17,10 @@ The steps, each a set of Dask tasks:
 What the input and output are is the job's ``steps``: ``FileSteps`` (pipeline/jobs/file_steps.py:
 Parquet files or an OpenAI batch JSONL file in; answer files committed as they come,
 pipeline/data/answer_files.py; parts merged with the input's own columns, then OUTPUT),
-``FrameSteps`` for a Dask DataFrame (pipeline/client/dataframes.py: answers kept in the
-cluster's memory), ``IterableSteps`` for ``Pipeline.stream`` (pipeline/client/iterable_job.py:
-a window of a Python iterable's rows, each bucket's answers handed back as it ends).
+``FrameSteps`` for a Dask DataFrame (pipeline/jobs/frame_steps.py: answers kept in the
+cluster's memory), ``IterableSteps`` for ``Pipeline.stream`` (pipeline/jobs/stream_steps.py:
+a window of a Python iterable's rows, each bucket's answers handed back as it ends). Each is a
+``JobSteps`` (pipeline/jobs/job_steps.py).
 
 A worker lost mid-job costs no row: Dask reruns its tasks (a file job's answer task skips the
 rows it committed before). A partition that cannot be read is left for a rerun, after the
@@ -41,6 +42,8 @@ from distributed import as_completed
 
 from pipeline.cluster.engines import held_documents
 from pipeline.data.errors import JobError
+from pipeline.jobs.cluster_handle import ClusterHandle
+from pipeline.jobs.job_steps import JobSteps
 from pipeline.jobs.let_go import let_go
 from pipeline.jobs.recovery import ShardWatch
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
@@ -107,10 +110,10 @@ def _cancelled(client, key: str) -> str:
 
 
 class ClusterJob:
-    """The coordinator of a job on the cluster; ``steps`` says what its input and output are
-    (``FileSteps``; a DataFrame job's: pipeline/client/dataframes.py)."""
+    """The coordinator of a job on the cluster; ``steps`` (a ``JobSteps``: pipeline/jobs/job_steps.py)
+    says what its input and output are. A file job is a ``FileJob`` (pipeline/jobs/file_steps.py)."""
 
-    def __init__(self, steps, config, truncate: bool, part_rows: int = 10_000, flush_seconds: float = 30.0):
+    def __init__(self, steps: JobSteps, config, truncate: bool, part_rows: int = 10_000, flush_seconds: float = 30.0):
         self.steps, self.config, self.truncate = steps, config, truncate
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
@@ -119,16 +122,11 @@ class ClusterJob:
         self.on_progress = None   # (rows done, rows failed) while the job runs: ``run``'s
 
     @property
-    def sink(self):
-        """A file job's partial output (``ClusterParts``)."""
-        return self.steps.sink
-
-    @property
     def done(self) -> int:
         """Rows committed (answer files and merged parts)."""
         return self.steps.committed()
 
-    def run(self, pipeline, progress: bool | None = None, watched: bool | None = None,
+    def run(self, pipeline: ClusterHandle, progress: bool | None = None, watched: bool | None = None,
             stop: threading.Event | None = None, on_progress=None, title: str | None = None) -> JobSummary:
         """``progress``: show a bar (default: on a terminal); ``watched``: someone watches the job
         for its first answers (``intake.first_answer_rows``; default: ``progress``); ``stop``: set,

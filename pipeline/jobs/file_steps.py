@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.data.answer_files import ClusterParts
 from pipeline.data.errors import JobError
 from pipeline.data.scoring_lines import scoring_task
-from pipeline.jobs.cluster_job import PLAN_PRIORITY
+from pipeline.jobs.cluster_job import PLAN_PRIORITY, ClusterJob
 from pipeline.jobs.key_check import (
     duplicate_report,
     duplicates_message,
@@ -130,3 +130,12 @@ class FileSteps:
                                key=f"{spec.job_id}-finish")
         finish.result()
         return merges + [finish]
+
+
+class FileJob(ClusterJob):
+    """A file job (``prepare_job``): a ``ClusterJob`` over ``FileSteps``, with its partial output."""
+
+    @property
+    def sink(self) -> ClusterParts:
+        """The job's partial output (OUTPUT.partial: answer files and merged parts)."""
+        return self.steps.sink

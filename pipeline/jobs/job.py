@@ -38,7 +38,7 @@ from pipeline.data.partitions import plan_blocks, plan_partitions
 from pipeline.data.scoring_lines import SCORING
 from pipeline.data.storage import filesystem, is_url, local_path
 from pipeline.jobs.cluster_job import ClusterJob
-from pipeline.jobs.file_steps import FileSteps
+from pipeline.jobs.file_steps import FileJob, FileSteps
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.openai_batch import ResponseLines
 from pipeline.model import DEFAULT_MODEL_NAME, head_labels
@@ -109,7 +109,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     lines = ResponseLines(config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens,
                           sink.meta["started"], source.endpoint == EMBEDDINGS_URL,
                           source.endpoint == SCORING) if jsonl else None
-    return ClusterJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
+    return FileJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
 
 

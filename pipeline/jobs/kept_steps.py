@@ -14,6 +14,7 @@ class KeptSteps:
     """``parts``: the job's partitions (one per entry); ``source``: what the workers read them
     with (``JobSpec.source``); ``task``: the task kind (None: the config's)."""
     resumed = 0
+    rows_total: int | None = None
     answered = None   # (a stream's steps take each bucket's answers as it ends)
     shown = None      # (and show the stream's figures on the dashboard)
     answer = staticmethod(kept_answer_task)
@@ -38,6 +39,9 @@ class KeptSteps:
 
     def key_checks(self, client, spec) -> list:   # (rows are keyed by their place: a frame's index, a stream's)
         return []
+
+    def refuse_duplicates(self, client, spec, checks: list) -> None:   # (no checks: nothing to refuse)
+        return None
 
     def rows_merged(self) -> int:   # (every partition is read)
         return 0
