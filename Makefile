@@ -1,5 +1,5 @@
 # The two commands a newcomer types (see README.md). Each sets up .venv first if needed.
-.PHONY: setup run test test-unit lint sample
+.PHONY: setup run test test-unit lint typecheck sample
 
 setup:
 	@bash scripts/setup.sh
@@ -16,6 +16,10 @@ test: setup
 # ruff's lint rules (pyproject.toml, [tool.ruff]): pycodestyle, pyflakes, sorted imports, lines <= 120.
 lint: setup
 	.venv/bin/ruff check .
+
+# mypy over pipeline/ and tasks/ (pyproject.toml, [tool.mypy]: the packages not yet clean are listed there).
+typecheck: setup
+	.venv/bin/mypy
 
 test-unit: setup
 	.venv/bin/python -m pytest -q tests/unit

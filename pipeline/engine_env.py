@@ -180,7 +180,7 @@ def engine_processes(root_pid: int) -> dict[int, str]:
     ``VLLM::Worker...``)."""
     import psutil
 
-    out = {}
+    out: dict = {}
     try:
         children = psutil.Process(root_pid).children(recursive=True)
     except psutil.NoSuchProcess:

@@ -19,14 +19,14 @@ ASKED_FOR = {JSON_FIELD: ("json_schema",), "logprobs": ("logprobs", "top_logprob
 def written_fields(task: str | None) -> tuple[str, ...]:
     """The result columns a job of ``task`` may write (tasks/registry.py; an input column of one of
     these names is not copied to the output; one named ``label`` is, in a job that generates answers)."""
-    return TASKS.get(task, TASKS["generate"]).writes
+    return TASKS.get(task or "", TASKS["generate"]).writes
 
 
 def output_fields(sampling, row_columns=(), task: str | None = None) -> list[str]:
     """The result columns a job's output has: a task that does not answer in text (embed,
     classify, score) its own; else an answer's, the optional ones only when the job's sampling
     settings (a ``Sampling``) or its rows' own sampling columns (``row_columns``) ask for them."""
-    kind = TASKS.get(task, TASKS["generate"])
+    kind = TASKS.get(task or "", TASKS["generate"])
     if not kind.answers:
         return list(kind.writes)
     asked = {JSON_FIELD: sampling.json_schema is not None, "logprobs": sampling.keeps_logprobs,

@@ -54,15 +54,15 @@ class Figures:
         return cls(read=read, rows=len(errors), errors=len(errors), errors_by_kind=error_groups(errors))
 
     @classmethod
-    def of_answers(cls, table, shard: str) -> "Figures":
+    def of_answers(cls, table, shard: str | None) -> "Figures":
         """An answer task's, of its answered rows (an Arrow table of answer rows)."""
         import pyarrow.compute as pc
 
         errors = table.column("error")
-        tokens = {k: pc.sum(table.column(k)).as_py() or 0
-                  for k in ("prompt_tokens", "cached_tokens", "completion_tokens")}
+        prompt, cached, completion = (pc.sum(table.column(k)).as_py() or 0
+                                      for k in ("prompt_tokens", "cached_tokens", "completion_tokens"))
         return cls(rows=table.num_rows, errors=len(errors) - errors.null_count, errors_by_kind=error_groups(errors),
-                   shard=shard, **tokens)
+                   shard=shard, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion)
 
     def count_answers(self, table) -> None:
         """These answered rows counted in (on this task's shard)."""

@@ -18,7 +18,7 @@ ROLES = ("system", "developer", "user", "assistant")
 
 class Chat:
     name = "chat"
-    required_columns = ("messages",)
+    required_columns: tuple[str, ...] = ("messages",)
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer

@@ -48,8 +48,10 @@ class TaskSpec:
         ``head``: a classification model's labels (its default template is the head's)."""
         if self.fixed_columns is not None:
             return Columns(**{**self.fixed_columns.__dict__, "writes": self.writes})
-        default = HEAD_TEMPLATE if head and self.reads_labels else self.default_template
-        return Columns(required=tuple(template_columns(template or default)), writes=self.writes)
+        text = template or (HEAD_TEMPLATE if head and self.reads_labels else self.default_template)
+        if text is None:
+            raise TemplateError(f"task {self.name} needs prompt.template")
+        return Columns(required=tuple(template_columns(text)), writes=self.writes)
 
     def unserved(self, engine_tasks, model: str) -> str | None:
         """Why engines serving ``engine_tasks`` (running ``model``) cannot run a job of this task, or None."""

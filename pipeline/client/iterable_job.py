@@ -78,7 +78,7 @@ def windows(rows: Iterable[Mapping[str, Any]], task, max_rows: int, max_chars: i
     while True:
         window = Window(start)
         chars = 0
-        batch: list[tuple[dict | None, str | None]] = []
+        batch: list[tuple[Mapping | None, str | None]] = []
         for row in it:
             index = start + window.rows
             if isinstance(row, Mapping):

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sized
 
 from distributed import Client
@@ -47,14 +48,14 @@ class Pipeline:
         self.config = config if isinstance(config, Config) else load_config(config)
         self.engine_kind = engine_kind(engine) if engine else self.config.engine.kind   # ("null": fake's old name)
         self._client = client
-        self._cluster = None
+        self._cluster: Any = None
         self._owns_client = client is None
         self.verbose = verbose
         self.notify = notify or console.notify
         self.live = live
         self.start_timeout_s = start_timeout_s
         self.resident: ClusterState | None = None   # the resident cluster in use, if any
-        self.log_dir = None                          # the embedded cluster's worker logs
+        self.log_dir: Path | None = None             # the embedded cluster's worker logs
         self.last_report: JobSummary | None = None
         self._log_levels: dict | None = None   # the loggers' levels before start (restored at close)
 
@@ -79,8 +80,9 @@ class Pipeline:
                 # seen); pipeline/engine_env.py.
                 engine_env.restore(self._driver_env)
         wait_for_shard_workers(self._client, self.config, self.start_timeout_s)
+        logs = str(self.log_dir) if self.log_dir else self.resident.log_dir if self.resident else None
         stats = start_engines(self._client, self.config, self.model, self.engine_kind, self.notify, self.live,
-                              logs=self.log_dir or (self.resident.log_dir if self.resident else None))
+                              logs=logs)
         self.block_size = min(s["block_size"] for s in stats)   # the engines' KV-cache block (tokens)
         # what every engine serves ("generate", "embed"), and an embedding's size (an embedding model's)
         self.engine_tasks = frozenset.intersection(*(frozenset(s.get("tasks", ("generate",))) for s in stats))
@@ -133,7 +135,7 @@ class Pipeline:
         engine that takes longer than ``timeout_s`` is left to that path."""
         def run() -> None:
             try:
-                self._client.run(stop_engine, on_error="return")
+                self.client.run(stop_engine, on_error="return")
             except Exception:  # noqa: BLE001 - closing anyway
                 pass
 
@@ -149,6 +151,8 @@ class Pipeline:
 
     @property
     def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("the pipeline is not started (use it as `with Pipeline() as p:` or call start())")
         return self._client
 
     @property
@@ -158,12 +162,12 @@ class Pipeline:
         return self._client.dashboard_link
 
     def worker_stats(self) -> list[dict]:
-        return [s for s in self._client.run(worker_stats).values() if s]
+        return [s for s in self.client.run(worker_stats).values() if s]
 
     def reset_cache(self) -> None:
         """Forget every cached prefix: the engines' prefix caches and what their workers remember
         holding (between benchmark runs, so each starts cold)."""
-        self._client.run(reset_worker)
+        self.client.run(reset_worker)
 
     # -- submission -------------------------------------------------------------
     def run(self, rows: Iterable[Mapping[str, Any]], **options) -> list[RowResult]:

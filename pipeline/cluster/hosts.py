@@ -246,6 +246,7 @@ class WorkerHost:
                      f"logs: {target or 'this terminal'}")
         self.shard, self.started = shard, True
         shard_config = self.config.shard(shard)
+        assert shard_config is not None   # (a shard of the config: checked when the command started)
         spec = WorkerSpec.for_shard(self.config, shard_config, starter_env=os.environ, bind_host=self.host)
         env = spec.process_env(process_env(self.config))
         given = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -131,6 +131,7 @@ class SchedulerProcess(ProcessInterface):
         await super().close()
 
     def _stop(self, timeout_s: float = 10.0) -> None:
+        assert self.proc is not None
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

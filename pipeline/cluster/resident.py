@@ -235,7 +235,7 @@ def status(config: Config) -> dict | None:
     state = ClusterState.load(folder)
     if state is None:
         return None
-    out = {"state": state, "folder": str(folder), "dead": state.dead_processes(), "shards": {}}
+    out: dict = {"state": state, "folder": str(folder), "dead": state.dead_processes(), "shards": {}}
     if state.stale_reason():
         _discard(state, folder)
         out["stale"] = True

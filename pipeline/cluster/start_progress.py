@@ -62,7 +62,7 @@ class StartProgress:
                 if p["phase"] == "failed":   # said once, by the caller, for every failed shard
                     self.errors[shard] = p.get("error") or "unknown error"
                 elif not initial:
-                    if self._shown:   # the line goes above the live one
+                    if self._shown and self.live is not None:   # the line goes above the live one
                         self.live("")
                     self.notify(f"shard {shard}: engine ready in {p['start_s']:.1f} s (worker pid {p['pid']})")
         if self.live is not None and waiting and not initial:

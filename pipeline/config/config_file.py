@@ -165,7 +165,8 @@ class Config(Section):
     # classify: prompt.template's columns; the output is the likeliest of prompt.labels and each
     # label's probability. score: columns document and query (or prompt.template's); the output is
     # the probability of the first label (default: yes) over the labels (default: yes, no).
-    task: Literal[CONFIG_TASKS] = "document_question"   # (tasks/registry.py)
+    # (tasks/registry.py's CONFIG_TASKS: tests/unit/test_task_registry.py checks they are the same)
+    task: Literal["document_question", "template", "generate", "embed", "classify", "score"] = "document_question"
     # The tuning sections (pipeline/tuning_config.py): intake, routing, recovery, jobs. Read in
     # code as config.intake etc. (the properties below); at the top level in older files.
     advanced: AdvancedConfig = AdvancedConfig()

@@ -225,12 +225,12 @@ class ClusterParts:
         self._store_url = store_url   # OUTPUT's URL on an object store (its errors are said in its terms)
 
     @classmethod
-    def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list[Partition]) -> "ClusterParts":
+    def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list) -> "ClusterParts":
         where = check_writable(final)
         return cls(LocalFolder(where), final, where, meta, schema, partitions)
 
     @classmethod
-    def on_store(cls, url: str, meta: dict, schema: pa.Schema, partitions: list[Partition],
+    def on_store(cls, url: str, meta: dict, schema: pa.Schema, partitions: list,
                  storage_options: dict | None = None) -> "ClusterParts":
         """Each answer file and part an object, written once, whole, under its final name; OUTPUT
         appears when its upload completes."""

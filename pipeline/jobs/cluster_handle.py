@@ -12,9 +12,26 @@ if TYPE_CHECKING:
 
 
 class ClusterHandle(Protocol):
-    client: "Client"            # the Dask client the job's tasks are submitted with
-    config: "Config"            # the cluster's config (a job runs with its own, ``Config.for_job``)
-    model: str                  # the engines' model (its folder or hub name)
-    tokenizer: Any              # the model's tokenizer, this side (prompt lengths, labels)
-    engine_tasks: frozenset[str]   # what every engine serves ("generate", "embed", "classify")
-    embedding_size: int | None  # an embedding model's vector size
+    @property
+    def client(self) -> "Client":
+        """The Dask client the job's tasks are submitted with."""
+
+    @property
+    def config(self) -> "Config":
+        """The cluster's config (a job runs with its own, ``Config.for_job``)."""
+
+    @property
+    def model(self) -> str:
+        """The engines' model (its folder or hub name)."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer, this side (prompt lengths, labels)."""
+
+    @property
+    def engine_tasks(self) -> frozenset[str]:
+        """What every engine serves ("generate", "embed", "classify")."""
+
+    @property
+    def embedding_size(self) -> int | None:
+        """An embedding model's vector size."""

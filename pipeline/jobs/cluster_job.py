@@ -118,7 +118,8 @@ class ClusterJob:
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
         self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
         self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
-        self._slots, self._rank = set(), {}
+        self._slots: set[str] = set()
+        self._rank: dict[int, int] = {}   # a bucket's place among its shard's: each job's k-th go together
         self.on_progress = None   # (rows done, rows failed) while the job runs: ``run``'s
 
     @property
@@ -158,13 +159,13 @@ class ClusterJob:
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 
-        def on_progress(event) -> None:
+        def take_progress(event) -> None:
             _, msg = event
             answered[msg["bucket"]] = msg["rows"]
             if summary.first_answer_s is None and msg["rows"]:
                 summary.first_answer_s = time.perf_counter() - t0
 
-        client.subscribe_topic(spec.topic, on_progress)
+        client.subscribe_topic(spec.topic, take_progress)
         futures: list = []
         try:
             with tqdm(total=self.rows_total, initial=self.steps.resumed, unit="row", desc="rows",
@@ -244,7 +245,7 @@ class ClusterJob:
         # lost later takes pieces with it; Dask computes them again from the graph (the split, and
         # the read before it, rerun: a read gives the same rows again, spec.run).
         del of_shard, reads, splits
-        self._rank: dict[int, int] = {}   # a bucket's place among its shard's: each job's k-th go together
+        self._rank = {}
         per_shard: dict[str, int] = {}
         for b in buckets:
             self._rank[b.index] = per_shard.get(b.shard, 0)

@@ -5,6 +5,8 @@ merged into a part of the output in input order, then OUTPUT; ids used twice ref
 workers before any row is answered."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from pipeline.data.answer_files import ClusterParts
@@ -31,8 +33,8 @@ class FileSteps:
     """A Parquet file job's steps: partitions of the input files read on the workers, answers
     committed to answer files, each partition merged into a part, then OUTPUT."""
     answer = staticmethod(answer_task)
-    answered = None   # (a stream's steps take each bucket's answers as it ends: pipeline/client/iterable_job.py)
-    shown = None      # (and show the stream's figures on the dashboard, not its window's)
+    answered: Callable[..., None] | None = None   # (a stream's steps take each bucket's answers as it ends)
+    shown: Callable[[dict], dict] | None = None   # (and show the stream's figures on the dashboard)
 
     def __init__(self, source, sink: ClusterParts, check_keys: bool = False, lines=None):
         self.source, self.sink = source, sink
@@ -134,6 +136,7 @@ class FileSteps:
 
 class FileJob(ClusterJob):
     """A file job (``prepare_job``): a ``ClusterJob`` over ``FileSteps``, with its partial output."""
+    steps: FileSteps
 
     @property
     def sink(self) -> ClusterParts:

@@ -25,19 +25,18 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
 from pipeline.config import Config, load_config
 from pipeline.data.answer_files import RESULT_TYPES, ClusterParts
 from pipeline.data.errors import JobError
-from pipeline.data.input import check_output_apart, open_source
+from pipeline.data.input import OpenAIBatchSource, ParquetSource, check_output_apart, open_source
 from pipeline.data.output import META
 from pipeline.data.partitions import plan_blocks, plan_partitions
 from pipeline.data.scoring_lines import SCORING
 from pipeline.data.storage import filesystem, is_url, local_path
-from pipeline.jobs.cluster_job import ClusterJob
 from pipeline.jobs.file_steps import FileJob, FileSteps
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.openai_batch import ResponseLines
@@ -57,7 +56,7 @@ __all__ = ["prepare_job", "run_job"]
 def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
                 allow_duplicate_ids: bool = False, truncate: bool = False, part_rows: int = 10_000,
                 flush_seconds: float = 30.0,
-                notify: Callable[[str], None] | None = None, config: "Config | None" = None) -> ClusterJob:
+                notify: Callable[[str], None] | None = None, config: "Config | None" = None) -> FileJob:
     """Check everything that needs no engine; raise :class:`JobError` with the reason.
     ``config``: the one the pipeline runs with (its task says which columns the input needs;
     default: the repository's cluster.yaml)."""
@@ -67,23 +66,25 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
                          config.model.adapters)
     check_output_apart(source, output_path, config.storage_options)   # before anything is written
     check_key_type(source)
-    if source.format != "openai" and "adapter" in source.row_columns.sampling_columns and not config.lora_slots:
+    if isinstance(source, ParquetSource) and "adapter" in source.row_columns.sampling_columns and \
+            not config.lora_slots:
         raise JobError(f"input {input_path} has an adapter column, and this config's engines run without adapters; "
                        f"list them in model.adapters (or set engine.max_loras) and start the cluster again")
     notes = _input_notes(source, input_path)
     remote = is_url(output_path)
-    final = str(output_path) if remote else Path(local_path(output_path))
+    final: str | Path = str(output_path) if remote else Path(local_path(output_path))
     partial = _partial_meta(final, config.storage_options)   # an earlier run's, if any (read once)
     if partial is not None and partial.get("path", "client") != "cluster":
         raise JobError(f"{final}.partial was left by an earlier version's client-side job, which this version no "
                        f"longer runs; finish it with the version that started it, or delete it to start over")
-    jsonl = source.format == "openai"
+    jsonl = isinstance(source, OpenAIBatchSource)
     # the files as they are: answers are matched to rows by position, so a changed file must not resume
-    meta = {"input": source.description, "format": source.format,
+    meta: dict[str, Any] = {"input": source.description, "format": source.format,
             "rows": None if jsonl else source.num_rows,   # (a JSONL job's: counted by the workers)
             "key": source.key or "position", "started": int(time.time()), "path": "cluster",
             "files": _fingerprint(source.files, source.fs)}
-    if jsonl:
+    partitions: list   # (an OpenAI batch file's blocks of bytes, or Parquet row groups' partitions)
+    if isinstance(source, OpenAIBatchSource):
         meta["partition_bytes"] = _resumed(partial, "partition_bytes") or config.jobs.partition_bytes
         partitions = plan_blocks(source.size, meta["partition_bytes"])
         if partial is not None and partial.get("files") == meta["files"]:   # counted by an earlier run
@@ -97,8 +98,8 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     if not keys_on_workers:
         check_duplicates(source, allow_duplicate_ids)
     schema = _output_schema(source, config)
-    sink = ClusterParts.on_store(final, meta, schema, partitions, config.storage_options) if remote else \
-        ClusterParts.local(final, meta, schema, partitions)
+    sink = ClusterParts.on_store(str(final), meta, schema, partitions, config.storage_options) if remote else \
+        ClusterParts.local(Path(final), meta, schema, partitions)
     done = sink.open()
     notes += sink.notes   # (answer files found damaged and dropped)
     if done:
@@ -108,7 +109,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
         notify(note)
     lines = ResponseLines(config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens,
                           sink.meta["started"], source.endpoint == EMBEDDINGS_URL,
-                          source.endpoint == SCORING) if jsonl else None
+                          source.endpoint == SCORING) if isinstance(source, OpenAIBatchSource) else None
     return FileJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
 

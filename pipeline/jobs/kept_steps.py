@@ -4,6 +4,8 @@ pipeline/client/iterable_job.py): nothing committed, nothing to resume, no ids t
 partition split as it was read. pipeline/jobs/cluster_job.py runs them."""
 from __future__ import annotations
 
+from typing import Callable
+
 from pipeline.data.partitions import PartNumber
 from pipeline.model import head_labels
 from pipeline.steps.cluster_tasks import JobSpec, kept_answer_task, split_task
@@ -15,8 +17,8 @@ class KeptSteps:
     with (``JobSpec.source``); ``task``: the task kind (None: the config's)."""
     resumed = 0
     rows_total: int | None = None
-    answered = None   # (a stream's steps take each bucket's answers as it ends)
-    shown = None      # (and show the stream's figures on the dashboard)
+    answered: Callable[..., None] | None = None   # (a stream's steps take each bucket's answers as it ends)
+    shown: Callable[[dict], dict] | None = None   # (and show the stream's figures on the dashboard)
     answer = staticmethod(kept_answer_task)
 
     def __init__(self, parts: list, source=None, task=None):

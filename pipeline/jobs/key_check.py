@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.data.errors import JobError
-from pipeline.data.partitions import Partition
+from pipeline.data.partitions import ByteBlock, Partition
 
 DUPLICATES_SHOWN = 10
 RANGE_ROWS = 1 << 24   # about the rows (hashes, 8 bytes each: 128 MB) one range's check task holds
@@ -95,14 +95,14 @@ def check_duplicates(source, allowed: bool) -> None:
 
 # On the workers (a cluster job larger than one partition)
 
-def _partition_keys(source, part: Partition) -> pa.Array:
+def _partition_keys(source, part: Partition | ByteBlock) -> pa.Array:
     """Partition ``part``'s keys; none if it cannot be read (its read task says why, and its rows
     wait for a rerun, which checks every partition again)."""
     from pipeline.steps.jsonl_input import block_keys
     from pipeline.steps.prompt_table import read_partition, whole
 
     try:
-        if source.format == "openai":
+        if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes)
             return block_keys(source, part)
         return whole(read_partition(source, part, columns=["id"]).column(0))
     except JobError:

@@ -22,7 +22,7 @@ import math
 import weakref
 
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, DataRange1d, Div, NumeralTickFormatter, Range1d
+from bokeh.models import ColumnDataSource, DataRange1d, Div, NumeralTickFormatter, Range1d  # type: ignore[attr-defined]
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 from bokeh.server.server import BokehTornado
@@ -83,7 +83,7 @@ class PipelinePlots:
     @staticmethod
     def _figure(name: str, title: str, label: str, x_range, share: bool, **kwargs):
         fig = figure(title=title, name=f"pipeline-{name}", x_axis_type="datetime", x_range=x_range,
-                     y_range=Range1d(0, 1.02) if share else DataRange1d(start=0), height=260,
+                     y_range=Range1d(start=0, end=1.02) if share else DataRange1d(start=0), height=260,
                      sizing_mode="stretch_width", tools="reset, xpan, xwheel_zoom, save", toolbar_location="above",
                      **kwargs)
         fig.yaxis.axis_label = label

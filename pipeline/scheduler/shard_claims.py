@@ -51,7 +51,7 @@ def choose_shard(candidates: list[str], served: set[str], claimed: dict[str, str
 
 def served_shards(scheduler, candidates: list[str]) -> set[str]:
     """The shards among ``candidates`` that a worker now registered with the scheduler serves."""
-    held = set()
+    held: set[str] = set()
     for ws in scheduler.workers.values():
         held.update(name for name in candidates if shard_resource(name) in (ws.resources or {}))
     return held

@@ -45,8 +45,9 @@ def error_line(row: OutputLine) -> OutputLine:
     group = message.split(":", 1)[0]
     client_fault = group in CLIENT_GROUPS
     error = ApiError(message=message, type="invalid_request_error" if client_fault else "server_error")
+    request_id = row.response.request_id if row.response is not None else f"pipeline-batch-{row.id}"
     return OutputLine(id=row.id, custom_id=row.custom_id,
-                      response=Envelope(status_code=400 if client_fault else 500, request_id=row.response.request_id,
+                      response=Envelope(status_code=400 if client_fault else 500, request_id=request_id,
                                         body=ErrorBody(error)))
 
 

@@ -230,9 +230,10 @@ class Runner:
         rows answered and failed; a scoring batch's rows are pairs (``_pairs_as_lines``)."""
         counts = self.get(batch_id)["request_counts"]
         if job.steps.lines.scores:
-            done, failed = _pairs_as_lines(done, failed, counts["total"], job.rows_total)
-            if done is None:
+            lines_done, failed = _pairs_as_lines(done, failed, counts["total"], job.rows_total)
+            if lines_done is None:
                 return
+            done = lines_done
         now = {**counts, "completed": done - failed, "failed": failed}
         if now != counts:
             self._update(batch_id, request_counts=now)
@@ -295,7 +296,7 @@ def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None
         return "mismatched_endpoint", (f"The requests' url ({file['_endpoint']!r} on line 1) is not the batch's "
                                        f"endpoint ({endpoint})."), 1
     if endpoint in (SCORE_URL, RERANK_URL):
-        line, url = _other_scoring_line(path, scoring_kind(endpoint))
+        line, url = _other_scoring_line(path, scoring_kind(endpoint) or "score")
         if line is not None:
             return "mismatched_endpoint", (f"The requests' url ({url!r} on line {line}) is not the batch's "
                                            f"endpoint ({endpoint})."), line
