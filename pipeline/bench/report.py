@@ -230,3 +230,23 @@ def write_report(report: dict, out_dir: Path, command: str) -> dict[str, Path]:
     paths["markdown"].write_text(render_markdown(report, command) + "\n![throughput](bench.png)\n")
     render_chart(report, paths["chart"])
     return paths
+
+
+BEGIN = "<!-- the last bench run: written by `python -m pipeline bench --write-docs` -->"
+END = "<!-- end of the last bench run -->"
+
+
+def write_docs_section(markdown: str, docs_file: Path) -> None:
+    """The run's report (``render_markdown``) put into ``docs_file`` between ``BEGIN`` and ``END``,
+    a level below the page's own title; the rest of the page is kept as it is (appended at its end
+    the first time)."""
+    body = markdown.replace("# Benchmarks\n", "## The last bench run\n", 1).strip()
+    section = f"{BEGIN}\n{body}\n{END}"
+    page = docs_file.read_text() if docs_file.exists() else "# Benchmarks\n"
+    if BEGIN in page and END in page:
+        head, _, rest = page.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        page = head + section + tail
+    else:
+        page = page.rstrip() + "\n\n" + section + "\n"
+    docs_file.write_text(page)

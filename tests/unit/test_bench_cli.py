@@ -198,3 +198,15 @@ def test_bigjob_report_ratios_side_by_side():
     met = {t["target"]: t["met"] for t in target_rows(report) if t["burst"] == "bigjob"}
     assert (met["pipeline / standalone-arrival, median"] is False
             and met["pipeline / standalone-sorted, median"] is False)
+
+
+def test_write_docs_rewrites_only_the_bench_section(tmp_path):
+    from pipeline.bench.report import BEGIN, END, write_docs_section
+
+    page = tmp_path / "BENCHMARKS.md"
+    page.write_text("# Benchmarks\n\nHand-written table.\n")
+    write_docs_section("# Benchmarks\n\nrun one\n", page)
+    write_docs_section("# Benchmarks\n\nrun two\n", page)
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\nHand-written table.\n") and text.count(BEGIN) == text.count(END) == 1
+    assert "## The last bench run\n\nrun two" in text and "run one" not in text
