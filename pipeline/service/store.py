@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -118,7 +119,7 @@ class Store:
     def _read_json(path: Path) -> dict | None:
         try:
             return json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (OSError, json.JSONDecodeError):   # (not there, or not a name the file system takes)
             return None
 
 
@@ -152,6 +153,10 @@ def count_requests(path: Path) -> tuple[int, str | None]:
     return requests, endpoint if isinstance(endpoint, str) else None
 
 
+ID_CHARACTERS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")   # the ids the store gives out, and OpenAI's
+
+
 def _plain(object_id: str) -> bool:
-    """An id that names a file of the store and nothing else (no path)."""
-    return bool(object_id) and "/" not in object_id and "\\" not in object_id and not object_id.startswith(".")
+    """An id that could name a file of the store and nothing else: no path, no name the file
+    system refuses (a 5,000-character id is not found, not an error)."""
+    return ID_CHARACTERS.fullmatch(object_id) is not None

@@ -432,6 +432,13 @@ def test_openai_shaped_errors(service, tmp_path):
     assert e["code"] == "file_not_found" and "file-nope" in e["message"]
     assert error_of(httpx.get(f"{url}/batches/batch_nope"), 404)["code"] == "batch_not_found"
     assert error_of(httpx.get(f"{url}/nothing-here"), 404)["type"] == "invalid_request_error"
+    # any id the service does not know is 404, whatever it holds (a name too long for the file
+    # system answered 500)
+    for odd in ("x" * 5000, "file-" + "a" * 300, "..", "%2e%2e", "file-%00", "a%2Fb", " "):
+        for route in (f"files/{odd}", f"files/{odd}/content", f"batches/{odd}"):
+            assert error_of(httpx.get(f"{url}/{route}"), 404)["type"] == "invalid_request_error", route
+        assert error_of(httpx.delete(f"{url}/files/{odd}"), 404)
+        assert error_of(httpx.post(f"{url}/batches/{odd}/cancel"), 404)
     e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": "file-nope", "endpoint": CHAT,
                                                     "completion_window": "24h"}), 404)
     assert e["param"] == "input_file_id"
