@@ -40,7 +40,7 @@ def batch_record(batch_id: str, input_file_id: str, endpoint: str, completion_wi
             "output_file_id": None, "error_file_id": None, "created_at": now, "in_progress_at": None,
             "expires_at": now + window_s, "finalizing_at": None, "completed_at": None, "failed_at": None,
             "expired_at": None, "cancelling_at": None, "cancelled_at": None,
-            "request_counts": {"total": total, "completed": 0, "failed": 0}, "metadata": metadata,
+            "request_counts": {"total": total, "completed": 0, "failed": 0}, "usage": None, "metadata": metadata,
             "_created_ns": ns}   # (the order of batches created within one second)
 
 

@@ -23,20 +23,45 @@ from pipeline.results import RESULT_FIELDS, RowResult
 CLIENT_GROUPS = ("input", "output")
 
 
-def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int]:
-    """Write ``answered`` and ``failed`` from the job's output; their numbers of lines."""
+class BatchUsage:
+    """The tokens of a batch's answered requests, summed from their lines' ``usage`` as OpenAI's
+    Batch object gives them (``input_tokens``, ``output_tokens``, ``total_tokens``, cached input)."""
+
+    def __init__(self):
+        self.input = self.output = self.cached = 0
+
+    def add(self, row: OutputLine) -> None:
+        body = row.response.body if row.response is not None else None
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if not isinstance(usage, dict):
+            return
+        self.input += usage.get("prompt_tokens") or 0
+        self.output += usage.get("completion_tokens") or 0
+        self.cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+    def shown(self) -> dict:
+        return {"input_tokens": self.input, "input_tokens_details": {"cached_tokens": self.cached},
+                "output_tokens": self.output, "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.input + self.output}
+
+
+def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dict]:
+    """Write ``answered`` and ``failed`` from the job's output; their numbers of lines, and the
+    answered requests' usage."""
     counts = [0, 0]
+    usage = BatchUsage()
     with open(job_output, encoding="utf-8") as src, open(answered, "w", encoding="utf-8") as ok, \
             open(failed, "w", encoding="utf-8") as bad:
         for line in src:
             row = decode(line)
             if row.error is None:
                 ok.write(line)
+                usage.add(row)
                 counts[0] += 1
             else:
                 bad.write(encode(error_line(row)) + "\n")
                 counts[1] += 1
-    return counts[0], counts[1]
+    return counts[0], counts[1], usage.shown()
 
 
 def error_line(row: OutputLine) -> OutputLine:
@@ -58,7 +83,7 @@ UNANSWERED = {
 }
 
 
-def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int, int]:
+def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int, int, dict]:
     """A job let go before its end (its batch cancelled or expired): its committed answers split
     into ``answered`` and ``failed`` as ``split`` does, each request it had not answered (or whose
     answer was not yet committed) an error line in ``failed`` (``why``: a key of ``UNANSWERED``),
@@ -71,6 +96,7 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
     sink, lines = job.sink, job.steps.lines
     answers = _scoring_answers if lines.scores else _request_answers
     counts = [0, 0, 0]
+    usage = BatchUsage()
     position = 0
     with open(answered, "w", encoding="utf-8") as ok, open(failed, "w", encoding="utf-8") as bad:
         for block in sink.partitions:
@@ -81,12 +107,13 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
                     counts[2] += 1
                 elif (row := decode(line)).error is None:
                     ok.write(line + "\n")
+                    usage.add(row)
                     counts[0] += 1
                 else:
                     bad.write(encode(error_line(row)) + "\n")
                     counts[1] += 1
                 position += 1
-    return counts[0], counts[1], counts[2]
+    return counts[0], counts[1], counts[2], usage.shown()
 
 
 def _request_answers(source, block, done: dict[int, dict], lines, first: int):

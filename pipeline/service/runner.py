@@ -241,10 +241,10 @@ class Runner:
     def _finalize(self, batch_id: str, output) -> None:
         """The job's output as the batch's output and error files; the batch completed."""
         answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
-        ok, bad = result_files.split(output, answered, failed)
+        ok, bad, usage = result_files.split(output, answered, failed)
         fields = self._store_files(batch_id, answered, ok, failed, bad)
         total = self.get(batch_id)["request_counts"]["total"]
-        self._update(batch_id, status="completed", completed_at=int(time.time()),
+        self._update(batch_id, status="completed", completed_at=int(time.time()), usage=usage,
                      request_counts={"total": max(total, ok + bad), "completed": ok, "failed": bad}, **fields)
         self.store.drop_job_output(batch_id)
 
@@ -273,9 +273,9 @@ class Runner:
         if why is None:
             return   # (let go because the service stops: the next service resumes it)
         answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
-        ok, bad, left = result_files.split_partial(job, answered, failed, why)
+        ok, bad, left, usage = result_files.split_partial(job, answered, failed, why)
         fields = self._store_files(batch_id, answered, ok, failed, bad + left)
-        self._update(batch_id, status=why, **{f"{why}_at": int(time.time())},
+        self._update(batch_id, status=why, **{f"{why}_at": int(time.time())}, usage=usage,
                      request_counts={"total": ok + bad + left, "completed": ok, "failed": bad + left}, **fields)
         self.store.drop_job_output(batch_id)
 

@@ -193,6 +193,14 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
         assert e["response"]["body"] == {"error": {"message": f["error"], "type": "invalid_request_error",
                                                    "param": None, "code": None}}
     assert errors[1]["response"]["body"]["error"]["message"] == "input: messages[0].content is not text (got int)"
+    # the Batch object's usage: the answered requests' tokens, summed (none while it validated)
+    usages = [o["response"]["body"]["usage"] for o in output]
+    assert batch.usage is None and done.usage is not None
+    assert done.usage.input_tokens == sum(u["prompt_tokens"] for u in usages) > 0
+    assert done.usage.output_tokens == sum(u["completion_tokens"] for u in usages)
+    assert done.usage.input_tokens_details.cached_tokens == sum(u["prompt_tokens_details"]["cached_tokens"]
+                                                                for u in usages)
+    assert done.usage.total_tokens == done.usage.input_tokens + done.usage.output_tokens
 
     files = {f.id: f for f in client.files.list().data}
     assert {uploaded.id, done.output_file_id, done.error_file_id} <= set(files)
