@@ -63,8 +63,8 @@ class ChatBody(Struct, kw_only=True):
     model: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: int | float | None = None   # (kept as given: an error quotes the value as written)
+    top_p: int | float | None = None
     top_k: int | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
@@ -161,7 +161,7 @@ def read_as(value: Any, model: type[B], root: str = "") -> tuple[B | None, str |
 
 def why_invalid(exc: msgspec.ValidationError, root: str = "") -> str:
     """A validation error as the user reads it, the field named from the line's top:
-    ``body.temperature: expected float or null, got str``, ``custom_id is missing``."""
+    ``body.temperature: expected number or null, got str``, ``custom_id is missing``."""
     message, _, at = str(exc).partition(" - at `$")
     path = root + at.rstrip("`")
     missing = re.fullmatch(r"Object missing required field `(.+)`", message)
@@ -169,7 +169,7 @@ def why_invalid(exc: msgspec.ValidationError, root: str = "") -> str:
         return f"{path}.{missing[1]}".lstrip(".") + " is missing"
     if message.startswith("Expected `object`") and not path:
         return "line is not a JSON object"
-    message = message.replace("`", "").replace(" | ", " or ").replace("array", "list")
+    message = message.replace("`", "").replace(" | ", " or ").replace("array", "list").replace("int or float", "number")
     message = message[0].lower() + message[1:]
     return f"{path.lstrip('.')}: {message}" if path else message
 

@@ -110,7 +110,7 @@ def test_the_lines_validate_against_vllms_own_batch_and_scoring_models():
      "method: invalid enum value 'GET'"),
     ({"custom_id": "a", "url": "/v1/chat/completions"}, "body is missing"),
     ({"custom_id": "a", "url": "/v1/chat/completions", "body": {"messages": [], "temperature": "hot"}},
-     "body.temperature: expected float or null, got str"),
+     "body.temperature: expected number or null, got str"),
     ({"custom_id": "a", "url": "/v1/chat/completions",
       "body": {"messages": [], "response_format": {"type": "xml"}}},
      "body.response_format.type: invalid value 'xml'"),
