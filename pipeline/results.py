@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from tasks.registry import TASKS
+from tasks.registry import spec_or_generate
 
 RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s",
                  "finish_reason", "answer_json", "logprobs", "choices", "embedding", "label", "label_probs", "score")
@@ -19,14 +19,14 @@ ASKED_FOR = {JSON_FIELD: ("json_schema",), "logprobs": ("logprobs", "top_logprob
 def written_fields(task: str | None) -> tuple[str, ...]:
     """The result columns a job of ``task`` may write (tasks/registry.py; an input column of one of
     these names is not copied to the output; one named ``label`` is, in a job that generates answers)."""
-    return TASKS.get(task or "", TASKS["generate"]).writes
+    return spec_or_generate(task).writes
 
 
 def output_fields(sampling, row_columns=(), task: str | None = None) -> list[str]:
     """The result columns a job's output has: a task that does not answer in text (embed,
     classify, score) its own; else an answer's, the optional ones only when the job's sampling
     settings (a ``Sampling``) or its rows' own sampling columns (``row_columns``) ask for them."""
-    kind = TASKS.get(task or "", TASKS["generate"])
+    kind = spec_or_generate(task)
     if not kind.answers:
         return list(kind.writes)
     asked = {JSON_FIELD: sampling.json_schema is not None, "logprobs": sampling.keeps_logprobs,

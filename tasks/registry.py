@@ -107,6 +107,12 @@ RESULT_ONLY = tuple(dict.fromkeys(f for t in TASKS.values() if not t.answers for
                                   if f not in ANSWER_FIELDS))   # fields only the non-answer tasks write
 
 
+def spec_or_generate(name: str | None) -> TaskSpec:
+    """The spec of task ``name``; a kind of the user's own (a name the registry does not know) is
+    run, and written, as the generate task."""
+    return TASKS.get(name or "", TASKS["generate"])
+
+
 def spec(name: str) -> TaskSpec:
     try:
         return TASKS[name]

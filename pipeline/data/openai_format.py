@@ -305,10 +305,12 @@ class LineError(Struct):
 
 
 class Envelope(Struct, kw_only=True):
-    """An output line's ``response``."""
+    """An output line's ``response``. Its ``body``: a ``ChatCompletion``, ``EmbeddingList``,
+    ``ScoreResponse``, ``RerankResponse`` or ``ErrorBody`` when written; a plain dict when read
+    back (``decode``: the bodies share no tag msgspec could tell them apart by)."""
     status_code: int
     request_id: str
-    body: ChatCompletion | EmbeddingList | ScoreResponse | RerankResponse | ErrorBody | dict | None = None
+    body: Any = None
 
 
 class OutputLine(Struct, kw_only=True):
@@ -331,21 +333,4 @@ def encode(line: OutputLine) -> str:
 
 def decode(text: str | bytes) -> OutputLine:
     """An output line written by ``encode`` (its body as a plain dict)."""
-    line = msgspec.json.decode(text, type=_ReadLine)
-    return OutputLine(id=line.id, custom_id=line.custom_id, error=line.error,
-                      response=None if line.response is None else
-                      Envelope(status_code=line.response.status_code, request_id=line.response.request_id,
-                               body=line.response.body))
-
-
-class _ReadEnvelope(Struct, kw_only=True):
-    status_code: int
-    request_id: str
-    body: dict | None = None
-
-
-class _ReadLine(Struct, kw_only=True):
-    id: str
-    custom_id: Any
-    response: _ReadEnvelope | None
-    error: str | LineError | None = None
+    return msgspec.json.decode(text, type=OutputLine)

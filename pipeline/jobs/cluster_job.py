@@ -60,7 +60,7 @@ from pipeline.steps.cluster_tasks import (
 from pipeline.steps.placement import Bucket
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
-from tasks import TASKS
+from tasks.registry import spec_or_generate
 
 # Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
 # split, pieces) go ahead of any job's answering, each job's k-th bucket on a shard has the same
@@ -386,4 +386,4 @@ def unserved(task: str, engine_tasks, model: str) -> str | None:
     """Why the cluster's engines (serving ``engine_tasks``: "generate", "embed", or "classify": a
     classification model) cannot run a job of ``task`` (its name; a kind of the user's own is run
     as the generate task), or None (tasks/registry.py)."""
-    return TASKS.get(task, TASKS["generate"]).unserved(engine_tasks, model)
+    return spec_or_generate(task).unserved(engine_tasks, model)
