@@ -45,7 +45,8 @@ LOG_DIR_ENV = "PIPELINE_LOG_DIR"                # where the embedded cluster's w
 # OpenAI batch JSONL: the endpoints a line's url may name besides the scoring ones (/v1/score,
 # /v1/rerank: pipeline/data/scoring_lines.py)
 CHAT_URL = "/v1/chat/completions"
+COMPLETIONS_URL = "/v1/completions"
 EMBEDDINGS_URL = "/v1/embeddings"
-ENDPOINTS = (CHAT_URL, EMBEDDINGS_URL)
+ENDPOINTS = (CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL)
 SCORE_URL = "/v1/score"     # the scoring endpoints as a batch (``pipeline serve``) names them
 RERANK_URL = "/v1/rerank"

@@ -40,6 +40,8 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     logprobs: bool | None = None     # keep each answer token's log-probability
     top_logprobs: int | None = None  # and this many of the likeliest tokens at each place
     normalize: bool | None = None    # an embedding scaled to length 1 (None: as the model defines)
+    strip: bool | None = None        # the answer's surrounding whitespace dropped (None: yes; a completion's
+                                     # text continues its prompt, its leading space included: false)
     adapter: str | None = None       # the LoRA adapter to answer with: a name in model.adapters, a path or URL
 
     @property

@@ -5,7 +5,7 @@ many rows share (the document, after the chat template's system part) and is wha
 the placement and the KV cache key on; the suffix is the row's own part.
 
 Kinds: ``document_question`` (the default), ``template`` (the config's prompt template),
-``generate`` (a prompt or messages per row), ``chat`` (OpenAI batch requests), ``embed``
+``generate`` (a prompt or messages per row), ``chat`` and ``completion`` (OpenAI batch requests), ``embed``
 (a text per row, embedded by a pooling model), ``classify`` and ``score`` (labels weighed by the
 generation model after the prompt).
 """
@@ -15,6 +15,7 @@ from tasks.base import PromptParts, RowError, TaskKind
 from tasks.chat import Chat
 from tasks.classify import Classify
 from tasks.columns import Columns
+from tasks.completion import Completion
 from tasks.document_question import DocumentQuestion
 from tasks.embed import Embed
 from tasks.generate import Generate
@@ -36,6 +37,6 @@ def task_columns(config, head: tuple[str, ...] | None = None) -> Columns:
     return spec(config.task).columns(config.prompt.template, head)
 
 
-__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Generate", "Embed", "Classify",
-           "PromptTemplate", "TemplateError", "KINDS", "TASKS", "TaskSpec", "spec", "get_task_kind", "Columns",
-           "task_columns", "template_columns"]
+__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Completion", "Generate", "Embed",
+           "Classify", "PromptTemplate", "TemplateError", "KINDS", "TASKS", "TaskSpec", "spec", "get_task_kind",
+           "Columns", "task_columns", "template_columns"]

@@ -15,6 +15,7 @@ from tasks.base import TaskKind
 from tasks.chat import Chat
 from tasks.classify import HEAD_TEMPLATE, SCORE_TEMPLATE, Classify
 from tasks.columns import Columns
+from tasks.completion import Completion
 from tasks.document_question import DocumentQuestion
 from tasks.embed import DEFAULT_TEMPLATE as EMBED_TEMPLATE
 from tasks.embed import Embed
@@ -41,6 +42,7 @@ class TaskSpec:
     fixed_columns: Columns | None = None   # the columns it reads when no template decides them
     answers: bool = True               # it generates text (its own fields: an answer's, as sampling asks)
     embeds: bool = False               # its rows are texts to embed, not prompts
+    keeps_space: bool = False          # its answers keep the text as generated (a completion continues its prompt)
     build: Callable[..., TaskKind] | None = None   # (config's prompt, tokenizer, head) -> its kind
 
     def columns(self, template: str | None, head: tuple[str, ...] | None = None) -> Columns:
@@ -95,6 +97,9 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
              build=lambda p, tokenizer, head: Generate(tokenizer, system=p.system, chat_template=p.chat_template)),
     TaskSpec("chat", ANSWER_FIELDS, GENERATION, None, reads_template=False,
              build=lambda p, tokenizer, head: Chat(tokenizer)),
+    TaskSpec("completion", ANSWER_FIELDS, GENERATION, None, reads_template=False, keeps_space=True,
+             fixed_columns=Columns(required=("prompt",), optional=("prefix",)),
+             build=lambda p, tokenizer, head: Completion(tokenizer)),
     TaskSpec("embed", EMBED_FIELDS, ("embed",), EMBED_TEMPLATE, reads_template=True, answers=False, embeds=True,
              build=lambda p, tokenizer, head: Embed(tokenizer, p.template, prefix_column=p.prefix_column)),
     TaskSpec("classify", CLASSIFY_FIELDS, LABELLED, EMBED_TEMPLATE, reads_template=True, reads_labels=True,

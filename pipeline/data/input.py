@@ -206,9 +206,10 @@ class OpenAIBatchSource:
     """The OpenAI batch JSONL format (as ``vllm run-batch`` reads it): one request per line,
     ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``,
     or, in a file of embedding requests, ``"url": "/v1/embeddings", "body": {"input": "text"}``,
-    or, in a file of scoring requests, ``/v1/score`` and ``/v1/rerank`` lines (``SCORING``:
-    pipeline/data/scoring_lines.py); the first line's url says which (``endpoint``). Blank lines
-    are skipped. A line that is not such a request becomes an error row.
+    or, in a file of completion requests, ``"url": "/v1/completions", "body": {"prompt": ...}``
+    (pipeline/data/completion_lines.py), or, in a file of scoring requests, ``/v1/score`` and
+    ``/v1/rerank`` lines (``SCORING``: pipeline/data/scoring_lines.py); the first line's url says
+    which (``endpoint``). Blank lines are skipped. A line that is not such a request becomes an error row.
 
     Opening it reads nothing but the first line. A job on the client path reads every line here
     (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time

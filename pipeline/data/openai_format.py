@@ -1,13 +1,12 @@
-"""The OpenAI batch format as typed models (msgspec Structs): the request line's envelope, each
-endpoint's body, and the output and error lines, as OpenAI's Batch API and ``vllm run-batch``
-read and write them. Every module that reads or writes a batch line goes through these: the file
-job (pipeline/jobs/openai_batch.py, pipeline/steps/jsonl_input.py), the scoring lines
-(pipeline/data/scoring_lines.py) and the service's result files (pipeline/service/result_files.py).
-tests/unit/test_openai_format.py checks the lines against the ``openai`` package's own types and
-vLLM's.
+"""The OpenAI batch format's request lines as typed models (msgspec Structs): the line's envelope
+and each endpoint's body, as OpenAI's Batch API and ``vllm run-batch`` read them (the output
+lines: pipeline/data/openai_output.py). Every module that reads a batch line goes through these:
+the file job (pipeline/steps/jsonl_input.py, pipeline/data/input.py), the completion and scoring
+lines (pipeline/data/completion_lines.py, pipeline/data/scoring_lines.py).
 
 A request is read in two steps: its envelope (``RequestLine``, for any endpoint), then its body
-as the endpoint's model (``ChatBody``, ``EmbeddingsBody``, ``ScoreBody``, ``RerankBody``). Fields a
+as the endpoint's model (``ChatBody``, ``CompletionBody``, ``EmbeddingsBody``, ``ScoreBody``,
+``RerankBody``). Fields a
 body does not declare are ignored, as OpenAI ignores them; a declared field of the wrong type
 makes the line an error row whose text names the field (``why_invalid``). What the values mean
 (a temperature below 0, an empty list of messages) is checked later, by the code that uses them.
@@ -91,15 +90,64 @@ class ChatBody(Struct, kw_only=True):
         out = {k: getattr(self, k) for k in ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs",
                                                "top_logprobs")}
         out["max_tokens"] = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        if isinstance(self.response_format, JsonSchemaFormat):
-            out["json_schema"] = self.response_format.json_schema.schema
-        elif isinstance(self.response_format, JsonObjectFormat):
-            out["json_schema"] = {"type": "object"}
-        if self.structured_outputs is not None:
-            out["choice"] = self.structured_outputs.choice
-            if self.structured_outputs.json is not None:
-                out["json_schema"] = self.structured_outputs.json
+        out.update(_constraint(self.response_format, self.structured_outputs))
         return {k: v for k, v in out.items() if v is not None}
+
+
+class CompletionBody(Struct, kw_only=True):
+    """A ``/v1/completions`` body: ``prompt`` (a text, or a list of texts each answered as its own
+    choices) and the sampling fields served. ``logprobs`` is a count here, as in OpenAI's legacy
+    endpoint: each answer token's log-probability and this many of the likeliest tokens'."""
+    prompt: Any = None
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: int | float | None = None
+    top_p: int | float | None = None
+    top_k: int | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int | None = None
+    logprobs: int | None = None
+    structured_outputs: StructuredOutputs | None = None
+    response_format: TextFormat | JsonObjectFormat | JsonSchemaFormat | None = None
+    stream: bool | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def sampling(self) -> dict:
+        """The sampling fields given, under the row columns' names (pipeline/sampling.py)."""
+        out = {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")}
+        if self.logprobs is not None:
+            out["logprobs"], out["top_logprobs"] = True, self.logprobs
+        out.update(_constraint(self.response_format, self.structured_outputs))
+        return {k: v for k, v in out.items() if v is not None}
+
+    def refused(self) -> str | None:
+        """Why the body asks for what a batch does not do, or None."""
+        if self.stream:
+            return "body asks for stream; a batch's answers are not streamed"
+        if self.echo:
+            return "body.echo is not supported (the answer's text only)"
+        if self.suffix:
+            return "body.suffix is not supported (no text is inserted after the answer)"
+        if self.best_of not in (None, 1):
+            return "body.best_of is not supported (use n for several answers)"
+        return None
+
+
+def _constraint(response_format, structured_outputs: StructuredOutputs | None) -> dict:
+    """A body's constraint on its answer as the row columns ``json_schema`` and ``choice``."""
+    out: dict[str, Any] = {}
+    if isinstance(response_format, JsonSchemaFormat):
+        out["json_schema"] = response_format.json_schema.schema
+    elif isinstance(response_format, JsonObjectFormat):
+        out["json_schema"] = {"type": "object"}
+    if structured_outputs is not None:
+        out["choice"] = structured_outputs.choice
+        if structured_outputs.json is not None:
+            out["json_schema"] = structured_outputs.json
+    return out
 
 
 class EmbeddingsBody(Struct, kw_only=True):
@@ -172,165 +220,3 @@ def why_invalid(exc: msgspec.ValidationError, root: str = "") -> str:
     message = message.replace("`", "").replace(" | ", " or ").replace("array", "list").replace("int or float", "number")
     message = message[0].lower() + message[1:]
     return f"{path.lstrip('.')}: {message}" if path else message
-
-
-# ---- output lines --------------------------------------------------------------------------
-
-
-class PromptTokensDetails(Struct):
-    cached_tokens: int
-
-
-class Usage(Struct, kw_only=True):
-    prompt_tokens: int
-    total_tokens: int
-    completion_tokens: int = 0
-    prompt_tokens_details: PromptTokensDetails | None = None
-
-
-class TopLogprob(Struct):
-    token: str
-    logprob: float
-    bytes: list[int]
-
-
-class TokenLogprob(Struct):
-    token: str
-    logprob: float
-    bytes: list[int]
-    top_logprobs: list[TopLogprob]
-
-
-class ChoiceLogprobs(Struct):
-    content: list[TokenLogprob]
-
-
-class AssistantMessage(Struct, kw_only=True):
-    content: str | None
-    role: str = "assistant"
-
-
-class ChatChoice(Struct, kw_only=True):
-    index: int
-    message: AssistantMessage
-    finish_reason: str
-    logprobs: ChoiceLogprobs | None = None
-
-
-class ChatCompletion(Struct, kw_only=True):
-    """OpenAI's ``chat.completion``."""
-    id: str
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-    object: str = "chat.completion"
-
-
-class Embedding(Struct, kw_only=True):
-    embedding: list[float]
-    index: int = 0
-    object: str = "embedding"
-
-
-class EmbeddingUsage(Struct):
-    prompt_tokens: int
-    total_tokens: int
-
-
-class EmbeddingList(Struct, kw_only=True):
-    """OpenAI's response to an embeddings request (``CreateEmbeddingResponse``)."""
-    data: list[Embedding]
-    model: str
-    usage: EmbeddingUsage
-    object: str = "list"
-
-
-class ScoreData(Struct, kw_only=True):
-    index: int
-    score: float
-    object: str = "score"
-
-
-class ScoreResponse(Struct, kw_only=True):
-    """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
-    id: str
-    created: int
-    model: str
-    data: list[ScoreData]
-    usage: Usage
-    object: str = "list"
-
-
-class RerankDocument(Struct, kw_only=True):
-    text: str
-    multi_modal: None = None
-
-
-class RerankResult(Struct, kw_only=True):
-    index: int
-    document: RerankDocument
-    relevance_score: float
-
-
-class RerankUsage(Struct):
-    prompt_tokens: int
-    total_tokens: int
-
-
-class RerankResponse(Struct, kw_only=True):
-    """vLLM's ``RerankResponse``: the documents by score, highest first."""
-    id: str
-    model: str
-    usage: RerankUsage
-    results: list[RerankResult]
-
-
-class ApiError(Struct, kw_only=True):
-    """OpenAI's error object, as a failed request's body holds it: ``{"error": ApiError}``."""
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorBody(Struct):
-    error: ApiError
-
-
-class LineError(Struct):
-    """A request the batch did not run (expired, cancelled): the line's ``error``."""
-    code: str
-    message: str
-
-
-class Envelope(Struct, kw_only=True):
-    """An output line's ``response``. Its ``body``: a ``ChatCompletion``, ``EmbeddingList``,
-    ``ScoreResponse``, ``RerankResponse`` or ``ErrorBody`` when written; a plain dict when read
-    back (``decode``: the bodies share no tag msgspec could tell them apart by)."""
-    status_code: int
-    request_id: str
-    body: Any = None
-
-
-class OutputLine(Struct, kw_only=True):
-    """An output (or error file) line: ``{"id", "custom_id", "response", "error"}``. A row that
-    failed has ``response.body`` null and the reason in ``error``; the service's error file
-    moves it into ``response.body.error`` (pipeline/service/result_files.py)."""
-    id: str
-    custom_id: Any
-    response: Envelope | None
-    error: str | LineError | None = None
-
-
-_encoder = msgspec.json.Encoder()
-
-
-def encode(line: OutputLine) -> str:
-    """A line as JSON text (UTF-8, not escaped; no newline)."""
-    return _encoder.encode(line).decode("utf-8")
-
-
-def decode(text: str | bytes) -> OutputLine:
-    """An output line written by ``encode`` (its body as a plain dict)."""
-    return msgspec.json.decode(text, type=OutputLine)

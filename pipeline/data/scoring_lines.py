@@ -10,39 +10,30 @@ One line holds many pairs, as ``vllm run-batch`` reads it (vLLM 0.32's ``ScoreRe
   documents (1:N) or N queries and N documents paired in order (N:N);
 - ``/rerank``: one ``query``, ``documents`` (a string or a list) and ``top_n`` (0: all).
 
-A line fans out to one row per pair (``line_rows``): each pair is an ordinary score row
-(``document``, ``query``), so the pairs of many lines about one document share its prefill. A
-line that is not a request becomes one error row. Each row's carry (what the output needs of it:
-its line, the pair's index, the line's custom_id, kind and ``top_n``, a rerank's document text)
-travels as the merged part's ``id`` column, JSON text; ``lines_of`` gathers a line's rows back
-into one output line in OpenAI's batch shape: vLLM's ``ScoreResponse`` or ``RerankResponse``
-(sorted by score, cut at ``top_n``), or an error line where the line or any of its pairs failed.
-A pair's row has a position of its own, so a rerun answers the pairs an interrupted run did not
-commit, and the line is whole when merged.
+A line fans out to one row per pair (``line_rows``, pipeline/data/fanned_lines.py): each pair is
+an ordinary score row (``document``, ``query``), so the pairs of many lines about one document
+share its prefill. A line that is not a request becomes one error row. Each row's carry holds
+its line, the pair's index, the line's custom_id, kind and ``top_n``, and a rerank's document
+text; ``lines_of`` gathers a line's rows back into one output line in OpenAI's batch shape:
+vLLM's ``ScoreResponse`` or ``RerankResponse`` (sorted by score, cut at ``top_n``), or an error
+line where the line or any of its pairs failed.
 """
 from __future__ import annotations
 
-import json
-
-import pyarrow as pa
-
-from pipeline.data.openai_format import (
+from pipeline.data.fanned_lines import by_line, error_line
+from pipeline.data.openai_format import RequestLine, RerankBody, ScoreBody, ScoringBody, read_as
+from pipeline.data.openai_output import (
     Envelope,
     OutputLine,
     PromptTokensDetails,
-    RequestLine,
-    RerankBody,
     RerankDocument,
     RerankResponse,
     RerankResult,
     RerankUsage,
-    ScoreBody,
     ScoreData,
     ScoreResponse,
-    ScoringBody,
     Usage,
     encode,
-    read_as,
 )
 from pipeline.names import ENDPOINTS
 
@@ -151,38 +142,19 @@ def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> li
     return out
 
 
-def carry_column(carries: list[dict]) -> pa.Array:
-    return pa.array([json.dumps(c, ensure_ascii=False) for c in carries], pa.string())
-
-
-def lines_of(rows: list[dict], first: int, model: str, created: int) -> str:
+def lines_of(rows: list[dict], first: int, model: str, created: int, max_tokens: int = 0) -> str:
     """A merged part's rows (``id``: each row's carry, then the result columns), a line's rows
     together and in order, as output lines; the first line's number is ``first``."""
-    out, group, number = [], [], first
-    for row in rows:
-        carry = json.loads(row["id"])
-        if group and carry["line"] != group[0][0]["line"]:
-            out.append(_line(number, group, model, created))
-            number += 1
-            group = []
-        group.append((carry, row))
-    if group:
-        out.append(_line(number, group, model, created))
-    return "".join(line + "\n" for line in out)
+    return "".join(_line(first + k, group, model, created) + "\n" for k, group in enumerate(by_line(rows)))
 
 
 def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int) -> str:
     """One line's output: its response, or its error (its own, or its first failed pair's)."""
     carry = group[0][0]
-    request_id = f"pipeline-batch-{number}"
-    failed = next(((c, r) for c, r in group if r["error"] is not None), None)
+    failed = error_line(number, group, "pair")
     if failed is not None:
-        error = failed[1]["error"]
-        if "index" in failed[0]:
-            kind, _, why = error.partition(": ")
-            error = f"{kind}: pair {failed[0]['index']}: {why}" if why else f"pair {failed[0]['index']}: {error}"
-        return encode(OutputLine(id=f"pipeline-{number}", custom_id=carry["custom_id"], error=error,
-                                 response=Envelope(status_code=400, request_id=request_id)))
+        return failed
+    request_id = f"pipeline-batch-{number}"
     body = _rerank_body(number, group, model) if carry["kind"] == "rerank" else \
         _score_body(number, group, model, created)
     return encode(OutputLine(id=f"pipeline-{number}", custom_id=carry["custom_id"],

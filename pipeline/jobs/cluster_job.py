@@ -38,6 +38,7 @@ import uuid
 from dataclasses import dataclass, replace
 
 import dask
+import msgspec
 from distributed import as_completed
 
 from pipeline.cluster.engines import held_documents
@@ -147,12 +148,16 @@ class ClusterJob:
         todo = self.steps.partitions()
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id
-        refused = unserved(self.steps.task_name(self.config), pipeline.engine_tasks, pipeline.model)
+        task_name = self.steps.task_name(self.config)
+        refused = unserved(task_name, pipeline.engine_tasks, pipeline.model)
         if refused:
             raise JobError(refused)
+        sampling = self.config.sampling.as_sampling(self.config.engine.seed)
+        if spec_or_generate(task_name).keeps_space:
+            sampling = msgspec.structs.replace(sampling, strip=False)
         spec = self.steps.spec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress",
                                task=self.steps.task_kind(self.config, pipeline.tokenizer),
-                               sampling=self.config.sampling.as_sampling(self.config.engine.seed),
+                               sampling=sampling,
                                truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
                                first_rows=self.config.intake.first_rows(watched),
                                embedding_size=pipeline.embedding_size)

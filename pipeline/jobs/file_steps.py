@@ -11,7 +11,7 @@ import numpy as np
 
 from pipeline.data.answer_files import ClusterParts
 from pipeline.data.errors import JobError
-from pipeline.data.scoring_lines import scoring_task
+from pipeline.data.scoring_lines import SCORING, scoring_task
 from pipeline.jobs.cluster_job import PLAN_PRIORITY, ClusterJob
 from pipeline.jobs.key_check import (
     duplicate_report,
@@ -22,9 +22,11 @@ from pipeline.jobs.key_check import (
     repeated_hashes,
     suspect_keys,
 )
+from pipeline.jobs.openai_batch import ENDPOINT_TASKS
 from pipeline.model import head_labels
 from pipeline.steps.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
-from tasks import Chat, Embed, get_task_kind
+from tasks import Embed, get_task_kind
+from tasks.registry import task_kind
 
 MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
 
@@ -61,19 +63,22 @@ class FileSteps:
         return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY, resources=resources)
 
     def task_kind(self, config, tokenizer):
-        """An OpenAI batch job's requests are chats, texts to embed (a file of embedding requests)
-        or pairs to score (a file of scoring requests); any other job's rows are the config's task's."""
+        """An OpenAI batch job's requests are chats, prompts to continue (a file of completion
+        requests), texts to embed (of embedding requests) or pairs to score (of scoring requests);
+        any other job's rows are the config's task's."""
         if self.lines is None:
             return get_task_kind(config, tokenizer, head_labels(config))
-        if self.lines.scores:
+        if self.lines.endpoint == SCORING:
             return scoring_task(config, tokenizer)
-        return Embed(tokenizer) if self.lines.embeds else Chat(tokenizer)
+        if self.lines.embeds:   # (the embed task's defaults: the config's template is its own task's)
+            return Embed(tokenizer)
+        return task_kind(self.task_name(config), config.prompt, tokenizer)
 
     def task_name(self, config) -> str:
         """The name of ``task_kind``'s task (known before it is made)."""
         if self.lines is None:
             return config.task
-        return "embed" if self.lines.embeds else "score" if self.lines.scores else "chat"
+        return ENDPOINT_TASKS[self.lines.endpoint]
 
     def rows_counted(self, rows: int) -> None:
         """Every partition read: the input has ``rows`` rows (a JSONL job's partial output

@@ -35,13 +35,11 @@ from pipeline.data.errors import JobError
 from pipeline.data.input import OpenAIBatchSource, ParquetSource, check_output_apart, open_source
 from pipeline.data.output import META
 from pipeline.data.partitions import plan_blocks, plan_partitions
-from pipeline.data.scoring_lines import SCORING
 from pipeline.data.storage import filesystem, is_url, local_path
 from pipeline.jobs.file_steps import FileJob, FileSteps
 from pipeline.jobs.key_check import check_duplicates, check_key_type
 from pipeline.jobs.openai_batch import ResponseLines
 from pipeline.model import DEFAULT_MODEL_NAME, head_labels
-from pipeline.names import EMBEDDINGS_URL
 from pipeline.results import RESULT_FIELDS, output_fields
 from pipeline.summary import JobSummary
 from tasks import task_columns
@@ -108,8 +106,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     for note in notes:  # only once every check has passed
         notify(note)
     lines = ResponseLines(config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens,
-                          sink.meta["started"], source.endpoint == EMBEDDINGS_URL,
-                          source.endpoint == SCORING) if isinstance(source, OpenAIBatchSource) else None
+                          sink.meta["started"], source.endpoint) if isinstance(source, OpenAIBatchSource) else None
     return FileJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipeline.data.openai_format import (
+from pipeline.data import completion_lines, scoring_lines
+from pipeline.data.openai_output import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -32,8 +33,14 @@ from pipeline.data.openai_format import (
     Usage,
     encode,
 )
-from pipeline.data.scoring_lines import lines_of
+from pipeline.data.scoring_lines import SCORING
+from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL
 from pipeline.results import RESULT_FIELDS, RowResult
+
+# the files whose lines are answered as several rows each, and how their rows become lines again
+LINES_OF = {SCORING: scoring_lines.lines_of, COMPLETIONS_URL: completion_lines.lines_of}
+# the task (tasks/registry.py) that answers each endpoint's lines
+ENDPOINT_TASKS = {CHAT_URL: "chat", COMPLETIONS_URL: "completion", EMBEDDINGS_URL: "embed", SCORING: "score"}
 
 
 def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int,
@@ -87,14 +94,24 @@ class ResponseLines:
     model: str
     max_tokens: int
     created: int
-    embeds: bool = False   # a file of embedding requests
-    scores: bool = False   # a file of scoring requests (a row per pair: a line's rows make one line)
+    endpoint: str = CHAT_URL   # the file's (``OpenAIBatchSource.endpoint``; ``SCORING`` for scoring requests)
+
+    @property
+    def embeds(self) -> bool:
+        return self.endpoint == EMBEDDINGS_URL
+
+    @property
+    def fans_out(self) -> bool:
+        """A line is answered as several rows (a completion's prompts, a scoring line's pairs),
+        which make one line again."""
+        return self.endpoint in LINES_OF
 
     def of(self, table: pa.Table, first: int) -> str:
         """``table``'s rows as lines, the first at input position ``first``."""
         fields = [n for n in RESULT_FIELDS[1:] if n in table.column_names]
-        if self.scores:
-            return lines_of(table.select(["id", *fields]).to_pylist(), first, self.model, self.created)
+        if self.fans_out:
+            return LINES_OF[self.endpoint](table.select(["id", *fields]).to_pylist(), first, self.model,
+                                           self.created, self.max_tokens)
         out = []
         for k, row in enumerate(table.select(["id", *fields]).to_pylist()):
             result = RowResult(first + k, **{n: row[n] for n in fields})

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from pipeline.data.answer_files import ANSWER_SCHEMA
-from pipeline.data.openai_format import ApiError, Envelope, ErrorBody, LineError, OutputLine, decode, encode
-from pipeline.jobs.openai_batch import output_line
+from pipeline.data.openai_output import ApiError, Envelope, ErrorBody, LineError, OutputLine, decode, encode
+from pipeline.jobs.openai_batch import LINES_OF, output_line
 from pipeline.results import RESULT_FIELDS, RowResult
 
 # a row's error starts with its group (docs/usage.md, "Errors per row"): the request's own fault,
@@ -87,14 +87,14 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
     """A job let go before its end (its batch cancelled or expired): its committed answers split
     into ``answered`` and ``failed`` as ``split`` does, each request it had not answered (or whose
     answer was not yet committed) an error line in ``failed`` (``why``: a key of ``UNANSWERED``),
-    all in input order and numbered as a whole job's output. A scoring request (a row per pair)
-    is answered when every one of its pairs was committed: its line is then whole, as a whole
-    job writes it; else it is unanswered. The numbers of answered, failed and unanswered requests
-    (lines, not pairs). ``job``: the batch's ``ClusterJob`` (its partial output is read a block of
-    the input at a time)."""
+    all in input order and numbered as a whole job's output. A completion or scoring request (a
+    row per prompt or pair) is answered when every one of its rows was committed: its line is
+    then whole, as a whole job writes it; else it is unanswered. The numbers of answered, failed
+    and unanswered requests (lines, not rows). ``job``: the batch's ``ClusterJob`` (its partial
+    output is read a block of the input at a time)."""
     code, message = UNANSWERED[why]
     sink, lines = job.sink, job.steps.lines
-    answers = _scoring_answers if lines.scores else _request_answers
+    answers = _fanned_answers if lines.fans_out else _request_answers
     counts = [0, 0, 0]
     usage = BatchUsage()
     position = 0
@@ -131,19 +131,20 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
             lines.created, lines.embeds)
 
 
-def _scoring_answers(source, block, done: dict[int, dict], lines, first: int):
-    """A block of scoring requests (a row per pair: ``scoring_lines``), a line at a time, in
-    order: (custom_id, its output line, or None unless every one of its pairs was committed)."""
-    from pipeline.data.scoring_lines import lines_of
-    from pipeline.steps.jsonl_input import scoring_rows
+def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):
+    """A block of requests answered as several rows each (pipeline/data/fanned_lines.py), a line
+    at a time, in order: (custom_id, its output line, or None unless every one of its rows was
+    committed)."""
+    from pipeline.steps.jsonl_input import fanned_rows
 
+    lines_of = LINES_OF[lines.endpoint]
     group: list[tuple[int, dict]] = []   # one line's rows: (place in the block, carry)
-    for place, (_, _, carry) in enumerate([*scoring_rows(source, block), (None, None, None)]):
+    for place, (_, _, carry) in enumerate([*fanned_rows(source, block), (None, None, None)]):
         if group and (carry is None or carry["line"] != group[0][1]["line"]):
             rows = [{"id": json.dumps(c, ensure_ascii=False), **done[p]} for p, c in group if p in done]
             whole = len(rows) == len(group)
-            yield group[0][1]["custom_id"], lines_of(rows, first, lines.model, lines.created).rstrip("\n") \
-                if whole else None
+            yield group[0][1]["custom_id"], lines_of(rows, first, lines.model, lines.created,
+                                                     lines.max_tokens).rstrip("\n") if whole else None
             first += 1
             group = []
         if carry is not None:

@@ -24,7 +24,7 @@ from pipeline.data.input import parse_line
 from pipeline.data.scoring_lines import scoring_kind
 from pipeline.jobs.cluster_job import JobLeft
 from pipeline.jobs.job import prepare_job
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
+from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
 from pipeline.service import result_files
 from pipeline.service.errors import invalid, not_found
 from pipeline.service.objects import FINAL, OUTPUT_PURPOSE, batch_errors, batch_record, new_batch_id, page, shown
@@ -34,7 +34,8 @@ log = logging.getLogger("pipeline.service")
 
 # each endpoint and what the cluster's engines must serve for it
 # (the scoring ones: the score task, on a generation model; pipeline/data/scoring_lines.py)
-ENDPOINT_TASKS = {CHAT_URL: "generate", EMBEDDINGS_URL: "embed", SCORE_URL: "generate", RERANK_URL: "generate"}
+ENDPOINT_TASKS = {CHAT_URL: "generate", COMPLETIONS_URL: "generate", EMBEDDINGS_URL: "embed", SCORE_URL: "generate",
+                  RERANK_URL: "generate"}
 WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 
 
@@ -227,9 +228,10 @@ class Runner:
 
     def _progress(self, batch_id: str, job, done: int, failed: int) -> None:
         """The batch's request counts while its job runs (about once a second), from the job's
-        rows answered and failed; a scoring batch's rows are pairs (``_pairs_as_lines``)."""
+        rows answered and failed; a completion or scoring batch's rows are its lines' prompts or
+        pairs (``_pairs_as_lines``)."""
         counts = self.get(batch_id)["request_counts"]
-        if job.steps.lines.scores:
+        if job.steps.lines.fans_out:
             lines_done, failed = _pairs_as_lines(done, failed, counts["total"], job.rows_total)
             if lines_done is None:
                 return

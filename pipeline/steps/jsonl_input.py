@@ -6,9 +6,11 @@ numbered in input order when OUTPUT is written (pipeline/jobs/openai_batch.py).
 
 Each line is checked as pipeline/data/input.py says: a line that is not a request for the file's
 endpoint (chat completions or embeddings), whose messages the chat template rejects, or whose body's sampling
-settings are bad, is an error row with the same text. A file of scoring requests (``/v1/score``,
-``/v1/rerank``: pipeline/data/scoring_lines.py) has a row per (query, document) pair of each line:
-its positions number the block's pairs, its carry says which line each belongs to.
+settings are bad, is an error row with the same text. A file of completion requests
+(pipeline/data/completion_lines.py) has a row per prompt of each line, and a file of scoring
+requests (``/v1/score``, ``/v1/rerank``: pipeline/data/scoring_lines.py) a row per (query,
+document) pair: its positions number the block's rows, its carry says which line each belongs to
+(pipeline/data/fanned_lines.py).
 """
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fsspec.utils import read_block
 
+from pipeline.data import completion_lines, scoring_lines
 from pipeline.data.errors import JobError
+from pipeline.data.fanned_lines import carry_column
 from pipeline.data.input import parse_line, request_row
 from pipeline.data.partitions import ByteBlock
-from pipeline.data.scoring_lines import SCORING, carry_column, line_rows
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL
+from pipeline.data.scoring_lines import SCORING
+from pipeline.names import COMPLETIONS_URL
 from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
 
 
@@ -53,28 +57,34 @@ def block_keys(source, block: ByteBlock) -> pa.Array:
     return pa.array([k if isinstance(k, str) else None for k in keys], pa.string())
 
 
-def scoring_rows(source, block: ByteBlock) -> list[tuple]:
-    """A block of scoring requests' rows: each line's pairs (``scoring_lines.line_rows``)."""
+# the files whose lines are answered as several rows each, and how a line's rows are made
+FANNED = {SCORING: scoring_lines.line_rows, COMPLETIONS_URL: completion_lines.line_rows}
+
+
+def fanned_rows(source, block: ByteBlock) -> list[tuple]:
+    """A block's rows, of a file whose lines are answered as several rows each (``FANNED``): each
+    line's rows, ``(row or None, error or None, carry)``."""
+    line_rows = FANNED[source.endpoint]
     return [row for k, (request, error) in enumerate(block_requests(source, block))
             for row in line_rows(k, request, error, source.adapters)]
 
 
 def block_carry(source, block: ByteBlock) -> pa.Table:
     """What the output carries of each row: its custom_id as it was given (JSON text: any value,
-    or null where the line has none); a scoring file's: each pair's carry."""
-    if source.endpoint == SCORING:
-        return pa.table({"id": carry_column([carry for _, _, carry in scoring_rows(source, block)])})
+    or null where the line has none); a file whose lines fan out: each row's carry."""
+    if source.endpoint in FANNED:
+        return pa.table({"id": carry_column([carry for _, _, carry in fanned_rows(source, block)])})
     return pa.table({"id": pa.array([json.dumps(_custom_id(r)) for r, _ in block_requests(source, block)],
                                     pa.string())})
 
 
 def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = None) -> PromptRows:
     """The block as prompt rows (``task``: the chat task, the embed task for a file of embedding
-    requests, the score task for a file of scoring requests); rows whose position is in ``done``
-    (answered by an earlier run) are left out."""
-    if source.endpoint == SCORING:
-        return _scoring_prompt_rows(source, task, block, done)
-    endpoint = EMBEDDINGS_URL if getattr(task, "embeds", False) else CHAT_URL
+    requests, the completion or score task for a file of those requests); rows whose position is
+    in ``done`` (answered by an earlier run) are left out."""
+    if source.endpoint in FANNED:
+        return _fanned_prompt_rows(source, task, block, done)
+    endpoint = source.endpoint
     requests = block_requests(source, block)
     read = len(requests)
     positions = pa.array(block.start + np.arange(len(requests), dtype=np.int64))
@@ -89,16 +99,16 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
     return rows
 
 
-def _scoring_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None) -> PromptRows:
-    """A block of scoring requests as score rows, a row per pair (a pair answered by an earlier
-    run left out: a line's other pairs are answered, and the line is whole when merged)."""
-    rows = [(row, error) for row, error, _ in scoring_rows(source, block)]
+def _fanned_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None) -> PromptRows:
+    """A block of lines that fan out as the task's rows (a row answered by an earlier run left
+    out: the line's other rows are answered, and the line is whole when merged)."""
+    rows = [(row, error) for row, error, _ in fanned_rows(source, block)]
     read = len(rows)
     positions = pa.array(block.start + np.arange(read, dtype=np.int64))
     if done is not None and len(done):
         keep = pc.invert(pc.is_in(positions, value_set=done))
         rows = [r for r, k in zip(rows, keep.to_pylist()) if k]
         positions = positions.filter(keep)
-    out = prompt_rows_of_dicts(rows, positions, task)
+    out = prompt_rows_of_dicts(rows, positions, task, all_sampling=source.endpoint != SCORING)
     out.read = read
     return out

@@ -225,13 +225,14 @@ class EnginePlugin(WorkerPlugin):
         if isinstance(gen, RowResult):
             gen.index = index
             return gen
-        answer = gen.text.strip()
+        answer = _text(gen.text, sampling)
         result = RowResult(index, answer=answer, prompt_tokens=gen.prompt_tokens,
                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
                            latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason, logprobs=gen.logprobs)
         if gen.choices is not None:
-            checked = [(c, *check_answer(c.text.strip(), sampling, c.finish_reason == "length")) for c in gen.choices]
-            result.choices = [_choice(c, parsed, problem) for c, parsed, problem in checked]
+            checked = [(c, *check_answer(_text(c.text, sampling), sampling, c.finish_reason == "length"))
+                       for c in gen.choices]
+            result.choices = [_choice(c, _text(c.text, sampling), parsed, problem) for c, parsed, problem in checked]
             result.answer_json = result.choices[0]["answer_json"]
             if all(problem is not None for _, _, problem in checked):   # (a row fails when no answer is usable)
                 result.fail(ErrorKind.OUTPUT, checked[0][2])
@@ -384,9 +385,14 @@ def _labelled(index: int, labels: tuple[str, ...], probs: list[float], out, shar
                      latency_s=time.perf_counter() - t0)
 
 
-def _choice(c, parsed: str | None, problem: str | None) -> dict:
+def _text(text: str, sampling: Sampling) -> str:
+    """An answer's text as the row keeps it: stripped, unless the job says not (``Sampling.strip``)."""
+    return text if sampling.strip is False else text.strip()
+
+
+def _choice(c, text: str, parsed: str | None, problem: str | None) -> dict:
     """One of a row's several answers, with its own check's outcome (``check_answer``): its
     ``answer_json`` and ``error``."""
-    return {"answer": c.text.strip(), "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens,
+    return {"answer": text, "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens,
             "answer_json": parsed, "error": None if problem is None else f"{ErrorKind.OUTPUT}: {problem}",
             "logprobs": c.logprobs}

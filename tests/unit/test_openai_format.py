@@ -12,7 +12,7 @@ from openai.types.chat import ChatCompletion
 from openai.types.shared import ErrorObject
 
 from pipeline.data.input import request_row
-from pipeline.data.openai_format import decode, encode
+from pipeline.data.openai_output import decode, encode
 from pipeline.data.scoring_lines import lines_of, scoring_request
 from pipeline.jobs.openai_batch import output_line
 from pipeline.results import RowResult

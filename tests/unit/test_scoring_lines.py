@@ -11,7 +11,7 @@ import pytest
 from pipeline import Pipeline, load_config, prepare_job
 from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
 from pipeline.data.scoring_lines import line_rows
-from pipeline.steps.jsonl_input import scoring_rows
+from pipeline.steps.jsonl_input import fanned_rows
 
 DOCS = ["y" * 30 + " yes", "n" * 30 + " no", "y" * 10 + "n" * 12, "yy nn"]
 
@@ -128,7 +128,7 @@ def test_a_rerun_answers_only_the_pairs_not_committed_and_each_line_is_whole(fak
     src = write(tmp_path / "batch.jsonl", lines)
     first = prepare_job(src, tmp_path / "out.jsonl", config=fake_pipeline.config, notify=lambda m: None)
     block = first.sink.partitions[0]
-    assert len(scoring_rows(first.steps.source, block)) == 12
+    assert len(fanned_rows(first.steps.source, block)) == 12
     kept = [block.start + i for i in (1, 2, 5)]   # two pairs of line 0, one of line 1
     AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", pa.Table.from_arrays(
         [pa.array(kept, pa.int64()) if f.name == "position" else pa.array([0.999] * 3, f.type) if f.name == "score"

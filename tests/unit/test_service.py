@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 from openai import AsyncOpenAI, OpenAI
+from openai.types import Completion
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline import load_config
@@ -207,6 +208,31 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
     assert files[done.output_file_id].purpose == "batch_output"
     assert batch.id in [b.id for b in client.batches.list().data]
     dropped(cluster["folder"] / "store" / "batches" / batch.id)
+
+
+def test_a_completions_batch_answers_each_line_as_a_text_completion(service, cluster, tmp_path):
+    """A /v1/completions batch: each line's prompts (a list of four about one document, or one)
+    answered as one ``text_completion`` line, as ``run`` writes it, counted a line each."""
+    src = tmp_path / "completions.jsonl"
+    with open(src, "w") as f:
+        for i in range(30):
+            doc = f"Document {i % 5}: " + "words " * 40
+            prompt = [f"{doc}\n\nQ: question {k} on line {i}?\nA:" for k in range(4)] if i % 2 else f"{doc}\n\nQ: {i}?"
+            f.write(json.dumps({"custom_id": f"c-{i}", "method": "POST", "url": "/v1/completions",
+                                "body": {"model": "any", "prompt": prompt, "max_tokens": 4}}) + "\n")
+    client = service.client()
+    uploaded = client.files.create(file=src.open("rb"), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="24h")
+    done = wait_for(client, batch.id, over)
+    assert done.status == "completed" and done.error_file_id is None, done
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (30, 30, 0)
+    output = lines(client.files.content(done.output_file_id).text)
+    assert [o["custom_id"] for o in output] == [f"c-{i}" for i in range(30)]
+    bodies = [Completion.model_validate(o["response"]["body"]) for o in output]
+    assert [len(b.choices) for b in bodies] == [4 if i % 2 else 1 for i in range(30)]
+    assert done.usage.input_tokens == sum(b.usage.prompt_tokens for b in bodies) > 0
+    expected = pipeline_run(cluster, src, tmp_path / "run.jsonl")
+    assert [without_created(o) for o in output] == [without_created(e) for e in expected]
 
 
 def test_async_client_upload_create_poll_download(service, tmp_path):
@@ -460,7 +486,7 @@ def test_openai_shaped_errors(service, tmp_path):
                                                     "completion_window": "24h"}), 400)
     assert e["param"] == "input_file_id" and e["code"] == "invalid_file_purpose"
     batch_file = client.files.create(file=src.open("rb"), purpose="batch")
-    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": batch_file.id, "endpoint": "/v1/completions",
+    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": batch_file.id, "endpoint": "/v1/moderations",
                                                     "completion_window": "24h"}), 400)
     assert e["param"] == "endpoint" and e["code"] == "unsupported_endpoint"
     e = error_of(httpx.post(f"{url}/files", files={"file": ("r.jsonl", src.read_bytes())},

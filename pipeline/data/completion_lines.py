@@ -1,0 +1,144 @@
+"""OpenAI batch lines for ``/v1/completions``: a raw prompt, or a list of them, continued by the
+generation model with no chat template (the ``completion`` task, tasks/completion.py).
+
+A line fans out to one row per prompt (``line_rows``, pipeline/data/fanned_lines.py), each with
+the line's sampling settings; ``lines_of`` gathers a line's rows back into one OpenAI
+``text_completion``, prompt ``i``'s ``n`` answers as choices ``i * n`` to ``i * n + n - 1``, its
+usage summed over the prompts.
+
+Where a prompt is cut into the part it may share with other rows and its own rest
+(``shared_length``): the prompts of one line are cut at the last blank line of the text they all
+begin with, else at the last line end of it, so four questions about one document share the
+document; a line of one prompt is cut at its last blank line. The cut falls where the whitespace
+before that line end starts, so the two pieces tokenize as the whole prompt does (byte-level BPE
+splits text at whitespace runs). Rows whose shared parts are alike land on one shard, which
+prefills that part once; a prompt with no cut is its own group.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pipeline.data.fanned_lines import by_line, error_line
+from pipeline.data.openai_format import CompletionBody, RequestLine, read_as
+from pipeline.data.openai_output import (
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    Envelope,
+    OutputLine,
+    PromptTokensDetails,
+    Usage,
+    encode,
+)
+from pipeline.names import COMPLETIONS_URL, ENDPOINTS
+
+
+def completion_request(request: Any, adapters=frozenset()) -> tuple[dict | None, str | None]:
+    """A ``/v1/completions`` line (parsed) as ``{"prompts": [...], "row": {sampling, adapter}}``
+    and None, or None and why it is not one."""
+    line, why = read_as(request, RequestLine)
+    if why:
+        return None, why
+    if line.url != COMPLETIONS_URL:
+        other = "a file's requests are all for one endpoint, its first line's" if line.url in ENDPOINTS else \
+            f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
+        return None, f"url must be {COMPLETIONS_URL} (got {line.url!r}); {other}"
+    body, why = read_as(line.body, CompletionBody, "body")
+    if why:
+        return None, why
+    why = body.refused() or _prompt_fault(body.prompt)
+    if why:
+        return None, why
+    prompts = body.prompt if isinstance(body.prompt, list) else [body.prompt]
+    row = body.sampling()
+    if body.model in adapters:
+        row["adapter"] = body.model
+    return {"prompts": prompts, "row": row}, None
+
+
+def _prompt_fault(prompt: Any) -> str | None:
+    if prompt is None:
+        return "body.prompt is missing"
+    if isinstance(prompt, str):
+        return None
+    if not isinstance(prompt, list) or not prompt:
+        return "body.prompt must be a text or a non-empty list of texts"
+    if all(isinstance(p, int) for p in prompt) or all(isinstance(p, list) for p in prompt):
+        return "body.prompt: token ids are not supported; give the prompt as text"
+    bad = next((i for i, p in enumerate(prompt) if not isinstance(p, str)), None)
+    return None if bad is None else f"body.prompt[{bad}] is not text"
+
+
+def shared_length(prompts: list[str]) -> int:
+    """How much of each of a line's prompts is the part it may share (0: none)."""
+    common = os.path.commonprefix(prompts)
+    end = common.rfind("\n\n")
+    if end < 0 and len(prompts) > 1:
+        end = common.rfind("\n")
+    return len(common[:end].rstrip()) if end > 0 else 0
+
+
+def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> list[tuple]:
+    """A line's rows, each ``(row or None, error or None, carry)``: one per prompt (``row``: the
+    completion task's ``prefix`` and ``prompt``, and the line's sampling settings), or one error
+    row for a line that is not a request."""
+    custom_id = request.get("custom_id") if isinstance(request, dict) else None
+    if error is None:
+        completion, error = completion_request(request, adapters)
+    if error is not None:
+        return [(None, error, {"line": line, "custom_id": custom_id})]
+    prompts = completion["prompts"]
+    cut = shared_length(prompts)
+    return [({**completion["row"], "prefix": p[:cut] or None, "prompt": p[cut:]}, None,
+             {"line": line, "custom_id": custom_id, "index": i}) for i, p in enumerate(prompts)]
+
+
+def lines_of(rows: list[dict], first: int, model: str, created: int, max_tokens: int = 16) -> str:
+    """A merged part's rows (``id``: each row's carry, then the result columns), a line's rows
+    together and in order, as output lines; the first line's number is ``first``. ``max_tokens``:
+    the job's, which tells a choice cut at it (``length``) where the engine did not say."""
+    return "".join(_line(first + k, group, model, created, max_tokens) + "\n"
+                   for k, group in enumerate(by_line(rows)))
+
+
+def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int, max_tokens: int) -> str:
+    failed = error_line(number, group, "prompt" if len(group) > 1 else None)
+    if failed is not None:
+        return failed
+    prompt = sum(r["prompt_tokens"] or 0 for _, r in group)
+    cached = sum(r["cached_tokens"] or 0 for _, r in group)
+    answers = [a for _, r in group for a in _answers(r)]
+    output = sum(a["completion_tokens"] or 0 for a in answers)
+    body = completion_body(number, answers, model, created, max_tokens,
+                           Usage(prompt_tokens=prompt, completion_tokens=output, total_tokens=prompt + output,
+                                 prompt_tokens_details=PromptTokensDetails(cached)))
+    return encode(OutputLine(id=f"pipeline-{number}", custom_id=group[0][0]["custom_id"],
+                             response=Envelope(status_code=200, request_id=f"pipeline-batch-{number}", body=body)))
+
+
+def _answers(row: dict) -> list[dict]:
+    """A row's answers: each of its choices (``n``), or its one answer."""
+    return row.get("choices") or [{"answer": row["answer"], "finish_reason": row.get("finish_reason"),
+                                   "completion_tokens": row["completion_tokens"], "logprobs": row.get("logprobs")}]
+
+
+def completion_body(number: int, answers: list[dict], model: str, created: int, max_tokens: int,
+                    usage: Usage) -> Completion:
+    return Completion(id=f"cmpl-{number}", created=created, model=model, usage=usage, choices=[
+        CompletionChoice(index=i, text=a["answer"] or "",
+                         finish_reason=a["finish_reason"] or ("length" if (a["completion_tokens"] or 0) >= max_tokens
+                                                              else "stop"),
+                         logprobs=None if a.get("logprobs") is None else _logprobs(a["logprobs"]))
+        for i, a in enumerate(answers)])
+
+
+def _logprobs(tokens: list[dict]) -> CompletionLogprobs:
+    """The answer's log-probabilities in the legacy shape, each token's offset in the answer."""
+    offsets, at = [], 0
+    for t in tokens:
+        offsets.append(at)
+        at += len(t["token"])
+    return CompletionLogprobs(tokens=[t["token"] for t in tokens], token_logprobs=[t["logprob"] for t in tokens],
+                              top_logprobs=[{x["token"]: x["logprob"] for x in t["top_logprobs"]} for t in tokens],
+                              text_offset=offsets)

@@ -1,0 +1,200 @@
+"""The OpenAI batch format's output lines as typed models (msgspec Structs): each endpoint's
+answer body, the error objects, and the line around them, as OpenAI's Batch API and
+``vllm run-batch`` write them. The file job (pipeline/jobs/openai_batch.py), the completion and
+scoring lines and the service's result files (pipeline/service/result_files.py) write through
+these; tests/unit/test_openai_format.py checks them against the ``openai`` package's own types
+and vLLM's.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+
+class PromptTokensDetails(Struct):
+    cached_tokens: int
+
+
+class Usage(Struct, kw_only=True):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class TopLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(Struct):
+    content: list[TokenLogprob]
+
+
+class AssistantMessage(Struct, kw_only=True):
+    content: str | None
+    role: str = "assistant"
+
+
+class ChatChoice(Struct, kw_only=True):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+    logprobs: ChoiceLogprobs | None = None
+
+
+class ChatCompletion(Struct, kw_only=True):
+    """OpenAI's ``chat.completion``."""
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    object: str = "chat.completion"
+
+
+class CompletionLogprobs(Struct, kw_only=True):
+    """A completion choice's log-probabilities, OpenAI's legacy shape: per answer token, its text,
+    its log-probability, the likeliest tokens' (token: log-probability) and where it starts in
+    the answer."""
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class CompletionChoice(Struct, kw_only=True):
+    index: int
+    text: str
+    finish_reason: str
+    logprobs: CompletionLogprobs | None = None
+
+
+class Completion(Struct, kw_only=True):
+    """OpenAI's ``text_completion``: a ``/v1/completions`` request's answers, each prompt's
+    choices in the prompts' order (choice ``i * n + j`` is prompt ``i``'s ``j``-th answer)."""
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    object: str = "text_completion"
+
+
+class Embedding(Struct, kw_only=True):
+    embedding: list[float]
+    index: int = 0
+    object: str = "embedding"
+
+
+class EmbeddingUsage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(Struct, kw_only=True):
+    """OpenAI's response to an embeddings request (``CreateEmbeddingResponse``)."""
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+    object: str = "list"
+
+
+class ScoreData(Struct, kw_only=True):
+    index: int
+    score: float
+    object: str = "score"
+
+
+class ScoreResponse(Struct, kw_only=True):
+    """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
+    id: str
+    created: int
+    model: str
+    data: list[ScoreData]
+    usage: Usage
+    object: str = "list"
+
+
+class RerankDocument(Struct, kw_only=True):
+    text: str
+    multi_modal: None = None
+
+
+class RerankResult(Struct, kw_only=True):
+    index: int
+    document: RerankDocument
+    relevance_score: float
+
+
+class RerankUsage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class RerankResponse(Struct, kw_only=True):
+    """vLLM's ``RerankResponse``: the documents by score, highest first."""
+    id: str
+    model: str
+    usage: RerankUsage
+    results: list[RerankResult]
+
+
+class ApiError(Struct, kw_only=True):
+    """OpenAI's error object, as a failed request's body holds it: ``{"error": ApiError}``."""
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(Struct):
+    error: ApiError
+
+
+class LineError(Struct):
+    """A request the batch did not run (expired, cancelled): the line's ``error``."""
+    code: str
+    message: str
+
+
+class Envelope(Struct, kw_only=True):
+    """An output line's ``response``. Its ``body``: a ``ChatCompletion``, ``Completion``, ``EmbeddingList``,
+    ``ScoreResponse``, ``RerankResponse`` or ``ErrorBody`` when written; a plain dict when read
+    back (``decode``: the bodies share no tag msgspec could tell them apart by)."""
+    status_code: int
+    request_id: str
+    body: Any = None
+
+
+class OutputLine(Struct, kw_only=True):
+    """An output (or error file) line: ``{"id", "custom_id", "response", "error"}``. A row that
+    failed has ``response.body`` null and the reason in ``error``; the service's error file
+    moves it into ``response.body.error`` (pipeline/service/result_files.py)."""
+    id: str
+    custom_id: Any
+    response: Envelope | None
+    error: str | LineError | None = None
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(line: OutputLine) -> str:
+    """A line as JSON text (UTF-8, not escaped; no newline)."""
+    return _encoder.encode(line).decode("utf-8")
+
+
+def decode(text: str | bytes) -> OutputLine:
+    """An output line written by ``encode`` (its body as a plain dict)."""
+    return msgspec.json.decode(text, type=OutputLine)
