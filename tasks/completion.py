@@ -20,9 +20,6 @@ class Completion:
     required_columns: tuple[str, ...] = (PROMPT,)
     optional_columns = (PREFIX,)
 
-    def __init__(self, tokenizer=None):
-        self.tokenizer = tokenizer
-
     def split(self, row: Mapping[str, Any]) -> PromptParts:
         prompt, prefix = row.get(PROMPT), row.get(PREFIX)
         if not isinstance(prompt, str):

@@ -99,7 +99,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
              build=lambda p, tokenizer, head: Chat(tokenizer)),
     TaskSpec("completion", ANSWER_FIELDS, GENERATION, None, reads_template=False, keeps_space=True,
              fixed_columns=Columns(required=("prompt",), optional=("prefix",)),
-             build=lambda p, tokenizer, head: Completion(tokenizer)),
+             build=lambda p, tokenizer, head: Completion()),
     TaskSpec("embed", EMBED_FIELDS, ("embed",), EMBED_TEMPLATE, reads_template=True, answers=False, embeds=True,
              build=lambda p, tokenizer, head: Embed(tokenizer, p.template, prefix_column=p.prefix_column)),
     TaskSpec("classify", CLASSIFY_FIELDS, LABELLED, EMBED_TEMPLATE, reads_template=True, reads_labels=True,

@@ -41,16 +41,27 @@ def _tokenizer_config(folder: Path) -> dict:
 
 class FolderTokenizer:
     """What the client uses of a transformers tokenizer: ``encode``, batch ``__call__`` and
-    ``apply_chat_template``."""
+    ``apply_chat_template``.
+
+    It travels to the workers (inside a job's task kind, with every task) as its folder and a
+    digest of its ``tokenizer.json``, and each process loads it from the folder once
+    (``_folder_tokenizer``): pickled whole, its ~3.5 MB were serialized into every task and
+    loaded again by each, ~0.2 s at each step of a job. The folder is the model's, which every
+    worker host has at the same path (docs/operating.md)."""
 
     def __init__(self, folder: Path):
         from tokenizers import Tokenizer
 
+        self.folder = folder
+        self.digest = _digest(folder)
         self._tk = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.chat_template = chat_template_of(folder)
         config = _tokenizer_config(folder)
         self.special_tokens = {k: (v["content"] if isinstance(v, dict) else v) for k, v in config.items()
                                if k.endswith("_token") and isinstance(v, (str, dict))}
+
+    def __reduce__(self):
+        return _folder_tokenizer, (str(self.folder), self.digest)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tk.encode(text, add_special_tokens=add_special_tokens).ids
@@ -65,6 +76,22 @@ class FolderTokenizer:
         text = _compiled(self.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                                     **{**self.special_tokens, **kwargs})
         return self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+def _digest(folder: Path) -> str:
+    import hashlib
+
+    return hashlib.blake2b((folder / "tokenizer.json").read_bytes(), digest_size=16).hexdigest()
+
+
+@lru_cache(maxsize=8)
+def _folder_tokenizer(folder: str, digest: str) -> FolderTokenizer:
+    """The tokenizer in ``folder``, loaded once per process; it must be the one the client has."""
+    tokenizer = FolderTokenizer(Path(folder))
+    if tokenizer.digest != digest:
+        raise ValueError(f"the tokenizer in {folder} on this host is not the client's (its tokenizer.json "
+                         f"differs); model.path must hold the same model on every host")
+    return tokenizer
 
 
 @lru_cache
