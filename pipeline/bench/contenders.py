@@ -8,8 +8,10 @@ once, for every contender."""
 from __future__ import annotations
 
 import copy
+import json
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from pipeline.bench.cpu_share import cores_used, minor_faults
 from pipeline.bench.prefill_ideal import block_ideal, token_ideal
@@ -25,6 +27,7 @@ class Prepared:
     ideal_prefill: int         # a perfect prefix cache per shard: every distinct token prefix once
     ideal_prefill_blocks: int  # the same at the KV cache's block granularity
                                # (pipeline/bench/prefill_ideal.py)
+    task: Any = None           # the task kind that split the rows (None: the pipeline's own)
 
     @classmethod
     def build(cls, rows, task, tokenizer, block_size: int = 1, shards: int = 1) -> "Prepared":
@@ -38,7 +41,7 @@ class Prepared:
             suffixes.append(tokenizer.encode(parts.suffix, add_special_tokens=False))
         prompts = [a + b for a, b in zip(prefixes, suffixes)]
         return cls(rows, prefixes, suffixes, token_ideal(prompts, shards),
-                   block_ideal(prompts, block_size, shards))
+                   block_ideal(prompts, block_size, shards), task)
 
 
 @dataclass
@@ -87,12 +90,14 @@ def _correct(expected: str, answer: str | None) -> bool:
     return answer is not None and expected.lower() in answer.lower()
 
 
-def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeline) -> dict[str, list[int]]:
+def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeline,
+                          task=None) -> dict[str, list[int]]:
     """Row indices per shard for the standalone contender ``name``, in the order each shard gets
     them: ``standalone-rr`` round-robin; ``standalone-routed`` (and ``standalone-sorted``, its
     name on the big job) the pipeline's own placement (``placed_assignment``), each shard's rows
     grouped by document as its answer tasks take them; ``standalone-arrival`` the same placement,
-    each shard's rows in input order."""
+    each shard's rows in input order. ``task``: the kind that splits the rows (default: the
+    pipeline's)."""
     assign: dict[str, list[int]] = {s: [] for s in shards}
     if name == "standalone-rr":
         for i in range(len(rows)):
@@ -100,7 +105,7 @@ def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeli
     elif name in ("standalone-routed", "standalone-arrival", "standalone-sorted"):
         from pipeline.jobs.cluster_job import CHARS_PER_TOKEN  # (imports Dask: here, not at the top)
 
-        parts = [pipeline.task.split(row) for row in rows]
+        parts = [(task or pipeline.task).split(row) for row in rows]
         assign.update(placed_assignment([p.prefix for p in parts], [p.suffix for p in parts], shards,
                                         CHARS_PER_TOKEN * pipeline.config.sampling.max_tokens,
                                         by_document=name != "standalone-arrival"))
@@ -159,7 +164,7 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
 def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=None) -> RunResult:
     """Prompts split as ``standalone_assignment`` says for ``name`` (``pipeline``: the started
     pipeline whose task and placement it uses; not needed for round-robin)."""
-    assign = standalone_assignment(name, list(shards.shards), prep.rows, pipeline)
+    assign = standalone_assignment(name, list(shards.shards), prep.rows, pipeline, prep.task)
     shards.reset_cache()
     before = roles.snapshot() if roles else None
     wall, finish, outputs, gc = shards.run({k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v]
@@ -254,6 +259,50 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
     res.gc = {s["shard"]: s["gc"] for s in stats}
     res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
                          for s in stats}
+    return res
+
+
+def run_pipeline_lines(pipeline, job: Config, prep: Prepared, burst, pair, roles=None) -> RunResult:
+    """The burst's completion rows (``workloads.completion_lines``) as a file job of
+    ``/v1/completions`` lines, a line per document with its prompts in one list, timed as
+    ``run_pipeline_job`` times its job; the figures read back from the output lines."""
+    import tempfile
+    from pathlib import Path
+
+    from pipeline.jobs.job import prepare_job  # (imports Dask: here, not at the top)
+
+    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
+                    prep.ideal_prefill_blocks, {}, {}, {})
+    lines: dict[int, list[dict]] = {}
+    for row in prep.rows:
+        lines.setdefault(row["line"], []).append(row)
+    with tempfile.TemporaryDirectory(prefix="bench-completions-") as tmp:
+        src, out = Path(tmp) / "input.jsonl", Path(tmp) / "output.jsonl"
+        src.write_text("".join(json.dumps({"custom_id": f"line-{n}", "method": "POST", "url": "/v1/completions",
+                                           "body": {"prompt": [(r["prefix"] or "") + r["prompt"] for r in rows]}})
+                               + "\n" for n, rows in lines.items()))
+        pipeline.reset_cache()
+        cluster_job = prepare_job(src, out, config=job, notify=lambda m: None)
+        before = roles.snapshot() if roles else None
+        t0 = time.perf_counter()
+        cluster_job.run(pipeline, progress=False)
+        res.wall_s = time.perf_counter() - t0
+        if roles:
+            after = roles.snapshot()
+            res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
+        answers = [json.loads(x) for x in out.read_text().splitlines()]
+    for answer in answers:
+        rows = lines[int(answer["custom_id"].removeprefix("line-"))]
+        body = answer["response"]["body"]
+        if body is None:
+            res.errors += len(rows)
+            continue
+        res.answered += len(rows)
+        res.correct += sum(_correct(r["expected"], c["text"]) for r, c in zip(rows, body["choices"]))
+        res.prompt_tokens += body["usage"]["prompt_tokens"]
+        res.cached_tokens += body["usage"]["prompt_tokens_details"]["cached_tokens"]
+        res.completion_tokens += body["usage"]["completion_tokens"]
+    res.gc = {s["shard"]: s["gc"] for s in pipeline.worker_stats()}
     return res
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.bench.workloads import document_questions, skewed_counts
+from pipeline.bench.workloads import completion_lines, document_questions, skewed_counts
 
 CONTENDERS = ("standalone-rr", "standalone-routed", "pipeline")   # the default contenders
 # Every contender, in report order. standalone-arrival and standalone-sorted run for any burst,
 # but are the bigjob burst's references: not run unless asked for (--contenders).
 ALL_CONTENDERS = ("standalone-rr", "standalone-routed", "standalone-arrival", "standalone-sorted", "pipeline")
 BURSTS = ("no_reuse", "reuse", "skewed")   # the default bursts
-KNOWN_BURSTS = BURSTS + ("bigjob",)        # bigjob is long: only when asked for (--bursts bigjob)
+# bigjob is long, and completions is a file job of /v1/completions lines (a line per document, its
+# questions' prompts in one list): each only when asked for (--bursts bigjob,completions)
+KNOWN_BURSTS = BURSTS + ("bigjob", "completions")
 
 
 @dataclass
@@ -46,4 +48,6 @@ def burst_rows(burst: str, opts: BenchOptions, seed: int) -> list[dict]:
         return document_questions(opts.docs, counts, order="shuffled", **kw)
     if burst == "bigjob":
         return document_questions(opts.bigjob_docs, opts.bigjob_questions, order="shuffled", **kw)
+    if burst == "completions":
+        return completion_lines(document_questions(opts.docs, opts.questions_per_doc, order="grouped", **kw), seed)
     raise ValueError(f"unknown burst {burst!r}; known: {', '.join(KNOWN_BURSTS)}")

@@ -8,7 +8,8 @@ Contenders (all warm, same model, engine arguments and greedy sampling):
   standalone-arrival the same placement, each shard's rows in arrival order
   standalone-sorted  standalone-routed's split (its name on the big job)
   pipeline           this pipeline with its configuration (``Pipeline.stream``; the bigjob
-                     burst: as a file job)
+                     burst: as a file job; the completions burst: as a file job of
+                     /v1/completions lines, standalone given the same prompts as token ids)
 Protocol: for each burst, ``pairs`` rounds; in each round every contender runs the same
 rows (fresh documents per round) from an empty prefix cache, in an order that reverses
 every round. The clock covers the burst only. A fake-engine run measures the plumbing.
@@ -26,7 +27,14 @@ from dataclasses import asdict
 from tqdm import tqdm
 
 from pipeline import engine_env
-from pipeline.bench.contenders import Prepared, RunResult, run_pipeline, run_pipeline_job, run_standalone
+from pipeline.bench.contenders import (
+    Prepared,
+    RunResult,
+    run_pipeline,
+    run_pipeline_job,
+    run_pipeline_lines,
+    run_standalone,
+)
 from pipeline.bench.cpu_share import Roles
 from pipeline.bench.env_report import engine_env_report
 from pipeline.bench.machine import machine_description
@@ -38,6 +46,19 @@ from pipeline.client.pipeline import Pipeline
 from pipeline.config import Config
 
 __all__ = ["CONTENDERS", "BenchOptions", "run_bench", "run_plumbing"]
+
+# the bursts the pipeline runs as file jobs (the others: ``Pipeline.stream``)
+PIPELINE_RUNS = {"bigjob": run_pipeline_job, "completions": run_pipeline_lines}
+
+
+def _task(burst: str, pipeline):
+    """The task kind whose prompts a burst's rows are: the completion task's for the completions
+    burst (raw prompts, no chat template), else the pipeline's."""
+    if burst == "completions":
+        from tasks import Completion
+
+        return Completion()
+    return pipeline.task
 
 
 def run_plumbing(config: Config, questions: int, seed: int = 0) -> dict:
@@ -83,7 +104,7 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                                   pipeline.task, pipeline.tokenizer, bs, n_shards)
             run_standalone("standalone-rr", shards, warm, None, "warm", -1)
             run_pipeline(pipeline, job, warm, "warm", -1)
-            if "bigjob" in opts.bursts:   # the cluster job path's first run loads its tasks' modules
+            if {"bigjob", "completions"} & set(opts.bursts):   # the cluster job path's first run loads its modules
                 run_pipeline_job(pipeline, job, warm, "warm", -1)
             contenders = tuple(c for c in ALL_CONTENDERS if c in opts.contenders)
             total = len(opts.bursts) * opts.pairs * len(contenders)
@@ -91,12 +112,12 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
                 for b, burst in enumerate(opts.bursts):
                     for pair in range(opts.pairs):
                         prep = Prepared.build(burst_rows(burst, opts, opts.seed + 1000 * b + pair),
-                                              pipeline.task, pipeline.tokenizer, bs, n_shards)
+                                              _task(burst, pipeline), pipeline.tokenizer, bs, n_shards)
                         order = contenders if pair % 2 == 0 else tuple(reversed(contenders))
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")
                             if c == "pipeline":
-                                run = run_pipeline_job if burst == "bigjob" else run_pipeline
+                                run = PIPELINE_RUNS.get(burst, run_pipeline)
                                 results.append(run(pipeline, job, prep, burst, pair, roles))
                             else:
                                 results.append(run_standalone(c, shards, prep, pipeline, burst, pair, roles))

@@ -116,3 +116,26 @@ def skewed_counts(n_docs: int, total: int, seed: int = 0, alpha: float = 1.2) ->
     return counts
 
 
+
+
+def completion_lines(rows: list[dict], seed: int = 0) -> list[dict]:
+    """``document_questions`` rows as ``/v1/completions`` lines' rows: a line per document, its
+    questions' prompts (``{document}\\n\\nQuestion: {question}\\nAnswer:``) in one list, the
+    lines in a seeded random order, each prompt cut as the file job cuts it
+    (pipeline/data/completion_lines.py). Rows ``{id, line, prefix, prompt, expected}``; ``line``:
+    the line's number, its custom_id ``line-<n>``."""
+    from pipeline.data.completion_lines import line_rows
+
+    by_doc: dict[str, list[dict]] = {}
+    for row in rows:
+        by_doc.setdefault(row["doc_id"], []).append(row)
+    docs = list(by_doc.values())
+    random.Random(seed).shuffle(docs)
+    out = []
+    for n, questions in enumerate(docs):
+        prompts = [f"{q['document']}\n\nQuestion: {q['question']}\nAnswer:" for q in questions]
+        request = {"custom_id": f"line-{n}", "method": "POST", "url": "/v1/completions", "body": {"prompt": prompts}}
+        for (row, _, _), q in zip(line_rows(n, request, None), questions):
+            out.append({"id": f"{q['id']}", "line": n, "prefix": row["prefix"], "prompt": row["prompt"],
+                        "expected": q["expected"]})
+    return out

@@ -18,9 +18,9 @@ def add_bench_parser(sub) -> None:
     bench.add_argument("--config", default=None)
     bench.add_argument("--pairs", type=int, default=5, help="rounds per burst (default 5)")
     bench.add_argument("--bursts", default="no_reuse,reuse,skewed",
-                       help="comma-separated: no_reuse, reuse, skewed, bigjob (default: the first three)")
+                       help="comma-separated: no_reuse, reuse, skewed, bigjob, completions (default: the first three)")
     bench.add_argument("--documents", type=int, default=64, help="documents per burst (default 64)")
-    bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse burst (default 4)")
+    bench.add_argument("--questions-per-doc", type=int, default=4, help="reuse and completions bursts (default 4)")
     bench.add_argument("--skewed-requests", type=int, default=256)
     bench.add_argument("--bigjob-docs", type=int, default=480, help="bigjob burst: documents (default 480)")
     bench.add_argument("--bigjob-questions", type=int, default=3,
