@@ -31,9 +31,10 @@ class Chat:
             marked = {**messages[last], "content": _MARK + messages[last]["content"]}
         else:  # split after the only user message's text
             marked = {**messages[last], "content": messages[last]["content"] + _MARK}
+        tools = {"tools": row["tools"]} if row.get("tools") else {}   # (a chat line's tools, for the template)
         try:
             rendered = self.tokenizer.apply_chat_template(messages[:last] + [marked] + messages[last + 1:],
-                                                          tokenize=False, add_generation_prompt=True)
+                                                          tokenize=False, add_generation_prompt=True, **tools)
         except Exception as exc:  # a template may reject some role orders
             raise RowError(f"messages rejected by the model's chat template: {exc}") from None
         prefix, sep, suffix = rendered.partition(_MARK)

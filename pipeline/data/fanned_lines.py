@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from pipeline.data.openai_output import Envelope, OutputLine, encode
+from pipeline.data.openai_output import Envelope, LineError, OutputLine, encode
 
 
 def carry_column(carries: list[dict]) -> pa.Array:
@@ -47,5 +47,5 @@ def error_line(number: int, group: list[tuple[dict, dict]], item: str | None) ->
     if "index" in carry and item is not None:
         kind, _, why = error.partition(": ")
         error = f"{kind}: {item} {carry['index']}: {why}" if why else f"{item} {carry['index']}: {error}"
-    return encode(OutputLine(id=f"pipeline-{number}", custom_id=group[0][0]["custom_id"], error=error,
+    return encode(OutputLine(id=f"pipeline-{number}", custom_id=group[0][0]["custom_id"], error=LineError.of(error),
                              response=Envelope(status_code=400, request_id=f"pipeline-batch-{number}")))

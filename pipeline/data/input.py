@@ -17,8 +17,10 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.data.chat_tools import tool_fields
 from pipeline.data.errors import JobError
 from pipeline.data.openai_format import ChatBody, EmbeddingsBody, RequestLine, read_as
+from pipeline.data.request_lines import first_bad_line
 from pipeline.data.row_checks import RowColumns
 from pipeline.data.scoring_lines import SCORING, scoring_kind
 from pipeline.data.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
@@ -280,6 +282,17 @@ class OpenAIBatchSource:
                 raise JobError(f"cannot read {self.path}: {exc.strerror or exc}") from None
         return len(self._keys)
 
+    def check_requests(self) -> None:
+        """Raise :class:`JobError` naming the first line that fails the whole file (a missing
+        custom_id, a request for another endpoint: pipeline/data/request_lines.py)."""
+        try:
+            with self.open() as f:
+                bad = first_bad_line(f, self.endpoint, "this file's endpoint (its first line's url)")
+        except OSError as exc:
+            raise JobError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        if bad is not None:
+            raise JobError(f"{self.path}: {bad.message}. Nothing was answered; fix the file and run again")
+
     def key_arrays(self) -> Iterator[pa.Array]:
         self.num_rows
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())
@@ -315,8 +328,11 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
         return None, "body asks for stream; a batch's answers are not streamed"
     refused = [k for k in ChatBody.REFUSED if getattr(body, k)]
     if refused:
-        return None, f"body.{refused[0]} is not supported (text answers only)"
-    row = {"messages": body.messages, **body.sampling()}
+        return None, f"body.{refused[0]} is not supported (use tools)"
+    tools, error = tool_fields(body)
+    if error is not None:
+        return None, error
+    row = {"messages": body.messages, **body.sampling(), **tools}
     if body.model in adapters:
         row["adapter"] = body.model
     return row, None

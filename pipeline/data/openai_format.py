@@ -55,6 +55,29 @@ class StructuredOutputs(Struct, kw_only=True):
     choice: list[str] | None = None
 
 
+class FunctionSpec(Struct, kw_only=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(Struct, kw_only=True):
+    """A chat body's tool: ``{"type": "function", "function": {"name", "description", "parameters"}}``
+    (other types are refused where used: pipeline/data/chat_tools.py)."""
+    type: str
+    function: FunctionSpec | None = None
+
+
+class NamedFunction(Struct):
+    name: str
+
+
+class NamedToolChoice(Struct, kw_only=True):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatBody(Struct, kw_only=True):
     """A ``/v1/chat/completions`` body: the fields served. ``messages`` is checked by the chat
     template (pipeline/tasks), the sampling values by pipeline/sampling.py."""
@@ -73,14 +96,14 @@ class ChatBody(Struct, kw_only=True):
     response_format: TextFormat | JsonObjectFormat | JsonSchemaFormat | None = None
     structured_outputs: StructuredOutputs | None = None
     stream: bool | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     # what would change what a response holds, which is not produced: refused where given
-    tools: Any = None
-    tool_choice: Any = None
     functions: Any = None
     function_call: Any = None
     audio: Any = None
 
-    REFUSED = ("tools", "tool_choice", "functions", "function_call", "audio")
+    REFUSED = ("functions", "function_call", "audio")
 
     def sampling(self) -> dict:
         """The sampling fields given, under the row columns' names (pipeline/sampling.py), as

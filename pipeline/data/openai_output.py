@@ -41,9 +41,22 @@ class ChoiceLogprobs(Struct):
     content: list[TokenLogprob]
 
 
-class AssistantMessage(Struct, kw_only=True):
+class FunctionCall(Struct):
+    name: str
+    arguments: str   # JSON text
+
+
+class ToolCall(Struct, kw_only=True):
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+class AssistantMessage(Struct, kw_only=True, omit_defaults=True):
+    """The answer's message; ``tool_calls`` only where the line asked for them."""
     content: str | None
-    role: str = "assistant"
+    role: str   # (always "assistant": given, as a default would be left out)
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(Struct, kw_only=True):
@@ -163,9 +176,18 @@ class ErrorBody(Struct):
 
 
 class LineError(Struct):
-    """A request the batch did not run (expired, cancelled): the line's ``error``."""
+    """A failed request's ``error``, OpenAI's object: ``code``, the kind of failure (a row's:
+    ``input``, ``output``, ``engine``, ``worker``; a request the batch did not run:
+    ``batch_expired``, ``batch_cancelled``), and ``message``, the whole reason as the row's
+    ``error`` column gives it (``input: messages is missing``)."""
     code: str
     message: str
+
+    @classmethod
+    def of(cls, error: str) -> "LineError":
+        """A row's error text as the object: its kind (the text before the first colon) as the code."""
+        kind, sep, _ = error.partition(":")
+        return cls(code=kind if sep and kind.isidentifier() else "error", message=error)
 
 
 class Envelope(Struct, kw_only=True):
@@ -179,12 +201,12 @@ class Envelope(Struct, kw_only=True):
 
 class OutputLine(Struct, kw_only=True):
     """An output (or error file) line: ``{"id", "custom_id", "response", "error"}``. A row that
-    failed has ``response.body`` null and the reason in ``error``; the service's error file
-    moves it into ``response.body.error`` (pipeline/service/result_files.py)."""
+    failed has ``response.body`` null and the reason in ``error`` (``{"code", "message"}``); the
+    service's error file moves it into ``response.body.error`` (pipeline/service/result_files.py)."""
     id: str
     custom_id: Any
     response: Envelope | None
-    error: str | LineError | None = None
+    error: LineError | None = None
 
 
 _encoder = msgspec.json.Encoder()

@@ -62,6 +62,8 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     config = config or load_config()
     source = open_source(input_path, format, task_columns(config, head_labels(config)), config.storage_options,
                          config.model.adapters)
+    if isinstance(source, OpenAIBatchSource):
+        source.check_requests()
     check_output_apart(source, output_path, config.storage_options)   # before anything is written
     check_key_type(source)
     if isinstance(source, ParquetSource) and "adapter" in source.row_columns.sampling_columns and \

@@ -4,8 +4,8 @@ pipeline/data/openai_format.py).
 A row with an answer: ``{"id", "custom_id", "response": {"status_code": 200, "request_id",
 "body": <chat.completion>}, "error": null}`` (an embedding request's body: OpenAI's list of one
 embedding; a scoring request's: vLLM's score or rerank response, pipeline/data/scoring_lines.py).
-A row that failed: ``"response":
-{"status_code": 400, "request_id", "body": null}`` and the reason in ``"error"``. Ids are
+A row that failed: ``"response": {"status_code": 400, "request_id", "body": null}`` and the
+reason in ``"error": {"code", "message"}`` (``LineError.of``). Ids are
 derived from the row's position, so a resumed job writes exactly what an uninterrupted one
 would.
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pipeline.data import completion_lines, scoring_lines
+from pipeline.data.chat_tools import tool_calls
 from pipeline.data.openai_output import (
     AssistantMessage,
     ChatChoice,
@@ -26,9 +27,12 @@ from pipeline.data.openai_output import (
     EmbeddingList,
     EmbeddingUsage,
     Envelope,
+    FunctionCall,
+    LineError,
     OutputLine,
     PromptTokensDetails,
     TokenLogprob,
+    ToolCall,
     TopLogprob,
     Usage,
     encode,
@@ -44,13 +48,14 @@ ENDPOINT_TASKS = {CHAT_URL: "chat", COMPLETIONS_URL: "completion", EMBEDDINGS_UR
 
 
 def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int,
-                embeds: bool = False) -> str:
+                embeds: bool = False, tool: str | None = None) -> str:
+    """``tool``: how the line's tools are answered (pipeline/data/chat_tools.py), None: as text."""
     request_id = f"pipeline-batch-{position}"
     if result.error is not None:
-        return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id, error=result.error,
+        return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id, error=LineError.of(result.error),
                                  response=Envelope(status_code=400, request_id=request_id)))
     body = embedding_body(result, model) if embeds else ChatCompletion(
-        id=f"chatcmpl-{position}", created=created, model=model, choices=_choices(result, max_tokens),
+        id=f"chatcmpl-{position}", created=created, model=model, choices=_choices(result, max_tokens, tool, position),
         usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
                     total_tokens=result.prompt_tokens + result.completion_tokens,
                     prompt_tokens_details=PromptTokensDetails(result.cached_tokens)))
@@ -64,18 +69,28 @@ def embedding_body(result: RowResult, model: str) -> EmbeddingList:
                          usage=EmbeddingUsage(result.prompt_tokens, result.prompt_tokens))
 
 
-def _choices(result: RowResult, max_tokens: int) -> list[ChatChoice]:
+def _choices(result: RowResult, max_tokens: int, tool: str | None, position: int) -> list[ChatChoice]:
     """The response's choices: the row's answer, or each of its answers (``sampling.n``), with
-    their log-probabilities where asked for (OpenAI's ``logprobs.content``)."""
+    their log-probabilities where asked for (OpenAI's ``logprobs.content``); a tool line's
+    answers as its calls."""
     answers = result.choices or [{"answer": result.answer, "finish_reason": result.finish_reason,
-                                  "completion_tokens": result.completion_tokens, "logprobs": result.logprobs}]
-    return [ChatChoice(index=i, message=AssistantMessage(content=a["answer"]),
+                                  "completion_tokens": result.completion_tokens, "logprobs": result.logprobs,
+                                  "answer_json": result.answer_json}]
+    return [ChatChoice(index=i, message=_message(a, tool, f"{position}_{i}"),
                        # as the engine says: at max_tokens (length) or at the end of the answer (stop)
-                       finish_reason=a["finish_reason"] or ("length" if a["completion_tokens"] >= max_tokens
-                                                            else "stop"),
+                       finish_reason="tool_calls" if tool and a.get("answer_json") else a["finish_reason"] or (
+                           "length" if a["completion_tokens"] >= max_tokens else "stop"),
                        logprobs=None if a.get("logprobs") is None else
                        ChoiceLogprobs([_token(t) for t in a["logprobs"]]))
             for i, a in enumerate(answers)]
+
+
+def _message(answer: dict, tool: str | None, prefix: str) -> AssistantMessage:
+    if tool is None or answer.get("answer_json") is None:
+        return AssistantMessage(content=answer["answer"], role="assistant")
+    calls = [ToolCall(id=i, function=FunctionCall(name, arguments))
+             for i, name, arguments in tool_calls(answer["answer_json"], tool, prefix)]
+    return AssistantMessage(content=None, role="assistant", tool_calls=calls)
 
 
 def _utf8(token: str) -> list[int]:
@@ -115,6 +130,8 @@ class ResponseLines:
         out = []
         for k, row in enumerate(table.select(["id", *fields]).to_pylist()):
             result = RowResult(first + k, **{n: row[n] for n in fields})
-            out.append(output_line(first + k, json.loads(row["id"]), result, self.model, self.max_tokens,
-                                   self.created, self.embeds) + "\n")
+            carry = json.loads(row["id"])   # (a custom_id, or a tool line's {"custom_id", "tool"})
+            custom_id, tool = (carry["custom_id"], carry["tool"]) if isinstance(carry, dict) else (carry, None)
+            out.append(output_line(first + k, custom_id, result, self.model, self.max_tokens, self.created,
+                                   self.embeds, tool) + "\n")
         return "".join(out)

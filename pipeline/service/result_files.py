@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from pipeline.data.answer_files import ANSWER_SCHEMA
+from pipeline.data.chat_tools import tool_mode
 from pipeline.data.openai_output import ApiError, Envelope, ErrorBody, LineError, OutputLine, decode, encode
 from pipeline.jobs.openai_batch import LINES_OF, output_line
 from pipeline.results import RESULT_FIELDS, RowResult
@@ -66,10 +67,9 @@ def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dic
 
 def error_line(row: OutputLine) -> OutputLine:
     """A failed request's output line in OpenAI's error-file shape."""
-    message = str(row.error)
-    group = message.split(":", 1)[0]
-    client_fault = group in CLIENT_GROUPS
-    error = ApiError(message=message, type="invalid_request_error" if client_fault else "server_error")
+    message, code = (row.error.message, row.error.code) if row.error is not None else ("", None)
+    client_fault = code in CLIENT_GROUPS
+    error = ApiError(message=message, type="invalid_request_error" if client_fault else "server_error", code=code)
     request_id = row.response.request_id if row.response is not None else f"pipeline-batch-{row.id}"
     return OutputLine(id=row.id, custom_id=row.custom_id,
                       response=Envelope(status_code=400 if client_fault else 500, request_id=request_id,
@@ -128,7 +128,7 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
         row = done.get(place)
         yield custom_id, None if row is None else output_line(
             first + place, custom_id, RowResult(first + place, **row), lines.model, lines.max_tokens,
-            lines.created, lines.embeds)
+            lines.created, lines.embeds, tool_mode(request))
 
 
 def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):

@@ -20,8 +20,7 @@ import time
 
 from pipeline import console
 from pipeline.data.errors import JobError
-from pipeline.data.input import parse_line
-from pipeline.data.scoring_lines import scoring_kind
+from pipeline.data.request_lines import first_bad_line
 from pipeline.jobs.cluster_job import JobLeft
 from pipeline.jobs.job import prepare_job
 from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
@@ -264,9 +263,9 @@ class Runner:
                 path.unlink(missing_ok=True)
         return fields
 
-    def _fail(self, batch_id: str, code: str, message: str, line: int | None = None) -> None:
+    def _fail(self, batch_id: str, code: str, message: str, line: int | None = None, param: str | None = None) -> None:
         self._update(batch_id, status="failed", failed_at=int(time.time()),
-                     errors=batch_errors({"code": code, "message": message, "line": line}))
+                     errors=batch_errors({"code": code, "message": message, "line": line, "param": param}))
 
     def _let_go(self, batch_id: str, job) -> None:
         """The batch's job was let go: the batch ``cancelled`` or ``expired``, its output file what
@@ -288,38 +287,17 @@ class Runner:
             self.store.save_batch(record)
 
 
-def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None] | None:
+def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None, str | None] | None:
     """Why a batch's input file fails validation (the batch fails, as OpenAI's does): its error's
-    code, message and line; or None. A scoring batch's file (whose job answers score and rerank
-    lines alike) must hold no line for the other scoring endpoint either."""
+    code, message, line and field; or None. Every line needs a custom_id and the batch's endpoint
+    (a scoring batch's lines too: its file holds no line for the other scoring endpoint)."""
     if file["_requests"] == 0:
-        return "empty_file", f"File {file['id']} holds no requests.", None
-    if file["_endpoint"] != endpoint:
-        return "mismatched_endpoint", (f"The requests' url ({file['_endpoint']!r} on line 1) is not the batch's "
-                                       f"endpoint ({endpoint})."), 1
-    if endpoint in (SCORE_URL, RERANK_URL):
-        line, url = _other_scoring_line(path, scoring_kind(endpoint) or "score")
-        if line is not None:
-            return "mismatched_endpoint", (f"The requests' url ({url!r} on line {line}) is not the batch's "
-                                           f"endpoint ({endpoint})."), line
-    return None
-
-
-def _other_scoring_line(path, kind: str) -> tuple[int | None, str | None]:
-    """The first request (its number, from 1, and url) of the file at ``path`` for the scoring
-    endpoint other than ``kind``'s; None, None where there is none (other lines are the job's to
-    answer)."""
-    number = 0
+        return "empty_file", f"File {file['id']} holds no requests.", None, None
     with open(path, "rb") as f:
-        for raw in f:
-            if not raw.strip():
-                continue
-            number += 1
-            request, _ = parse_line(raw)
-            url = request.get("url") if isinstance(request, dict) else None
-            if scoring_kind(url) not in (None, kind):
-                return number, url
-    return None, None
+        bad = first_bad_line(f, endpoint, "the batch's endpoint")
+    if bad is None:
+        return None
+    return bad.code, bad.message[0].upper() + bad.message[1:] + ".", bad.line, bad.param
 
 
 def _pairs_as_lines(done: int, failed: int, lines: int, pairs: int | None) -> tuple[int | None, int]:

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from fsspec.utils import read_block
 
 from pipeline.data import completion_lines, scoring_lines
+from pipeline.data.chat_tools import tool_mode
 from pipeline.data.errors import JobError
 from pipeline.data.fanned_lines import carry_column
 from pipeline.data.input import parse_line, request_row
@@ -70,12 +71,19 @@ def fanned_rows(source, block: ByteBlock) -> list[tuple]:
 
 
 def block_carry(source, block: ByteBlock) -> pa.Table:
-    """What the output carries of each row: its custom_id as it was given (JSON text: any value,
-    or null where the line has none); a file whose lines fan out: each row's carry."""
+    """What the output carries of each row (JSON text): its custom_id as it was given (null where
+    the line has none, or is not JSON), or its ``_carry``; a file whose lines fan out: each row's
+    carry."""
     if source.endpoint in FANNED:
         return pa.table({"id": carry_column([carry for _, _, carry in fanned_rows(source, block)])})
-    return pa.table({"id": pa.array([json.dumps(_custom_id(r)) for r, _ in block_requests(source, block)],
-                                    pa.string())})
+    return pa.table({"id": pa.array([_carry(r) for r, _ in block_requests(source, block)], pa.string())})
+
+
+def _carry(request) -> str:
+    """A request's carry: its custom_id, with how a chat line's tools are answered where they are
+    (``{"custom_id", "tool"}``: pipeline/data/chat_tools.py)."""
+    mode = tool_mode(request)
+    return json.dumps(_custom_id(request) if mode is None else {"custom_id": _custom_id(request), "tool": mode})
 
 
 def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = None) -> PromptRows:

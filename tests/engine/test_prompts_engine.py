@@ -140,5 +140,5 @@ def test_openai_batch_bodies_per_request_settings(pipeline, tmp_path):
     assert short["usage"]["completion_tokens"] <= 2 and short["choices"][0]["finish_reason"] == "length"
     assert out["long"]["response"]["body"]["usage"]["completion_tokens"] <= 24
     assert "colour" in json.loads(out["json"]["response"]["body"]["choices"][0]["message"]["content"])
-    assert out["bad"]["error"] == "input: temperature must be a number >= 0 (got -1)"
-    assert out["tools"]["error"] == "input: body.tools is not supported (text answers only)"
+    assert out["bad"]["error"] == {"code": "input", "message": "input: temperature must be a number >= 0 (got -1)"}
+    assert out["tools"]["error"]["message"] == "input: body.tools[0].function is missing"

@@ -161,8 +161,8 @@ def batch_file(path, n=24):
     lines = [chat_line(f"r{i}", f"Question {i % 5}: " + "why? " * (i % 7), max_tokens=4 + i % 3) for i in range(n)]
     lines[2] = "this is not json"
     lines[5] = chat_line("r5", "hi", temperature="hot")
-    lines[7] = chat_line(7, "a number for a custom_id")
-    lines[9] = json.dumps({"custom_id": "r9", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}})
+    lines[7] = json.dumps({"custom_id": "r7", "method": "POST", "url": "/v1/chat/completions", "body": {}})
+    lines[9] = chat_line("r9", "hi", n=0)
     lines[11] = chat_line("r11", "hi", stop="END", seed=3, response_format={"type": "json_object"})
     lines[13] = chat_line("r13", "hi", tools=[{"type": "function"}])
     data = "\n".join(lines[:6]) + "\n\n  \n" + "\r\n".join(lines[6:12]) + "\r\n" + "\n".join(lines[12:]) + "\n"
@@ -180,11 +180,13 @@ def test_openai_batch_jsonl_on_the_cluster_line_for_line(null_pipeline, tmp_path
     summary = on_cluster.run(null_pipeline, progress=False)
     cluster = [without_created(x) for x in (tmp_path / "cluster.jsonl").read_text().splitlines()]
     assert len(cluster) == 24
-    assert [o["custom_id"] for o in cluster][:8] == ["r0", "r1", None, None, "r4", "r5", "r6", 7]
-    errors = [o["error"] for o in cluster]
+    assert [o["custom_id"] for o in cluster][:8] == ["r0", "r1", None, None, "r4", "r5", "r6", "r7"]
+    errors = [o["error"]["message"] if o["error"] else None for o in cluster]
     assert errors[2].startswith("input: line is not valid JSON") and "temperature" in errors[5]
-    assert "url must be" in errors[9] and "body.tools is not supported" in errors[13] and "UTF-8" in errors[3]
+    assert errors[7] == "input: messages is missing" and errors[9] == "input: n must be an integer >= 1 (got 0)"
+    assert errors[13] == "input: body.tools[0].function is missing" and "UTF-8" in errors[3]
     assert errors[11].startswith("output: answer is not valid JSON")   # (its response_format went with it)
+    assert {o["error"]["code"] for o in cluster if o["error"]} == {"input", "output"}
     assert sum(e is not None for e in errors) == summary.errors
     assert summary.rows == 24 and not (tmp_path / "cluster.jsonl.partial").exists()
 

@@ -46,7 +46,6 @@ LINES = [
     request("nothing", max_tokens=3),
     request("empty", prompt=["fine", ""]),
     request("stream", prompt="hi", stream=True),
-    request("chat", "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}]),
     "not json",
     request("hot", prompt="x", temperature=-1),
 ]
@@ -66,8 +65,7 @@ def test_completion_lines_answer_as_openais_text_completion(fake_pipeline, tmp_p
                       notify=lambda m: None)
     summary = job.run(fake_pipeline, progress=False)
     out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert [o["custom_id"] for o in out] == ["one", "four", "ids", "echo", "nothing", "empty", "stream", "chat", None,
-                                             "hot"]
+    assert [o["custom_id"] for o in out] == ["one", "four", "ids", "echo", "nothing", "empty", "stream", None, "hot"]
     assert [o["id"] for o in out] == [f"pipeline-{i}" for i in range(len(LINES))]
     one, four = (Completion.model_validate(o["response"]["body"]) for o in out[:2])
     assert one.object == "text_completion" and len(one.choices) == 1 and one.choices[0].logprobs is None
@@ -78,16 +76,15 @@ def test_completion_lines_answer_as_openais_text_completion(fake_pipeline, tmp_p
     assert [c.index for c in four.choices] == list(range(8)) and all(c.logprobs is not None for c in four.choices)
     assert four.usage.total_tokens == four.usage.prompt_tokens + four.usage.completion_tokens
     # a row per prompt (line "empty" has two); the five prompts of DOC are one group, on one shard
-    assert summary.rows == 14 and summary.errors == 8 and max(summary.per_shard.values()) >= 5
-    errors = {o["custom_id"]: o["error"] for o in out[2:]}
+    assert summary.rows == 13 and summary.errors == 7 and max(summary.per_shard.values()) >= 5
+    errors = {o["custom_id"]: o["error"]["message"] for o in out[2:]}
+    assert {o["error"]["code"] for o in out[2:]} == {"input"}
     assert errors == {
         "ids": "input: body.prompt: token ids are not supported; give the prompt as text",
         "echo": "input: body.echo is not supported (the answer's text only)",
         "nothing": "input: body.prompt is missing",
         "empty": "input: prompt 1: prompt is empty",
         "stream": "input: body asks for stream; a batch's answers are not streamed",
-        "chat": "input: url must be /v1/completions (got '/v1/chat/completions'); a file's requests are all for "
-                "one endpoint, its first line's",
         None: "input: line is not valid JSON (Expecting value at column 1)",
         "hot": "input: temperature must be a number >= 0 (got -1)"}
     assert all(o["response"]["status_code"] == 400 and o["response"]["body"] is None for o in out[2:])

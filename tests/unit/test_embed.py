@@ -68,7 +68,7 @@ def test_openai_batch_embedding_requests_in_and_openai_responses_out(fake_pipeli
     lines = [{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m", "input": "alpha"}},
              {"custom_id": "b", "method": "POST", "url": "/v1/embeddings", "body": {"input": ["bravo"]}},
              {"custom_id": "c", "method": "POST", "url": "/v1/embeddings", "body": {"input": ["x", "y"]}},
-             {"custom_id": "d", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}},
+             {"custom_id": "d", "method": "POST", "url": "/v1/embeddings", "body": {"inputs": "typo"}},
              {"custom_id": "e", "method": "POST", "url": "/v1/embeddings",
               "body": {"input": "z", "encoding_format": "base64"}}]
     src = tmp_path / "batch.jsonl"
@@ -82,9 +82,9 @@ def test_openai_batch_embedding_requests_in_and_openai_responses_out(fake_pipeli
         assert body["object"] == "list" and body["usage"] == {"prompt_tokens": len(text), "total_tokens": len(text)}
         assert [d["object"] for d in body["data"]] == ["embedding"] and body["data"][0]["index"] == 0
         assert np.allclose(body["data"][0]["embedding"], _expected(text), atol=1e-6)
-    assert out[2]["error"] == "input: body.input must be a string (one text per request)"
-    assert out[3]["error"].startswith("input: url must be /v1/embeddings (got '/v1/chat/completions')")
-    assert "encoding_format 'base64' is not supported" in out[4]["error"]
+    assert out[2]["error"] == {"code": "input", "message": "input: body.input must be a string (one text per request)"}
+    assert out[3]["error"]["message"] == "input: body.input is missing"
+    assert "encoding_format 'base64' is not supported" in out[4]["error"]["message"]
 
 
 def test_python_rows_and_dataframes_get_embeddings(fake_pipeline):

@@ -135,7 +135,7 @@ def test_openai_batch_jsonl_in_and_out(null_pipeline, tmp_path):
          "body": {"model": "any", "messages": [{"role": "system", "content": "Be brief."},
                                                 {"role": "user", "content": "What is 2+2?"}], "max_tokens": 8}},
         "this is not json",
-        {"custom_id": "r3", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}},
+        {"custom_id": "r3", "method": "POST", "url": "/v1/chat/completions", "body": {"input": "x"}},
         {"custom_id": "r4", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}},
         {"custom_id": "r5", "method": "POST", "url": "/v1/chat/completions",
          "body": {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]}},
@@ -153,9 +153,10 @@ def test_openai_batch_jsonl_in_and_out(null_pipeline, tmp_path):
                                                                                       "content": ""}
     assert body["usage"]["prompt_tokens"] > len("What is 2+2?")  # rendered with the chat template
     assert out[4]["error"] is None
-    assert out[1]["response"]["status_code"] == 400 and out[1]["error"].startswith("input: line is not valid JSON")
-    assert "url must be /v1/chat/completions" in out[2]["error"]
-    assert out[3]["error"] == "input: messages must be a non-empty list"
+    assert out[1]["response"]["status_code"] == 400
+    assert out[1]["error"]["code"] == "input" and out[1]["error"]["message"].startswith("input: line is not valid JSON")
+    assert out[2]["error"] == {"code": "input", "message": "input: messages is missing"}
+    assert out[3]["error"]["message"] == "input: messages must be a non-empty list"
 
 
 def test_openai_batch_duplicate_custom_ids_refused(tmp_path):

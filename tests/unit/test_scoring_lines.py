@@ -10,6 +10,7 @@ import pytest
 
 from pipeline import Pipeline, load_config, prepare_job
 from pipeline.data.answer_files import ANSWER_SCHEMA, AnswerFiles
+from pipeline.data.errors import JobError
 from pipeline.data.scoring_lines import line_rows
 from pipeline.steps.jsonl_input import fanned_rows
 
@@ -51,7 +52,6 @@ LINES = [
     request("r2", "/v1/rerank", query="which?", documents=DOCS, top_n=2),
     request("s4", "/v1/score", data_1=["a", "b"], data_2=["x", "y", "z"]),
     "not json",
-    request("c1", "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}]),
     request("s5", "/v1/score", text_1="q", text_2=["fine", ""]),
     request("r3", "/v1/rerank", query="q", documents=["a", {"content": []}]),
     request("r4", "/v1/rerank", query="q", documents=["a"], top_n=-1),
@@ -63,8 +63,7 @@ LINES = [
 def test_lines_fan_out_to_pairs_and_gather_back_in_vllms_shapes(fake_pipeline, tmp_path):
     src = write(tmp_path / "batch.jsonl", LINES)
     summary, out = run(fake_pipeline, src, tmp_path / "out.jsonl", jobs={"partition_bytes": 400})
-    assert [o["custom_id"] for o in out] == ["s1", "s2", "s3", "r1", "r2", "s4", None, "c1", "s5", "r3", "r4", "s6",
-                                             "s7"]
+    assert [o["custom_id"] for o in out] == ["s1", "s2", "s3", "r1", "r2", "s4", None, "s5", "r3", "r4", "s6", "s7"]
     assert [o["id"] for o in out] == [f"pipeline-{i}" for i in range(len(LINES))]
     # s1: one query, every document, each score on its document's index
     body = out[0]["response"]["body"]
@@ -92,32 +91,31 @@ def test_lines_fan_out_to_pairs_and_gather_back_in_vllms_shapes(fake_pipeline, t
     assert set(out[3]["response"]["body"]) == {"id", "model", "usage", "results"}
     assert out[4]["response"]["body"]["results"] == results[:2]
     # errors: each its line's, with the pair that failed
-    errors = [o["error"] for o in out]
+    errors = [o["error"]["message"] if o["error"] else None for o in out]
     assert errors[5].startswith("input: Input lengths must be either 1:1, 1:N or N:N")
     assert errors[6].startswith("input: line is not valid JSON")
-    assert errors[7].startswith("input: url must be /v1/score or /v1/rerank (got '/v1/chat/completions')")
-    assert errors[8] == "input: pair 1: document is empty"
-    assert errors[9] == "input: body.documents[1]: expected str, got object"
-    assert errors[10].startswith("input: body.top_n must be a whole number")
-    assert errors[11].startswith("input: body.truncate_prompt_tokens is not supported")
-    assert errors[12] is None and out[12]["response"]["body"]["data"][0]["index"] == 0   # (any url ending /score)
-    for o in out[5:12]:
+    assert errors[7] == "input: pair 1: document is empty"
+    assert errors[8] == "input: body.documents[1]: expected str, got object"
+    assert errors[9].startswith("input: body.top_n must be a whole number")
+    assert errors[10].startswith("input: body.truncate_prompt_tokens is not supported")
+    assert errors[11] is None and out[11]["response"]["body"]["data"][0]["index"] == 0   # (any url ending /score)
+    for o in out[5:11]:
         assert o["response"] == {"status_code": 400, "request_id": o["response"]["request_id"], "body": None}
+        assert o["error"]["code"] == "input"
     # every pair once: a row per pair, a row per bad line
-    assert summary.rows == 4 + 2 + 1 + 4 + 4 + 1 + 1 + 1 + 2 + 1 + 1 + 1 + 1
-    assert summary.errors == 7   # (rows: s5 has one pair that failed, one answered)
+    assert summary.rows == 4 + 2 + 1 + 4 + 4 + 1 + 1 + 2 + 1 + 1 + 1 + 1
+    assert summary.errors == 6   # (rows: s5 has one pair that failed, one answered)
 
 
-def test_a_line_of_another_endpoint_is_an_error_line_either_way(fake_pipeline, tmp_path):
+def test_a_line_of_another_endpoint_fails_the_file_either_way(fake_pipeline, tmp_path):
     chat = request("c", "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}])
     score = request("s", "/v1/score", text_1="q", text_2=["a", "b"])
-    _, out = run(fake_pipeline, write(tmp_path / "chat.jsonl", [chat, score]), tmp_path / "chat-out.jsonl")
-    assert out[0]["error"] is None and out[1]["error"] == (
-        "input: url must be /v1/chat/completions (got '/v1/score'); a file's requests are all for one endpoint, "
-        "its first line's")
-    _, out = run(fake_pipeline, write(tmp_path / "score.jsonl", [score, chat]), tmp_path / "score-out.jsonl")
-    assert out[0]["error"] is None and len(out[0]["response"]["body"]["data"]) == 2
-    assert "a file's requests are all for the scoring endpoints" in out[1]["error"]
+    with pytest.raises(JobError, match=r"line 2: url '/v1/score' is not this file's endpoint \(its first line's url\) "
+                                       r"\(/v1/chat/completions\)"):
+        run(fake_pipeline, write(tmp_path / "chat.jsonl", [chat, score]), tmp_path / "chat-out.jsonl")
+    with pytest.raises(JobError, match=r"line 2: url '/v1/chat/completions' is not this file's endpoint .* "
+                                       r"\(/v1/score or /v1/rerank\)"):
+        run(fake_pipeline, write(tmp_path / "score.jsonl", [score, chat]), tmp_path / "score-out.jsonl")
 
 
 def test_a_rerun_answers_only_the_pairs_not_committed_and_each_line_is_whole(fake_pipeline, tmp_path):

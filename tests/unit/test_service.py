@@ -191,8 +191,8 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
     for e, f in zip(errors, failed):   # OpenAI's error-file shape, the job's reason in it
         assert e["error"] is None and e["id"] == f["id"]
         assert e["response"]["status_code"] == 400 and e["response"]["request_id"] == f["response"]["request_id"]
-        assert e["response"]["body"] == {"error": {"message": f["error"], "type": "invalid_request_error",
-                                                   "param": None, "code": None}}
+        assert e["response"]["body"] == {"error": {"message": f["error"]["message"], "type": "invalid_request_error",
+                                                   "param": None, "code": "input"}}
     assert errors[1]["response"]["body"]["error"]["message"] == "input: messages[0].content is not text (got int)"
     # the Batch object's usage: the answered requests' tokens, summed (none while it validated)
     usages = [o["response"]["body"]["usage"] for o in output]
@@ -515,6 +515,19 @@ def test_openai_shaped_errors(service, tmp_path):
     failed = wait_for(client, batch.id, over)
     assert failed.status == "failed" and failed.failed_at is not None and failed.output_file_id is None
     assert [(d.code, d.line) for d in failed.errors.data] == [("mismatched_endpoint", 1)]
+    # as does a line without a custom_id, or with another endpoint's url, wherever it is
+    no_id = b'{"method": "POST", "url": "/v1/chat/completions", "body": {}}'
+    for bad, code, param in ((no_id, "missing_required_parameter", "custom_id"),
+                             (json.dumps({"custom_id": "x", "method": "POST", "url": "/v1/embeddings",
+                                          "body": {"input": "text"}}).encode(), "mismatched_endpoint", "url")):
+        mixed = tmp_path / f"{code}.jsonl"
+        mixed.write_bytes(src.read_bytes() + b"\n" + bad + b"\n")
+        batch = client.batches.create(input_file_id=client.files.create(file=mixed.open("rb"), purpose="batch").id,
+                                      endpoint=CHAT, completion_window="24h")
+        failed = wait_for(client, batch.id, over)
+        assert failed.status == "failed" and failed.output_file_id is None and failed.request_counts.completed == 0
+        (error,) = failed.errors.data
+        assert (error.code, error.line, error.param) == (code, 3, param) and error.message.startswith("Line 3: ")
 
     # custom_ids used twice fail validation too
     twice = tmp_path / "twice.jsonl"

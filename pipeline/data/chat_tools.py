@@ -1,0 +1,95 @@
+"""Tools in chat lines (``body.tools``, ``body.tool_choice``), answered as vLLM answers them for any
+model: by structured output over the tools' parameter schemas.
+
+- ``tool_choice: "required"``: the answer is a JSON list of one or more ``{"name", "parameters"}``
+  calls, each ``parameters`` valid against its tool's schema (vLLM's schema for it, ``_required``);
+- a named function (``{"type": "function", "function": {"name"}}``): the answer is that tool's
+  arguments, valid against its schema;
+- ``"none"``: the tools are left out and the line is answered as text;
+- ``"auto"`` (OpenAI's default where tools are given): the model would choose, which needs a
+  tool-call parser for its output format; none is configured, so the line is an error naming the
+  field.
+
+The answer's JSON is checked against the schema as any JSON answer is (pipeline/sampling.py): an
+answer that does not match is the line's ``output:`` error. The output line carries the calls
+as ``message.tool_calls`` (``tool_calls``) with ``finish_reason`` ``tool_calls``; the line's carry
+says which kind of answer it is (``mode``: ``"required"`` or the function's name).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipeline.data.openai_format import ChatBody, NamedToolChoice
+
+REQUIRED = "required"
+
+
+def tool_fields(body: ChatBody) -> tuple[dict, str | None]:
+    """The row columns a chat body's tools add (``json_schema``, and ``tools`` for the chat
+    template), and None; or {} and why the line cannot be answered. ``{}``, None: no tools."""
+    choice = body.tool_choice
+    if not body.tools or choice == "none":
+        if isinstance(choice, NamedToolChoice) or choice in (REQUIRED, "auto"):
+            return {}, f"body.tool_choice {_shown(choice)} names tools, and body.tools gives none"
+        return {}, None
+    tools = body.tools
+    for i, t in enumerate(tools):
+        if t.type != "function":
+            return {}, f"body.tools[{i}].type {t.type!r} is not supported (function tools only)"
+        if t.function is None:
+            return {}, f"body.tools[{i}].function is missing"
+    if choice in (None, "auto"):
+        return {}, ("body.tool_choice \"auto\" (the default where tools are given) needs a tool-call parser for "
+                    "the model's output, and none is configured; set tool_choice to \"required\" or a named "
+                    "function, or \"none\" for a text answer")
+    schemas = {t.function.name: t.function.parameters or {"type": "object", "properties": {}} for t in tools}
+    if choice == REQUIRED:
+        schema: dict[str, Any] = _required(schemas)
+    else:
+        assert isinstance(choice, NamedToolChoice)
+        if choice.function.name not in schemas:
+            return {}, f"body.tool_choice names function {choice.function.name!r}, which body.tools does not give"
+        schema = schemas[choice.function.name]
+    return {"json_schema": schema, "tools": [_plain(t) for t in tools]}, None
+
+
+def _required(schemas: dict[str, dict]) -> dict:
+    """vLLM's schema for ``tool_choice: "required"``: a non-empty list of calls of the tools."""
+    return {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
+        {"properties": {"name": {"type": "string", "enum": [name]}, "parameters": parameters},
+         "required": ["name", "parameters"]} for name, parameters in schemas.items()]}}
+
+
+def _plain(tool) -> dict:
+    f = tool.function
+    return {"type": "function", "function": {k: v for k, v in (("name", f.name), ("description", f.description),
+                                                                ("parameters", f.parameters)) if v is not None}}
+
+
+def _shown(choice) -> str:
+    return repr(choice) if isinstance(choice, str) else f"function {choice.function.name!r}"
+
+
+def tool_mode(request: Any) -> str | None:
+    """How a chat line (parsed JSON) is answered: ``"required"``, the named function's name, or
+    None (as text; a line whose tools fail is an error row either way)."""
+    body = request.get("body") if isinstance(request, dict) else None
+    if not isinstance(body, dict) or not body.get("tools"):
+        return None
+    choice = body.get("tool_choice")
+    if choice == REQUIRED:
+        return REQUIRED
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def tool_calls(answer_json: str, mode: str, prefix: str) -> list[tuple[str, str, str]]:
+    """An answer's calls as ``(id, name, arguments as JSON text)``: each of a ``required`` answer's
+    list, or the named function's one. ``prefix``: what makes the ids unique in the batch."""
+    value = json.loads(answer_json)
+    calls = [(c["name"], c["parameters"]) for c in value] if mode == REQUIRED else [(mode, value)]
+    return [(f"call_{prefix}_{i}", name, json.dumps(arguments, ensure_ascii=False))
+            for i, (name, arguments) in enumerate(calls)]
