@@ -207,6 +207,7 @@ class EnginePlugin(WorkerPlugin):
                 answering.cancel()
 
     def _running(self) -> Engine:
+        """The engine, or the error that it is not running (stopped, or not yet started)."""
         if self.engine is None:
             raise RuntimeError(f"shard {self.shard}: engine is not running")
         return self.engine
@@ -257,7 +258,7 @@ class EnginePlugin(WorkerPlugin):
         ``job``'s turn at the engine, as ``answer_row`` does."""
         out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
                                       self._running().embed(ids, request_id=rid, normalize=sampling.normalize,
-                                                        priority=priority))
+                                                            priority=priority))
         if isinstance(out, RowResult):
             return out
         assert t0 is not None   # (None only with a failed result)
