@@ -3,9 +3,15 @@ its way to a shard (the client's dispatch, a shard's grouped admission) and a do
 expected answer in a cluster job's placement. One ratio for all of them."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+
 CHARS_PER_TOKEN = 4   # English text with the usual BPE tokenizers
+Chars = TypeVar("Chars", int, "np.ndarray")   # a count of characters, or an array of counts
 
 
-def estimated_tokens(chars: int) -> int:
-    """At least one token for ``chars`` characters of text."""
+def estimated_tokens(chars: Chars) -> Chars:
+    """At least one token for ``chars`` characters of text (for each count of an array)."""
     return chars // CHARS_PER_TOKEN + 1

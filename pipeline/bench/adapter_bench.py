@@ -19,6 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -80,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                         run_job(pipeline, src, out, progress=False)
                         took[who] = time.perf_counter() - t0
                         continue
+                    placed: list[dict[str, Any]]   # (the output's rows, or a stand-in)
                     placed = pq.read_table(out, columns=["id", "shard"]).to_pylist() if out.exists() else \
                         [{"id": k, "shard": shards.shards[k % len(shards.shards)]} for k in range(len(rows))]
-                    assignment = {name: [] for name in shards.shards}
+                    assignment: dict[str, list[int]] = {name: [] for name in shards.shards}
                     for r in placed:
                         assignment[r["shard"]].append(r["id"])
                     for ks in assignment.values():

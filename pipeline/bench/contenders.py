@@ -171,7 +171,7 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=No
                                             for k, v in assign.items()})
     res = RunResult(name, burst, pair, wall, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
                     prep.ideal_prefill_blocks, {k: len(v) for k, v in assign.items()}, finish, gc)
-    if roles:
+    if before is not None:   # (with roles: their snapshot before)
         after = roles.snapshot()
         res.cores, res.faults = cores_used(before, after, wall), minor_faults(before, after)
     for shard, idx in assign.items():
@@ -205,7 +205,7 @@ def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None)
             res.per_shard[r.shard] = res.per_shard.get(r.shard, 0) + 1
             res.finish_s[r.shard] = time.perf_counter() - t0
     res.wall_s = time.perf_counter() - t0
-    if roles:
+    if before is not None:   # (with roles: their snapshot before)
         after = roles.snapshot()
         res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
     stats = pipeline.worker_stats()
@@ -241,7 +241,7 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
         t0 = time.perf_counter()
         cluster_job.run(pipeline, progress=False)
         res.wall_s = time.perf_counter() - t0
-        if roles:
+        if before is not None:   # (with roles: their snapshot before)
             after = roles.snapshot()
             res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
         table = pq.read_table(out, columns=["id", "answer", "error", "prompt_tokens", "cached_tokens",
@@ -287,7 +287,7 @@ def run_pipeline_lines(pipeline, job: Config, prep: Prepared, burst, pair, roles
         t0 = time.perf_counter()
         cluster_job.run(pipeline, progress=False)
         res.wall_s = time.perf_counter() - t0
-        if roles:
+        if before is not None:   # (with roles: their snapshot before)
             after = roles.snapshot()
             res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
         answers = [json.loads(x) for x in out.read_text().splitlines()]

@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         # the pipeline's own split of these rows between the shards; the texts, as a
                         # user hands them to LLM.embed (vLLM tokenizes them, as the pipeline's workers do)
+                        placed: list[dict[str, Any]]   # (the output's rows, or a stand-in)
                         placed = pq.read_table(work / f"out-{pair}.parquet", columns=["id", "shard"]).to_pylist() \
                             if (work / f"out-{pair}.parquet").exists() else \
                             [{"id": k, "shard": shards.shards[k % len(shards.shards)]} for k in range(len(texts))]

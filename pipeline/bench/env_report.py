@@ -17,7 +17,7 @@ def engine_env_report(pipeline, shards) -> dict:
     workers = {s["shard"]: s["pid"] for s in pipeline.worker_stats()}
     out: dict = {}
     for shard in shards.shards:
-        sides = {}
+        sides: dict[str, dict[str, tuple[int, dict[str, str]]]] = {}   # side -> process name -> (pid, environ)
         for side, root in (("pipeline", workers.get(shard)), ("standalone", shards.pid_of(shard))):
             procs = engine_env.engine_processes(root) if root else {}
             sides[side] = {}

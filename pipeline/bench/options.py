@@ -3,6 +3,7 @@ in the benchmark's driver process. The contenders are named here: the report lis
 this order."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from pipeline.bench.workloads import completion_lines, document_questions, skewed_counts
@@ -35,19 +36,20 @@ class BenchOptions:
 
 
 def burst_rows(burst: str, opts: BenchOptions, seed: int) -> list[dict]:
-    kw = dict(filler_sentences=opts.filler_sentences, seed=seed, id_prefix=f"{burst}-")
+    ask = functools.partial(document_questions, filler_sentences=opts.filler_sentences, seed=seed,
+                            id_prefix=f"{burst}-")
     if burst == "no_reuse":
-        return document_questions(opts.docs, 1, **kw)
+        return ask(opts.docs, 1)
     if burst == "reuse":
         # Shuffled, not strictly interleaved: with a strict interleave and an even number of
         # documents, round-robin over 2 shards sends every question of a document to the same
         # shard by parity alone, and "standalone-rr" would silently be prefix-affine.
-        return document_questions(opts.docs, opts.questions_per_doc, order="shuffled", **kw)
+        return ask(opts.docs, opts.questions_per_doc, order="shuffled")
     if burst == "skewed":
         counts = skewed_counts(opts.docs, opts.skewed_requests, seed=seed)
-        return document_questions(opts.docs, counts, order="shuffled", **kw)
+        return ask(opts.docs, counts, order="shuffled")
     if burst == "bigjob":
-        return document_questions(opts.bigjob_docs, opts.bigjob_questions, order="shuffled", **kw)
+        return ask(opts.bigjob_docs, opts.bigjob_questions, order="shuffled")
     if burst == "completions":
-        return completion_lines(document_questions(opts.docs, opts.questions_per_doc, order="grouped", **kw), seed)
+        return completion_lines(ask(opts.docs, opts.questions_per_doc, order="grouped"), seed)
     raise ValueError(f"unknown burst {burst!r}; known: {', '.join(KNOWN_BURSTS)}")

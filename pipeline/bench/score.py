@@ -19,6 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,7 @@ from pipeline.bench.standalone import StandaloneShards
 from pipeline.bench.workloads import document_questions
 from pipeline.client.pipeline import Pipeline
 from pipeline.config import load_config
-from tasks.classify import label_probs
+from tasks.classify import Classify, label_probs
 
 
 def pairs_of(docs: int, queries: int, seed: int) -> list[dict]:
@@ -46,8 +47,10 @@ def prompt_ids(pipeline, rows: list[dict]) -> list[list[int]]:
     return [encode(p.prefix) + encode(p.suffix) for p in parts]
 
 
-def score_of(logprobs: list[float]) -> float:
+def score_of(logprobs: list[float] | None) -> float:
     """The first label's probability over the labels (the worker's score)."""
+    if logprobs is None:
+        raise ValueError("no label log-probabilities to score: the requests did not read the labels")
     return label_probs(logprobs)[0]
 
 
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     if who == "arrival":
                         assignment = {name: list(range(k, len(rows), n)) for k, name in enumerate(shards.shards)}
                     else:   # the pipeline's placement of these rows, each shard's sorted by document
+                        placed: list[dict[str, Any]]   # (the output's rows, or a stand-in)
                         placed = pq.read_table(out, columns=["id", "shard"]).to_pylist() if out.exists() else \
                             [{"id": k, "shard": shards.shards[k % n]} for k in range(len(rows))]
                         assignment = {name: [] for name in shards.shards}
@@ -128,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{runs[-1]['pipeline'] / runs[-1]['sorted']:.3f}",
                       flush=True)
         scored = pq.read_table(work / "out-0.parquet").to_pylist()
+        if not isinstance(pipeline.task, Classify):
+            raise TypeError(f"task score's kind is {type(pipeline.task).__name__}, not Classify: it has no labels")
         label_ids = [pipeline.tokenizer.encode(x, add_special_tokens=False)[0] for x in pipeline.task.labels]
         first = pairs_of(args.docs, args.queries, args.seed)
         ref = reference_logprobs(pipeline.model, prompt_ids(pipeline, first[: args.check]), label_ids)

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 from pipeline.config import Config
 from pipeline.names import SHARD_ENV
@@ -37,6 +38,10 @@ from pipeline.worker.vllm_engine import (
     sampling_params,
 )
 from tasks import spec
+
+# A prompt a standalone engine is given: its token ids; with an adapter, (token ids, the adapter's
+# folder or None); or a text (to embed, as a user hands it to ``LLM.embed``)
+Prompt = list[int] | tuple[list[int], str | None] | str
 
 
 @dataclass
@@ -87,13 +92,14 @@ def _serve(conn, model: str, config: Config) -> None:
             conn.send(("ok",))
         elif cmd == "go":
             if embeds:
-                outs = llm.embed(prompts, use_tqdm=False) if prompts else []
-                conn.send(("done", [("", len(o.prompt_token_ids), 0, 0) for o in outs], pauses.summary()))
+                embedded = llm.embed(prompts, use_tqdm=False) if prompts else []
+                conn.send(("done", [("", len(o.prompt_token_ids), 0, 0) for o in embedded], pauses.summary()))
                 continue
             lora = loras if any(x is not None for x in loras) else None
             outs = llm.generate(prompts, sampling, use_tqdm=False, lora_request=lora) if prompts else []
-            conn.send(("done", [(o.outputs[0].text, len(o.prompt_token_ids), int(o.num_cached_tokens or 0),
-                                 len(o.outputs[0].token_ids),
+            # (vLLM types RequestOutput.prompt_token_ids Optional: LLM.generate's outputs for token prompts have them)
+            conn.send(("done", [(o.outputs[0].text, len(o.prompt_token_ids),  # type: ignore[arg-type]
+                                 int(o.num_cached_tokens or 0), len(o.outputs[0].token_ids),
                                  read_labels(o.outputs[0], label_ids) if label_ids else None) for o in outs],
                        pauses.summary()))
         elif cmd == "stop":
@@ -160,6 +166,7 @@ class StandaloneShards:
                 env = {**base, **shard.worker_env()}
                 proc = subprocess.Popen([sys.executable, "-c", code, host, str(port)], env=env,
                                         stdin=subprocess.PIPE, text=True)
+                assert proc.stdin is not None   # (stdin=PIPE)
                 proc.stdin.write(authkey.hex() + "\n")
                 proc.stdin.close()
                 self._procs[shard.name] = proc
@@ -195,8 +202,8 @@ class StandaloneShards:
         for name in self.shards:
             self._expect(name, "ok")
 
-    def run(self,
-            assignment: dict[str, list[list[int]]]) -> tuple[float, dict[str, float], dict[str, list[Output]], dict]:
+    def run(self, assignment: Mapping[str, Sequence[Prompt]]
+            ) -> tuple[float, dict[str, float], dict[str, list[Output]], dict]:
         """Load each shard's prompts, then start all at once; the clock covers generation only.
 
         Returns (wall seconds, finish time per shard, outputs per shard, GC summary per shard)."""

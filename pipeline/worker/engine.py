@@ -7,11 +7,15 @@ plumbing and in unit tests of routing and transport.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, SupportsIndex, overload
 
 from pipeline.config import Config
 from pipeline.sampling import Sampling
 from pipeline.worker.adapters import AdapterError, Adapters
+
+if TYPE_CHECKING:
+    import numpy as np
+    from typing_extensions import Self
 
 
 class EngineDead(RuntimeError):
@@ -81,7 +85,7 @@ class Labelled:
 
 @dataclass
 class Embedding:
-    vector: Sequence[float]   # float32 values (a numpy array from vLLM)
+    vector: Sequence[float] | np.ndarray   # float32 values (a numpy array from vLLM)
     prompt_tokens: int
 
 
@@ -92,6 +96,18 @@ class Classified:
     prompt_tokens: int
 
 
+class TokenIds(Protocol):
+    """A text's token ids as an engine gives them (``Engine.encode``): a list, or any sequence of ints that
+    ``+`` joins and slicing cuts into its own kind (the fake engine's ``array("I")``)."""
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[int]: ...
+    @overload
+    def __getitem__(self, index: SupportsIndex, /) -> int: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> Self: ...
+    def __add__(self, other: Self, /) -> Self: ...
+
+
 class Engine(Protocol):
     block_size: int       # tokens per KV-cache block (the prefix cache's unit)
     kv_cache_tokens: int  # tokens the engine's KV cache holds
@@ -100,20 +116,21 @@ class Engine(Protocol):
     labels: tuple[str, ...] | None   # a classification model's labels, in its head's order
     embedding_size: int | None  # an embedding's values (an embedding engine's)
     special_tokens: int   # the tokens ``embed`` adds to a text (BERT's [CLS] and [SEP])
+    settings: dict        # the engine's effective settings, as plain values (the bench compares them)
 
-    def encode(self, text: str) -> Sequence[int]: ...   # (a list, or any sequence ``+`` joins and slices)
+    def encode(self, text: str) -> TokenIds: ...
     # ``priority``: lower first, among the requests waiting inside the engine (pipeline/worker/admission.py)
-    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling,
+    async def generate(self, prompt_ids: TokenIds, request_id: str, sampling: Sampling,
                        priority: int = 0) -> Generation: ...
     # an embedding of the text ``prompt_ids`` holds (without the model's special tokens, which the
     # engine adds); ``normalize``: to length 1 (None: as the model defines)
-    async def embed(self, prompt_ids: Sequence[int], request_id: str, normalize: bool | None = None,
+    async def embed(self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None,
                     priority: int = 0) -> Embedding: ...
     # the log-probability of each of ``label_ids`` as the next token after ``prompt_ids`` (one step)
-    async def label_logprobs(self, prompt_ids: Sequence[int], label_ids: Sequence[int], request_id: str,
+    async def label_logprobs(self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str,
                              priority: int = 0) -> Labelled: ...
     # a classification model's label probabilities for the text ``prompt_ids`` holds (special tokens
     # added by the engine, as ``embed``'s)
-    async def classify(self, prompt_ids: Sequence[int], request_id: str, priority: int = 0) -> Classified: ...
+    async def classify(self, prompt_ids: TokenIds, request_id: str, priority: int = 0) -> Classified: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from pipeline.sampling import Sampling
 from pipeline.worker.adapters import Adapters
-from pipeline.worker.engine import Choice, Classified, Embedding, Generation, Labelled, adapter_folder
+from pipeline.worker.engine import Choice, Classified, Embedding, Generation, Labelled, TokenIds, adapter_folder
 from pipeline.worker.prefix_cache_model import PrefixCacheModel
 
 
@@ -21,8 +21,8 @@ class FakeEngine:
 
     block_size = 16
     settings: dict = {}
-    tasks = ("generate", "embed")
-    embedding_size = 4   # an embedding: the prompt's tokens, and its first three code points, over 1000
+    tasks: tuple[str, ...] = ("generate", "embed")
+    embedding_size: int | None = 4   # an embedding: the prompt's tokens, and its first three code points, over 1000
     special_tokens = 0
 
     def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0, max_model_len: int = 2048,
@@ -43,7 +43,7 @@ class FakeEngine:
         ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
         return ids
 
-    async def generate(self, prompt_ids: Sequence[int], request_id: str, sampling: Sampling,
+    async def generate(self, prompt_ids: TokenIds, request_id: str, sampling: Sampling,
                        priority: int = 0) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
@@ -54,7 +54,7 @@ class FakeEngine:
         choices = [Choice(text, 0, "stop", [] if sampling.keeps_logprobs else None)] * sampling.choices
         return Generation.of(choices, len(prompt_ids), self.cache.serve(prompt_ids))
 
-    async def embed(self, prompt_ids: Sequence[int], request_id: str, normalize: bool | None = None,
+    async def embed(self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None,
                     priority: int = 0) -> Embedding:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
@@ -66,7 +66,7 @@ class FakeEngine:
             vector /= max(float(np.linalg.norm(vector)), 1e-12)
         return Embedding(vector, len(prompt_ids))
 
-    async def label_logprobs(self, prompt_ids: Sequence[int], label_ids: Sequence[int], request_id: str,
+    async def label_logprobs(self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str,
                              priority: int = 0) -> Labelled:
         """A label's token weighs by how often the prompt holds it: log((1 + count) / (sum over the
         labels of 1 + count)) -- deterministic, and the likeliest label is the one the prompt names most."""
@@ -79,13 +79,14 @@ class FakeEngine:
         total = sum(weights)
         return Labelled([math.log(w / total) for w in weights], len(ids), self.cache.serve(prompt_ids))
 
-    async def classify(self, prompt_ids: Sequence[int], request_id: str, priority: int = 0) -> Classified:
+    async def classify(self, prompt_ids: TokenIds, request_id: str, priority: int = 0) -> Classified:
         """Softmax over the labels of logits: how often the prompt's text names each label --
         deterministic, and the likeliest label is the one the text names most."""
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         import math
 
+        assert self.labels is not None   # (it serves task classify only with labels: ``tasks``)
         text = "".join(map(chr, prompt_ids))
         counts = [text.count(label) for label in self.labels]
         weights = [math.exp(c - max(counts)) for c in counts]

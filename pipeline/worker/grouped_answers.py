@@ -14,6 +14,7 @@ import asyncio
 import collections.abc
 import functools
 import time
+from typing import Any, Coroutine, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +30,7 @@ PROGRESS_EVERY_S = 1.0
 # not a buffer. When they are written is the commit's choice (pipeline/data/answer_files.py BucketCommits).
 HAND_OVER_ROWS = 4096
 HAND_OVER_S = 0.25
+T = TypeVar("T")
 
 
 async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
@@ -136,7 +138,7 @@ class Bookkeeping:
         await asyncio.gather(*self._commits)
         if self.progress is not None:
             self.progress(self.done, self.errors)
-        return self.results
+        return cast("list[RowResult]", self.results)   # (every row answered: else a failure, raised above)
 
     def _hand_over(self) -> None:
         if self.commit is not None and self._ready and not self.failure:
@@ -185,8 +187,10 @@ class Admission:
         starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1]))) if n else np.array([], int)
         decode = 1 if labels else sampling.max_tokens or plugin.config.sampling.max_tokens
         # each document's rows, and its questions in estimated tokens (with their answers), for the token gate
-        suffix_tokens = estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n))[self.order] if n else []
-        asked = np.add.reduceat(suffix_tokens + decode, starts).tolist() if n else []
+        asked: list[int] = []
+        if n:
+            suffix_tokens = estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n))[self.order]
+            asked = np.add.reduceat(suffix_tokens + decode, starts).tolist()
         self.documents = list(zip(starts.tolist(), np.append(starts[1:], n).tolist(), asked))
         self.window = 2 * plugin.config.intake.max_in_flight   # rows started, not yet answered
         self.waiting = 0          # rows started that wait for the engine
@@ -229,6 +233,7 @@ class Admission:
                 sampling = s.over(self.sampling) if s is not None else self.sampling
                 task, r = start_eagerly(self._request(k, prefix_ids, sampling))
                 if task is None:
+                    assert r is not None   # (finished at once: its result)
                     book.answered(k, r)
                     continue
             except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
@@ -241,7 +246,7 @@ class Admission:
             started.append(task)
         return started
 
-    def _request(self, k: int, prefix_ids, sampling):
+    def _request(self, k: int, prefix_ids, sampling) -> Coroutine[Any, Any, RowResult]:
         """Row ``k``'s request: an embedding, labels weighed, or an answer."""
         position, suffix, plugin = int(self.positions[k]), self.suffixes[k], self.plugin
         if self.embed:
@@ -257,7 +262,7 @@ class Admission:
         self.book.settled(k, task)
 
 
-def start_eagerly(coro) -> tuple[asyncio.Task | None, object]:
+def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[asyncio.Task[T] | None, T | None]:
     """Run ``coro`` at once, up to its first real wait; then a Task runs the rest: (that Task,
     None), or (None, its result) where it finished without waiting. What Python 3.12's eager
     tasks do: a request the engine answers at once (the fake engine) costs no Task and no trip

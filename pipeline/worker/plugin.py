@@ -17,8 +17,9 @@ import logging
 import os
 import sys
 import time
+from typing import Awaitable, Callable, TypeVar, cast
 
-from distributed import WorkerPlugin, get_worker
+from distributed import Worker, WorkerPlugin, get_worker
 from tornado.ioloop import PeriodicCallback
 
 from pipeline import engine_env
@@ -30,10 +31,11 @@ from pipeline.results import ErrorKind, RowResult
 from pipeline.sampling import Sampling, check_answer
 from pipeline.worker import metrics, reaper
 from pipeline.worker.admission import FairAdmission, TokenGate
-from pipeline.worker.engine import BadSampling, Engine, EngineDead, adapters_of
+from pipeline.worker.engine import BadSampling, Engine, EngineDead, TokenIds, adapters_of
 from pipeline.worker.gcstats import GcPauses
 from pipeline.worker.grouped_answers import answer_grouped
 from pipeline.worker.prompt_fit import fit_prompt, fit_text
+from pipeline.worker.row_results import answer_text, choice_entry, labelled
 from tasks.classify import head_probs, label_probs
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class TaskReleased(RuntimeError):
 
 
 LET_GO = ("released", "cancelled", "forgotten")   # a Dask task's states once nobody waits for it
+Out = TypeVar("Out")   # an engine call's output
 
 
 class EnginePlugin(WorkerPlugin):
@@ -55,7 +58,7 @@ class EnginePlugin(WorkerPlugin):
         self.model = model
         self.engine_kind = engine_kind
         self.engine: Engine | None = None
-        self.worker = None   # the Dask worker (set up)
+        self.worker: Worker | None = None   # the Dask worker (set up)
         self.info: dict = {}
         self.prefixes: PrefixMemory | None = None   # what the engine has served (set once it runs)
         self.phase = "waiting"       # starting -> ready -> stopped (or failed)
@@ -93,7 +96,7 @@ class EnginePlugin(WorkerPlugin):
         self._intake = FairAdmission(self.config.intake.max_in_flight)   # shared fairly by the jobs
         budget = self.config.intake.kv_budget_share * (self.engine.kv_cache_tokens or 0)
         self.token_gate = TokenGate(budget) if budget else None   # cluster jobs' grouped answering
-        self.prefixes = self._prefix_memory()
+        self.prefixes = self._prefix_memory(self.engine)
         gc.collect()
         gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
         self.gc_pauses = GcPauses().install()
@@ -115,11 +118,10 @@ class EnginePlugin(WorkerPlugin):
         self._engine_stopped = engine_stopped
         atexit.register(self._exit_without_finalizing)
 
-    def _prefix_memory(self) -> PrefixMemory:
+    def _prefix_memory(self, engine: Engine) -> PrefixMemory:
         """Bounded by the engine's KV cache (the fake engine, which has none, by the router's
         own bound, in the engine's blocks, split over the shards)."""
-        cap = self.engine.kv_cache_tokens or \
-            self.config.routing.max_blocks * self.engine.block_size // len(self.config.shards)
+        cap = engine.kv_cache_tokens or self.config.routing.max_blocks * engine.block_size // len(self.config.shards)
         return PrefixMemory(max(1, cap))
 
     def _build_engine(self) -> Engine:
@@ -139,6 +141,7 @@ class EnginePlugin(WorkerPlugin):
         same = {k: v for k, v in snap.items() if k != "time"}
         if snap["queued"] or snap["in_flight"] or same != getattr(self, "_published", None):
             self._published = same
+            assert self.worker is not None   # (published from ``setup`` on)
             self.worker.log_event(SNAPSHOT_TOPIC, snap)
 
     async def teardown(self, worker) -> None:
@@ -171,8 +174,7 @@ class EnginePlugin(WorkerPlugin):
         job's bucket. ``task``: the key of the Dask task asking; if Dask
         releases it meanwhile (its client cancelled it or is gone), the rows stop there: the
         requests in flight are aborted and no more start (``transition``)."""
-        if self.engine is None:
-            raise RuntimeError(f"shard {self.shard}: engine is not running")
+        self._running()
         answering = asyncio.ensure_future(answer_grouped(self, rows, bucket_id, sampling, truncate, progress,
                                                          **commit))
         if task is not None:
@@ -185,7 +187,7 @@ class EnginePlugin(WorkerPlugin):
             self._engine_died(exc)
             raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():   # (this worker is closing)
+            if (current := asyncio.current_task()) is not None and current.cancelling():   # (this worker is closing)
                 raise
             raise TaskReleased(f"shard {self.shard}: stopped answering {bucket_id}: Dask released task {task} "
                                f"(its client cancelled it or is gone)") from None
@@ -204,6 +206,12 @@ class EnginePlugin(WorkerPlugin):
             if answering is not None:
                 answering.cancel()
 
+    def _running(self) -> Engine:
+        """The engine, or the error that it is not running (stopped, or not yet started)."""
+        if self.engine is None:
+            raise RuntimeError(f"shard {self.shard}: engine is not running")
+        return self.engine
+
     def _released(self, key: str) -> bool:
         """Dask has let task ``key`` go on this worker (cancelled while it was starting, or gone)."""
         tasks = getattr(getattr(self.worker, "state", None), "tasks", None)
@@ -212,56 +220,60 @@ class EnginePlugin(WorkerPlugin):
         ts = tasks.get(key)
         return ts is None or ts.state in LET_GO
 
-    async def answer_row(self, job: str, batch_id: str, index: int, prefix_ids: list[int], suffix: str,
-                   truncate: bool, sampling: Sampling) -> RowResult:
+    async def answer_row(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str,
+                         truncate: bool, sampling: Sampling) -> RowResult:
         """Row ``index`` (its position in the job): its prompt is its prefix's tokens, then its
         suffix's. It waits for ``job``'s turn at the engine (pipeline/worker/admission.py)."""
-        ids, error = fit_prompt(prefix_ids, self.engine.encode(suffix), self.engine.max_model_len,
+        engine = self._running()
+        ids, error = fit_prompt(prefix_ids, engine.encode(suffix), engine.max_model_len,
                                 sampling.max_tokens or self.config.sampling.max_tokens, truncate)
         if error is not None:
             return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
-        gen, t0 = await self._at_engine(job, ids, lambda priority: self.engine.generate(
+        gen, t0 = await self._at_engine(job, ids, lambda priority: self._running().generate(
             ids, request_id=f"{batch_id}-{index}", sampling=sampling, priority=priority))
         if isinstance(gen, RowResult):
             gen.index = index
             return gen
-        answer = _text(gen.text, sampling)
+        answer = answer_text(gen.text, sampling)
         result = RowResult(index, answer=answer, prompt_tokens=gen.prompt_tokens,
                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
                            latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason, logprobs=gen.logprobs)
         if gen.choices is not None:
-            checked = [(c, *check_answer(_text(c.text, sampling), sampling, c.finish_reason == "length"))
+            checked = [(c, *check_answer(answer_text(c.text, sampling), sampling, c.finish_reason == "length"))
                        for c in gen.choices]
-            result.choices = [_choice(c, _text(c.text, sampling), parsed, problem) for c, parsed, problem in checked]
+            result.choices = [choice_entry(c, answer_text(c.text, sampling), parsed, problem)
+                              for c, parsed, problem in checked]
             result.answer_json = result.choices[0]["answer_json"]
-            if all(problem is not None for _, _, problem in checked):   # (a row fails when no answer is usable)
-                result.fail(ErrorKind.OUTPUT, checked[0][2])
+            problems = [problem for _, _, problem in checked if problem is not None]
+            if len(problems) == len(checked):   # (a row fails when no answer is usable)
+                result.fail(ErrorKind.OUTPUT, problems[0])
         elif sampling.json_schema is not None:
             result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
             if problem is not None:
                 result.fail(ErrorKind.OUTPUT, problem)
         return result
 
-    async def embed_row(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
-                     sampling: Sampling) -> RowResult:
+    async def embed_row(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool,
+                        sampling: Sampling) -> RowResult:
         """Row ``index``'s embedding: its text is its prefix's tokens, then its suffix's (a template's
         text after its prefix column), cut to what the model takes when ``truncate``; it waits for
         ``job``'s turn at the engine, as ``answer_row`` does."""
         out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
-                                      self.engine.embed(ids, request_id=rid, normalize=sampling.normalize,
-                                                        priority=priority))
+                                      self._running().embed(ids, request_id=rid, normalize=sampling.normalize,
+                                                            priority=priority))
         if isinstance(out, RowResult):
             return out
+        assert t0 is not None   # (None only with a failed result)
         return RowResult(index, embedding=out.vector, prompt_tokens=out.prompt_tokens, shard=self.shard,
                          latency_s=time.perf_counter() - t0)
 
-    async def classify_row(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
-                        labels: tuple[str, ...]) -> RowResult:
+    async def classify_row(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str,
+                           truncate: bool, labels: tuple[str, ...]) -> RowResult:
         """Row ``index``'s labels weighed (task classify / score): the probability of each label's first
         token as the answer's first token after the row's prompt, normalised over the labels -- or, on a
         classification model, its head's probabilities (``_head``); the likeliest label, and the first
         label's probability as the row's score. It waits for ``job``'s turn at the engine, as ``answer_row`` does."""
-        engine = self.engine
+        engine = self._running()
         if "classify" in engine.tasks:
             return await self._head(job, batch_id, index, prefix_ids, suffix, truncate, labels)
         label_ids = self._label_ids.get(labels)
@@ -275,22 +287,25 @@ class EnginePlugin(WorkerPlugin):
         if isinstance(out, RowResult):
             out.index = index
             return out
-        return _labelled(index, labels, label_probs(out.logprobs), out, self.shard, t0)
+        return labelled(index, labels, label_probs(out.logprobs), out, self.shard, t0)
 
-    async def _head(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool,
+    async def _head(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool,
                     labels: tuple[str, ...]) -> RowResult:
         """Row ``index``'s text (as ``embed_row``'s) classified by the model's own head: ``labels``' probabilities."""
         out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
-                                      self.engine.classify(ids, request_id=rid, priority=priority))
+                                      self._running().classify(ids, request_id=rid, priority=priority))
         if isinstance(out, RowResult):
             return out
-        return _labelled(index, labels, head_probs(out.probs, self.engine.labels, labels), out, self.shard, t0)
+        head = self._running().labels
+        assert head is not None and t0 is not None   # (a classification model has labels; t0 is None only on failure)
+        return labelled(index, labels, head_probs(out.probs, head, labels), out, self.shard, t0)
 
-    async def _on_text(self, job: str, batch_id: str, index: int, prefix_ids, suffix: str, truncate: bool, call):
+    async def _on_text(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool,
+                       call: Callable[[TokenIds, str, int], Awaitable[Out]]) -> tuple[Out | RowResult, float | None]:
         """Row ``index``'s text -- its prefix's tokens, then its suffix's, cut to what the model takes
         when ``truncate`` -- handed to ``call(ids, request_id, priority)`` at ``job``'s turn at the
         engine: (the engine's output, its start time), or (the row's failed result, None)."""
-        engine = self.engine
+        engine = self._running()
         ids = prefix_ids + engine.encode(suffix) if suffix else prefix_ids
         ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
         if error is not None:
@@ -300,7 +315,8 @@ class EnginePlugin(WorkerPlugin):
             out.index = index
         return out, t0
 
-    async def _at_engine(self, job: str, ids, request) -> tuple[object, float]:
+    async def _at_engine(self, job: str, ids: TokenIds,
+                         request: Callable[[int], Awaitable[Out]]) -> tuple[Out | RowResult, float]:
         """``request(priority)`` (an engine call for prompt ``ids``) once it is ``job``'s turn at
         the engine (pipeline/worker/admission.py), counted in the shard's figures: its output and
         when it started; or, where the engine refused or failed the request, the row's failed
@@ -347,6 +363,7 @@ class EnginePlugin(WorkerPlugin):
             return
         self._dead = True
         logger.error("shard %s: engine died (%s); restarting the worker", self.shard, exc)
+        assert self.worker is not None   # (set up: the engine ran)
         self.worker.log_event(ENGINE_DIED_TOPIC, {"shard": self.shard, "error": str(exc)})
         self.worker.loop.add_callback(self.worker.close, nanny=False, reason=f"pipeline: engine died: {exc}")
 
@@ -373,26 +390,6 @@ def _bad_request(exc: Exception) -> bool:
 def shard_plugin() -> EnginePlugin:
     worker = get_worker()
     try:
-        return worker.plugins[PLUGIN_NAME]
+        return cast(EnginePlugin, worker.plugins[PLUGIN_NAME])   # (registered by pipeline/cluster/engines.py)
     except KeyError:
         raise RuntimeError(f"worker {worker.name} has no engine plugin; was the pipeline started?") from None
-
-
-def _labelled(index: int, labels: tuple[str, ...], probs: list[float], out, shard: str, t0: float) -> RowResult:
-    """A classified row's result: the likeliest label, every label's probability, the first one's as its score."""
-    return RowResult(index, label=labels[probs.index(max(probs))], label_probs=probs, score=probs[0],
-                     prompt_tokens=out.prompt_tokens, cached_tokens=getattr(out, "cached_tokens", 0), shard=shard,
-                     latency_s=time.perf_counter() - t0)
-
-
-def _text(text: str, sampling: Sampling) -> str:
-    """An answer's text as the row keeps it: stripped, unless the job says not (``Sampling.strip``)."""
-    return text if sampling.strip is False else text.strip()
-
-
-def _choice(c, text: str, parsed: str | None, problem: str | None) -> dict:
-    """One of a row's several answers, with its own check's outcome (``check_answer``): its
-    ``answer_json`` and ``error``."""
-    return {"answer": text, "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens,
-            "answer_json": parsed, "error": None if problem is None else f"{ErrorKind.OUTPUT}: {problem}",
-            "logprobs": c.logprobs}

@@ -7,13 +7,13 @@ turn) and keeps the row's own part whole, leaving room for ``max_tokens`` new to
 """
 from __future__ import annotations
 
-from typing import Sequence
+from pipeline.worker.engine import TokenIds
 
 TOO_LONG = "prompt too long"   # an ErrorKind.INPUT error
 
 
-def fit_prompt(prefix: Sequence[int], suffix: Sequence[int], max_model_len: int, max_tokens: int,
-               truncate: bool) -> tuple[Sequence[int], str | None]:
+def fit_prompt(prefix: TokenIds, suffix: TokenIds, max_model_len: int, max_tokens: int,
+               truncate: bool) -> tuple[TokenIds, str | None]:
     """The prompt's token ids (of the engine's own kind: ``Engine.encode``), and None; or ``[]``
     and the row's error."""
     total = len(prefix) + len(suffix)
@@ -30,7 +30,7 @@ def fit_prompt(prefix: Sequence[int], suffix: Sequence[int], max_model_len: int,
     return prefix[:keep] + suffix, None
 
 
-def fit_text(ids: Sequence[int], room: int, truncate: bool) -> tuple[Sequence[int], str | None]:
+def fit_text(ids: TokenIds, room: int, truncate: bool) -> tuple[TokenIds, str | None]:
     """A text to embed (its token ids, without the model's special tokens): the ids and None, its
     end cut to ``room`` tokens when asked for; or ``[]`` and the row's error."""
     if len(ids) <= room:

@@ -2,7 +2,7 @@
 config, the sampling settings as vLLM's, and ``VllmEngine`` over vLLM's ``AsyncLLM``."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import msgspec
 
@@ -17,9 +17,14 @@ from pipeline.worker.engine import (
     EngineDead,
     Generation,
     Labelled,
+    TokenIds,
     adapter_folder,
     adapters_of,
 )
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.pooling_params import PoolingParams
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -119,7 +124,7 @@ def engine_settings(vllm_config) -> dict:
     return out
 
 
-def sampling_params(sampling: Sampling):
+def sampling_params(sampling: Sampling) -> SamplingParams:
     """vLLM's ``SamplingParams`` for these settings (a JSON schema or a choice list through
     vLLM's structured outputs)."""
     import json
@@ -141,7 +146,7 @@ def sampling_params(sampling: Sampling):
     return SamplingParams(**fields, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY)
 
 
-def label_params(label_ids: Sequence[int]):
+def label_params(label_ids: Sequence[int]) -> SamplingParams:
     """vLLM's ``SamplingParams`` that read the log-probabilities of ``label_ids`` as the next token:
     one step, ``logprob_token_ids`` (what vLLM's own generative scoring sends; the values are taken
     from the raw logits, before any sampling setting)."""
@@ -176,7 +181,7 @@ class VllmEngine:
         # On CPU, a step's time grows with the batch: a small job beside a big one also gets seats
         # the big one's requests step aside from (pipeline/worker/job_scheduler.py).
         cpu = shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
-        scheduler = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
+        scheduler: dict[str, Any] = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
         kwargs = fitted_kwargs(engine_kwargs(model, config, shard))
         args = AsyncEngineArgs(**kwargs, scheduling_policy="priority", **scheduler)
         self._llm = AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
@@ -191,23 +196,23 @@ class VllmEngine:
 
         # a sequence-classification model: vLLM's "classify" pooling (its head's logits, softmaxed)
         self.labels = classifier_labels(model) if pooling else None
-        self.tasks = ("classify",) if self.labels else ("embed",) if pooling else ("generate",)
+        self.tasks: tuple[str, ...] = ("classify",) if self.labels else ("embed",) if pooling else ("generate",)
         self.embedding_size = int(model_config.embedding_size) if pooling and not self.labels else None
         from transformers import AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(model)
         self._head, self._tail = special_tokens(self._tokenizer) if pooling else ([], [])
         self.special_tokens = len(self._head) + len(self._tail)
-        self._pooling: dict[bool | str | None, object] = {}   # normalize (or "classify") -> its PoolingParams
-        self._params: dict[bytes, object] = {}   # encoded Sampling -> its SamplingParams
-        self._labels: dict[tuple, object] = {}    # label token ids -> their SamplingParams
+        self._pooling: dict[bool | str | None, PoolingParams] = {}   # normalize (or "classify") -> its PoolingParams
+        self._params: dict[bytes, SamplingParams] = {}   # encoded Sampling -> its SamplingParams
+        self._labels: dict[tuple[int, ...], SamplingParams] = {}    # label token ids -> their SamplingParams
         self.adapters = adapters_of(config)
         self._key = msgspec.msgpack.Encoder().encode
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False)
 
-    def params(self, sampling: Sampling):
+    def params(self, sampling: Sampling) -> SamplingParams:
         """``sampling`` as vLLM's ``SamplingParams``, built once per distinct setting (a job's rows
         share one; bounded, as per-row settings may all differ)."""
         key = self._key(sampling)
@@ -222,7 +227,7 @@ class VllmEngine:
             self._params[key] = params
         return params
 
-    async def generate(self, prompt_ids: list[int], request_id: str, sampling: Sampling,
+    async def generate(self, prompt_ids: TokenIds, request_id: str, sampling: Sampling,
                        priority: int = 0) -> Generation:
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -234,10 +239,13 @@ class VllmEngine:
             from vllm.lora.request import LoRARequest
 
             folder = await adapter_folder(self.adapters, sampling.adapter)
+            assert self.adapters is not None   # (``adapter_folder`` raised BadSampling otherwise)
             lora = LoRARequest(sampling.adapter, self.adapters.ids[sampling.adapter], folder)
+        # (``prompt_ids`` is a list: this engine's ``encode`` gives lists, and ``fit_prompt`` joins and cuts them)
+        prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))
         try:
-            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
-                                                request_id=request_id, priority=priority, lora_request=lora):
+            async for out in self._llm.generate(prompt, params, request_id=request_id, priority=priority,
+                                                lora_request=lora):
                 final = out
         except EngineDeadError as exc:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
@@ -249,7 +257,7 @@ class VllmEngine:
                    for c in sorted(final.outputs, key=lambda c: c.index)]
         return Generation.of(choices, len(prompt_ids), int(final.num_cached_tokens or 0))
 
-    async def embed(self, prompt_ids: list[int], request_id: str, normalize: bool | None = None,
+    async def embed(self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None,
                     priority: int = 0) -> Embedding:
         from vllm.pooling_params import PoolingParams
 
@@ -259,7 +267,7 @@ class VllmEngine:
         ids = [*self._head, *prompt_ids, *self._tail]
         return Embedding((await self._pool(ids, params, request_id, priority)).float().numpy(), len(ids))
 
-    async def classify(self, prompt_ids: list[int], request_id: str, priority: int = 0) -> Classified:
+    async def classify(self, prompt_ids: TokenIds, request_id: str, priority: int = 0) -> Classified:
         from vllm.pooling_params import PoolingParams
 
         params = self._pooling.get("classify")
@@ -284,7 +292,7 @@ class VllmEngine:
             raise RuntimeError("engine returned no output")
         return final.outputs.data
 
-    async def label_logprobs(self, prompt_ids: list[int], label_ids: Sequence[int], request_id: str,
+    async def label_logprobs(self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str,
                              priority: int = 0) -> Labelled:
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -296,9 +304,9 @@ class VllmEngine:
                 self._labels.clear()
             params = self._labels[key] = label_params(label_ids)
         final = None
+        prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))   # (a list, as ``generate``'s)
         try:
-            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params,
-                                                request_id=request_id, priority=priority):
+            async for out in self._llm.generate(prompt, params, request_id=request_id, priority=priority):
                 final = out
         except EngineDeadError as exc:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
@@ -320,7 +328,8 @@ class VllmEngine:
         self._llm.shutdown(timeout=30)
         # Done: vLLM's finalizer would call shutdown again at interpreter exit, when module
         # globals are already gone ("TypeError: 'NoneType' object is not callable").
-        self._llm.shutdown = lambda timeout=None: None
+        # (set on this instance, over vLLM's method)
+        setattr(self._llm, "shutdown", lambda timeout=None: None)
 
 
 def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
