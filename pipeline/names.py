@@ -46,7 +46,8 @@ LOG_DIR_ENV = "PIPELINE_LOG_DIR"                # where the embedded cluster's w
 # /v1/rerank: pipeline/data/scoring_lines.py)
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
+RESPONSES_URL = "/v1/responses"
 EMBEDDINGS_URL = "/v1/embeddings"
-ENDPOINTS = (CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL)
+ENDPOINTS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
 SCORE_URL = "/v1/score"     # the scoring endpoints as a batch (``pipeline serve``) names them
 RERANK_URL = "/v1/rerank"

@@ -159,8 +159,8 @@ class JobSummary:
         first = f" (first answer after {self.first_answer_s:.2f} s)" if self.first_answer_s is not None else ""
         return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{first}{kinds}\n"
                 f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
-                f"prompt tokens: {self.prompt_tokens}  cached: {self.cached_tokens} ({self.cached_share:.1%})  "
-                f"completion tokens: {self.completion_tokens}\n"
+                f"tokens: input {self.prompt_tokens} (cached {self.cached_tokens}, {self.cached_share:.1%}), "
+                f"output {self.completion_tokens}, total {self.prompt_tokens + self.completion_tokens}\n"
                 f"rows per shard: {shards}"
                 + (f"\nworkers: {self.workers}" if self.workers else ""))
 

@@ -9,7 +9,6 @@ columns, the required columns are there. Rows then come in :class:`Chunk` s of a
 from __future__ import annotations
 
 import glob
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,14 +16,13 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.data.chat_tools import tool_fields
 from pipeline.data.errors import JobError
-from pipeline.data.openai_format import ChatBody, EmbeddingsBody, RequestLine, read_as
 from pipeline.data.request_lines import first_bad_line
+from pipeline.data.request_rows import parse_line
 from pipeline.data.row_checks import RowColumns
 from pipeline.data.scoring_lines import SCORING, scoring_kind
 from pipeline.data.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL, ENDPOINTS
+from pipeline.names import CHAT_URL, ENDPOINTS
 from pipeline.results import RESULT_FIELDS
 from tasks import Columns
 
@@ -296,60 +294,3 @@ class OpenAIBatchSource:
     def key_arrays(self) -> Iterator[pa.Array]:
         self.num_rows
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())
-
-def parse_line(raw: bytes) -> tuple[Any, str | None]:
-    """A JSONL line's request (parsed JSON) and None, or None and why it is not one."""
-    try:
-        return json.loads(raw.decode("utf-8")), None
-    except UnicodeDecodeError:
-        return None, "line is not valid UTF-8 text"
-    except json.JSONDecodeError as exc:
-        return None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
-
-
-def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) -> tuple[dict | None, str | None]:
-    """A request line (parsed) of a file for ``endpoint`` as a row of the task's columns, and
-    None; or None and why it cannot be one. A chat request whose ``model`` is one of ``adapters``
-    answers with that adapter."""
-    line, error = read_as(request, RequestLine)
-    if error is not None:
-        return None, error
-    if line.url != endpoint:
-        other = "a file's requests are all for one endpoint, its first line's" \
-            if line.url in ENDPOINTS or scoring_kind(line.url) \
-            else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
-        return None, f"url must be {endpoint} (got {line.url!r}); {other}"
-    if endpoint == EMBEDDINGS_URL:
-        return _embedding_request(line.body)
-    body, error = read_as(line.body, ChatBody, "body")
-    if error is not None:
-        return None, error
-    if body.stream:
-        return None, "body asks for stream; a batch's answers are not streamed"
-    refused = [k for k in ChatBody.REFUSED if getattr(body, k)]
-    if refused:
-        return None, f"body.{refused[0]} is not supported (use tools)"
-    tools, error = tool_fields(body)
-    if error is not None:
-        return None, error
-    row = {"messages": body.messages, **body.sampling(), **tools}
-    if body.model in adapters:
-        row["adapter"] = body.model
-    return row, None
-
-
-def _embedding_request(value: dict) -> tuple[dict | None, str | None]:
-    """An embeddings request's text (OpenAI's ``input``: a string, or a list of one string)."""
-    body, error = read_as(value, EmbeddingsBody, "body")
-    if error is not None:
-        return None, error
-    text = body.input
-    if isinstance(text, list):
-        if len(text) != 1:
-            return None, "body.input must be a string (one text per request)"
-        text = text[0]
-    if body.encoding_format != "float":
-        return None, f"body.encoding_format {body.encoding_format!r} is not supported (float only)"
-    if body.dimensions is not None:
-        return None, "body.dimensions is not supported (embeddings have the model's size)"
-    return {"document": text}, None

@@ -173,6 +173,45 @@ def _constraint(response_format, structured_outputs: StructuredOutputs | None) -
     return out
 
 
+class ResponseFormat(Struct, kw_only=True):
+    """A Responses API body's ``text.format``: ``text``, ``json_object``, or ``json_schema`` with
+    its ``schema`` (and ``name``, ``strict``, ``description``) at the same level."""
+    type: Literal["text", "json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseText(Struct, kw_only=True):
+    format: ResponseFormat | None = None
+
+
+class ResponsesBody(Struct, kw_only=True):
+    """A ``/v1/responses`` body: the fields served (pipeline/data/responses_lines.py). ``input``:
+    a text, or message items; ``instructions``: the system message."""
+    input: Any = None
+    instructions: str | None = None
+    model: str | None = None
+    max_output_tokens: int | None = None
+    temperature: int | float | None = None
+    top_p: int | float | None = None
+    text: ResponseText | None = None
+    stream: bool | None = None
+    background: bool | None = None
+    # what a batch line cannot do: refused where given
+    previous_response_id: Any = None
+    conversation: Any = None
+    prompt: Any = None
+    tools: Any = None
+
+    REFUSED = {"previous_response_id": "a batch line has no earlier response to continue",
+               "conversation": "a batch line has no stored conversation",
+               "prompt": "stored prompts are not served; give the input itself",
+               "tools": "tools are not served on /v1/responses yet; use /v1/chat/completions lines with tool_choice "
+                        "\"required\" or a named function"}
+
+
 class EmbeddingsBody(Struct, kw_only=True):
     """A ``/v1/embeddings`` body: one text (a string, or a list of one string)."""
     input: str | list[str]

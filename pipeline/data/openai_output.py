@@ -104,6 +104,59 @@ class Completion(Struct, kw_only=True):
     object: str = "text_completion"
 
 
+class OutputText(Struct, kw_only=True):
+    text: str
+    annotations: list = []
+    type: str = "output_text"
+
+
+class OutputMessage(Struct, kw_only=True):
+    id: str
+    content: list[OutputText]
+    status: str   # "completed", or "incomplete" (cut at max_output_tokens)
+    role: str = "assistant"
+    type: str = "message"
+
+
+class InputTokensDetails(Struct):
+    cached_tokens: int
+    cache_write_tokens: int = 0   # (OpenAI's prompt-cache writes, billed apart: not a notion here)
+
+
+class OutputTokensDetails(Struct):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(Struct, kw_only=True):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class IncompleteDetails(Struct):
+    reason: str
+
+
+class ResponseObject(Struct, kw_only=True):
+    """OpenAI's ``response`` (the Responses API): the answer as ``output[0]``, a message whose
+    ``content[0]`` is the ``output_text``; ``status`` ``incomplete`` where it stopped at
+    ``max_output_tokens``."""
+    id: str
+    created_at: int
+    model: str
+    status: str
+    output: list[OutputMessage]
+    usage: ResponseUsage
+    incomplete_details: IncompleteDetails | None = None
+    error: None = None
+    parallel_tool_calls: bool = False
+    tool_choice: str = "none"
+    tools: list = []
+    object: str = "response"
+
+
 class Embedding(Struct, kw_only=True):
     embedding: list[float]
     index: int = 0

@@ -121,7 +121,8 @@ class ClusterJob:
         self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
         self._slots: set[str] = set()
         self._rank: dict[int, int] = {}   # a bucket's place among its shard's: each job's k-th go together
-        self.on_progress = None   # (rows done, rows failed) while the job runs: ``run``'s
+        self.on_progress = None   # (rows done, rows failed, tokens) while the job runs: ``run``'s
+        self._tokens: dict[int, list[int]] = {}   # (bucket -> its rows' tokens so far, as its task reports them)
 
     @property
     def done(self) -> int:
@@ -133,8 +134,9 @@ class ClusterJob:
         """``progress``: show a bar (default: on a terminal); ``watched``: someone watches the job
         for its first answers (``intake.first_answer_rows``; default: ``progress``); ``stop``: set,
         the job is let go (its tasks cancelled) and ``JobLeft`` raised; ``on_progress(done,
-        failed)``: called about once a second with the rows answered so far (those resumed
-        included) and those of them answered with an error (as the answer tasks end); ``title``:
+        failed, tokens)``: called about once a second with the rows answered so far (those resumed
+        included), those of them answered with an error, and the prompt, cached and completion
+        tokens of the rows this run has answered so far; ``title``:
         what the job is to its user, shown beside its id on the dashboard page."""
         self.on_progress = on_progress
         from tqdm import tqdm  # start time: loaded when a job runs
@@ -164,9 +166,12 @@ class ClusterJob:
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
 
+        self._tokens = {}   # bucket -> its rows' tokens so far (prompt, cached, completion)
+
         def take_progress(event) -> None:
             _, msg = event
             answered[msg["bucket"]] = msg["rows"]
+            self._tokens[msg["bucket"]] = msg.get("tokens") or [0, 0, 0]
             if summary.first_answer_s is None and msg["rows"]:
                 summary.first_answer_s = time.perf_counter() - t0
 
@@ -381,7 +386,8 @@ class ClusterJob:
         job = summary.as_dict()
         job["rows"] = max(summary.rows, live_rows)
         if self.on_progress is not None:
-            self.on_progress(summary.resumed + job["rows"], summary.errors)
+            tokens = [sum(t[k] for t in self._tokens.values()) for k in range(3)]
+            self.on_progress(summary.resumed + job["rows"], summary.errors, tokens)
         if self.steps.shown is not None:   # (a stream's window: shown as part of the stream)
             job = self.steps.shown(job)
         pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time()})

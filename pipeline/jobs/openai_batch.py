@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -37,28 +38,38 @@ from pipeline.data.openai_output import (
     Usage,
     encode,
 )
+from pipeline.data.responses_lines import response_body
 from pipeline.data.scoring_lines import SCORING
-from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL
+from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
 from pipeline.results import RESULT_FIELDS, RowResult
 
 # the files whose lines are answered as several rows each, and how their rows become lines again
 LINES_OF = {SCORING: scoring_lines.lines_of, COMPLETIONS_URL: completion_lines.lines_of}
 # the task (tasks/registry.py) that answers each endpoint's lines
-ENDPOINT_TASKS = {CHAT_URL: "chat", COMPLETIONS_URL: "completion", EMBEDDINGS_URL: "embed", SCORING: "score"}
+ENDPOINT_TASKS = {CHAT_URL: "chat", COMPLETIONS_URL: "completion", RESPONSES_URL: "chat", EMBEDDINGS_URL: "embed",
+                  SCORING: "score"}
 
 
 def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int,
-                embeds: bool = False, tool: str | None = None) -> str:
-    """``tool``: how the line's tools are answered (pipeline/data/chat_tools.py), None: as text."""
+                endpoint: str = CHAT_URL, tool: str | None = None) -> str:
+    """A line (a row) of a file of ``endpoint``'s requests as its output line; ``tool``: how a
+    chat line's tools are answered (pipeline/data/chat_tools.py), None: as text."""
     request_id = f"pipeline-batch-{position}"
     if result.error is not None:
         return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id, error=LineError.of(result.error),
                                  response=Envelope(status_code=400, request_id=request_id)))
-    body = embedding_body(result, model) if embeds else ChatCompletion(
-        id=f"chatcmpl-{position}", created=created, model=model, choices=_choices(result, max_tokens, tool, position),
-        usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                    total_tokens=result.prompt_tokens + result.completion_tokens,
-                    prompt_tokens_details=PromptTokensDetails(result.cached_tokens)))
+    body: Any
+    if endpoint == EMBEDDINGS_URL:
+        body = embedding_body(result, model)
+    elif endpoint == RESPONSES_URL:
+        body = response_body(position, result, model, created, max_tokens)
+    else:
+        body = ChatCompletion(
+            id=f"chatcmpl-{position}", created=created, model=model,
+            choices=_choices(result, max_tokens, tool, position),
+            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+                        total_tokens=result.prompt_tokens + result.completion_tokens,
+                        prompt_tokens_details=PromptTokensDetails(result.cached_tokens)))
     return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id,
                              response=Envelope(status_code=200, request_id=request_id, body=body)))
 
@@ -133,5 +144,5 @@ class ResponseLines:
             carry = json.loads(row["id"])   # (a custom_id, or a tool line's {"custom_id", "tool"})
             custom_id, tool = (carry["custom_id"], carry["tool"]) if isinstance(carry, dict) else (carry, None)
             out.append(output_line(first + k, custom_id, result, self.model, self.max_tokens, self.created,
-                                   self.embeds, tool) + "\n")
+                                   self.endpoint, tool) + "\n")
         return "".join(out)

@@ -41,9 +41,14 @@ class BatchUsage:
         self.cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
     def shown(self) -> dict:
-        return {"input_tokens": self.input, "input_tokens_details": {"cached_tokens": self.cached},
-                "output_tokens": self.output, "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": self.input + self.output}
+        return usage_of(self.input, self.cached, self.output)
+
+
+def usage_of(input_tokens: int, cached: int, output: int) -> dict:
+    """A Batch object's ``usage``."""
+    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output}
 
 
 def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dict]:
@@ -119,7 +124,7 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
 def _request_answers(source, block, done: dict[int, dict], lines, first: int):
     """A block's requests (a row each), in order: (custom_id, its output line or None where its
     answer was not committed); the first is the output's line ``first``."""
-    from pipeline.data.input import parse_line
+    from pipeline.data.request_rows import parse_line
     from pipeline.steps.jsonl_input import block_lines
 
     for place, raw in enumerate(block_lines(source, block)):
@@ -128,7 +133,7 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
         row = done.get(place)
         yield custom_id, None if row is None else output_line(
             first + place, custom_id, RowResult(first + place, **row), lines.model, lines.max_tokens,
-            lines.created, lines.embeds, tool_mode(request))
+            lines.created, lines.endpoint, tool_mode(request))
 
 
 def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):

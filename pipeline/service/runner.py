@@ -23,7 +23,7 @@ from pipeline.data.errors import JobError
 from pipeline.data.request_lines import first_bad_line
 from pipeline.jobs.cluster_job import JobLeft
 from pipeline.jobs.job import prepare_job
-from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RERANK_URL, SCORE_URL
+from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RERANK_URL, RESPONSES_URL, SCORE_URL
 from pipeline.service import result_files
 from pipeline.service.errors import invalid, not_found
 from pipeline.service.objects import FINAL, OUTPUT_PURPOSE, batch_errors, batch_record, new_batch_id, page, shown
@@ -33,8 +33,8 @@ log = logging.getLogger("pipeline.service")
 
 # each endpoint and what the cluster's engines must serve for it
 # (the scoring ones: the score task, on a generation model; pipeline/data/scoring_lines.py)
-ENDPOINT_TASKS = {CHAT_URL: "generate", COMPLETIONS_URL: "generate", EMBEDDINGS_URL: "embed", SCORE_URL: "generate",
-                  RERANK_URL: "generate"}
+ENDPOINT_TASKS = {CHAT_URL: "generate", COMPLETIONS_URL: "generate", RESPONSES_URL: "generate", EMBEDDINGS_URL: "embed",
+                  SCORE_URL: "generate", RERANK_URL: "generate"}
 WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 
 
@@ -216,7 +216,7 @@ class Runner:
                 self._update(batch_id, status="in_progress", in_progress_at=int(time.time()))
             try:
                 job.run(self.pipeline, progress=False, stop=stop, title=f"batch {batch_id}",
-                        on_progress=lambda done, failed: self._progress(batch_id, job, done, failed))
+                        on_progress=lambda done, failed, tokens: self._progress(batch_id, job, done, failed, tokens))
             except JobLeft:
                 return self._let_go(batch_id, job)
             if stop.is_set() and not self._closing:   # (the job ended before it saw the stop: its output is whole)
@@ -225,11 +225,15 @@ class Runner:
             self._update(batch_id, status="finalizing", finalizing_at=int(time.time()))
         self._finalize(batch_id, output)
 
-    def _progress(self, batch_id: str, job, done: int, failed: int) -> None:
-        """The batch's request counts while its job runs (about once a second), from the job's
-        rows answered and failed; a completion or scoring batch's rows are its lines' prompts or
-        pairs (``_pairs_as_lines``)."""
-        counts = self.get(batch_id)["request_counts"]
+    def _progress(self, batch_id: str, job, done: int, failed: int, tokens: list[int]) -> None:
+        """The batch's request counts and usage while its job runs (about once a second), from the
+        job's rows answered and failed and the tokens of the rows this run has answered; a
+        completion or scoring batch's rows are its lines' prompts or pairs (``_pairs_as_lines``)."""
+        record = self.get(batch_id)
+        usage = result_files.usage_of(*tokens) if any(tokens) else None
+        if usage != record["usage"]:
+            self._update(batch_id, usage=usage)
+        counts = record["request_counts"]
         if job.steps.lines.fans_out:
             lines_done, failed = _pairs_as_lines(done, failed, counts["total"], job.rows_total)
             if lines_done is None:

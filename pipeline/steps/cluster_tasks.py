@@ -314,12 +314,13 @@ def _bucket_rows(bucket: Bucket, pieces) -> tuple:
 
 
 def _progress(spec: JobSpec, bucket: Bucket, offset: int):
-    """An answer task's progress: its rows answered so far (``offset`` by earlier attempts), to
-    the job's event topic."""
+    """An answer task's progress: its rows answered so far (``offset`` by earlier attempts) and
+    this attempt's rows' tokens (prompt, cached, completion), to the job's event topic."""
     worker = get_worker()
 
-    def progress(done: int, errors: int) -> None:
-        worker.log_event(spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": offset + done})
+    def progress(done: int, errors: int, tokens: list[int]) -> None:
+        worker.log_event(spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": offset + done,
+                                      "tokens": list(tokens)})
     return progress
 
 

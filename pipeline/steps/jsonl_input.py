@@ -25,8 +25,8 @@ from pipeline.data import completion_lines, scoring_lines
 from pipeline.data.chat_tools import tool_mode
 from pipeline.data.errors import JobError
 from pipeline.data.fanned_lines import carry_column
-from pipeline.data.input import parse_line, request_row
 from pipeline.data.partitions import ByteBlock
+from pipeline.data.request_rows import parse_line, request_row
 from pipeline.data.scoring_lines import SCORING
 from pipeline.names import COMPLETIONS_URL
 from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts

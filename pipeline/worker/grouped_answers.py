@@ -41,7 +41,8 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prefixes_of``).
-    ``progress(done_rows, error_rows)`` is called now and then, and at the end.
+    ``progress(done_rows, error_rows, tokens)`` is called now and then, and at the end (``tokens``:
+    the prompt, cached and completion tokens of the rows done).
     ``commit(results)`` gets the results as they complete, a few thousand at a time or four times a
     second, and the rest at the end (in the loop's thread pool, so the engine's event loop goes
     on meanwhile; ``commit`` decides when they are written); the first that fails stops the
@@ -83,6 +84,7 @@ class Bookkeeping:
         self.progress, self.commit = progress, commit
         self.results: list[RowResult | None] = [None] * n
         self.done = self.errors = 0
+        self.tokens = [0, 0, 0]   # the rows done: prompt, cached and completion tokens
         self.failure: list[BaseException] = []
         self.answered_one = asyncio.Event()
         self.tasks: set[asyncio.Task] = set()   # rows waiting for the engine
@@ -101,9 +103,12 @@ class Bookkeeping:
             self._hand_over()
         self.done += 1
         self.errors += r.error is not None
+        self.tokens[0] += r.prompt_tokens
+        self.tokens[1] += r.cached_tokens
+        self.tokens[2] += r.completion_tokens
         if self.progress is not None and (now - self._progress_at >= PROGRESS_EVERY_S or self.done == 1):
             self._progress_at = now
-            self.progress(self.done, self.errors)
+            self.progress(self.done, self.errors, self.tokens)
 
     def settled(self, k: int, task: asyncio.Task) -> None:
         """A row that waited for the engine is answered (or failed, or was cancelled). Once the
@@ -137,7 +142,7 @@ class Bookkeeping:
         self._hand_over()
         await asyncio.gather(*self._commits)
         if self.progress is not None:
-            self.progress(self.done, self.errors)
+            self.progress(self.done, self.errors, self.tokens)
         return cast("list[RowResult]", self.results)   # (every row answered: else a failure, raised above)
 
     def _hand_over(self) -> None:

@@ -8,7 +8,7 @@ import json
 import pytest
 from openai.types.chat import ChatCompletion
 
-from pipeline.data.input import request_row
+from pipeline.data.request_rows import request_row
 from pipeline.jobs.openai_batch import output_line
 from pipeline.results import RowResult
 from pipeline.sampling import checked

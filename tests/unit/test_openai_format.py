@@ -11,8 +11,8 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 from openai.types.shared import ErrorObject
 
-from pipeline.data.input import request_row
 from pipeline.data.openai_output import decode, encode
+from pipeline.data.request_rows import request_row
 from pipeline.data.scoring_lines import lines_of, scoring_request
 from pipeline.jobs.openai_batch import output_line
 from pipeline.results import RowResult
@@ -31,7 +31,7 @@ def chat_line(**fields) -> dict:
 
 def embedding_line() -> dict:
     result = RowResult(0, embedding=[0.25, -0.5, 1.0], prompt_tokens=7)
-    return json.loads(output_line(0, "e-0", result, "minilm", 16, 1_700_000_000, embeds=True))
+    return json.loads(output_line(0, "e-0", result, "minilm", 16, 1_700_000_000, endpoint="/v1/embeddings"))
 
 
 def scoring_lines() -> list[dict]:

@@ -194,9 +194,12 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
         assert e["response"]["body"] == {"error": {"message": f["error"]["message"], "type": "invalid_request_error",
                                                    "param": None, "code": "input"}}
     assert errors[1]["response"]["body"]["error"]["message"] == "input: messages[0].content is not text (got int)"
-    # the Batch object's usage: the answered requests' tokens, summed (none while it validated)
+    # the Batch object's usage: the answered requests' tokens, summed (none while it validated,
+    # the rows answered so far while it ran)
     usages = [o["response"]["body"]["usage"] for o in output]
     assert batch.usage is None and done.usage is not None
+    live = [b.usage.input_tokens for b in seen if b.status == "in_progress" and b.request_counts.completed]
+    assert live and all(0 < u <= done.usage.input_tokens for u in live), live
     assert done.usage.input_tokens == sum(u["prompt_tokens"] for u in usages) > 0
     assert done.usage.output_tokens == sum(u["completion_tokens"] for u in usages)
     assert done.usage.input_tokens_details.cached_tokens == sum(u["prompt_tokens_details"]["cached_tokens"]

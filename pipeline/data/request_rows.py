@@ -1,0 +1,78 @@
+"""An OpenAI batch line (parsed JSON) as a row of the task that answers its endpoint's requests:
+a chat completion's messages and sampling settings (with its tools: pipeline/data/chat_tools.py),
+a Responses API request's input as chat messages (pipeline/data/responses_lines.py), an
+embedding request's text. A line that cannot be one is an error row with the reason, the field
+named from the line's top. (Completion and scoring lines fan out to several rows:
+pipeline/data/completion_lines.py, pipeline/data/scoring_lines.py.)
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipeline.data.chat_tools import tool_fields
+from pipeline.data.openai_format import ChatBody, EmbeddingsBody, RequestLine, read_as
+from pipeline.data.scoring_lines import scoring_kind
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL, ENDPOINTS, RESPONSES_URL
+
+
+def parse_line(raw: bytes) -> tuple[Any, str | None]:
+    """A JSONL line's request (parsed JSON) and None, or None and why it is not one."""
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, "line is not valid UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
+
+
+def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) -> tuple[dict | None, str | None]:
+    """A request line (parsed) of a file for ``endpoint`` as a row of the task's columns, and
+    None; or None and why it cannot be one. A chat request whose ``model`` is one of ``adapters``
+    answers with that adapter."""
+    line, error = read_as(request, RequestLine)
+    if error is not None:
+        return None, error
+    if line.url != endpoint:
+        other = "a file's requests are all for one endpoint, its first line's" \
+            if line.url in ENDPOINTS or scoring_kind(line.url) \
+            else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
+        return None, f"url must be {endpoint} (got {line.url!r}); {other}"
+    if endpoint == EMBEDDINGS_URL:
+        return _embedding_request(line.body)
+    if endpoint == RESPONSES_URL:
+        from pipeline.data.responses_lines import responses_request
+
+        return responses_request(line.body, adapters)
+    body, error = read_as(line.body, ChatBody, "body")
+    if error is not None:
+        return None, error
+    if body.stream:
+        return None, "body asks for stream; a batch's answers are not streamed"
+    refused = [k for k in ChatBody.REFUSED if getattr(body, k)]
+    if refused:
+        return None, f"body.{refused[0]} is not supported (use tools)"
+    tools, error = tool_fields(body)
+    if error is not None:
+        return None, error
+    row = {"messages": body.messages, **body.sampling(), **tools}
+    if body.model in adapters:
+        row["adapter"] = body.model
+    return row, None
+
+
+def _embedding_request(value: dict) -> tuple[dict | None, str | None]:
+    """An embeddings request's text (OpenAI's ``input``: a string, or a list of one string)."""
+    body, error = read_as(value, EmbeddingsBody, "body")
+    if error is not None:
+        return None, error
+    text = body.input
+    if isinstance(text, list):
+        if len(text) != 1:
+            return None, "body.input must be a string (one text per request)"
+        text = text[0]
+    if body.encoding_format != "float":
+        return None, f"body.encoding_format {body.encoding_format!r} is not supported (float only)"
+    if body.dimensions is not None:
+        return None, "body.dimensions is not supported (embeddings have the model's size)"
+    return {"document": text}, None
