@@ -146,3 +146,10 @@ def scoring_requests_kind(task: str, prompt, tokenizer, head: tuple[str, ...] | 
         raise TemplateError(f"prompt.template reads {', '.join(sorted(columns - {'document', 'query'}))}; a "
                             f"scoring request's pairs have only document and query")
     return task_kind(score.name, prompt, tokenizer, head)
+
+
+def unserved(task: str, engine_tasks, model: str) -> str | None:
+    """Why the cluster's engines (serving ``engine_tasks``: "generate", "embed", or "classify": a
+    classification model) cannot run a job of ``task`` (its name; a kind of the user's own is run
+    as the generate task), or None."""
+    return spec_or_generate(task).unserved(engine_tasks, model)

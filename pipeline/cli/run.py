@@ -14,10 +14,10 @@ from pipeline.cluster.resident_state import STATE_FILE, cluster_dir
 from pipeline.config import Config
 from pipeline.console import EXIT_INTERRUPTED, EXIT_STOPPED
 from pipeline.data.errors import JobError
-from pipeline.jobs.cluster_job import unserved
 from pipeline.jobs.job import prepare_job
 from pipeline.model import DEFAULT_MODEL_NAME, head_labels, model_for, packaged_task, resolve_model
 from tasks import TASKS, TemplateError, get_task_kind
+from tasks.registry import unserved
 
 
 def prompt_options(args, config: Config) -> Config:

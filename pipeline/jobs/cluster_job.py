@@ -61,7 +61,7 @@ from pipeline.steps.cluster_tasks import (
 from pipeline.steps.placement import Bucket
 from pipeline.summary import GONE, JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
-from tasks.registry import spec_or_generate
+from tasks.registry import spec_or_generate, unserved
 
 # Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
 # split, pieces) go ahead of any job's answering, each job's k-th bucket on a shard has the same
@@ -150,23 +150,10 @@ class ClusterJob:
         todo = self.steps.partitions()
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id
-        task_name = self.steps.task_name(self.config)
-        refused = unserved(task_name, pipeline.engine_tasks, pipeline.model)
-        if refused:
-            raise JobError(refused)
-        sampling = self.config.sampling.as_sampling(self.config.engine.seed)
-        if spec_or_generate(task_name).keeps_space:
-            sampling = msgspec.structs.replace(sampling, strip=False)
-        spec = self.steps.spec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress",
-                               task=self.steps.task_kind(self.config, pipeline.tokenizer),
-                               sampling=sampling,
-                               truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
-                               first_rows=self.config.intake.first_rows(watched),
-                               embedding_size=pipeline.embedding_size)
+        spec = self._spec(pipeline, job_id, watched)
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
-
-        self._tokens = {}   # bucket -> its rows' tokens so far (prompt, cached, completion)
+        self._tokens = {}
 
         def take_progress(event) -> None:
             _, msg = event
@@ -192,6 +179,21 @@ class ClusterJob:
         if unreadable:
             raise JobError(unreadable[min(unreadable)])
         return summary
+
+    def _spec(self, pipeline: ClusterHandle, job_id: str, watched: bool) -> JobSpec:
+        """What every task of the job shares; a ``JobError`` where the engines cannot run it."""
+        task_name = self.steps.task_name(self.config)
+        refused = unserved(task_name, pipeline.engine_tasks, pipeline.model)
+        if refused:
+            raise JobError(refused)
+        sampling = self.config.sampling.as_sampling(self.config.engine.seed)
+        if spec_or_generate(task_name).keeps_space:
+            sampling = msgspec.structs.replace(sampling, strip=False)
+        return self.steps.spec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress",
+                               task=self.steps.task_kind(self.config, pipeline.tokenizer), sampling=sampling,
+                               truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
+                               first_rows=self.config.intake.first_rows(watched),
+                               embedding_size=pipeline.embedding_size)
 
     def _run(self, pipeline, spec: JobSpec, todo, summary: JobSummary, answered: dict, futures: list,
              bar, stop: threading.Event | None = None) -> dict[int, str]:
@@ -391,10 +393,3 @@ class ClusterJob:
         if self.steps.shown is not None:   # (a stream's window: shown as part of the stream)
             job = self.steps.shown(job)
         pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time()})
-
-
-def unserved(task: str, engine_tasks, model: str) -> str | None:
-    """Why the cluster's engines (serving ``engine_tasks``: "generate", "embed", or "classify": a
-    classification model) cannot run a job of ``task`` (its name; a kind of the user's own is run
-    as the generate task), or None (tasks/registry.py)."""
-    return spec_or_generate(task).unserved(engine_tasks, model)

@@ -12,10 +12,10 @@ from pipeline import Pipeline, load_config
 from pipeline.client.tokenizer import load_tokenizer
 from pipeline.config import ConfigError
 from pipeline.data.errors import JobError
-from pipeline.jobs.cluster_job import unserved
 from pipeline.jobs.job import run_job
 from pipeline.model import head_labels, packaged_task
 from tasks import get_task_kind
+from tasks.registry import unserved
 from tasks.template import TemplateError
 
 LABELS = ["negative", "neutral", "positive"]

@@ -164,8 +164,8 @@ def test_a_lines_rows_carry_what_its_output_needs():
 def test_the_configs_score_task_answers_scoring_lines_if_its_template_reads_only_their_pairs(fake_pipeline):
     from pipeline.data.errors import JobError
     from pipeline.data.scoring_lines import scoring_task
-    from pipeline.jobs.cluster_job import unserved
     from tasks.classify import SCORE_TEMPLATE
+    from tasks.registry import unserved
 
     config, tokenizer = fake_pipeline.config, fake_pipeline.tokenizer
     assert scoring_task(config, tokenizer).template == SCORE_TEMPLATE   # (a generation config: the defaults)

@@ -5,10 +5,9 @@ import typing
 import pytest
 
 from pipeline.config import Config, load_config
-from pipeline.jobs.cluster_job import unserved
 from pipeline.results import RESULT_FIELDS, output_fields
 from tasks import TASKS, spec, task_columns
-from tasks.registry import CONFIG_TASKS
+from tasks.registry import CONFIG_TASKS, unserved
 
 
 def test_every_config_task_is_declared_and_the_config_offers_exactly_those():
