@@ -59,7 +59,7 @@ def test_responses_and_chat_lines_on_the_real_engine(pipeline, tmp_path):
               "additionalProperties": False}
     responses = [{"custom_id": "text", "method": "POST", "url": "/v1/responses",
                   "body": {"input": "Name a large city in France.", "instructions": "Answer in one word.",
-                           "max_output_tokens": 16, "temperature": 0}},
+                           "max_output_tokens": 48, "temperature": 0}},
                  {"custom_id": "json", "method": "POST", "url": "/v1/responses",
                   "body": {"input": [{"role": "user", "content": [{"type": "input_text",
                                                                     "text": "Give a city in Spain as JSON."}]}],
@@ -69,19 +69,21 @@ def test_responses_and_chat_lines_on_the_real_engine(pipeline, tmp_path):
                   "body": {"input": "Tell a long story about a cat.", "max_output_tokens": 3}}]
     chat = [{"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions",
              "body": {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "n": 2,
-                      "logprobs": True, "top_logprobs": 2, "seed": 1}}]
+                      "temperature": 0.8, "logprobs": True, "top_logprobs": 2, "seed": 1}}]
     for name, lines in (("responses", responses), ("chat", chat)):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
         run_job(pipeline, tmp_path / f"{name}.jsonl", tmp_path / f"{name}-out.jsonl", progress=False)
     out = [json.loads(x) for x in (tmp_path / "responses-out.jsonl").read_text().splitlines()]
     assert all(o["error"] is None for o in out), [o["error"] for o in out]
     text, as_json, cut = (Response.model_validate(o["response"]["body"]) for o in out)
-    assert text.status == "completed" and text.output_text.strip() and text.usage.input_tokens > 0
+    assert text.output_text.strip() and text.usage.input_tokens > 0
+    assert (text.status == "incomplete") == (text.usage.output_tokens == 48)   # (complete unless cut at its limit)
     assert as_json.status == "completed"
     jsonschema.validate(json.loads(as_json.output_text), schema)
     assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
     assert cut.usage.output_tokens == 3
     (line,) = [json.loads(x) for x in (tmp_path / "chat-out.jsonl").read_text().splitlines()]
+    assert line["error"] is None, line["error"]
     completion = ChatCompletion.model_validate(line["response"]["body"])
     assert len(completion.choices) == 2 and all(c.logprobs.content for c in completion.choices)
     assert completion.usage.prompt_tokens_details.cached_tokens is not None
