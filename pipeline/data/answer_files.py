@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from pipeline.data.errors import JobError, OutputGone
 from pipeline.data.job_folder import LocalFolder, StoreFolder
 from pipeline.data.output import META, check_writable, meta_differences
-from pipeline.data.partitions import Partition, by_partition
+from pipeline.data.partitions import ByteBlock, Partition, by_partition
 from pipeline.data.storage import filesystem, store_error
 from pipeline.results import RESULT_FIELDS, RowResult
 
@@ -155,7 +155,7 @@ class AnswerFiles:
                     notes.append(f"dropped the damaged file {path} ({problem}); its rows are answered again")
         return notes
 
-    def merge(self, part: Partition, carry: pa.Table, schema: pa.Schema, key: str | None) -> int:
+    def merge(self, part: Partition | ByteBlock, carry: pa.Table, schema: pa.Schema, key: str | None) -> int:
         """Partition ``part`` in input order, with ``carry`` (its input's own columns) beside the
         answers; written as its part. Every row must be answered exactly once."""
         if not self.folder.present():

@@ -43,7 +43,8 @@ def tool_fields(body: ChatBody) -> tuple[dict, str | None]:
         return {}, ("body.tool_choice \"auto\" (the default where tools are given) needs a tool-call parser for "
                     "the model's output, and none is configured; set tool_choice to \"required\" or a named "
                     "function, or \"none\" for a text answer")
-    schemas = {t.function.name: t.function.parameters or {"type": "object", "properties": {}} for t in tools}
+    schemas = {t.function.name: t.function.parameters or {"type": "object", "properties": {}}
+               for t in tools if t.function is not None}   # (every one: a tool without is refused above)
     if choice == REQUIRED:
         schema: dict[str, Any] = _required(schemas)
     else:

@@ -38,14 +38,14 @@ def completion_request(request: Any, adapters=frozenset()) -> tuple[dict | None,
     """A ``/v1/completions`` line (parsed) as ``{"prompts": [...], "row": {sampling, adapter}}``
     and None, or None and why it is not one."""
     line, why = read_as(request, RequestLine)
-    if why:
+    if line is None:
         return None, why
     if line.url != COMPLETIONS_URL:
         other = "a file's requests are all for one endpoint, its first line's" if line.url in ENDPOINTS else \
             f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
         return None, f"url must be {COMPLETIONS_URL} (got {line.url!r}); {other}"
     body, why = read_as(line.body, CompletionBody, "body")
-    if why:
+    if body is None:
         return None, why
     why = body.refused() or _prompt_fault(body.prompt)
     if why:
@@ -88,6 +88,7 @@ def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> li
         completion, error = completion_request(request, adapters)
     if error is not None:
         return [(None, error, {"line": line, "custom_id": custom_id})]
+    assert completion is not None   # (completion_request gives a request whenever it gives no error)
     prompts = completion["prompts"]
     cut = shared_length(prompts)
     return [({**completion["row"], "prefix": p[:cut] or None, "prompt": p[cut:]}, None,

@@ -155,6 +155,7 @@ class ParquetSource:
                 raise JobError(f"input files disagree on their columns: {self.files[0]} has "
                                f"{_describe(schema)}; {f} has {_describe(file_schema)}")
             self._row_groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        assert schema is not None   # (files is never empty: _store_files and _parquet_files raise first)
         self.schema = schema
         self.num_rows = sum(sum(g) for g in self._row_groups)
         missing = columns.missing(schema.names)
@@ -225,19 +226,19 @@ class OpenAIBatchSource:
         self.path = path      # a local Path, or a URL on ``fs`` (fsspec)
         self.fs = fs
         self.adapters = frozenset(adapters)   # a request's model naming one of these answers with that adapter
-        if fs is None and not path.exists():
+        if fs is None and not Path(path).exists():
             raise JobError(f"input not found: {path}")
         try:
             if fs is not None and not fs.isfile(path):
                 raise JobError(f"input not found: {path}")
-            self.size = fs.size(path) if fs is not None else path.stat().st_size
+            self.size = fs.size(path) if fs is not None else Path(path).stat().st_size
             first = next(self._lines(), None)
         except JobError:
             raise
         except OSError as exc:
             raise JobError(f"cannot read {path}: {exc.strerror or exc}") from None
         except Exception as exc:  # noqa: BLE001 - the store's own errors
-            raise store_error(exc, path) from None
+            raise store_error(exc, str(path)) from None
         if first is not None and not isinstance(first[0], dict):
             raise JobError(f"{path} is not OpenAI batch JSONL: its first line is not a JSON object "
                            f"(expected one request per line: custom_id, method, url, body)")
@@ -252,7 +253,7 @@ class OpenAIBatchSource:
 
     @property
     def description(self) -> list[str]:
-        return [self.path if self.fs is not None else os.path.abspath(self.path)]
+        return [str(self.path) if self.fs is not None else os.path.abspath(self.path)]
 
     def open(self):
         return self.fs.open(self.path, "rb") if self.fs is not None else open(self.path, "rb")
@@ -293,4 +294,5 @@ class OpenAIBatchSource:
 
     def key_arrays(self) -> Iterator[pa.Array]:
         self.num_rows
+        assert self._keys is not None   # (num_rows read them)
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())

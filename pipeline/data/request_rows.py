@@ -31,7 +31,7 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
     None; or None and why it cannot be one. A chat request whose ``model`` is one of ``adapters``
     answers with that adapter."""
     line, error = read_as(request, RequestLine)
-    if error is not None:
+    if line is None:
         return None, error
     if line.url != endpoint:
         other = "a file's requests are all for one endpoint, its first line's" \
@@ -45,7 +45,7 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
 
         return responses_request(line.body, adapters)
     body, error = read_as(line.body, ChatBody, "body")
-    if error is not None:
+    if body is None:
         return None, error
     if body.stream:
         return None, "body asks for stream; a batch's answers are not streamed"
@@ -64,7 +64,7 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
 def _embedding_request(value: dict) -> tuple[dict | None, str | None]:
     """An embeddings request's text (OpenAI's ``input``: a string, or a list of one string)."""
     body, error = read_as(value, EmbeddingsBody, "body")
-    if error is not None:
+    if body is None:
         return None, error
     text = body.input
     if isinstance(text, list):

@@ -31,7 +31,7 @@ def responses_request(value: Any, adapters=frozenset()) -> tuple[dict | None, st
     """A ``/v1/responses`` body (parsed) as a chat row (``messages`` and sampling columns), and
     None; or None and why it cannot be one."""
     body, error = read_as(value, ResponsesBody, "body")
-    if error is not None:
+    if body is None:
         return None, error
     if body.stream:
         return None, "body asks for stream; a batch's answers are not streamed"

@@ -64,7 +64,8 @@ class RowColumns:
     def task_rows(self, batch: pa.RecordBatch) -> tuple[list[dict | None], list[str | None]]:
         """The rows the task gets from ``batch`` (None for a row that fails a check here) and
         why those failed."""
-        names, values, errors = [], [], [None] * batch.num_rows
+        names, values = [], []
+        errors: list[str | None] = [None] * batch.num_rows
         for name in self.text_columns:
             texts, bad = text_values(batch.column(name), name)
             names.append(name)

@@ -65,19 +65,20 @@ def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | N
     """A scoring line (parsed) as ``{"kind", "pairs": [(query, document)], "top_n"}`` and None,
     or None and why it is not one."""
     line, why = read_as(request, RequestLine)
-    if why:
+    if line is None:
         return None, why
     kind = scoring_kind(line.url)
     if kind is None:
         other = "a file's requests are all for the scoring endpoints, its first line's" \
             if line.url in ENDPOINTS else "the scoring endpoints served are /v1/score and /v1/rerank"
         return None, f"url must be /v1/score or /v1/rerank (got {line.url!r}); {other}"
-    body, why = read_as(line.body, RerankBody if kind == "rerank" else ScoreBody, "body")
-    if why:
+    model: type[RerankBody] | type[ScoreBody] = RerankBody if kind == "rerank" else ScoreBody
+    body, why = read_as(line.body, model, "body")
+    if body is None:
         return None, why
     try:
         _check_body(body, adapters)
-        pairs, top_n = _rerank_pairs(body) if kind == "rerank" else (_score_pairs(body), 0)
+        pairs, top_n = _rerank_pairs(body) if isinstance(body, RerankBody) else (_score_pairs(body), 0)
     except ValueError as exc:
         return None, str(exc)
     return {"kind": kind, "pairs": pairs, "top_n": top_n}, None
@@ -132,6 +133,7 @@ def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> li
         scoring, error = scoring_request(request, adapters)
     if error is not None:
         return [(None, error, {"line": line, "custom_id": custom_id})]
+    assert scoring is not None   # (scoring_request gives a request whenever it gives no error)
     kind, top_n = scoring["kind"], scoring["top_n"]
     out = []
     for i, (query, document) in enumerate(scoring["pairs"]):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,8 +32,9 @@ from distributed import get_worker
 
 from pipeline.data.answer_files import AnswerFiles, BucketCommits, error_table, results_table
 from pipeline.data.errors import JobError
+from pipeline.data.input import OpenAIBatchSource, ParquetSource
 from pipeline.data.job_folder import permanent_write_error
-from pipeline.data.partitions import PARTITION_BITS, Partition, by_partition, runs
+from pipeline.data.partitions import PARTITION_BITS, ByteBlock, Partition, by_partition, runs
 from pipeline.data.text_arrays import on_first_rows
 from pipeline.sampling import Sampling
 from pipeline.steps.placement import Bucket, Placement, place_documents
@@ -48,6 +50,10 @@ from pipeline.steps.prompt_table import (
 from pipeline.summary import Figures
 from pipeline.worker.grouped_answers import prefixes_of
 from pipeline.worker.plugin import shard_plugin
+from tasks import PromptTemplate
+
+if TYPE_CHECKING:
+    from pipeline.data.row_checks import RowColumns
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,9 @@ class JobSpec:
     job_id: str
     run: str                  # this run's name in the answer files (a resumed job has a new one)
     topic: str                # the event topic answer tasks publish progress to
-    source: object            # a file job's ParquetSource (files, columns; no rows); a DataFrame job's RowColumns
+    # a file job's ParquetSource or OpenAIBatchSource (files, columns; no rows); a DataFrame job's RowColumns; a
+    # stream's None
+    source: ParquetSource | OpenAIBatchSource | RowColumns | None
     task: object              # the task kind (tasks.PromptTemplate ...)
     folder: object            # a file job's OUTPUT.partial, a LocalFolder or StoreFolder (a DataFrame
                               # job: None, its answers stay in memory)
@@ -80,13 +88,13 @@ class JobSpec:
         return getattr(self.task, "labels", None) or None
 
 
-def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, Figures]:
+def read_task(spec: JobSpec, part: Partition | ByteBlock) -> tuple[PromptRows, Figures]:
     files = AnswerFiles(spec.folder)
     try:
         # (rows answered by earlier runs only: Dask may run this again mid-run, to recompute what a
         # lost worker held, and must then get the same rows)
         done = files.answered_positions(part.index, before_run=spec.run)
-        if spec.source.format == "openai":
+        if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes: its source's format "openai")
             from pipeline.steps.jsonl_input import jsonl_prompt_rows
 
             rows = jsonl_prompt_rows(spec.source, spec.task, part, done)
@@ -96,7 +104,9 @@ def read_task(spec: JobSpec, part: Partition) -> tuple[PromptRows, Figures]:
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, Figures(unreadable=str(exc))
-    return rows, Figures.of_read(part.rows if part.rows is not None else rows.read, rows.errors.column("error"))
+    read = part.rows if part.rows is not None else rows.read
+    assert read is not None   # (a JSONL block's rows are counted as read: jsonl_prompt_rows)
+    return rows, Figures.of_read(read, rows.errors.column("error"))
 
 
 def figures_of(read: tuple[PromptRows, Figures]) -> Figures:
@@ -179,7 +189,7 @@ def split_task(read: tuple[PromptRows, Figures], placement: Placement,
 
 
 def file_split_task(spec: JobSpec, read: tuple[PromptRows, Figures], placement: Placement,
-                    part: Partition) -> dict[str, pa.Table]:
+                    part: Partition | ByteBlock) -> dict[str, pa.Table]:
     """A file job's ``split_task``; first the partition's rows that failed reading are committed
     with their errors (here, not when read: nothing is written before the job's checks pass)."""
     errors = read[0].errors
@@ -187,8 +197,11 @@ def file_split_task(spec: JobSpec, read: tuple[PromptRows, Figures], placement: 
         AnswerFiles(spec.folder).write(part.index, f"{spec.run}-input",
                                        error_table(errors.column("position"), errors.column("error")))
     rows = read[0].rows
-    texts = None if read[0].texts or not rows.num_rows else \
-        PartitionTexts(spec.source, spec.task, part, rows.column("position").to_numpy())
+    texts: PartitionTexts | None = None
+    if not read[0].texts and rows.num_rows:
+        # (rows read without their texts: only a prompt template's, from a Parquet file: prompt_rows_of)
+        assert isinstance(spec.task, PromptTemplate) and isinstance(part, Partition)
+        texts = PartitionTexts(spec.source, spec.task, part, rows.column("position").to_numpy())
     return split_task(read, placement, texts)
 
 
@@ -221,7 +234,7 @@ def piece_of(pieces: dict[str, pa.Table], shard: str) -> pa.Table | None:
 
 
 async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
-                      task_key: str | None = None) -> tuple[dict, None]:
+                      task_key: str | None = None) -> tuple[Figures | Stopped, None]:
     """One bucket answered on its shard's engine, grouped by document. Its answers are committed
     as they come (``BucketCommits``: a file per input partition holds ``spec.commit_rows`` of
     them, or what ``spec.commit_s`` collected); a rerun of the task (its worker was lost) answers
@@ -250,7 +263,7 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
         await loop.run_in_executor(None, commits.close)
     except Exception as exc:
         if permanent_write_error(exc):
-            return Stopped(write_failure(exc, spec.folder.url)), None
+            return Stopped(write_failure(exc, files.folder.url)), None
         # (released: the job was let go; or Dask runs the task again: an engine that died, a store's
         # network error). The answers in hand are written first: they were counted as answered, and
         # a rerun skips them (a row written twice keeps its first answer when merged).
@@ -335,9 +348,10 @@ def partition_of(positions: np.ndarray) -> np.ndarray:
     return positions >> PARTITION_BITS
 
 
-def merge_task(spec: JobSpec, part: Partition) -> int:
+def merge_task(spec: JobSpec, part: Partition | ByteBlock) -> int:
     source = spec.source
-    if source.format == "openai":
+    assert isinstance(source, (ParquetSource, OpenAIBatchSource))   # (only a file job's parts are merged)
+    if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes: its source's format "openai")
         from pipeline.steps.jsonl_input import block_carry
 
         carry = block_carry(source, part)

@@ -13,31 +13,38 @@ A row's position is its partition's number and its place there (``frame_position
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.data.answer_files import PANDAS_TYPES, error_table
+from pipeline.data.row_checks import RowColumns
 from pipeline.steps.cluster_tasks import JobSpec, frame_positions
 from pipeline.steps.prompt_table import PromptRows, prompt_rows_of
 from pipeline.summary import Figures
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def frame_read_task(spec: JobSpec, frame, number: int) -> tuple[PromptRows, Figures, object]:
+
+def frame_read_task(spec: JobSpec, frame: pd.DataFrame, number: int) -> tuple[PromptRows, Figures, pd.Index]:
     """Partition ``number`` of the input (a pandas DataFrame) as prompt rows. ``spec.source``:
     the columns the task reads (``RowColumns``)."""
     columns = spec.source
+    assert isinstance(columns, RowColumns)   # (a DataFrame job's spec carries its columns: FrameSteps)
     table = pa.Table.from_pandas(frame[columns.all], preserve_index=False)   # missing values -> null
     rows = prompt_rows_of(table, frame_positions(number, len(frame)), spec.task, columns)
     return rows, Figures.of_read(len(frame), rows.errors.column("error")), frame.index
 
 
-def frame_tail_of(read: tuple[PromptRows, Figures, object]) -> tuple[pa.Table, object]:
+def frame_tail_of(read: tuple[PromptRows, Figures, pd.Index]) -> tuple[pa.Table, pd.Index]:
     """The read partition's rows that failed reading, and its index."""
     return read[0].errors, read[2]
 
 
-def frame_merge_task(tail: tuple[pa.Table, object], number: int, out_columns: list[str],
+def frame_merge_task(tail: tuple[pa.Table, pd.Index], number: int, out_columns: list[str],
                      *answers: pa.Table | None):
     """Partition ``number``'s output: its rows that failed reading and its answers from every
     bucket (``kept_piece``), in the input's row order, with the input's index (``tail``:

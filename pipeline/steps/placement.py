@@ -64,6 +64,8 @@ class Placement:
 
     def first_of(self, digests: np.ndarray) -> np.ndarray:
         """The first row's position of the document of each of ``digests``."""
+        if self.first is None:
+            raise ValueError("the placement has no documents' first rows yet (set first: place_task)")
         return self.first[np.searchsorted(self.digests, digests)]
 
 
@@ -223,6 +225,8 @@ def spread(costs: np.ndarray, n_shards: int, slots: int, fair: float, held_load:
     shard's load above ``fair`` (what the base model's rows, which take no slot, cannot level)."""
     pieces = np.ones(len(costs), np.int64)
     best = _pack_pieces(costs, pieces, n_shards, slots, held_load, balance * fair)
+    if best is None:
+        raise ValueError(f"{len(costs)} adapters do not fit {n_shards} shards of {slots} slots")
     spare = n_shards * slots - len(costs)
     while spare > 0:
         size = np.where(pieces < n_shards, costs / pieces, -1.0)

@@ -200,6 +200,7 @@ def _prompt_index(fields: _FieldValues, positions: pa.Array) -> PromptRows:
     error = fields.error()
     failed = pc.is_valid(error)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
+    assert fields.codes is not None and fields.digests is not None   # (a one-field prefix: coded, prompt_rows_of)
     codes, suffix_bytes = fields.codes, pa.array(fields.suffix_bytes())
     if error.null_count < len(error):   # (a row whose document is null failed: no code is null after this)
         ok = pc.invert(failed)
@@ -285,6 +286,7 @@ def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, 
     values, codes, first = fields.values, fields.codes, fields.first
     error = fields.error()
     if codes is not None:   # (the join copies each distinct document once; the rest are views)
+        assert first is not None   # (made with codes: digest_codes)
         only_first = only_on(values[0], first)   # each distinct document on its first row only
         prefix = pa.DictionaryArray.from_arrays(codes, packed(_join(task.prefix_pieces, [only_first], n), first))
     else:
@@ -320,8 +322,8 @@ class _FieldValues:
             reason = pc.if_else(pc.is_null(codes if coded else value),
                                 pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
             if task.strict_text:   # (a document checked once, on its first row)
-                blank = _blank(only_on(value, self.first)).take(pa.array(self.first)).take(codes) if coded \
-                    else _blank(value)
+                blank = _blank(only_on(value, self.first)).take(pa.array(self.first)).take(codes) \
+                    if coded and self.first is not None else _blank(value)
                 reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
                                                         pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
             error = pc.coalesce(error, reason)
@@ -336,6 +338,7 @@ class _FieldValues:
 
     def prefix_bytes(self) -> np.ndarray:
         """Each code's prefix length in UTF-8 bytes (template head + document + tail)."""
+        assert self.first is not None   # (asked only of a coded prefix: _prompt_index)
         bounds = value_bounds(self.values[0])
         return bounds[self.first + 1] - bounds[self.first] + _utf8_bytes(self.task.prefix_pieces)
 
