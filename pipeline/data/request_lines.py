@@ -1,8 +1,10 @@
 """What makes an OpenAI batch file fail as a whole, as OpenAI's Batch API and ``vllm run-batch``
 validate it before any request runs: a line without a ``custom_id`` (a string: each answer is
-matched to its request by it), or a request for an endpoint other than the file's (its first
-line's; a file of scoring requests may mix ``/v1/score`` and ``/v1/rerank``). A line's other
-faults (not JSON, a bad body) are that line's error row, and the rest of the file is answered.
+matched to its request by it), or a request for another endpoint served here than the file's
+(its first line's; a file of scoring requests may mix ``/v1/score`` and ``/v1/rerank``): a file
+that mixes endpoints. A line's other faults (not JSON, a bad body, a url that names no endpoint,
+as ``vllm run-batch`` answers it) are that line's error row, and the rest of the file is
+answered.
 
 Each line's envelope is read with msgspec, its body skipped unparsed, so the whole file is read
 before the job starts at a fraction of the cost of parsing it.
@@ -54,9 +56,7 @@ def first_bad_line(lines, endpoint: str, whose: str = "this file's endpoint") ->
                            f"line {number}: custom_id {got}; every request needs its own custom_id, which its "
                            f"answer carries")
         if envelope.url not in ENDPOINTS and scoring_kind(envelope.url) is None:
-            return BadLine(number, "invalid_url", "url",
-                           f"line {number}: url {envelope.url!r} is not an endpoint served here (those are "
-                           f"{', '.join(ENDPOINTS)}, /v1/score and /v1/rerank)")
+            continue   # (no endpoint: the line's own error row)
         same = scoring_kind(envelope.url) is not None if endpoint == SCORING else envelope.url == endpoint
         if not same:
             which = "/v1/score or /v1/rerank" if endpoint == SCORING else endpoint
