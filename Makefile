@@ -17,7 +17,7 @@ test: setup
 lint: setup
 	.venv/bin/ruff check .
 
-# mypy over pipeline/ and tasks/ (pyproject.toml, [tool.mypy]: the packages not yet clean are listed there).
+# mypy over pipeline/ and tasks/, every module (pyproject.toml, [tool.mypy]).
 typecheck: setup
 	.venv/bin/mypy
 
