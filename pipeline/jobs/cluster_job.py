@@ -45,7 +45,7 @@ from pipeline.cluster.engines import held_documents
 from pipeline.data.errors import JobError
 from pipeline.jobs.cluster_handle import ClusterHandle
 from pipeline.jobs.job_steps import JobSteps
-from pipeline.jobs.let_go import let_go
+from pipeline.jobs.let_go import Subscription, let_go
 from pipeline.jobs.recovery import ShardWatch
 from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
 from pipeline.steps.cluster_tasks import (
@@ -162,7 +162,8 @@ class ClusterJob:
             if summary.first_answer_s is None and msg["rows"]:
                 summary.first_answer_s = time.perf_counter() - t0
 
-        client.subscribe_topic(spec.topic, take_progress)
+        subscription = Subscription(take_progress)   # (let go of at the end, with the job's tasks)
+        client.subscribe_topic(spec.topic, subscription)
         futures: list = []
         try:
             with tqdm(total=self.rows_total, initial=self.steps.resumed, unit="row", desc="rows",
@@ -172,6 +173,7 @@ class ClusterJob:
                     unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar, stop)
         finally:
             client.unsubscribe_topic(spec.topic)
+            subscription.close()
             let_go(client, futures, job_id)
         summary.seconds = time.perf_counter() - t0
         summary.rows_read = summary.rows_total = summary.rows

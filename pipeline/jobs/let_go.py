@@ -14,6 +14,24 @@ WAIT_S = 10.0   # at most this long: a worker that does not answer is not waited
 POLL_S = 0.05
 
 
+class Subscription:
+    """A job's handler of its progress topic, for ``client.subscribe_topic``. Dask keeps a handler
+    after ``unsubscribe_topic``, for the client's life (``Client._event_handlers``; popping it
+    there makes a late event raise), so this one lets go of ``handle`` (which holds the job: its
+    steps, a stream window's prompt rows) once ``close`` d: every window of a long stream
+    otherwise stays in the client's memory."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __call__(self, event) -> None:
+        if self.handle is not None:
+            self.handle(event)
+
+    def close(self) -> None:
+        self.handle = None
+
+
 def job_tasks_running(dask_worker, job_id: str) -> int:
     """For ``client.run``: how many of job ``job_id``'s tasks this worker still runs."""
     prefix = f"{job_id}-"

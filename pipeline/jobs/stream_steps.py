@@ -31,6 +31,9 @@ class IterableSteps(KeptSteps):
         from pipeline.jobs.cluster_job import PLAN_PRIORITY
 
         rows = self.window.parts[part.index]
+        # (submitted, the rows are the task's: the client lets go of its copy, so that it holds a
+        # window's prompt rows only while it reads them, not while they are answered)
+        self.window.parts[part.index] = None
         figures = Figures.of_read(self.window.sizes[part.index], rows.errors.column("error"))
         return client.submit(_read, (rows, figures), key=key, priority=PLAN_PRIORITY)
 

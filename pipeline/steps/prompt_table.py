@@ -129,25 +129,24 @@ def prompt_rows_of_dicts(rows: list[tuple[dict | None, str | None]], positions: 
     as prompt rows: the task's own split and each row's own sampling settings (checked), row by
     row (an OpenAI batch file's requests, a Python iterable's rows). The sampling columns come
     when a row has settings of its own (``all_sampling``: always)."""
-    prefixes, suffixes, errors = [], [], []
-    sampling: dict[str, list] = {name: [] for name in ROW_COLUMNS}
-    own = all_sampling
+    prefixes, suffixes, errors, settings_of = [], [], [], []
     for row, error in rows:
         prefix = suffix = settings = None
         if row is not None:
             try:
                 parts = task.split(row)
-                settings = checked({k: row.get(k) for k in ROW_COLUMNS})
+                settings = checked(row)
                 prefix, suffix = parts.prefix, parts.suffix
             except (RowError, SamplingError) as exc:
                 error = str(exc)
         prefixes.append(prefix)
         suffixes.append(suffix)
         errors.append(None if error is None else f"{ErrorKind.INPUT}: {error}")
-        own = own or settings is not None
-        for name in ROW_COLUMNS:
-            sampling[name].append(getattr(settings, name) if settings is not None else None)
-    columns = {name: pa.array(values, SAMPLING_TYPES[name]) for name, values in sampling.items()} if own else {}
+        settings_of.append(settings)
+    columns = {}
+    if all_sampling or any(s is not None for s in settings_of):
+        columns = {name: pa.array([None if s is None else getattr(s, name) for s in settings_of], SAMPLING_TYPES[name])
+                   for name in ROW_COLUMNS}
     return prompt_rows_from(pa.array(prefixes, pa.large_string()), pa.array(suffixes, pa.large_string()),
                             pa.array(errors, pa.string()), positions, columns)
 

@@ -1,4 +1,5 @@
 """The whole client/Dask/worker path with the fake engine (no vLLM): plumbing only."""
+import gc
 import json
 import re
 import time
@@ -44,6 +45,25 @@ def test_generator_input_is_read_ahead_in_a_bounded_window(null_pipeline):
     # the window being answered (50 rows) and the next one, read meanwhile: far below the
     # 300 rows of the input
     assert high_water <= 2 * 50
+
+
+def test_the_client_lets_go_of_each_window_once_it_is_answered(null_pipeline):
+    """A long stream's windows do not pile up in the client (issue 56: Dask keeps a job's progress
+    handler after it ends; a window's prompt rows are the cluster's once submitted)."""
+    from pipeline.client.iterable_job import Window
+    from pipeline.steps.prompt_table import PromptRows
+
+    def live(kind) -> int:
+        return sum(isinstance(o, kind) for o in gc.get_objects())
+
+    most_windows = most_rows = 0
+    for n, _ in enumerate(null_pipeline.stream(document_questions(100, 4, seed=3, order="shuffled"))):
+        if n % 20 == 0:   # (8 windows of 50 rows)
+            most_windows, most_rows = max(most_windows, live(Window)), max(most_rows, live(PromptRows))
+    gc.collect()
+    # the window answered and the next, read meanwhile (a moment three, as one replaces the other)
+    assert most_windows <= 3 and most_rows <= 3
+    assert live(Window) == live(PromptRows) == 0
 
 
 def test_rows_without_id_get_their_position_and_bad_rows_an_error(null_pipeline):
