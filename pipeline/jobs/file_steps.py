@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.data.answer_files import ClusterParts
+from pipeline.data.cluster_parts import ClusterParts
 from pipeline.data.errors import JobError
 from pipeline.data.scoring_lines import SCORING, scoring_task
 from pipeline.jobs.cluster_job import PLAN_PRIORITY, ClusterJob

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import pyarrow as pa
 
 from pipeline.config import Config, load_config
-from pipeline.data.answer_files import RESULT_TYPES, ClusterParts
+from pipeline.data.answer_files import RESULT_TYPES
+from pipeline.data.cluster_parts import ClusterParts
 from pipeline.data.errors import JobError
 from pipeline.data.input import OpenAIBatchSource, ParquetSource, check_output_apart, open_source
 from pipeline.data.output import META

@@ -1,0 +1,119 @@
+"""The client's side of a cluster job's partial output (``OUTPUT.partial``, its layout:
+pipeline/data/answer_files.py): opened, or taken up again by a resumed run after the checks that
+make resuming safe (pipeline/data/output.py). The workers' side writes and merges the files
+(``AnswerFiles``, ``BucketCommits``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.data.answer_files import AnswerFiles
+from pipeline.data.errors import JobError
+from pipeline.data.job_folder import LocalFolder, StoreFolder
+from pipeline.data.output import META, check_writable, meta_differences
+from pipeline.data.partitions import Partition
+from pipeline.data.storage import filesystem, store_error
+
+
+class ClusterParts:
+    """The client's side of a cluster job's partial output (``OUTPUT.partial``): a folder on a
+    local or shared file system (``local``) or a prefix on an object store (``on_store``). Opens
+    it, or resumes it with a partial output's checks (pipeline/data/output.py): another job's
+    committed results are refused (``_job.json`` says which job they belong to), and so is an
+    input file changed under committed answers."""
+
+    # (files: checked file by file, ``_check_files_unchanged``; rows follow from the files)
+    unchecked = ("started", "files", "rows")
+
+    def __init__(self, folder: LocalFolder | StoreFolder, final, where, meta: dict, schema: pa.Schema,
+                 partitions: list[Partition], store_url: str | None = None):
+        self.folder, self.final, self.dir = folder, final, where   # (dir: the folder, for messages)
+        self.files = AnswerFiles(folder)
+        self.meta, self.schema, self.partitions = meta, schema, partitions
+        self.committed = self.resumed = 0
+        self.notes: list[str] = []   # what opening it found and did (damaged files dropped)
+        self._store_url = store_url   # OUTPUT's URL on an object store (its errors are said in its terms)
+
+    @classmethod
+    def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list) -> "ClusterParts":
+        where = check_writable(final)
+        return cls(LocalFolder(where), final, where, meta, schema, partitions)
+
+    @classmethod
+    def on_store(cls, url: str, meta: dict, schema: pa.Schema, partitions: list,
+                 storage_options: dict | None = None) -> "ClusterParts":
+        """Each answer file and part an object, written once, whole, under its final name; OUTPUT
+        appears when its upload completes."""
+        fs, path = filesystem(url, storage_options)
+        return cls(StoreFolder(fs, path + ".partial", url + ".partial"), path, url + ".partial", meta, schema,
+                   partitions, store_url=url)
+
+    def open(self) -> int:
+        """Start the folder, or take up the one an earlier run left; the rows it holds committed."""
+        try:
+            return self._open()
+        except JobError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an object store's credentials, bucket, network
+            if self._store_url is None:
+                raise
+            raise store_error(exc, self._store_url) from None
+
+    def _open(self) -> int:
+        current = self.meta["files"]
+        old = self._old_meta()
+        if old is None:
+            self.folder.create()
+        else:
+            self.files.drop_torn()
+            diff = meta_differences(old, self.meta, self.unchecked)
+            if diff and self.folder.glob("answers/p*/*.parquet") + self.folder.glob("parts/*.parquet"):
+                raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the "
+                               f"original command again to finish it, or delete it to start over")
+            if not diff:
+                self.notes += self.files.drop_damaged(self.partitions, self.schema)
+                self.meta = old   # keeps the first run's start time
+                self.committed = self.resumed = self.files.committed_rows(self.partitions)
+        _check_files_unchanged(self, current)
+        self.record()
+        return self.committed
+
+    def _old_meta(self) -> dict | None:
+        """An earlier run's ``_job.json``; None where there is no folder yet."""
+        try:
+            old = json.loads(self.folder.read_bytes(self.folder.path(META)))
+        except FileNotFoundError:
+            if self.folder.exists(self.folder.root):
+                raise JobError(f"{self.dir} exists but is not a partial output of this program (no {META}); "
+                               f"move or delete it") from None
+            return None
+        except ValueError:
+            raise JobError(f"{self.dir} exists but is not a partial output of this program "
+                           f"(unreadable {META}); move or delete it") from None
+        return old if isinstance(old, dict) else {}
+
+    def refresh(self) -> int:
+        self.committed = self.files.committed_rows(self.partitions)
+        return self.committed
+
+    def record(self, **facts) -> None:
+        """Add ``facts`` to the partial output's ``_job.json`` (what a resumed run reads), and
+        write it."""
+        self.meta.update(facts)
+        self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
+
+
+def _check_files_unchanged(sink, current: list) -> None:
+    """An input file that changed since the run ``sink`` resumes is refused if any of its rows
+    are committed (answers are matched to rows by position); one without committed rows (a fixed
+    unreadable file) is fine. Then ``sink``'s meta records the files as they are."""
+    before = sink.meta.get("files") or []
+    for i, (was, now) in enumerate(zip(before, current)):
+        if was != now and sink.files.committed_rows([p for p in sink.partitions if p.file == i]):
+            raise JobError(f"input file {sink.meta['input'][i]} changed since this job started, and {sink.dir} "
+                           f"holds answers for its rows; run it with the original file, or delete the folder to "
+                           f"start over")
+    sink.meta["files"] = current
