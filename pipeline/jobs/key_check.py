@@ -99,7 +99,8 @@ def _partition_keys(source, part: Partition | ByteBlock) -> pa.Array:
     """Partition ``part``'s keys; none if it cannot be read (its read task says why, and its rows
     wait for a rerun, which checks every partition again)."""
     from pipeline.steps.jsonl_input import block_keys
-    from pipeline.steps.prompt_table import read_partition, whole
+    from pipeline.steps.prompt_table import read_partition
+    from pipeline.steps.template_pieces import whole
 
     try:
         if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes)

@@ -3,7 +3,8 @@ compute, not row by row in Python.
 
 For a prompt template (the default document-question task, or ``task: template``) whose
 columns are valid text, the shareable prefix and the row's suffix are joined column-wise from
-the template's pieces, and the checks (null, empty) are column-wise too. Anything else (numbers
+the template's pieces, and the checks (null, empty) are column-wise too
+(pipeline/steps/template_pieces.py). Anything else (numbers
 a template writes as text, undecodable bytes, a row's own sampling settings) takes the task's
 own per-row path, on the worker, so every row gets exactly the prompt or the error the
 client-side path gives it. Each distinct prefix (document) is digested once
@@ -39,11 +40,20 @@ from dask.sizeof import sizeof
 from pipeline.data.errors import JobError
 from pipeline.data.partitions import Partition
 from pipeline.data.row_checks import RowColumns
-from pipeline.data.text_arrays import on_first_rows, only_on, packed
-from pipeline.prefix_memory import digest_codes, text_digests, value_bounds
+from pipeline.data.text_arrays import on_first_rows
+from pipeline.prefix_memory import digest_codes, text_digests
 from pipeline.results import ErrorKind
 from pipeline.sampling import ROW_COLUMNS, SamplingError, checked
 from pipeline.steps.adapter_keys import adapter_digests
+from pipeline.steps.template_pieces import (
+    FieldValues,
+    field_texts,
+    joined,
+    joined_columns,
+    plain_text,
+    row_by_row,
+    whole,
+)
 from tasks import PromptTemplate, RowError
 
 ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(),
@@ -68,12 +78,6 @@ class PromptRows:
 def _sizeof_prompt_rows(rows: PromptRows) -> int:
     """What a worker holds for a read partition (Dask spills by it: jobs.worker_memory)."""
     return rows.rows.nbytes + rows.documents.nbytes + rows.errors.nbytes
-
-
-def whole(column: pa.ChunkedArray) -> pa.Array:
-    """``column`` as one array: its one chunk as it is (``combine_chunks`` copies even that one:
-    a document column's text, ~150 MB a partition of the scale input)."""
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def read_partition(source, part: Partition, columns: list[str] | None = None) -> pa.Table:
@@ -104,12 +108,12 @@ def prompt_rows(source, task, part: Partition, done: pa.Array | None = None, tex
 def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColumns, texts: bool = True) -> PromptRows:
     """``table``'s rows (the task's ``columns``; each row's position in ``positions``) as prompt
     rows (``texts``: as ``prompt_rows``)."""
-    if isinstance(task, PromptTemplate) and not columns.sampling_columns and _plain_text(table, task):
+    if isinstance(task, PromptTemplate) and not columns.sampling_columns and plain_text(table, task):
         if not texts and len(task.prefix_pieces) == 2:
-            return _prompt_index(_FieldValues(task, table), positions)
-        prefix, suffix, error, digests = _template_columns(task, table)
+            return _prompt_index(FieldValues(task, table), positions)
+        prefix, suffix, error, digests = joined_columns(task, table)
     else:
-        prefix, suffix, error = _row_by_row(columns, task, table)
+        prefix, suffix, error = row_by_row(columns, task, table)
         digests = None
     sampling = {name: whole(table.column(name)) for name in columns.sampling_columns}
     return prompt_rows_from(prefix, suffix, error, positions, sampling, digests)
@@ -193,7 +197,7 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
     return PromptRows(rows, documents, errors)
 
 
-def _prompt_index(fields: _FieldValues, positions: pa.Array) -> PromptRows:
+def _prompt_index(fields: FieldValues, positions: pa.Array) -> PromptRows:
     """``prompt_rows_from`` without the texts: each kept row's position and digest, the
     documents and the errors, from the fields' checks and lengths; nothing joined or copied."""
     error = fields.error()
@@ -243,142 +247,18 @@ class PartitionTexts:
         self._local = positions - part.start   # (each row's place in the partition)
         every = len(self._local) == table.num_rows
         take = None if every else pa.array(self._local)
-        values = _field_texts(task, table)
+        values = field_texts(task, table)
         self._documents = values[0]
         suffix_values = values[1:] if every else [v.take(take) for v in values[1:]]
-        self.suffix = _join(task.suffix_pieces, suffix_values, len(self._local))
+        self.suffix = joined(task.suffix_pieces, suffix_values, len(self._local))
 
     def prefixes(self, rows: np.ndarray, lengths: np.ndarray) -> pa.Array:
         """The prefix text of each of ``rows`` (indices into the positions given), whose UTF-8
         lengths the read found to be ``lengths``: a file that changed since is refused (where
         a length did; a digest of each would cost a fifth of the split)."""
-        texts = _join(self.task.prefix_pieces, [self._documents.take(pa.array(self._local[rows]))], len(rows))
+        texts = joined(self.task.prefix_pieces, [self._documents.take(pa.array(self._local[rows]))], len(rows))
         if not np.array_equal(pc.binary_length(texts).to_numpy(zero_copy_only=False), lengths):
             raise JobError(f"{self.source.files[self.part.file]} changed while the job ran (a document of rows "
                            f"{self.part.start}-{self.part.stop - 1} is not the one read); run the same command "
                            f"again to resume")
         return texts
-
-
-def _plain_text(table: pa.Table, task: PromptTemplate) -> bool:
-    """Every column the template reads is a string column of valid UTF-8."""
-    for name in set(task.fields):
-        column = table.column(name)
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            return False
-        try:
-            column.validate(full=True)
-        except pa.ArrowInvalid:
-            return False
-    return True
-
-
-def _template_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array,
-                                                                      np.ndarray | None]:
-    """Prefix, suffix and error (null where the row is fine) joined column-wise, with the same
-    checks and texts as ``PromptTemplate.split``: the first field that fails names the error.
-    A prefix of one field (a document) is dictionary-encoded: each distinct value is checked and
-    joined once, and the prefix comes back as a dictionary array, with each dictionary value's
-    digest (else None: the prefix is plain text)."""
-    n = table.num_rows
-    fields = _FieldValues(task, table)
-    values, codes, first = fields.values, fields.codes, fields.first
-    error = fields.error()
-    if codes is not None:   # (the join copies each distinct document once; the rest are views)
-        assert first is not None   # (made with codes: digest_codes)
-        only_first = only_on(values[0], first)   # each distinct document on its first row only
-        prefix = pa.DictionaryArray.from_arrays(codes, packed(_join(task.prefix_pieces, [only_first], n), first))
-    else:
-        prefix = _join(task.prefix_pieces, values[:fields.cut], n)
-    suffix = _join(task.suffix_pieces, values[fields.cut:], n)
-    return prefix, suffix, error, fields.digests
-
-
-def _field_texts(task: PromptTemplate, table: pa.Table) -> list[pa.Array]:
-    """The template's fields of ``table``, in its order, as large_string arrays (views of the text)."""
-    return [whole(table.column(f)).cast(pa.large_string()) for f in task.fields]
-
-
-class _FieldValues:
-    """The template's fields of ``table`` as large_string columns; where the prefix is one field
-    (a document), each row coded by its document (``digest_codes``: codes, each code's digest,
-    each code's first row), else ``codes`` is None."""
-
-    def __init__(self, task: PromptTemplate, table: pa.Table):
-        self.task, self.cut, self.rows = task, len(task.prefix_pieces) - 1, table.num_rows
-        self.values = _field_texts(task, table)
-        self.codes = self.digests = self.first = None
-        if self.cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
-            head, tail = task.prefix_pieces
-            self.codes, self.digests, self.first = digest_codes(self.values[0], head, tail)
-
-    def error(self) -> pa.Array:
-        """Each row's error (null where it is fine): the first field that fails names it."""
-        task, codes = self.task, self.codes
-        error = pa.nulls(self.rows, pa.string())
-        for i, (field, value) in enumerate(zip(task.fields, self.values)):
-            coded = i == 0 and codes is not None
-            reason = pc.if_else(pc.is_null(codes if coded else value),
-                                pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
-            if task.strict_text:   # (a document checked once, on its first row)
-                blank = _blank(only_on(value, self.first)).take(pa.array(self.first)).take(codes) \
-                    if coded and self.first is not None else _blank(value)
-                reason = pc.coalesce(reason, pc.if_else(pc.fill_null(blank, False),
-                                                        pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
-            error = pc.coalesce(error, reason)
-        return error.cast(pa.string())
-
-    def suffix_bytes(self) -> np.ndarray:
-        """Each row's suffix length in UTF-8 bytes, as ``_join`` would make it (0 where a field is null)."""
-        total = np.full(self.rows, _utf8_bytes(self.task.suffix_pieces), np.int64)
-        for value in self.values[self.cut:]:
-            total += pc.fill_null(pc.binary_length(value), 0).to_numpy(zero_copy_only=False)
-        return total
-
-    def prefix_bytes(self) -> np.ndarray:
-        """Each code's prefix length in UTF-8 bytes (template head + document + tail)."""
-        assert self.first is not None   # (asked only of a coded prefix: _prompt_index)
-        bounds = value_bounds(self.values[0])
-        return bounds[self.first + 1] - bounds[self.first] + _utf8_bytes(self.task.prefix_pieces)
-
-
-def _utf8_bytes(pieces: list[str]) -> int:
-    """The template pieces' length together in UTF-8 bytes."""
-    return sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces)
-
-
-def _blank(value: pa.Array) -> pa.Array:
-    # (no bytes is no characters: the byte length comes from the offsets, utf8_length reads the text)
-    return pc.or_(pc.equal(pc.binary_length(value), 0), pc.utf8_is_space(value))
-
-
-def _join(pieces: list[str], values: list[pa.Array], n: int) -> pa.Array:
-    parts: list = [pa.scalar(pieces[0], pa.large_string())]
-    for value, piece in zip(values, pieces[1:]):
-        parts += [value, pa.scalar(piece, pa.large_string())]
-    if not values:
-        return pa.array([pieces[0]] * n, pa.large_string())
-    return pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
-
-
-def _row_by_row(columns: RowColumns, task, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """The task's own split, row by row (as the client-side path does it)."""
-    prefixes, suffixes, errors = [], [], []
-    for batch in table.to_batches():
-        rows, bad = columns.task_rows(batch)
-        for row, reason in zip(rows, bad):
-            prefix = suffix = error = None
-            if row is None:
-                error = f"{ErrorKind.INPUT}: {reason}"
-            else:
-                try:
-                    parts = task.split(row)
-                    if columns.sampling_columns:
-                        checked({k: row.get(k) for k in ROW_COLUMNS if k in row})
-                    prefix, suffix = parts.prefix, parts.suffix
-                except (RowError, SamplingError) as exc:
-                    error = f"{ErrorKind.INPUT}: {exc}"
-            prefixes.append(prefix)
-            suffixes.append(suffix)
-            errors.append(error)
-    return pa.array(prefixes, pa.large_string()), pa.array(suffixes, pa.large_string()), pa.array(errors, pa.string())
