@@ -24,7 +24,8 @@ from pipeline.jobs.key_check import (
 )
 from pipeline.jobs.openai_batch import ENDPOINT_TASKS
 from pipeline.model import head_labels
-from pipeline.steps.cluster_tasks import JobSpec, answer_task, file_split_task, finish_task, merge_task, read_task
+from pipeline.steps.cluster_tasks import JobSpec, answer_task, file_split_task, read_task
+from pipeline.steps.output_tasks import finish_task, merge_task
 from tasks import Embed, get_task_kind
 from tasks.registry import task_kind
 

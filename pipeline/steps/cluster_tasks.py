@@ -14,6 +14,7 @@ through the client or inline through the scheduler.
                                                     of each of its shard's pieces)
     merge_task (per partition)                   -> the partition's part, in input order
     finish_task (one)                            -> OUTPUT (Parquet, or OpenAI batch JSONL)
+                                                    (these two: pipeline/steps/output_tasks.py)
 
 A partition is a Parquet file's rows (``Partition``) or a JSONL file's block of bytes
 (``ByteBlock``, read by pipeline/steps/jsonl_input.py).
@@ -45,7 +46,6 @@ from pipeline.steps.prompt_table import (
     PartitionTexts,
     PromptRows,
     prompt_rows,
-    read_partition,
 )
 from pipeline.summary import Figures
 from pipeline.worker.grouped_answers import prefixes_of
@@ -346,34 +346,3 @@ def frame_positions(number: int, rows: int) -> pa.Array:
 def partition_of(positions: np.ndarray) -> np.ndarray:
     """A DataFrame job's partition numbers of these positions."""
     return positions >> PARTITION_BITS
-
-
-def merge_task(spec: JobSpec, part: Partition | ByteBlock) -> int:
-    source = spec.source
-    assert isinstance(source, (ParquetSource, OpenAIBatchSource))   # (only a file job's parts are merged)
-    if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes: its source's format "openai")
-        from pipeline.steps.jsonl_input import block_carry
-
-        carry = block_carry(source, part)
-    else:
-        carry = read_partition(source, part, columns=source.passthrough + (["id"] if source.key else []))
-    return AnswerFiles(spec.folder).merge(part, carry, spec.schema, source.key)
-
-
-def fixed_embeddings(schema: pa.Schema | None, size: int | None) -> pa.Schema | None:
-    """``schema`` with its embedding column a fixed-size list of ``size`` float32 (the answer files
-    keep a list of any size: the size is known once the engines run); None where nothing changes."""
-    if schema is None or not size or "embedding" not in schema.names:
-        return None
-    at = schema.get_field_index("embedding")
-    return schema.set(at, pa.field("embedding", pa.list_(pa.float32(), size)))
-
-
-def finish_task(spec: JobSpec, partitions: list[Partition], final: str, lines=None) -> None:
-    """OUTPUT from the merged parts: Parquet, or with ``lines`` (an OpenAI batch job's
-    ``openai_batch.ResponseLines``) JSONL."""
-    files = AnswerFiles(spec.folder)
-    if lines is None:
-        files.finish(partitions, spec.schema, final, fixed_embeddings(spec.schema, spec.embedding_size))
-    else:
-        files.finish_lines(partitions, spec.schema, final, lines)
