@@ -103,7 +103,7 @@ def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeli
         for i in range(len(rows)):
             assign[shards[i % len(shards)]].append(i)
     elif name in ("standalone-routed", "standalone-arrival", "standalone-sorted"):
-        from pipeline.jobs.cluster_job import CHARS_PER_TOKEN  # (imports Dask: here, not at the top)
+        from pipeline.token_estimate import CHARS_PER_TOKEN
 
         parts = [(task or pipeline.task).split(row) for row in rows]
         assign.update(placed_assignment([p.prefix for p in parts], [p.suffix for p in parts], shards,

@@ -30,72 +30,35 @@ stops the job at once: its other tasks are cancelled, and waited for until none 
 """
 from __future__ import annotations
 
-import itertools
 import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
 
 import dask
 import msgspec
 from distributed import as_completed
 
-from pipeline.cluster.engines import held_documents
 from pipeline.data.errors import JobError
 from pipeline.jobs.cluster_handle import ClusterHandle
+from pipeline.jobs.job_plan import JobPlan
 from pipeline.jobs.job_steps import JobSteps
 from pipeline.jobs.let_go import Subscription, let_go
 from pipeline.jobs.recovery import ShardWatch
-from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, VIEW_METADATA_KEY, shard_resource
+from pipeline.names import VIEW_METADATA_KEY
 from pipeline.steps.cluster_tasks import (
     JobSpec,
     Stopped,
-    buckets_of,
-    documents_of,
-    figures_of,
-    figures_of_answer,
-    piece_of,
-    place_task,
 )
-from pipeline.steps.placement import Bucket
 from pipeline.summary import GONE, JobSummary
-from pipeline.token_estimate import CHARS_PER_TOKEN
 from tasks.registry import spec_or_generate, unserved
 
-# Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
-# split, pieces) go ahead of any job's answering, each job's k-th bucket on a shard has the same
-# priority as every other job's (so a new job's first buckets run next, not after every bucket
-# an earlier job queued), and answer tasks leave each worker a thread for the others' reads.
-PLAN_PRIORITY = 100
 # A task's result that does not come within this long of its task ending was lost with its worker.
 LOST_AFTER_S = 10.0
 
 
-@dataclass
-class _Plan:
-    """A job's tasks as ``ClusterJob._plan`` submitted them (futures), for ``_watch``."""
-    figures: list           # each read's figures, in partition order
-    partition_of: dict      # a read's figures' key -> its partition
-    bucket: dict            # bucket index -> Bucket
-    pieces: dict            # bucket index -> its shard's pieces of every partition
-    answers: dict           # bucket index -> its answer task
-    watched: dict           # bucket index -> its answer's figures
-    of_answer: dict         # an answer's figures' key -> its bucket index
-    split_done: list        # each split, ended (before the merges)
-
-
 class JobLeft(Exception):
     """The job was let go before its end (``ClusterJob.run``'s ``stop``): its tasks are cancelled."""
-
-
-def _slots_everywhere(client) -> set[str]:
-    """Which of the slot resources (answer slots, read slots) every shard's worker has: a cluster
-    started by an earlier version may lack one, and a task asking for it would never run."""
-    workers = [w.get("resources", {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
-    shard_workers = [r for r in workers if any(k.startswith(shard_resource("")) for k in r)]
-    return {name for name in (ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE)
-            if shard_workers and all(name in r for r in shard_workers)}
 
 
 def _cancelled(client, key: str) -> str:
@@ -117,10 +80,7 @@ class ClusterJob:
     def __init__(self, steps: JobSteps, config, truncate: bool, part_rows: int = 10_000, flush_seconds: float = 30.0):
         self.steps, self.config, self.truncate = steps, config, truncate
         self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
-        self._moves = itertools.count(1)   # buckets moved off a gone shard (their tasks' keys)
         self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
-        self._slots: set[str] = set()
-        self._rank: dict[int, int] = {}   # a bucket's place among its shard's: each job's k-th go together
         self.on_progress = None   # (rows done, rows failed, tokens) while the job runs: ``run``'s
         self._tokens: dict[int, list[int]] = {}   # (bucket -> its rows' tokens so far, as its task reports them)
 
@@ -210,69 +170,15 @@ class ClusterJob:
         shards = [s for s in self.config.shard_names if s in watch.workers]   # those with a worker now
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")
-        plan = self._plan(client, spec, todo, shards, futures)
+        plan = JobPlan(client, spec, self.steps, self.config)
+        plan.submit(todo, shards, futures)
         unreadable = self._watch(pipeline, spec, plan, watch, summary, answered, futures, bar, stop)
         bar.update(max(0, summary.resumed + summary.rows - bar.n))
         client.gather(plan.split_done)
         futures += self.steps.complete(client, spec, todo, unreadable, plan.answers)
         return unreadable
 
-    def _plan(self, client, spec: JobSpec, todo: list, shards: list[str], futures: list) -> "_Plan":
-        """The job's tasks, submitted: each partition read, its documents placed on ``shards``
-        in buckets, split into per-shard pieces, and each bucket's answer task."""
-        jobs, job = self.config.jobs, spec.job_id
-        held = held_documents(client, shards)
-        self._slots = _slots_everywhere(client)
-        slot = {"resources": {READ_SLOTS_RESOURCE: 1}} if READ_SLOTS_RESOURCE in self._slots else {}
-        reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}", **slot) for p in todo]
-        figures = [client.submit(figures_of, r, key=f"{job}-figures-{p.index}", priority=PLAN_PRIORITY)
-                   for r, p in zip(reads, todo)]
-        documents = [client.submit(documents_of, r, key=f"{job}-documents-{p.index}", priority=PLAN_PRIORITY)
-                     for r, p in zip(reads, todo)]
-        futures += figures
-        checks = self.steps.key_checks(client, spec)   # (ids used twice: refused before any answer)
-        futures += checks
-        decode_bytes = CHARS_PER_TOKEN * self.config.sampling.max_tokens   # (ASCII: a byte a character)
-        place = client.submit(place_task, shards, held, jobs.bucket_rows, decode_bytes, *documents,
-                              max_loras=self.config.lora_slots, key=f"{job}-place", priority=PLAN_PRIORITY)
-        del documents
-        futures.append(place)
-        buckets = client.submit(buckets_of, place, key=f"{job}-buckets", priority=PLAN_PRIORITY).result()
-        if checks:
-            self.steps.refuse_duplicates(client, spec, checks)
-        splits = [self.steps.split(client, spec, r, place, p, key=f"{job}-split-{p.index}", **slot)
-                  for r, p in zip(reads, todo)]
-        # each partition's rows for each shard: a bucket's answer task takes its slice of its shard's
-        # (P × shards tasks, not P × buckets; a bucket's entry is let go once it is answered, a
-        # shard's pieces with its last bucket's)
-        of_shard = {shard: [client.submit(piece_of, s, shard, key=f"{job}-piece-{p.index}-{shard}",
-                                          priority=PLAN_PRIORITY) for s, p in zip(splits, todo)]
-                    for shard in sorted({b.shard for b in buckets})}
-        pieces = {b.index: of_shard[b.shard] for b in buckets}
-        # (a file job's split also commits its partition's rows that failed reading: each must
-        # run, and end before the merges, even where no bucket takes a piece of it)
-        split_done = [client.submit(len, s, key=f"{job}-split-done-{p.index}", priority=PLAN_PRIORITY)
-                      for s, p in zip(splits, todo)]
-        futures += split_done
-        # The reads and splits are let go here: Dask drops each once the tasks that take it have
-        # run, so the workers hold a partition's rows once (its pieces), not three times. A worker
-        # lost later takes pieces with it; Dask computes them again from the graph (the split, and
-        # the read before it, rerun: a read gives the same rows again, spec.run).
-        del of_shard, reads, splits
-        self._rank = {}
-        per_shard: dict[str, int] = {}
-        for b in buckets:
-            self._rank[b.index] = per_shard.get(b.shard, 0)
-            per_shard[b.shard] = self._rank[b.index] + 1
-        answers = {b.index: self._answer(client, spec, b, pieces[b.index]) for b in buckets}
-        watched = {i: self._figures(client, a) for i, a in answers.items()}   # each answer's figures
-        futures += answers.values()
-        futures += watched.values()
-        return _Plan(figures=figures, partition_of={f.key: p for f, p in zip(figures, todo)},
-                     bucket={b.index: b for b in buckets}, pieces=pieces, answers=answers, watched=watched,
-                     of_answer={f.key: i for i, f in watched.items()}, split_done=split_done)
-
-    def _watch(self, pipeline, spec: JobSpec, plan: "_Plan", watch: ShardWatch, summary: JobSummary,
+    def _watch(self, pipeline, spec: JobSpec, plan: JobPlan, watch: ShardWatch, summary: JobSummary,
                answered: dict, futures: list, bar, stop: threading.Event | None) -> dict[int, str]:
         """Take each read's and answer's figures as they come, move the buckets of a shard given
         up on, show progress; the partitions that could not be read, and why."""
@@ -317,7 +223,7 @@ class ClusterJob:
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:
-                    self._moved(client, spec, plan, event.shard, watch, moved_away, pending, futures, summary)
+                    plan.move(event.shard, watch, moved_away, pending, futures, summary)
             live = read_errors + sum(answered.values())   # rows answered so far, as the tasks report them
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
@@ -325,58 +231,6 @@ class ClusterJob:
                 if not pending.has_ready() and not pending.is_empty():
                     pending.thread_condition.wait(timeout=0.5)
         return unreadable
-
-    def _answer(self, client, spec: JobSpec, b: Bucket, pieces: list, attempt: int = 0):
-        """Bucket ``b``'s answer task, on its shard's worker."""
-        key = f"{spec.job_id}-answer-{b.index}" + (f"-moved{attempt}" if attempt else "")
-        resources = {self.config.shard(b.shard).resource: 1}
-        if ANSWER_SLOTS_RESOURCE in self._slots:
-            resources[ANSWER_SLOTS_RESOURCE] = 1
-        return client.submit(self.steps.answer, spec, b, *pieces, task_key=key, key=key, resources=resources,
-                             priority=-self._rank.get(b.index, 0), retries=self.config.recovery.max_row_attempts - 1)
-
-    @staticmethod
-    def _figures(client, answer):
-        return client.submit(figures_of_answer, answer, key=f"{answer.key}-figures", priority=PLAN_PRIORITY)
-
-    def _moved(self, client, spec: JobSpec, plan: "_Plan", gone: str, watch, moved_away: set, pending,
-               futures: list, summary: JobSummary) -> None:
-        """Shard ``gone`` was given up on: its unfinished buckets moved (``_move``), their new
-        answers' figures watched instead of the old ones'."""
-        for i, moved in self._move(client, spec, gone, plan.bucket, plan.answers, plan.pieces, watch,
-                                   moved_away).items():
-            summary.buckets_moved += 1
-            old = plan.watched[i]
-            old.cancel()
-            moved_away.add(old.key)
-            plan.watched[i] = self._figures(client, moved)
-            plan.of_answer[plan.watched[i].key] = i
-            pending.add(plan.watched[i])
-            futures += [moved, plan.watched[i]]
-
-    def _move(self, client, spec: JobSpec, gone: str, bucket: dict, answers: dict, pieces: dict, watch,
-              moved_away: set) -> dict:
-        """Shard ``gone`` has had no worker for ``recovery.rejoin_timeout_s``: its unfinished
-        buckets go to the live shards, least loaded first (the tasks cancelled here are added to
-        ``moved_away``). A moved task skips the rows its earlier attempts committed (the same
-        answer-file name), so none is answered twice."""
-        live = [s for s in self.config.shard_names if s in watch.workers and s not in watch.gone]
-        if not live:
-            raise JobError(f"no shard has a worker any more (shard {gone} is gone); the answers committed so far "
-                           f"are kept; run the same command again once the cluster is back to resume")
-        load = {s: sum(bucket[i].rows for i, f in answers.items() if not f.done() and bucket[i].shard == s)
-                for s in live}
-        moved = {}
-        for i, f in list(answers.items()):
-            if f.done() or bucket[i].shard != gone:
-                continue
-            target = min(live, key=load.__getitem__)
-            load[target] += bucket[i].rows
-            f.cancel()
-            moved_away.add(f.key)
-            bucket[i] = replace(bucket[i], shard=target)
-            answers[i] = moved[i] = self._answer(client, spec, bucket[i], pieces[i], attempt=next(self._moves))
-        return moved
 
     def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
         """The job's figures for the dashboard page (its job plot), at most once a second;

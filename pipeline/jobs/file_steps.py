@@ -12,7 +12,8 @@ import numpy as np
 from pipeline.data.cluster_parts import ClusterParts
 from pipeline.data.errors import JobError
 from pipeline.data.scoring_lines import SCORING, scoring_task
-from pipeline.jobs.cluster_job import PLAN_PRIORITY, ClusterJob
+from pipeline.jobs.cluster_job import ClusterJob
+from pipeline.jobs.job_plan import PLAN_PRIORITY
 from pipeline.jobs.key_check import (
     duplicate_report,
     duplicates_message,

@@ -23,7 +23,7 @@ class FrameSteps(KeptSteps):
     def read(self, client, spec, part, key: str, resources: dict | None = None):
         """(``resources`` is not asked for: a DataFrame's partition is read where the cluster
         computed it, which may be a worker serving no shard.)"""
-        from pipeline.jobs.cluster_job import PLAN_PRIORITY
+        from pipeline.jobs.job_plan import PLAN_PRIORITY
         from pipeline.steps.frame_tasks import frame_read_task, frame_tail_of
 
         frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)   # on the cluster, read beside it

@@ -35,7 +35,7 @@ class KeptSteps:
 
     def split(self, client, spec, read, place, part, key: str, resources: dict | None = None):
         """(``resources`` is not asked for: the split reads nothing again.)"""
-        from pipeline.jobs.cluster_job import PLAN_PRIORITY
+        from pipeline.jobs.job_plan import PLAN_PRIORITY
 
         return client.submit(split_task, read, place, key=key, priority=PLAN_PRIORITY)
 

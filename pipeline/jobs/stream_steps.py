@@ -28,7 +28,7 @@ class IterableSteps(KeptSteps):
         self.rows_total = window.rows
 
     def read(self, client, spec, part, key: str, resources: dict | None = None):
-        from pipeline.jobs.cluster_job import PLAN_PRIORITY
+        from pipeline.jobs.job_plan import PLAN_PRIORITY
 
         rows = self.window.parts[part.index]
         # (submitted, the rows are the task's: the client lets go of its copy, so that it holds a
