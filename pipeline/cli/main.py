@@ -59,7 +59,11 @@ def _add_run_parser(sub) -> None:
     run.add_argument("--quiet", action="store_true", help="no progress bar or logs")
     run.add_argument("--verbose", action="store_true",
                      help="the workers' Dask and vLLM logs on this terminal (default: one log file per shard)")
-    prompt = run.add_argument_group("prompt and sampling (override the config's prompt: and sampling:)")
+    _add_prompt_options(run.add_argument_group("prompt and sampling (override the config's prompt: and sampling:)"))
+
+
+def _add_prompt_options(prompt) -> None:
+    """``run``'s options that override the config's ``prompt:`` and ``sampling:``."""
     prompt.add_argument("--task", choices=CONFIG_TASKS,
                         default=None,
                         help="document_question: columns document, question; generate: a prompt (optional prefix) "

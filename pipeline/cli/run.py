@@ -34,6 +34,24 @@ def prompt_options(args, config: Config) -> Config:
     return config.replace(**({"task": task} if task else {}), prompt=prompt, sampling=sampling)
 
 
+def _check_model(job, config: Config) -> None:
+    """Raise :class:`JobError` where the model cannot run the job, before any engine starts: a
+    packaged model's task is known, a model path must exist, and labels are read with the model's
+    tokenizer."""
+    served = packaged_task(config) if config.engine.kind == "vllm" else None
+    refused = unserved(job.steps.task_name(config), {served}, config.model.path or DEFAULT_MODEL_NAME) \
+        if served else None
+    if refused:
+        raise JobError(refused)
+    if config.engine.kind == "vllm" or config.model.path is not None:
+        resolve_model(config)
+    if TASKS[job.steps.task_name(config)].reads_labels:
+        try:
+            get_task_kind(config, load_tokenizer(model_for(config, config.engine.kind)), head_labels(config))
+        except TemplateError as exc:
+            raise JobError(str(exc)) from None
+
+
 def run(args, config: Config) -> int:
     """``python -m pipeline run``: the job from the command line's arguments; its exit code."""
     if args.part_rows < 1:
@@ -51,18 +69,7 @@ def run(args, config: Config) -> int:
     notes: list[str] = []
     job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
                       truncate=args.truncate, part_rows=args.part_rows, notify=notes.append, config=config)
-    served = packaged_task(config) if config.engine.kind == "vllm" else None
-    refused = unserved(job.steps.task_name(config), {served}, config.model.path or DEFAULT_MODEL_NAME) \
-        if served else None
-    if refused:   # (before any engine starts: the model's task is known)
-        raise JobError(refused)
-    if config.engine.kind == "vllm" or config.model.path is not None:
-        resolve_model(config)
-    if TASKS[job.steps.task_name(config)].reads_labels:   # (its labels, read with the model's tokenizer)
-        try:
-            get_task_kind(config, load_tokenizer(model_for(config, config.engine.kind)), head_labels(config))
-        except TemplateError as exc:
-            raise JobError(str(exc)) from None
+    _check_model(job, config)
     for note in notes:
         print(note, file=sys.stderr)
     t0 = time.perf_counter()

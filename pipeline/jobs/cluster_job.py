@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 
 import dask
 import msgspec
@@ -55,6 +56,15 @@ from tasks.registry import spec_or_generate, unserved
 
 # A task's result that does not come within this long of its task ending was lost with its worker.
 LOST_AFTER_S = 10.0
+
+
+@dataclass
+class _Reads:
+    """What a job's reads have said so far (``ClusterJob._watch``)."""
+    errors: int = 0   # rows that failed reading
+    rows: int = 0     # rows read
+    done: int = 0     # reads ended
+    unreadable: dict[int, str] = field(default_factory=dict)   # partition -> why it could not be read
 
 
 class JobLeft(Exception):
@@ -113,16 +123,7 @@ class ClusterJob:
         spec = self._spec(pipeline, job_id, watched)
         answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
-        self._tokens = {}
-
-        def take_progress(event) -> None:
-            _, msg = event
-            answered[msg["bucket"]] = msg["rows"]
-            self._tokens[msg["bucket"]] = msg.get("tokens") or [0, 0, 0]
-            if summary.first_answer_s is None and msg["rows"]:
-                summary.first_answer_s = time.perf_counter() - t0
-
-        subscription = Subscription(take_progress)   # (let go of at the end, with the job's tasks)
+        subscription = Subscription(self._progress_taker(summary, answered, t0))   # (let go of at the end)
         client.subscribe_topic(spec.topic, subscription)
         futures: list = []
         try:
@@ -141,6 +142,19 @@ class ClusterJob:
         if unreadable:
             raise JobError(unreadable[min(unreadable)])
         return summary
+
+    def _progress_taker(self, summary: JobSummary, answered: dict[int, int], t0: float):
+        """The handler of the job's progress topic: each answer task's rows answered so far (into
+        ``answered``) and their tokens, and when the first answer came."""
+        self._tokens = {}
+
+        def take_progress(event) -> None:
+            _, msg = event
+            answered[msg["bucket"]] = msg["rows"]
+            self._tokens[msg["bucket"]] = msg.get("tokens") or [0, 0, 0]
+            if summary.first_answer_s is None and msg["rows"]:
+                summary.first_answer_s = time.perf_counter() - t0
+        return take_progress
 
     def _spec(self, pipeline: ClusterHandle, job_id: str, watched: bool) -> JobSpec:
         """What every task of the job shares; a ``JobError`` where the engines cannot run it."""
@@ -183,54 +197,59 @@ class ClusterJob:
         """Take each read's and answer's figures as they come, move the buckets of a shard given
         up on, show progress; the partitions that could not be read, and why."""
         client = pipeline.client
-        unreadable: dict[int, str] = {}   # partition -> why it could not be read
-        read_errors = rows_read = reads_done = 0
+        reads = _Reads()
         pending = as_completed(list(plan.watched.values()) + plan.figures)
         moved_away: set[str] = set()   # answer tasks cancelled here: their buckets moved
         while not pending.is_empty():
             if stop is not None and stop.is_set():
                 raise JobLeft()
             for f in pending.next_batch(block=False) if pending.has_ready() else []:
-                if f.cancelled():
-                    if f.key in moved_away:   # its bucket went to another shard
-                        continue
-                    raise JobError(_cancelled(client, f.key))
-                try:
-                    result = f.result(timeout=LOST_AFTER_S)
-                    if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
-                        raise JobError(result.why)
-                    if f.key not in plan.partition_of and self.steps.answered is not None:
-                        self.steps.answered(client, plan.answers[plan.of_answer[f.key]])
-                except TimeoutError:
-                    # (done, then lost with its worker before it was taken: Dask computes it again,
-                    # or its bucket moves once its shard is given up on)
-                    pending.add(f)
-                    continue
-                summary.take(result)
-                if f.key in plan.partition_of:
-                    read_errors += result.errors
-                    rows_read += result.read
-                    reads_done += 1
-                    if result.unreadable is not None:
-                        unreadable[plan.partition_of[f.key].index] = result.unreadable
-                else:
-                    plan.pieces[plan.of_answer[f.key]] = []   # (answered: its rows are no longer needed)
-                f.release()
-            if self.rows_total is None and reads_done == len(plan.figures):
-                self.rows_total = bar.total = rows_read + self.steps.rows_merged()
-                if not unreadable:
+                self._take(client, f, plan, pending, moved_away, summary, reads)
+            if self.rows_total is None and reads.done == len(plan.figures):
+                self.rows_total = bar.total = reads.rows + self.steps.rows_merged()
+                if not reads.unreadable:
                     self.steps.rows_counted(self.rows_total)
             for event in watch.poll():
                 summary.events.append(event)
                 if event.kind == GONE:
                     plan.move(event.shard, watch, moved_away, pending, futures, summary)
-            live = read_errors + sum(answered.values())   # rows answered so far, as the tasks report them
+            live = reads.errors + sum(answered.values())   # rows answered so far, as the tasks report them
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
             with pending.thread_condition:   # (the last one taken: on at once, to the merges)
                 if not pending.has_ready() and not pending.is_empty():
                     pending.thread_condition.wait(timeout=0.5)
-        return unreadable
+        return reads.unreadable
+
+    def _take(self, client, f, plan: JobPlan, pending, moved_away: set[str], summary: JobSummary,
+              reads: "_Reads") -> None:
+        """A watched task ended: a read's figures or an answer's, taken into ``summary`` and
+        ``reads``; one lost with its worker before it was taken is watched again."""
+        if f.cancelled():
+            if f.key in moved_away:   # its bucket went to another shard
+                return
+            raise JobError(_cancelled(client, f.key))
+        try:
+            result = f.result(timeout=LOST_AFTER_S)
+            if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
+                raise JobError(result.why)
+            if f.key not in plan.partition_of and self.steps.answered is not None:
+                self.steps.answered(client, plan.answers[plan.of_answer[f.key]])
+        except TimeoutError:
+            # (done, then lost with its worker before it was taken: Dask computes it again, or its
+            # bucket moves once its shard is given up on)
+            pending.add(f)
+            return
+        summary.take(result)
+        if f.key in plan.partition_of:
+            reads.errors += result.errors
+            reads.rows += result.read
+            reads.done += 1
+            if result.unreadable is not None:
+                reads.unreadable[plan.partition_of[f.key].index] = result.unreadable
+        else:
+            plan.pieces[plan.of_answer[f.key]] = []   # (answered: its rows are no longer needed)
+        f.release()
 
     def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
         """The job's figures for the dashboard page (its job plot), at most once a second;

@@ -78,21 +78,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     if partial is not None and partial.get("path", "client") != "cluster":
         raise JobError(f"{final}.partial was left by an earlier version's client-side job, which this version no "
                        f"longer runs; finish it with the version that started it, or delete it to start over")
-    jsonl = isinstance(source, OpenAIBatchSource)
-    # the files as they are: answers are matched to rows by position, so a changed file must not resume
-    meta: dict[str, Any] = {"input": source.description, "format": source.format,
-            "rows": None if jsonl else source.num_rows,   # (a JSONL job's: counted by the workers)
-            "key": source.key or "position", "started": int(time.time()), "path": "cluster",
-            "files": _fingerprint(source.files, source.fs)}
-    partitions: list   # (an OpenAI batch file's blocks of bytes, or Parquet row groups' partitions)
-    if isinstance(source, OpenAIBatchSource):
-        meta["partition_bytes"] = _resumed(partial, "partition_bytes") or config.jobs.partition_bytes
-        partitions = plan_blocks(source.size, meta["partition_bytes"])
-        if partial is not None and partial.get("files") == meta["files"]:   # counted by an earlier run
-            meta["rows"] = _resumed(partial, "rows")
-    else:
-        meta["partition_rows"] = _resumed(partial, "partition_rows") or config.jobs.partition_rows
-        partitions = plan_partitions(source.row_groups, meta["partition_rows"])
+    meta, partitions = _meta_and_partitions(source, partial, config)
     # the workers check the keys of a job larger than a partition (the client would hold 8 bytes
     # a row); a smaller job's are checked here, before anything starts
     keys_on_workers = source.key is not None and not allow_duplicate_ids and len(partitions) > 1
@@ -112,6 +98,28 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
                           sink.meta["started"], source.endpoint) if isinstance(source, OpenAIBatchSource) else None
     return FileJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
+
+
+def _meta_and_partitions(source, partial: dict | None, config: "Config") -> tuple[dict[str, Any], list]:
+    """What the partial output records of the job (its ``_job.json``), and its partitions: an
+    OpenAI batch file's blocks of bytes, or Parquet row groups' partitions, as an earlier run
+    (``partial``) cut them."""
+    jsonl = isinstance(source, OpenAIBatchSource)
+    # the files as they are: answers are matched to rows by position, so a changed file must not resume
+    meta: dict[str, Any] = {"input": source.description, "format": source.format,
+            "rows": None if jsonl else source.num_rows,   # (a JSONL job's: counted by the workers)
+            "key": source.key or "position", "started": int(time.time()), "path": "cluster",
+            "files": _fingerprint(source.files, source.fs)}
+    partitions: list
+    if isinstance(source, OpenAIBatchSource):
+        meta["partition_bytes"] = _resumed(partial, "partition_bytes") or config.jobs.partition_bytes
+        partitions = plan_blocks(source.size, meta["partition_bytes"])
+        if partial is not None and partial.get("files") == meta["files"]:   # counted by an earlier run
+            meta["rows"] = _resumed(partial, "rows")
+    else:
+        meta["partition_rows"] = _resumed(partial, "partition_rows") or config.jobs.partition_rows
+        partitions = plan_partitions(source.row_groups, meta["partition_rows"])
+    return meta, partitions
 
 
 def _input_notes(source, input_path) -> list[str]:
