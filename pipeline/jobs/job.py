@@ -61,16 +61,7 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     default: the repository's cluster.yaml)."""
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
-    source = open_source(input_path, format, task_columns(config, head_labels(config)), config.storage_options,
-                         config.model.adapters)
-    if isinstance(source, OpenAIBatchSource):
-        source.check_requests()
-    check_output_apart(source, output_path, config.storage_options)   # before anything is written
-    check_key_type(source)
-    if isinstance(source, ParquetSource) and "adapter" in source.row_columns.sampling_columns and \
-            not config.lora_slots:
-        raise JobError(f"input {input_path} has an adapter column, and this config's engines run without adapters; "
-                       f"list them in model.adapters (or set engine.max_loras) and start the cluster again")
+    source = _checked_source(input_path, output_path, format, config)
     notes = _input_notes(source, input_path)
     remote = is_url(output_path)
     final: str | Path = str(output_path) if remote else Path(local_path(output_path))
@@ -98,6 +89,23 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
                           sink.meta["started"], source.endpoint) if isinstance(source, OpenAIBatchSource) else None
     return FileJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
                       part_rows, flush_seconds)
+
+
+def _checked_source(input_path, output_path, format: str, config: "Config") -> ParquetSource | OpenAIBatchSource:
+    """The job's input, opened and checked as far as it can be without reading every row: the
+    columns the config's task reads, a batch file's lines, OUTPUT apart from it, its keys' type,
+    and an adapter column only where the engines run adapters."""
+    source = open_source(input_path, format, task_columns(config, head_labels(config)), config.storage_options,
+                         config.model.adapters)
+    if isinstance(source, OpenAIBatchSource):
+        source.check_requests()
+    check_output_apart(source, output_path, config.storage_options)   # before anything is written
+    check_key_type(source)
+    if isinstance(source, ParquetSource) and "adapter" in source.row_columns.sampling_columns and \
+            not config.lora_slots:
+        raise JobError(f"input {input_path} has an adapter column, and this config's engines run without adapters; "
+                       f"list them in model.adapters (or set engine.max_loras) and start the cluster again")
+    return source
 
 
 def _meta_and_partitions(source, partial: dict | None, config: "Config") -> tuple[dict[str, Any], list]:
