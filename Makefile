@@ -13,9 +13,11 @@ test: setup
 	@.venv/bin/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# ruff's lint rules (pyproject.toml, [tool.ruff]): pycodestyle, pyflakes, sorted imports, lines <= 120.
+# ruff's lint rules (pyproject.toml, [tool.ruff]): pycodestyle, pyflakes, sorted imports, lines <= 120;
+# and ruff's formatter, which must leave every file as it is (`.venv/bin/ruff format .` formats them).
 lint: setup
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 
 # mypy over pipeline/ and tasks/, every module (pyproject.toml, [tool.mypy]).
 typecheck: setup

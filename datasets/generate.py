@@ -7,6 +7,7 @@ The generators live in pipeline/bench/workloads.py; this folder is deliberately 
 Python package (a top-level ``datasets`` package would shadow the Hugging Face
 library of that name).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -3,15 +3,21 @@
 The exports load on first use: processes that import one small module of the package (a
 worker's reaper, the benchmark's plain-vLLM reference) do not import Dask and pyarrow.
 """
+
 from __future__ import annotations
 
 import importlib
 
 _EXPORTS = {
-    "Pipeline": "pipeline.client.pipeline", "RowResult": "pipeline.results",
-    "Config": "pipeline.config", "ConfigError": "pipeline.config", "load_config": "pipeline.config",
-    "JobError": "pipeline.data.errors", "JobSummary": "pipeline.summary",
-    "prepare_job": "pipeline.jobs.job", "run_job": "pipeline.jobs.job",
+    "Pipeline": "pipeline.client.pipeline",
+    "RowResult": "pipeline.results",
+    "Config": "pipeline.config",
+    "ConfigError": "pipeline.config",
+    "load_config": "pipeline.config",
+    "JobError": "pipeline.data.errors",
+    "JobSummary": "pipeline.summary",
+    "prepare_job": "pipeline.jobs.job",
+    "run_job": "pipeline.jobs.job",
 }
 __all__ = list(_EXPORTS)
 

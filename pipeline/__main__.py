@@ -1,4 +1,5 @@
 """``python -m pipeline``: the command line (pipeline/cli/)."""
+
 import sys
 
 from pipeline.cli.main import main

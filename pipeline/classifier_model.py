@@ -1,6 +1,7 @@
 """A sequence-classification model's labels, read from its folder's config.json: such a model
 serves task classify from its own head (tasks/classify.py). No pipeline imports: the config's
 checks read it too."""
+
 from __future__ import annotations
 
 import json

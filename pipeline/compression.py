@@ -36,6 +36,7 @@ is imported while its server is built. Dask settles a connection's compression i
 falls back to raw where the two ends differ, so workers and clients check the scheduler's setting
 when they join (pipeline/cluster/settings_check.py) and stop with an error where it differs.
 """
+
 from __future__ import annotations
 
 import time
@@ -49,8 +50,14 @@ LEVEL = 1
 # Frames this process compressed / decompressed with it, and their bytes. Compression counts
 # include Dask's trial compressions of a frame's samples (``maybe_compress``); decompression
 # counts are the compressed frames that arrived. Approximate under threads.
-STATS = {"compressed_frames": 0, "compressed_in": 0, "compressed_out": 0,
-         "decompressed_frames": 0, "decompressed_in": 0, "decompressed_out": 0}
+STATS = {
+    "compressed_frames": 0,
+    "compressed_in": 0,
+    "compressed_out": 0,
+    "decompressed_frames": 0,
+    "decompressed_in": 0,
+    "decompressed_out": 0,
+}
 
 
 def _buffer(data):
@@ -97,8 +104,7 @@ def dask_value(compression: str) -> str | bool:
 
 def describe(value) -> str:
     """A process's Dask compression setting as the config names it."""
-    return "auto (zlib-ng between hosts)" if value == NAME else "none" if value in (False, None, "none") \
-        else str(value)
+    return "auto (zlib-ng between hosts)" if value == NAME else "none" if value in (False, None, "none") else str(value)
 
 
 def dask_setup(server) -> None:
@@ -122,8 +128,7 @@ def measure(payload: bytes) -> dict:
         compress_s, decompress_s = min(compress_s, t1 - t0), min(decompress_s, t2 - t1)
     if len(unpacked) != raw:
         raise AssertionError("zlib-ng round trip changed the payload's size")
-    return {"raw_bytes": raw, "compressed_bytes": len(packed),
-            "compress_s": compress_s, "decompress_s": decompress_s}
+    return {"raw_bytes": raw, "compressed_bytes": len(packed), "compress_s": compress_s, "decompress_s": decompress_s}
 
 
-register()   # on import: a preload is imported while its server is built, before any connection
+register()  # on import: a preload is imported while its server is built, before any connection

@@ -1,6 +1,7 @@
 """What the pipeline shows on the user's terminal: a line to stderr (``notify``), a line shown
 in place (``live_line``), Dask's and vLLM's logs kept to warnings (``quiet_logs``), for the
 command line and the Python API alike; and the command line's exit codes."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,6 +34,7 @@ def live_line() -> Callable[[str], None] | None:
     def live(text: str) -> None:
         sys.stderr.write("\r\033[K" + text)
         sys.stderr.flush()
+
     return live
 
 

@@ -11,6 +11,7 @@ Registered as a ``vllm.general_plugins`` entry point (pyproject.toml), vLLM load
 its processes in this environment, plain vLLM's included; ``VLLM_PLUGINS`` names the plugins to
 load where it is set. It imports nothing of this package beyond this module.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,6 +34,7 @@ def skip_rows_without_adapter(op):
         missing = indices < 0
         if bool(missing.any()):
             import torch
+
             picked = weights[indices.clamp(min=0)]
             keep = (~missing).to(picked.dtype).view(-1, *([1] * (picked.dim() - 1)))
             weights, indices = picked * keep, torch.arange(len(indices), device=indices.device)

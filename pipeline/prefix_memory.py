@@ -14,6 +14,7 @@ hashes: the same on both sides whatever tokenizer or block size each uses.
 Bounded by what the cache can hold: prefixes are dropped, least recently served first, once
 their tokens exceed the engine's KV cache (``max_tokens``), as the engine evicts them.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -49,6 +50,7 @@ def text_digests(texts, head: str = "", tail: str = "") -> np.ndarray:
             h.update(value)
             h.update(end)
             return h.intdigest()
+
         return np.fromiter(map(digest, values), np.uint64, len(texts))
     return np.fromiter(map(xxhash.xxh3_64_intdigest, values), np.uint64, len(texts))
 
@@ -57,7 +59,7 @@ def value_bounds(texts: pa.Array) -> np.ndarray:
     """Where each value of a string or large_string array starts, and where the last ends
     (``len(texts) + 1`` byte offsets into its data; its slice offset applied)."""
     kind = np.int64 if pa.types.is_large_string(texts.type) else np.int32
-    return np.frombuffer(texts.buffers()[1], kind)[texts.offset:texts.offset + len(texts) + 1]
+    return np.frombuffer(texts.buffers()[1], kind)[texts.offset : texts.offset + len(texts) + 1]
 
 
 def digest_codes(texts: pa.Array, head: str = "", tail: str = "") -> tuple[pa.Array, np.ndarray, np.ndarray]:

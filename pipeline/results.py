@@ -1,6 +1,7 @@
 """The result of one row, as ``Pipeline.stream``/``run`` yield it (a job's output has the same
 columns, pipeline/data/answer_files.py). Workers return answers as Arrow rows keyed by position;
 ids and extra columns never travel, the client fills them in."""
+
 from __future__ import annotations
 
 from enum import StrEnum
@@ -10,12 +11,30 @@ import msgspec
 
 from tasks.registry import spec_or_generate
 
-RESULT_FIELDS = ("id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s",
-                 "finish_reason", "answer_json", "logprobs", "choices", "embedding", "label", "label_probs", "score")
+RESULT_FIELDS = (
+    "id",
+    "answer",
+    "error",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "shard",
+    "latency_s",
+    "finish_reason",
+    "answer_json",
+    "logprobs",
+    "choices",
+    "embedding",
+    "label",
+    "label_probs",
+    "score",
+)
 # Written only by jobs that ask for them: JSON answers (sampling.json_schema, or a json_schema
 # column), log-probabilities (sampling.logprobs / top_logprobs), several answers (sampling.n > 1).
 JSON_FIELD = "answer_json"
 ASKED_FOR = {JSON_FIELD: ("json_schema",), "logprobs": ("logprobs", "top_logprobs"), "choices": ("n",)}
+
+
 def written_fields(task: str | None) -> tuple[str, ...]:
     """The result columns a job of ``task`` may write (tasks/registry.py; an input column of one of
     these names is not copied to the output; one named ``label`` is, in a job that generates answers)."""
@@ -29,18 +48,25 @@ def output_fields(sampling, row_columns=(), task: str | None = None) -> list[str
     kind = spec_or_generate(task)
     if not kind.answers:
         return list(kind.writes)
-    asked = {JSON_FIELD: sampling.json_schema is not None, "logprobs": sampling.keeps_logprobs,
-             "choices": sampling.choices > 1}
-    return [n for n in written_fields(task)
-            if (n not in ASKED_FOR or asked[n] or any(c in row_columns for c in ASKED_FOR[n]))]
+    asked = {
+        JSON_FIELD: sampling.json_schema is not None,
+        "logprobs": sampling.keeps_logprobs,
+        "choices": sampling.choices > 1,
+    }
+    return [
+        n
+        for n in written_fields(task)
+        if (n not in ASKED_FOR or asked[n] or any(c in row_columns for c in ASKED_FOR[n]))
+    ]
 
 
 class ErrorKind(StrEnum):
     """Why a row has no answer; its error text starts with it (``input: prompt too long (...)``)."""
-    INPUT = "input"     # the row itself: a bad or missing field, a prompt too long -- fix the row
-    ENGINE = "engine"   # the engine raised on this request
-    WORKER = "worker"   # the row's worker failed it ``recovery.max_row_attempts`` times
-    OUTPUT = "output"   # the answer is not what was asked for (JSON that does not parse or match)
+
+    INPUT = "input"  # the row itself: a bad or missing field, a prompt too long -- fix the row
+    ENGINE = "engine"  # the engine raised on this request
+    WORKER = "worker"  # the row's worker failed it ``recovery.max_row_attempts`` times
+    OUTPUT = "output"  # the answer is not what was asked for (JSON that does not parse or match)
 
     @classmethod
     def of(cls, error: str) -> "ErrorKind | None":
@@ -50,10 +76,10 @@ class ErrorKind(StrEnum):
 
 
 class RowResult(msgspec.Struct, array_like=True, gc=False):
-    index: int                       # position of the row in the submitted rows
+    index: int  # position of the row in the submitted rows
     id: Any = None
     answer: str | None = None
-    error: str | None = None         # "<kind>: <what happened>"
+    error: str | None = None  # "<kind>: <what happened>"
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
@@ -61,16 +87,16 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
     latency_s: float = 0.0
     error_kind: ErrorKind | None = None
     finish_reason: str | None = None  # "stop" (the answer ended) or "length" (it reached max_tokens)
-    answer_json: str | None = None    # a JSON answer, parsed, checked against its schema, as compact JSON
+    answer_json: str | None = None  # a JSON answer, parsed, checked against its schema, as compact JSON
     # the answer's tokens' log-probabilities: [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]
     logprobs: list | None = None
     # every answer when several were asked for (sampling.n): [{"answer", "finish_reason",
     # "completion_tokens", "answer_json", "error", "logprobs"}]; the row's own fields are the first's
     choices: list | None = None
-    embedding: Any = None             # task embed: the text's embedding (float32 values)
-    label: str | None = None          # task classify: the likeliest label
-    label_probs: list | None = None   # task classify: each label's probability (over the labels), in their order
-    score: float | None = None        # task score: the first label's probability (over the labels)
+    embedding: Any = None  # task embed: the text's embedding (float32 values)
+    label: str | None = None  # task classify: the likeliest label
+    label_probs: list | None = None  # task classify: each label's probability (over the labels), in their order
+    score: float | None = None  # task score: the first label's probability (over the labels)
 
     @property
     def parsed(self) -> Any:

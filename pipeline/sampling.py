@@ -10,6 +10,7 @@ client checks each row's values (``checked``); the worker lays a row's settings 
 A bad value is the row's error, with the reason (``input: temperature must be a number >= 0
 (got 'hot')``); a bad job setting is a config error.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,29 +21,42 @@ from typing import Any, Mapping
 import msgspec
 
 # Input columns that override the job's sampling settings for their row (null: the job's).
-ROW_COLUMNS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "json_schema", "choice", "n", "logprobs",
-               "top_logprobs", "adapter")
+ROW_COLUMNS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "seed",
+    "json_schema",
+    "choice",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "adapter",
+)
 # The most log-probabilities a token may list (vLLM's ``max_logprobs`` default; OpenAI's limit too).
 MAX_TOP_LOGPROBS = 20
 
 
 class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     """Unset fields (None) fall back to the job's settings, then to the engine's defaults."""
+
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     stop: list[str] | None = None
     seed: int | None = None
-    json_schema: str | None = None   # JSON text of a JSON schema: the answer is JSON matching it
+    json_schema: str | None = None  # JSON text of a JSON schema: the answer is JSON matching it
     choice: list[str] | None = None  # the answer is exactly one of these
-    n: int | None = None             # answers per row (the prompt prefilled once)
-    logprobs: bool | None = None     # keep each answer token's log-probability
+    n: int | None = None  # answers per row (the prompt prefilled once)
+    logprobs: bool | None = None  # keep each answer token's log-probability
     top_logprobs: int | None = None  # and this many of the likeliest tokens at each place
-    normalize: bool | None = None    # an embedding scaled to length 1 (None: as the model defines)
-    strip: bool | None = None        # the answer's surrounding whitespace dropped (None: yes; a completion's
-                                     # text continues its prompt, its leading space included: false)
-    adapter: str | None = None       # the LoRA adapter to answer with: a name in model.adapters, a path or URL
+    normalize: bool | None = None  # an embedding scaled to length 1 (None: as the model defines)
+    strip: bool | None = None  # the answer's surrounding whitespace dropped (None: yes; a completion's
+    # text continues its prompt, its leading space included: false)
+    adapter: str | None = None  # the LoRA adapter to answer with: a name in model.adapters, a path or URL
 
     @property
     def choices(self) -> int:
@@ -60,7 +74,7 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
             return self
         fields = {f: getattr(base, f) for f in self.__struct_fields__}
         fields.update({f: getattr(self, f) for f in self.__struct_fields__ if getattr(self, f) is not None})
-        if self.json_schema is not None or self.choice is not None:   # a row's constraint replaces the job's
+        if self.json_schema is not None or self.choice is not None:  # a row's constraint replaces the job's
             fields["json_schema"], fields["choice"] = self.json_schema, self.choice
         return Sampling(**fields)
 
@@ -107,8 +121,7 @@ def _number(value: Any, name: str, ok, rule: str) -> float:
 def _stop(value: Any, name: str) -> list[str]:
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, (list, tuple)) or not value or \
-            not all(isinstance(s, str) and s for s in value):
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(s, str) and s for s in value):
         raise _bad(name, "a non-empty string or a list of them", value)
     return list(value)
 
@@ -148,8 +161,6 @@ def _schema_of(value: Any, name: str) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-
-
 def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise _bad(name, "true or false", value)
@@ -175,7 +186,7 @@ _CHECKS = {
     "top_p": lambda v, n: _number(v, n, lambda x: 0 < x <= 1, "a number in (0, 1]"),
     "top_k": lambda v, n: _int(v, n, -1, "an integer >= -1 (0 or -1: off)"),
     "stop": _stop,
-    "seed": lambda v, n: _int(v, n, -(2 ** 63), "an integer"),
+    "seed": lambda v, n: _int(v, n, -(2**63), "an integer"),
     "json_schema": schema_text,
     "choice": _choice,
     "n": lambda v, n: _int(v, n, 1, "an integer >= 1"),

@@ -4,6 +4,7 @@ summary). No Dask here: the job's coordinator (pipeline/jobs/cluster_job.py) tak
 ``Figures`` into it, with what happened to workers (events from pipeline/jobs/recovery.py's
 ``ShardWatch``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,10 +16,10 @@ LOST, REJOINED, GONE = "lost", "rejoined", "gone"
 
 @dataclass
 class ShardEvent:
-    kind: str        # LOST: its worker left; REJOINED: a new worker serves it; GONE: given up on
+    kind: str  # LOST: its worker left; REJOINED: a new worker serves it; GONE: given up on
     shard: str
     worker: str | None
-    at: float        # time.time()
+    at: float  # time.time()
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "shard": self.shard, "worker": self.worker, "at": self.at}
@@ -38,14 +39,15 @@ class Figures:
     """What one task of a job counted; figures add up (``+=``) and a job's summary takes them
     (``JobSummary.take``). A read task's: the rows it read, and those it answered with the reason
     they could not be read; an answer task's: the rows it answered, their tokens, its shard."""
-    read: int = 0                  # rows read from the input
-    rows: int = 0                  # rows answered, with or without error
+
+    read: int = 0  # rows read from the input
+    rows: int = 0  # rows answered, with or without error
     errors: int = 0
     errors_by_kind: dict = field(default_factory=dict)
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-    shard: str | None = None       # where an answer task ran
+    shard: str | None = None  # where an answer task ran
     unreadable: str | None = None  # why a partition could not be read (its rows wait for a rerun)
 
     @classmethod
@@ -59,10 +61,18 @@ class Figures:
         import pyarrow.compute as pc
 
         errors = table.column("error")
-        prompt, cached, completion = (pc.sum(table.column(k)).as_py() or 0
-                                      for k in ("prompt_tokens", "cached_tokens", "completion_tokens"))
-        return cls(rows=table.num_rows, errors=len(errors) - errors.null_count, errors_by_kind=error_groups(errors),
-                   shard=shard, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion)
+        prompt, cached, completion = (
+            pc.sum(table.column(k)).as_py() or 0 for k in ("prompt_tokens", "cached_tokens", "completion_tokens")
+        )
+        return cls(
+            rows=table.num_rows,
+            errors=len(errors) - errors.null_count,
+            errors_by_kind=error_groups(errors),
+            shard=shard,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            completion_tokens=completion,
+        )
 
     def count_answers(self, table) -> None:
         """These answered rows counted in (on this task's shard)."""
@@ -78,24 +88,24 @@ class Figures:
 
 @dataclass
 class JobSummary:
-    job: str = ""                     # the stream's job id (its Dask span's name); "" before a stream ran
-    title: str | None = None          # what the job is to its user (the batch service: the batch's id)
+    job: str = ""  # the stream's job id (its Dask span's name); "" before a stream ran
+    title: str | None = None  # what the job is to its user (the batch service: the batch's id)
     # rows
-    rows: int = 0                     # rows answered (each exactly once) in this run, with or without error
-    errors: int = 0                   # rows answered with an error (input, engine, worker or output)
-    errors_by_kind: dict = field(default_factory=dict)   # RowResult.error_group -> rows
+    rows: int = 0  # rows answered (each exactly once) in this run, with or without error
+    errors: int = 0  # rows answered with an error (input, engine, worker or output)
+    errors_by_kind: dict = field(default_factory=dict)  # RowResult.error_group -> rows
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-    per_shard: dict = field(default_factory=dict)        # shard -> rows it answered
-    rows_read: int = 0                # rows read from the input so far
-    rows_total: int | None = None     # rows in the input: known up front (a sized input) or once it is all read
-    resumed: int = 0                  # file jobs: rows already in the output when this run started
-    seconds: float = 0.0              # file jobs: the run's time
-    first_answer_s: float | None = None   # file jobs: from the run's start to its first answer
+    per_shard: dict = field(default_factory=dict)  # shard -> rows it answered
+    rows_read: int = 0  # rows read from the input so far
+    rows_total: int | None = None  # rows in the input: known up front (a sized input) or once it is all read
+    resumed: int = 0  # file jobs: rows already in the output when this run started
+    seconds: float = 0.0  # file jobs: the run's time
+    first_answer_s: float | None = None  # file jobs: from the run's start to its first answer
     # workers
     events: list[ShardEvent] = field(default_factory=list)
-    buckets_moved: int = 0            # buckets given to another shard after theirs was given up on
+    buckets_moved: int = 0  # buckets given to another shard after theirs was given up on
 
     def take(self, f: Figures) -> None:
         """One task's figures."""
@@ -157,16 +167,24 @@ class JobSummary:
         kinds = "".join(f"\n  {k}: {v}" for k, v in sorted(self.errors_by_kind.items(), key=lambda kv: -kv[1]))
         resumed = f" (+{self.resumed} already written before this run)" if self.resumed else ""
         first = f" (first answer after {self.first_answer_s:.2f} s)" if self.first_answer_s is not None else ""
-        return (f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{first}{kinds}\n"
-                f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
-                f"tokens: input {self.prompt_tokens} (cached {self.cached_tokens}, {self.cached_share:.1%}), "
-                f"output {self.completion_tokens}, total {self.prompt_tokens + self.completion_tokens}\n"
-                f"rows per shard: {shards}"
-                + (f"\nworkers: {self.workers}" if self.workers else ""))
+        return (
+            f"rows: {self.rows}{resumed}  errors: {self.errors}  time: {self.seconds:.1f} s{first}{kinds}\n"
+            f"throughput: {self.requests_per_s:.2f} rows/s, {self.output_tokens_per_s:.1f} output tokens/s\n"
+            f"tokens: input {self.prompt_tokens} (cached {self.cached_tokens}, {self.cached_share:.1%}), "
+            f"output {self.completion_tokens}, total {self.prompt_tokens + self.completion_tokens}\n"
+            f"rows per shard: {shards}" + (f"\nworkers: {self.workers}" if self.workers else "")
+        )
 
     def as_dict(self) -> dict:
         """The stream's counts for the dashboard (pipeline/cluster/dashboard.py, history.py)."""
-        return {"job": self.job, "title": self.title, "rows": self.rows, "workers_lost": self.workers_lost,
-                "buckets_moved": self.buckets_moved, "rows_read": self.rows_read,
-                "rows_total": self.rows_total, "rows_with_error": self.errors,
-                "events": [e.as_dict() for e in self.events]}
+        return {
+            "job": self.job,
+            "title": self.title,
+            "rows": self.rows,
+            "workers_lost": self.workers_lost,
+            "buckets_moved": self.buckets_moved,
+            "rows_read": self.rows_read,
+            "rows_total": self.rows_total,
+            "rows_with_error": self.errors,
+            "events": [e.as_dict() for e in self.events],
+        }

@@ -1,6 +1,7 @@
 """Token counts estimated from characters, where a text is not tokenized: a row's question on
 its way to a shard (the client's dispatch, a shard's grouped admission) and a document's
 expected answer in a cluster job's placement. One ratio for all of them."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
@@ -8,8 +9,8 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     import numpy as np
 
-CHARS_PER_TOKEN = 4   # English text with the usual BPE tokenizers
-Chars = TypeVar("Chars", int, "np.ndarray")   # a count of characters, or an array of counts
+CHARS_PER_TOKEN = 4  # English text with the usual BPE tokenizers
+Chars = TypeVar("Chars", int, "np.ndarray")  # a count of characters, or an array of counts
 
 
 def estimated_tokens(chars: Chars) -> Chars:

@@ -5,6 +5,7 @@ Chromium and its driver come from the system packages (Debian: ``apt-get install
 chromium-driver``), selenium from PyPI (the ``test`` extra). ``start`` raises ``NoBrowser``,
 saying what to install, where one is missing.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -13,8 +14,17 @@ import tempfile
 INSTALL = "apt-get install chromium chromium-driver"
 # What headless Chromium needs on a build machine (root, no GPU, no network beyond loopback):
 # no sandbox, no GPU process, and none of its own background traffic.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 class NoBrowser(RuntimeError):
@@ -44,7 +54,7 @@ def start(width: int = 1600, height: int = 1100):
     for flag in FLAGS + [f"--user-data-dir={profile.name}", f"--window-size={width},{height}"]:
         options.add_argument(flag)
     chrome = webdriver.Chrome(options=options, service=Service(driver))
-    chrome._pipeline_profile = profile   # lives as long as the driver
+    chrome._pipeline_profile = profile  # lives as long as the driver
     chrome.set_page_load_timeout(60)
     return chrome
 

@@ -8,6 +8,7 @@ Starts the embedded cluster from cluster.yaml (the real engine with enforce_eage
 the screenshot from another thread once two thirds of its rows are answered (the plots then
 hold the job so far) while the job goes on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,11 @@ def main() -> None:
         browser = chromium.start(width=1600, height=1150)
     except chromium.NoBrowser as exc:
         raise SystemExit(str(exc))
-    config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
-                                   engine={"kind": args.engine, "enforce_eager": True, "null_latency_s": 0.05},
-                                   intake={"max_in_flight": 4} if args.engine == "fake" else {})
+    config = load_config().replace(
+        scheduler={"dashboard_address": "127.0.0.1:0"},
+        engine={"kind": args.engine, "enforce_eager": True, "null_latency_s": 0.05},
+        intake={"max_in_flight": 4} if args.engine == "fake" else {},
+    )
     rows = document_questions(48, 4, seed=3, order="shuffled")
     started, enough = threading.Event(), threading.Event()
     try:

@@ -11,6 +11,7 @@ prefix cache. The resident cluster is started here (``up``) and stopped at the e
 unless one already runs. Prints one line per run and the ratios the fairness target is about:
 small together / small alone (first answer and whole time), big together / big alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,9 @@ SUMMARY = re.compile(r"rows: (\d+).*?errors: (\d+)\s+time: ([\d.]+) s(?: \(first
 
 
 def write(folder: Path, name: str, docs: int, questions: int, seed: int, filler: int) -> Path:
-    rows = document_questions(docs, questions, seed=seed, order="shuffled", filler_sentences=filler,
-                              id_prefix=f"{name}-")
+    rows = document_questions(
+        docs, questions, seed=seed, order="shuffled", filler_sentences=filler, id_prefix=f"{name}-"
+    )
     path = folder / f"{name}.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
@@ -47,8 +49,9 @@ def start(config: str | None, source: Path, out: Path, engine: str | None) -> tu
         cmd += ["--config", config]
     if engine:
         cmd += ["--engine", engine]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), \
-        time.perf_counter()
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ), time.perf_counter()
 
 
 def finish(proc: subprocess.Popen, t0: float) -> dict:
@@ -57,13 +60,21 @@ def finish(proc: subprocess.Popen, t0: float) -> dict:
     m = SUMMARY.search(text)
     if proc.returncode != 0 or m is None:
         raise SystemExit(f"job failed (exit {proc.returncode}):\n{text}")
-    return {"rows": int(m[1]), "errors": int(m[2]), "time": float(m[3]),
-            "first": float(m[4]) if m[4] else float("nan"), "wall": wall}
+    return {
+        "rows": int(m[1]),
+        "errors": int(m[2]),
+        "time": float(m[3]),
+        "first": float(m[4]) if m[4] else float("nan"),
+        "wall": wall,
+    }
 
 
 def show(label: str, r: dict) -> None:
-    print(f"{label:<28} rows {r['rows']:>4}  errors {r['errors']}  first answer {r['first']:6.2f} s  "
-          f"job {r['time']:6.1f} s  process {r['wall']:6.1f} s", flush=True)
+    print(
+        f"{label:<28} rows {r['rows']:>4}  errors {r['errors']}  first answer {r['first']:6.2f} s  "
+        f"job {r['time']:6.1f} s  process {r['wall']:6.1f} s",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -109,9 +120,12 @@ def main() -> None:
             small_with, big_with = finish(*small), finish(*big)
             show(f"small {args.delay:g} s after big", small_with)
             show("big, small beside it", big_with)
-            print(f"ratios: small first answer together/alone {small_with['first'] / small_alone['first']:.2f}, "
-                  f"small job time {small_with['time'] / small_alone['time']:.2f}; "
-                  f"big job time together/alone {big_with['time'] / big_alone['time']:.3f}", flush=True)
+            print(
+                f"ratios: small first answer together/alone {small_with['first'] / small_alone['first']:.2f}, "
+                f"small job time {small_with['time'] / small_alone['time']:.2f}; "
+                f"big job time together/alone {big_with['time'] / big_alone['time']:.3f}",
+                flush=True,
+            )
             if args.three:
                 srcs = [job("big"), job("small"), job("small")]
                 procs = [start(args.config, srcs[0], srcs[0].with_suffix(".out.parquet"), args.engine)]
@@ -121,12 +135,15 @@ def main() -> None:
                 results = [finish(*p) for p in reversed(procs)][::-1]
                 for label, r in zip(("big (three jobs)", "small 1 (three jobs)", "small 2 (three jobs)"), results):
                     show(label, r)
-                print(f"ratios (three jobs): smalls' first answer / alone "
-                      f"{results[1]['first'] / small_alone['first']:.2f}, "
-                      f"{results[2]['first'] / small_alone['first']:.2f}; time "
-                      f"{results[1]['time'] / small_alone['time']:.2f}, "
-                      f"{results[2]['time'] / small_alone['time']:.2f}; "
-                      f"big {results[0]['time'] / big_alone['time']:.3f}", flush=True)
+                print(
+                    f"ratios (three jobs): smalls' first answer / alone "
+                    f"{results[1]['first'] / small_alone['first']:.2f}, "
+                    f"{results[2]['first'] / small_alone['first']:.2f}; time "
+                    f"{results[1]['time'] / small_alone['time']:.2f}, "
+                    f"{results[2]['time'] / small_alone['time']:.2f}; "
+                    f"big {results[0]['time'] / big_alone['time']:.3f}",
+                    flush=True,
+                )
     finally:
         if not running and not args.keep_cluster:
             subprocess.run(base + ["down"] + conf, cwd=ROOT)

@@ -7,6 +7,7 @@ cluster's start and close, the floor), so two versions of the code compare by th
     .venv/bin/python scripts/job_cpu.py /tmp/in.parquet
     PYTHONPATH=/path/to/other/checkout .venv/bin/python scripts/job_cpu.py /tmp/in.parquet
 """
+
 from __future__ import annotations
 
 import sys

@@ -11,6 +11,7 @@ during the call and its peak RSS). The DataFrame is read with one partition per
 Parquet row group; the answers stay in the cluster's memory and only their error count comes
 back.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,12 @@ def main() -> None:
         answers = pipeline.map_dataframe(ddf)
         seconds, cpu = time.perf_counter() - t0, sum(me.cpu_times()[:2]) - cpu0
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        rows = int(answers["shard"].count().compute())   # (the answers' own count, not the input's)
-        print(f"map_dataframe: {rows} rows in {seconds:.1f} s: {rows / seconds:,.0f} rows/s; "
-              f"{ddf.npartitions} partitions; client {cpu:.1f} s CPU in the call, peak RSS {peak_mb:.0f} MB",
-              flush=True)
+        rows = int(answers["shard"].count().compute())  # (the answers' own count, not the input's)
+        print(
+            f"map_dataframe: {rows} rows in {seconds:.1f} s: {rows / seconds:,.0f} rows/s; "
+            f"{ddf.npartitions} partitions; client {cpu:.1f} s CPU in the call, peak RSS {peak_mb:.0f} MB",
+            flush=True,
+        )
         print(f"rows with an error: {int(answers['error'].count().compute())} of {rows} answered")
 
 

@@ -12,6 +12,7 @@ block ideal for the same placement of rows on shards.
 Issue 25's targets read off this: rows/s >= 0.3 x the floor's; client CPU <= 5 s for the
 whole job; client peak RSS <= 300 MB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,12 +42,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_pipeline(src: str, dst: str, config: Path) -> dict:
     """The job as a user runs it, its client and scheduler processes sampled every 0.1 s."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, dst, "--engine", "fake",
-                             "--config", str(config)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", src, dst, "--engine", "fake", "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     client = psutil.Process(proc.pid)
     peak_rss, cpu, sched_cpu = 0, 0.0, 0.0
-    workers_peak, worker_peak = 0, 0   # the rest of the client's process tree (workers): summed, largest
+    workers_peak, worker_peak = 0, 0  # the rest of the client's process tree (workers): summed, largest
     workers_cpu: dict[int, float] = {}  # pid -> CPU seconds at its last sample
     while proc.poll() is None:
         try:
@@ -74,10 +79,19 @@ def run_pipeline(src: str, dst: str, config: Path) -> dict:
     rows = next(int(line.split()[1]) for line in out.splitlines() if line.startswith("rows:"))
     cached = next((line for line in out.splitlines() if line.startswith("prompt tokens:")), "")
     job_rate = float(next(line for line in out.splitlines() if line.startswith("throughput:")).split()[1])
-    return {"rows": rows, "wall_s": wall, "rows_per_s": rows / wall, "job_rows_per_s": job_rate, "client_cpu_s": cpu,
-            "client_peak_rss_mb": peak_rss / 2**20, "scheduler_cpu_s": sched_cpu, "tokens": cached,
-            "workers_peak_rss_mb": workers_peak / 2**20, "worker_peak_rss_mb": worker_peak / 2**20,
-            "workers_cpu_s": sum(workers_cpu.values())}
+    return {
+        "rows": rows,
+        "wall_s": wall,
+        "rows_per_s": rows / wall,
+        "job_rows_per_s": job_rate,
+        "client_cpu_s": cpu,
+        "client_peak_rss_mb": peak_rss / 2**20,
+        "scheduler_cpu_s": sched_cpu,
+        "tokens": cached,
+        "workers_peak_rss_mb": workers_peak / 2**20,
+        "worker_peak_rss_mb": worker_peak / 2**20,
+        "workers_cpu_s": sum(workers_cpu.values()),
+    }
 
 
 def block_ideal_cached(src: str, out: str, config_path: Path, block_size: int = 16) -> int:
@@ -89,13 +103,17 @@ def block_ideal_cached(src: str, out: str, config_path: Path, block_size: int = 
     questions have in common) once; every row computes the rest of its prompt."""
     config = load_config(config_path)
     task = get_task_kind(config, load_tokenizer(model_for(config, "fake")))
-    shared: dict[int, list] = {}           # document (its hash) -> [its prefix, a suffix, shared length]
+    shared: dict[int, list] = {}  # document (its hash) -> [its prefix, a suffix, shared length]
     rows = []
     inputs = pq.ParquetFile(src).iter_batches(batch_size=65536, columns=["document", "question"])
     outputs = pq.ParquetFile(out).iter_batches(batch_size=65536, columns=["shard", "prompt_tokens"])
     for a, b in zip(inputs, outputs):
-        for doc, question, shard, tokens in zip(a.column("document").to_pylist(), a.column("question").to_pylist(),
-                                                b.column("shard").to_pylist(), b.column("prompt_tokens").to_pylist()):
+        for doc, question, shard, tokens in zip(
+            a.column("document").to_pylist(),
+            a.column("question").to_pylist(),
+            b.column("shard").to_pylist(),
+            b.column("prompt_tokens").to_pylist(),
+        ):
             parts = task.split({"document": doc, "question": question})
             key = hash(doc)
             seen = shared.get(key)
@@ -106,19 +124,19 @@ def block_ideal_cached(src: str, out: str, config_path: Path, block_size: int = 
             rows.append((shard, key, tokens))
     heads = [v[0] for v in list(shared.values())[:64]]
     head = len(os.path.commonprefix(heads)) // block_size * block_size if len(heads) > 1 else 0
-    served: set[tuple[str, int]] = set()   # (shard, document)
+    served: set[tuple[str, int]] = set()  # (shard, document)
     shards: set[str] = set()
     total = computed = 0
     for shard, key, tokens in rows:
         full = shared[key][2] // block_size * block_size
         total += tokens
-        computed += tokens - full                          # past the document's shared full blocks
+        computed += tokens - full  # past the document's shared full blocks
         if (shard, key) not in served:
             served.add((shard, key))
-            computed += full - head                        # the document's shared blocks, once
+            computed += full - head  # the document's shared blocks, once
             if shard not in shards:
                 shards.add(shard)
-                computed += head                           # the head every prompt shares, once per shard
+                computed += head  # the head every prompt shares, once per shard
     return total - computed
 
 
@@ -127,9 +145,13 @@ def main() -> None:
     p.add_argument("input")
     p.add_argument("--kv-tokens", type=int, default=0, help="engine.null_kv_cache_tokens (0: no cache model)")
     p.add_argument("--config", default=str(ROOT / "cluster.yaml"))
-    p.add_argument("--runs", type=int, default=1,
-                   help="floor and pipeline this many times, one after the other; the ratio of the medians "
-                        "(this box's rows/s vary by 2x from run to run)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="floor and pipeline this many times, one after the other; the ratio of the medians "
+        "(this box's rows/s vary by 2x from run to run)",
+    )
     a = p.parse_args()
     ratios, floors, pipelines = [], [], []
     for n in range(a.runs):
@@ -141,10 +163,16 @@ def main() -> None:
             floors.append(f["rows_per_s"])
         pipelines.append(r["rows_per_s"])
     if a.runs > 1:
-        print(f"medians over {a.runs} runs: pipeline {statistics.median(pipelines):,.0f} rows/s"
-              + (f", floor {statistics.median(floors):,.0f} rows/s; pipeline / floor, ratio of medians "
-                 f"{statistics.median(pipelines) / statistics.median(floors):.3f} (per run: "
-                 f"{', '.join(f'{x:.3f}' for x in ratios)})" if floors else ""))
+        print(
+            f"medians over {a.runs} runs: pipeline {statistics.median(pipelines):,.0f} rows/s"
+            + (
+                f", floor {statistics.median(floors):,.0f} rows/s; pipeline / floor, ratio of medians "
+                f"{statistics.median(pipelines) / statistics.median(floors):.3f} (per run: "
+                f"{', '.join(f'{x:.3f}' for x in ratios)})"
+                if floors
+                else ""
+            )
+        )
 
 
 def compare(a) -> tuple[dict | None, dict]:
@@ -157,20 +185,25 @@ def compare(a) -> tuple[dict | None, dict]:
         config = Path(tmp) / "cluster.yaml"
         config.write_text(yaml.safe_dump(cfg))
         shards = len(cfg["shards"]) if isinstance(cfg.get("shards"), list) else None
-        jsonl = a.input.endswith(".jsonl")   # (an OpenAI batch file: the floor reads Parquet, so none)
+        jsonl = a.input.endswith(".jsonl")  # (an OpenAI batch file: the floor reads Parquet, so none)
         f = None if jsonl else floor(a.input, str(Path(tmp) / "floor.parquet"), shards or 2)
         r = run_pipeline(a.input, str(Path(tmp) / ("out.jsonl" if jsonl else "out.parquet")), config)
-        ideal = block_ideal_cached(a.input, str(Path(tmp) / "out.parquet"), config) if a.kv_tokens and not jsonl \
-            else None
+        ideal = (
+            block_ideal_cached(a.input, str(Path(tmp) / "out.parquet"), config) if a.kv_tokens and not jsonl else None
+        )
     if f is not None:
-        print(f"floor:    {f['rows']} rows in {f['wall_s']:.1f} s, {f['rows_per_s']:,.0f} rows/s, "
-              f"{f['cpu_s']:.1f} s CPU, peak RSS {f['peak_rss_mb']:.0f} MB")
-    print(f"pipeline: {r['rows']} rows in {r['wall_s']:.1f} s (command to exit), {r['rows_per_s']:,.0f} rows/s "
-          f"({r['job_rows_per_s']:,.0f} rows/s from the job's start, as its summary says); "
-          f"client {r['client_cpu_s']:.1f} s CPU, peak RSS {r['client_peak_rss_mb']:.0f} MB; "
-          f"scheduler {r['scheduler_cpu_s']:.1f} s CPU; workers {r['workers_cpu_s']:.1f} s CPU (sampled); "
-          f"workers' peak RSS {r['workers_peak_rss_mb']:,.0f} MB "
-          f"together, the largest {r['worker_peak_rss_mb']:,.0f} MB")
+        print(
+            f"floor:    {f['rows']} rows in {f['wall_s']:.1f} s, {f['rows_per_s']:,.0f} rows/s, "
+            f"{f['cpu_s']:.1f} s CPU, peak RSS {f['peak_rss_mb']:.0f} MB"
+        )
+    print(
+        f"pipeline: {r['rows']} rows in {r['wall_s']:.1f} s (command to exit), {r['rows_per_s']:,.0f} rows/s "
+        f"({r['job_rows_per_s']:,.0f} rows/s from the job's start, as its summary says); "
+        f"client {r['client_cpu_s']:.1f} s CPU, peak RSS {r['client_peak_rss_mb']:.0f} MB; "
+        f"scheduler {r['scheduler_cpu_s']:.1f} s CPU; workers {r['workers_cpu_s']:.1f} s CPU (sampled); "
+        f"workers' peak RSS {r['workers_peak_rss_mb']:,.0f} MB "
+        f"together, the largest {r['worker_peak_rss_mb']:,.0f} MB"
+    )
     if f is not None:
         print(f"pipeline / floor: {r['rows_per_s'] / f['rows_per_s']:.3f}")
     if r["tokens"]:

@@ -11,6 +11,7 @@ empty answer / shard. Prints rows/s, CPU
 seconds and peak RSS, for a side-by-side run with ``python -m pipeline run ... --engine fake``
 on the same file (scripts/scale_compare.py runs both).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,18 +34,29 @@ def floor(src: str, dst: str, shards: int) -> dict:
     with pq.ParquetWriter(dst, schema) as out:
         for batch in pq.ParquetFile(src).iter_batches(batch_size=BATCH_ROWS, columns=["id", "document"]):
             docs = pc.dictionary_encode(batch.column("document"))
-            shard_of = [int.from_bytes(hashlib.blake2b(doc.encode(), digest_size=8).digest(), "little") % shards
-                        for doc in docs.dictionary.to_pylist()]
+            shard_of = [
+                int.from_bytes(hashlib.blake2b(doc.encode(), digest_size=8).digest(), "little") % shards
+                for doc in docs.dictionary.to_pylist()
+            ]
             digested += len(shard_of)
             shard = names.take(pa.array(shard_of).take(docs.indices))
             n = batch.num_rows
-            out.write_table(pa.table({"id": batch.column("id"), "answer": pa.nulls(n, pa.string()).fill_null(""),
-                                      "shard": shard}, schema=schema))
+            out.write_table(
+                pa.table(
+                    {"id": batch.column("id"), "answer": pa.nulls(n, pa.string()).fill_null(""), "shard": shard},
+                    schema=schema,
+                )
+            )
             rows += n
     wall = time.perf_counter() - t0
-    return {"rows": rows, "digests": digested, "wall_s": wall, "rows_per_s": rows / wall,
-            "cpu_s": time.process_time() - c0,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "rows": rows,
+        "digests": digested,
+        "wall_s": wall,
+        "rows_per_s": rows / wall,
+        "cpu_s": time.process_time() - c0,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
@@ -54,8 +66,10 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=2)
     a = p.parse_args()
     r = floor(a.input, a.output, a.shards)
-    print(f"floor: {r['rows']} rows ({r['digests']} digests) in {r['wall_s']:.1f} s: {r['rows_per_s']:,.0f} rows/s, "
-          f"{r['cpu_s']:.1f} s CPU, peak RSS {r['peak_rss_mb']:.0f} MB")
+    print(
+        f"floor: {r['rows']} rows ({r['digests']} digests) in {r['wall_s']:.1f} s: {r['rows_per_s']:,.0f} rows/s, "
+        f"{r['cpu_s']:.1f} s CPU, peak RSS {r['peak_rss_mb']:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Documents are distinct (each starts with its number and repeats varied filler up
 document's questions scattered through the file, as in real inputs). Written in chunks with
 pyarrow, in seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda river stone cloud paper "
-         "window garden bridge market silver copper harbor engine signal lantern").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta theta iota kappa lambda river stone cloud paper "
+    "window garden bridge market silver copper harbor engine signal lantern"
+).split()
 
 
 def main() -> None:
@@ -33,8 +36,12 @@ def main() -> None:
     p.add_argument("--questions-per-doc", type=int, default=4)
     p.add_argument("--doc-chars", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--row-group-rows", type=int, default=100_000,
-                   help="rows per Parquet row group (a Dask DataFrame partition with split_row_groups=True)")
+    p.add_argument(
+        "--row-group-rows",
+        type=int,
+        default=100_000,
+        help="rows per Parquet row group (a Dask DataFrame partition with split_row_groups=True)",
+    )
     p.add_argument("--format", choices=("parquet", "openai"), default="parquet")
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
@@ -45,22 +52,27 @@ def main() -> None:
         words = rng.choice(WORDS, size=a.doc_chars // 4)
         fillers.append(" ".join(words)[: a.doc_chars])
     filler = pa.array(fillers)
-    order = rng.permutation(a.rows)          # row position -> (doc, question) slot
+    order = rng.permutation(a.rows)  # row position -> (doc, question) slot
     chunk = a.row_group_rows
     schema = pa.schema({"id": pa.string(), "document": pa.string(), "question": pa.string()})
-    with (open(a.out, "w") if a.format == "openai" else pq.ParquetWriter(a.out, schema, compression="zstd")) as w:
+    with open(a.out, "w") if a.format == "openai" else pq.ParquetWriter(a.out, schema, compression="zstd") as w:
         for start in range(0, a.rows, chunk):
-            slots = order[start:start + chunk]
+            slots = order[start : start + chunk]
             docs = slots // a.questions_per_doc
             d = pa.array(docs)
             doc_text = pc.binary_join_element_wise(
                 pa.array(np.char.add("Document ", docs.astype(str)).astype(object)),
-                filler.take(pa.array((docs * 7919) % 256)), ". ")
+                filler.take(pa.array((docs * 7919) % 256)),
+                ". ",
+            )
             ids = pa.array(np.char.add("r", np.arange(start, start + len(slots)).astype(str)).astype(object))
             q = pc.binary_join_element_wise(
-                pa.array(np.char.add("What is said about item ",
-                                     (slots % a.questions_per_doc).astype(str)).astype(object)),
-                pc.cast(d, pa.string()), " of document ")
+                pa.array(
+                    np.char.add("What is said about item ", (slots % a.questions_per_doc).astype(str)).astype(object)
+                ),
+                pc.cast(d, pa.string()),
+                " of document ",
+            )
             table = pa.table({"id": ids, "document": doc_text, "question": q}, schema=schema)
             if a.format == "openai":
                 w.writelines(_requests(table))
@@ -71,9 +83,22 @@ def main() -> None:
 
 def _requests(table: pa.Table):
     for r in table.to_pylist():
-        yield json.dumps({"custom_id": r["id"], "method": "POST", "url": "/v1/chat/completions",
-                          "body": {"messages": [{"role": "system", "content": r["document"]},
-                                                {"role": "user", "content": r["question"]}]}}) + "\n"
+        yield (
+            json.dumps(
+                {
+                    "custom_id": r["id"],
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {
+                        "messages": [
+                            {"role": "system", "content": r["document"]},
+                            {"role": "user", "content": r["question"]},
+                        ]
+                    },
+                }
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ most. Then, on that one cluster:
 
 Prints the figures; stops the service and the cluster at the end. Nothing leaves loopback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,23 +50,48 @@ CHAT = "/v1/chat/completions"
 def requests_file(path: Path, n: int, real: bool, seed: int = 0) -> Path:
     if real:
         from pipeline.bench.workloads import document_questions
+
         rows = document_questions(max(1, n // 4), 4, seed=seed, order="interleaved")[:n]
-        chats = [([{"role": "system", "content": r["document"]}, {"role": "user", "content": r["question"]}], 32)
-                 for r in rows]
+        chats = [
+            ([{"role": "system", "content": r["document"]}, {"role": "user", "content": r["question"]}], 32)
+            for r in rows
+        ]
     else:
-        chats = [([{"role": "system", "content": f"Document {i % 50}: " + "words " * 40},
-                   {"role": "user", "content": f"Question {i}?"}], 8) for i in range(n)]
+        chats = [
+            (
+                [
+                    {"role": "system", "content": f"Document {i % 50}: " + "words " * 40},
+                    {"role": "user", "content": f"Question {i}?"},
+                ],
+                8,
+            )
+            for i in range(n)
+        ]
     with open(path, "w") as f:
         for i, (messages, tokens) in enumerate(chats):
-            f.write(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": CHAT,
-                                "body": {"model": "any", "messages": messages,
-                                         "max_completion_tokens": tokens}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "custom_id": f"req-{i}",
+                        "method": "POST",
+                        "url": CHAT,
+                        "body": {"model": "any", "messages": messages, "max_completion_tokens": tokens},
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
 def cli(env, *args, timeout=600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"python -m pipeline {' '.join(map(str, args))} failed:\n{proc.stderr}")
     return proc
@@ -82,8 +108,9 @@ def api_batch(http: httpx.Client, src: Path, polls: list[float] | None = None, p
     t0 = time.perf_counter()
     with open(src, "rb") as f:
         uploaded = http.post("/files", files={"file": (src.name, f)}, data={"purpose": "batch"}).json()
-    batch = http.post("/batches", json={"input_file_id": uploaded["id"], "endpoint": CHAT,
-                                        "completion_window": "24h"}).json()
+    batch = http.post(
+        "/batches", json={"input_file_id": uploaded["id"], "endpoint": CHAT, "completion_window": "24h"}
+    ).json()
     while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
         time.sleep(poll_s)
         p0 = time.perf_counter()
@@ -104,8 +131,12 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--engine", choices=("fake", "vllm"), default="fake")
-    ap.add_argument("--poll-s", type=float, default=0.02,
-                    help="seconds between polls of the running batch (each poll's latency is recorded)")
+    ap.add_argument(
+        "--poll-s",
+        type=float,
+        default=0.02,
+        help="seconds between polls of the running batch (each poll's latency is recorded)",
+    )
     args = ap.parse_args()
     real = args.engine == "vllm"
     folder = Path(tempfile.mkdtemp(prefix="service-bench-"))
@@ -118,24 +149,47 @@ def main() -> int:
     small = requests_file(folder / "small.jsonl", 16 if real else 1_000, real, seed=1)
     big = requests_file(folder / "big.jsonl", args.requests, real)
     engines = "real vLLM engines" if real else "fake engines (null_latency_s 0)"
-    print(f"cluster: {len(cfg.shards)} shards of {engines}, {os.cpu_count()} CPUs; "
-          f"{args.requests} requests a batch, {args.rounds} round(s)", flush=True)
+    print(
+        f"cluster: {len(cfg.shards)} shards of {engines}, {os.cpu_count()} CPUs; "
+        f"{args.requests} requests a batch, {args.rounds} round(s)",
+        flush=True,
+    )
     t0 = time.perf_counter()
     cli(env, "up", "--config", config)
+
     def empty_caches():
         return None
-    if real:   # each contender starts with empty prefix caches: what one left would help the other
+
+    if real:  # each contender starts with empty prefix caches: what one left would help the other
         from distributed import Client
 
         from pipeline.cluster.resident_state import ClusterState
         from pipeline.worker.queries import reset_worker
+
         dask = Client(ClusterState.load(folder / "cluster").address)
+
         def empty_caches():
             return dask.run(reset_worker)
+
     port = free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", "--config", config, "--port", str(port),
-                              "--store", folder / "store"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                             stderr=open(folder / "serve.log", "w"))
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "serve",
+            "--config",
+            config,
+            "--port",
+            str(port),
+            "--store",
+            folder / "store",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(folder / "serve.log", "w"),
+    )
     try:
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", timeout=60)
         while True:
@@ -161,8 +215,11 @@ def main() -> int:
                     t = time.perf_counter()
                     cli(env, "run", big, folder / f"run-{r}.jsonl", "--config", config, "--quiet")
                     run_s.append(time.perf_counter() - t)
-            print(f"round {r + 1}: API {args.requests / api_s[-1]:.1f} rows/s ({api_s[-1]:.2f} s), "
-                  f"run {args.requests / run_s[-1]:.1f} rows/s ({run_s[-1]:.2f} s)", flush=True)
+            print(
+                f"round {r + 1}: API {args.requests / api_s[-1]:.1f} rows/s ({api_s[-1]:.2f} s), "
+                f"run {args.requests / run_s[-1]:.1f} rows/s ({run_s[-1]:.2f} s)",
+                flush=True,
+            )
     finally:
         serve.terminate()
         serve.wait(60)
@@ -172,13 +229,20 @@ def main() -> int:
     api_rate, run_rate = args.requests / statistics.median(api_s), args.requests / statistics.median(run_s)
     polls.sort()
     mb = 1 / 2**20
-    print(f"\nthroughput ({args.requests} requests, median of {args.rounds}): API {api_rate:.1f} rows/s, "
-          f"python -m pipeline run {run_rate:.1f} rows/s, ratio API/run {api_rate / run_rate:.3f} (target >= 0.97)")
-    print(f"GET /v1/batches/{{id}} while a batch runs ({len(polls)} polls): p50 {polls[len(polls) // 2] * 1e3:.2f} ms, "
-          f"p99 {polls[min(len(polls) - 1, int(len(polls) * 0.99))] * 1e3:.2f} ms (target p99 <= 20 ms)")
-    print(f"service RSS: {rss_small * mb:.0f} MiB after the warm-up, "
-          + ", ".join(f"{v * mb:.0f} MiB" for v in rss_big) + f" after each {args.requests}-request batch "
-          f"(growth {(rss_big[-1] - rss_small) * mb:+.0f} MiB)")
+    print(
+        f"\nthroughput ({args.requests} requests, median of {args.rounds}): API {api_rate:.1f} rows/s, "
+        f"python -m pipeline run {run_rate:.1f} rows/s, ratio API/run {api_rate / run_rate:.3f} (target >= 0.97)"
+    )
+    print(
+        f"GET /v1/batches/{{id}} while a batch runs ({len(polls)} polls): p50 {polls[len(polls) // 2] * 1e3:.2f} ms, "
+        f"p99 {polls[min(len(polls) - 1, int(len(polls) * 0.99))] * 1e3:.2f} ms (target p99 <= 20 ms)"
+    )
+    print(
+        f"service RSS: {rss_small * mb:.0f} MiB after the warm-up, "
+        + ", ".join(f"{v * mb:.0f} MiB" for v in rss_big)
+        + f" after each {args.requests}-request batch "
+        f"(growth {(rss_big[-1] - rss_small) * mb:+.0f} MiB)"
+    )
     print(f"total {time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -7,6 +7,7 @@ blocks show as cached (served to the other answers from the first one's prefill)
 
     .venv/bin/python scripts/several_answers.py [--docs 32]
 """
+
 import argparse
 import time
 
@@ -19,13 +20,15 @@ if __name__ == "__main__":
     args = ap.parse_args()
     rows = document_questions(args.docs, 1, seed=7)
     with Pipeline(load_config().replace(scheduler={"dashboard_address": None})) as p:
-        p.run(rows[:4], sampling={"max_tokens": 1})   # (warm)
+        p.run(rows[:4], sampling={"max_tokens": 1})  # (warm)
         for n in (1, 4, 1, 4):
             p.reset_cache()
             t0 = time.perf_counter()
             res = p.run(rows, sampling={"max_tokens": 1, "n": n, "temperature": 1.0})
             took = time.perf_counter() - t0
-            print(f"n={n}: {took:.2f} s; rows {len(res)}, errors {sum(r.error is not None for r in res)}; "
-                  f"prompt tokens {sum(r.prompt_tokens for r in res)}, cached {sum(r.cached_tokens for r in res)}, "
-                  f"completion {sum(r.completion_tokens for r in res)}; answers per row {len(res[0].choices or [0])}",
-                  flush=True)
+            print(
+                f"n={n}: {took:.2f} s; rows {len(res)}, errors {sum(r.error is not None for r in res)}; "
+                f"prompt tokens {sum(r.prompt_tokens for r in res)}, cached {sum(r.cached_tokens for r in res)}, "
+                f"completion {sum(r.completion_tokens for r in res)}; answers per row {len(res[0].choices or [0])}",
+                flush=True,
+            )

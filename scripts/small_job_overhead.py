@@ -7,6 +7,7 @@ loads the task's modules on the workers.
 
     .venv/bin/python scripts/small_job_overhead.py [--lines 16] [--runs 4]
 """
+
 import argparse
 import json
 import tempfile
@@ -23,10 +24,25 @@ if __name__ == "__main__":
     doc = "The Nile is a river in Africa. " * 20
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.jsonl"
-        src.write_text("".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                                           "body": {"messages": [{"role": "system", "content": doc},
-                                                                 {"role": "user", "content": f"Question {i}?"}]}})
-                               + "\n" for i in range(args.lines)))
+        src.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "custom_id": f"r{i}",
+                        "method": "POST",
+                        "url": "/v1/chat/completions",
+                        "body": {
+                            "messages": [
+                                {"role": "system", "content": doc},
+                                {"role": "user", "content": f"Question {i}?"},
+                            ]
+                        },
+                    }
+                )
+                + "\n"
+                for i in range(args.lines)
+            )
+        )
         config = load_config().replace(scheduler={"dashboard_address": None}, intake={"first_answer_rows": 0})
         with Pipeline(config, engine="fake") as p:
             for k in range(args.runs):

@@ -14,6 +14,7 @@ first row to its last (the cluster's start left out); the stream's process repor
 (``VmHWM``: imports, the cluster's start and the whole stream included) and that every row came
 back once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH_ROWS = 8192   # the feed's record batches (``--batch-rows``)
+BATCH_ROWS = 8192  # the feed's record batches (``--batch-rows``)
 
 
 def _status(field: str) -> int:
@@ -75,8 +76,15 @@ def stream_child(src: str, batch_rows: int, pre_buffer: bool, alone: bool = Fals
             errors += r.error is not None
         seconds = time.perf_counter() - t0
         peak = _status("VmHWM")
-    return {"rows": n, "seconds": seconds, "once": seen.count(1), "wrong_id": wrong, "errors": errors,
-            "rss_before_mb": before / 2**20, "peak_rss_mb": peak / 2**20}
+    return {
+        "rows": n,
+        "seconds": seconds,
+        "once": seen.count(1),
+        "wrong_id": wrong,
+        "errors": errors,
+        "rss_before_mb": before / 2**20,
+        "peak_rss_mb": peak / 2**20,
+    }
 
 
 def file_child(src: str) -> dict:
@@ -88,14 +96,14 @@ def file_child(src: str) -> dict:
         t0 = time.perf_counter()
         summary = job.run(p, progress=False)
         seconds = time.perf_counter() - t0
-    return {"rows": summary.rows, "seconds": seconds, "errors": summary.errors,
-            "peak_rss_mb": _status("VmHWM") / 2**20}
+    return {"rows": summary.rows, "seconds": seconds, "errors": summary.errors, "peak_rss_mb": _status("VmHWM") / 2**20}
 
 
 def _child(kind: str, a) -> dict:
     options = ["--batch-rows", str(a.batch_rows)] + (["--pre-buffer"] if a.pre_buffer else [])
-    proc = subprocess.run([sys.executable, __file__, a.input, "--child", kind, *options], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, a.input, "--child", kind, *options], cwd=ROOT, capture_output=True, text=True
+    )
     if proc.returncode:
         raise SystemExit(f"the {kind} run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -113,14 +121,21 @@ def compare(a) -> None:
     s = _child("stream", a)
     fr, jr, sr = f["rows_per_s"], j["rows"] / j["seconds"], s["rows"] / s["seconds"]
     print(f"floor:    {f['rows']} rows in {f['wall_s']:.1f} s, {fr:,.0f} rows/s")
-    print(f"file job: {j['rows']} rows in {j['seconds']:.1f} s, {jr:,.0f} rows/s, {jr / fr:.3f} x the floor; "
-          f"client peak RSS {j['peak_rss_mb']:.0f} MiB")
-    print(f"stream:   {s['rows']} rows in {s['seconds']:.1f} s, {sr:,.0f} rows/s, {sr / fr:.3f} x the floor; "
-          f"client peak RSS {s['peak_rss_mb']:.0f} MiB ({s['rss_before_mb']:.0f} MiB before the stream); "
-          f"rows back once: {s['once']}, wrong ids {s['wrong_id']}, errors {s['errors']}")
-    print(f"the feed alone (no stream, a Pipeline started): {alone['rows'] / alone['seconds']:,.0f} rows/s, "
-          f"peak RSS {alone['peak_rss_mb']:.0f} MiB; the stream's own share of the peak: "
-          f"{s['peak_rss_mb'] - alone['peak_rss_mb']:.0f} MiB", flush=True)
+    print(
+        f"file job: {j['rows']} rows in {j['seconds']:.1f} s, {jr:,.0f} rows/s, {jr / fr:.3f} x the floor; "
+        f"client peak RSS {j['peak_rss_mb']:.0f} MiB"
+    )
+    print(
+        f"stream:   {s['rows']} rows in {s['seconds']:.1f} s, {sr:,.0f} rows/s, {sr / fr:.3f} x the floor; "
+        f"client peak RSS {s['peak_rss_mb']:.0f} MiB ({s['rss_before_mb']:.0f} MiB before the stream); "
+        f"rows back once: {s['once']}, wrong ids {s['wrong_id']}, errors {s['errors']}"
+    )
+    print(
+        f"the feed alone (no stream, a Pipeline started): {alone['rows'] / alone['seconds']:,.0f} rows/s, "
+        f"peak RSS {alone['peak_rss_mb']:.0f} MiB; the stream's own share of the peak: "
+        f"{s['peak_rss_mb'] - alone['peak_rss_mb']:.0f} MiB",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -132,8 +147,11 @@ def main() -> None:
     p.add_argument("--child", choices=("stream", "feed", "file"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        result = file_child(a.input) if a.child == "file" else \
-            stream_child(a.input, a.batch_rows, a.pre_buffer, alone=a.child == "feed")
+        result = (
+            file_child(a.input)
+            if a.child == "file"
+            else stream_child(a.input, a.batch_rows, a.pre_buffer, alone=a.child == "feed")
+        )
         print(json.dumps(result))
         return
     for n in range(a.runs):

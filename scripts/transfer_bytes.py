@@ -19,6 +19,7 @@ Measured, single-threaded, on this machine:
     compression with sending);
 (d) for reference, this machine's TCP loopback rate (what a single-host cluster's transfers get).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ from pipeline.bench.options import BenchOptions, burst_rows  # noqa: E402
 from pipeline.compression import LEVEL, NAME, measure  # noqa: E402
 
 PARTITION_ROWS = 65_536
-LINKS = (("1 Gbit/s", 1e9 / 8), ("10 Gbit/s", 10e9 / 8))   # bytes per second
+LINKS = (("1 Gbit/s", 1e9 / 8), ("10 Gbit/s", 10e9 / 8))  # bytes per second
 
 
 def ipc_bytes(table: pa.Table) -> bytes:
@@ -57,8 +58,7 @@ def total(measures: list[dict]) -> dict:
 
 def burst_pieces() -> list[bytes]:
     rows = burst_rows("reuse", BenchOptions(), seed=1)
-    table = pa.Table.from_pylist([{"document": r["document"], "question": r["question"], "id": r["id"]}
-                                  for r in rows])
+    table = pa.Table.from_pylist([{"document": r["document"], "question": r["question"], "id": r["id"]} for r in rows])
     shard = [zlib.crc32(d.encode()) % 2 for d in table.column("document").to_pylist()]
     return [ipc_bytes(table.filter(pa.array([s == k for s in shard]))) for k in range(2)]
 
@@ -66,11 +66,17 @@ def burst_pieces() -> list[bytes]:
 def input_partitions(rows: int, folder: Path):
     path = folder / "input.parquet"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "scale_input.py"), str(path), "--rows", str(rows)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "scale_input.py"), str(path), "--rows", str(rows)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     table = pq.read_table(path, columns=["document", "question", "id"])
-    print(f"made and read a {rows:,}-row input ({path.stat().st_size / 1e6:,.0f} MB Parquet) in "
-          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"made and read a {rows:,}-row input ({path.stat().st_size / 1e6:,.0f} MB Parquet) in "
+        f"{time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     for start in range(0, table.num_rows, PARTITION_ROWS):
         yield ipc_bytes(table.slice(start, PARTITION_ROWS))
 
@@ -114,9 +120,11 @@ def report(label: str, m: dict, pieces: int) -> None:
     for name, rate in LINKS:
         raw_s, comp_s = raw / rate, comp / rate
         pays = saved / rate > c + d
-        print(f"  {name:>9}: raw {raw_s:.4f} s on the wire; compressed {comp_s:.4f} s + {c + d:.4f} s CPU "
-              f"= {comp_s + c + d:.4f} s -> {'PAYS' if pays else 'does not pay'} "
-              f"(saves {saved / rate:.4f} s of wire for {c + d:.4f} s of CPU)")
+        print(
+            f"  {name:>9}: raw {raw_s:.4f} s on the wire; compressed {comp_s:.4f} s + {c + d:.4f} s CPU "
+            f"= {comp_s + c + d:.4f} s -> {'PAYS' if pays else 'does not pay'} "
+            f"(saves {saved / rate:.4f} s of wire for {c + d:.4f} s of CPU)"
+        )
     print(f"  break-even link: {saved * 8 / (c + d) / 1e9:.2f} Gbit/s (compression pays on slower links)")
 
 
@@ -126,19 +134,27 @@ def main() -> None:
     a = p.parse_args()
 
     pieces = burst_pieces()
-    report("(a) reuse burst, 64 documents x 4 questions, Arrow IPC pieces for 2 shards",
-           total([measure(b) for b in pieces]), len(pieces))
+    report(
+        "(a) reuse burst, 64 documents x 4 questions, Arrow IPC pieces for 2 shards",
+        total([measure(b) for b in pieces]),
+        len(pieces),
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         measures = [measure(part) for part in input_partitions(a.rows, Path(tmp))]
-        report(f"(b) {a.rows:,}-row input, Arrow IPC per {PARTITION_ROWS:,}-row partition, summed",
-               total(measures), len(measures))
+        report(
+            f"(b) {a.rows:,}-row input, Arrow IPC per {PARTITION_ROWS:,}-row partition, summed",
+            total(measures),
+            len(measures),
+        )
         print(f"  (made and measured in {time.perf_counter() - t0:.1f} s)")
 
     rate = loopback_rate()
-    print(f"\n(d) TCP loopback here: {rate / 1e6:,.0f} MB/s ({rate * 8 / 1e9:.1f} Gbit/s), one connection: "
-          f"faster than compression, and Dask negotiates no compression between two ends with the same IP address")
+    print(
+        f"\n(d) TCP loopback here: {rate / 1e6:,.0f} MB/s ({rate * 8 / 1e9:.1f} Gbit/s), one connection: "
+        f"faster than compression, and Dask negotiates no compression between two ends with the same IP address"
+    )
 
 
 if __name__ == "__main__":

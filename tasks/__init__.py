@@ -9,6 +9,7 @@ Kinds: ``document_question`` (the default), ``template`` (the config's prompt te
 (a text per row, embedded by a pooling model), ``classify`` and ``score`` (labels weighed by the
 generation model after the prompt).
 """
+
 from __future__ import annotations
 
 from tasks.base import PromptParts, RowError, TaskKind
@@ -37,6 +38,24 @@ def task_columns(config, head: tuple[str, ...] | None = None) -> Columns:
     return spec(config.task).columns(config.prompt.template, head)
 
 
-__all__ = ["PromptParts", "RowError", "TaskKind", "DocumentQuestion", "Chat", "Completion", "Generate", "Embed",
-           "Classify", "PromptTemplate", "TemplateError", "KINDS", "TASKS", "TaskSpec", "spec", "get_task_kind",
-           "Columns", "task_columns", "template_columns"]
+__all__ = [
+    "PromptParts",
+    "RowError",
+    "TaskKind",
+    "DocumentQuestion",
+    "Chat",
+    "Completion",
+    "Generate",
+    "Embed",
+    "Classify",
+    "PromptTemplate",
+    "TemplateError",
+    "KINDS",
+    "TASKS",
+    "TaskSpec",
+    "spec",
+    "get_task_kind",
+    "Columns",
+    "task_columns",
+    "template_columns",
+]

@@ -6,8 +6,8 @@ from typing import Any, Mapping, Protocol
 
 @dataclass(frozen=True)
 class PromptParts:
-    prefix: str   # shared part: rendered chat-template text up to and including the document
-    suffix: str   # the row's own part, ending with the assistant turn's header
+    prefix: str  # shared part: rendered chat-template text up to and including the document
+    suffix: str  # the row's own part, ending with the assistant turn's header
 
 
 class RowError(ValueError):

@@ -6,13 +6,14 @@ chat has no earlier turn to share: its prefix is the whole prompt up to the end 
 user's text, so each distinct message is its own group (a shared system prompt is still
 reused by the engine's prefix cache on whichever shard the row lands).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from tasks.base import PromptParts, RowError
 
-_MARK = "\uE000SPLIT\uE000"  # private-use sentinel, never in real text
+_MARK = "\ue000SPLIT\ue000"  # private-use sentinel, never in real text
 ROLES = ("system", "developer", "user", "assistant")
 
 
@@ -31,10 +32,11 @@ class Chat:
             marked = {**messages[last], "content": _MARK + messages[last]["content"]}
         else:  # split after the only user message's text
             marked = {**messages[last], "content": messages[last]["content"] + _MARK}
-        tools = {"tools": row["tools"]} if row.get("tools") else {}   # (a chat line's tools, for the template)
+        tools = {"tools": row["tools"]} if row.get("tools") else {}  # (a chat line's tools, for the template)
         try:
-            rendered = self.tokenizer.apply_chat_template(messages[:last] + [marked] + messages[last + 1:],
-                                                          tokenize=False, add_generation_prompt=True, **tools)
+            rendered = self.tokenizer.apply_chat_template(
+                messages[:last] + [marked] + messages[last + 1 :], tokenize=False, add_generation_prompt=True, **tools
+            )
         except Exception as exc:  # a template may reject some role orders
             raise RowError(f"messages rejected by the model's chat template: {exc}") from None
         prefix, sep, suffix = rendered.partition(_MARK)

@@ -19,16 +19,16 @@ answers from its own head instead: the text is sent as written (no chat template
 the model's special tokens), the template defaults to ``{text}``, and the labels are the model's
 (``prompt.labels``, if given, name some or all of them: the probabilities are renormalised over those).
 """
+
 from __future__ import annotations
 
 import math
 
 from tasks.template import PromptTemplate, TemplateError
 
-SCORE_TEMPLATE = ("Document:\n{document}\n\nQuery: {query}\n\n"
-                  "Does the document answer the query? Answer yes or no.")
+SCORE_TEMPLATE = "Document:\n{document}\n\nQuery: {query}\n\nDoes the document answer the query? Answer yes or no."
 SCORE_LABELS = ("yes", "no")
-HEAD_TEMPLATE = "{text}"   # a classification model's default: the row's text as written
+HEAD_TEMPLATE = "{text}"  # a classification model's default: the row's text as written
 
 
 def label_problem(labels, encode) -> str | None:
@@ -44,8 +44,10 @@ def label_problem(labels, encode) -> str | None:
             return f"label {label!r} has no tokens"
         other = first.setdefault(ids[0], label)
         if other != label:
-            return (f"labels {other!r} and {label!r} begin with the same token, and a label is read by its first "
-                    f"token; use labels that differ at their start")
+            return (
+                f"labels {other!r} and {label!r} begin with the same token, and a label is read by its first "
+                f"token; use labels that differ at their start"
+            )
     return None
 
 
@@ -78,24 +80,41 @@ class Classify(PromptTemplate):
     """``labels``: the answers to weigh (tuple of text); ``score``: the output is the first label's
     probability (``score`` column) instead of the likeliest label and every label's probability."""
 
-    def __init__(self, tokenizer, template: str | None = None, labels=None, score: bool = False,
-                 system: str | None = None, prefix_column: str | None = None, chat_template: bool = True,
-                 head: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        template: str | None = None,
+        labels=None,
+        score: bool = False,
+        system: str | None = None,
+        prefix_column: str | None = None,
+        chat_template: bool = True,
+        head: tuple[str, ...] | None = None,
+    ):
         self.name = "score" if score else "classify"
-        if head:   # (a classification model: its own head weighs its labels)
+        if head:  # (a classification model: its own head weighs its labels)
             self.labels = tuple(labels) if labels else tuple(head)
             problem = head_problem(self.labels, tuple(head))
             if problem is not None:
                 raise TemplateError(f"task {self.name}: prompt.labels {list(labels)}: {problem}")
-            super().__init__(tokenizer, template or HEAD_TEMPLATE, prefix_column=prefix_column, chat_template=False,
-                             strict_text=True)
+            super().__init__(
+                tokenizer, template or HEAD_TEMPLATE, prefix_column=prefix_column, chat_template=False, strict_text=True
+            )
             return
         if template is None and not score:
-            raise TemplateError("task classify needs prompt.template (the row's text and the question to classify "
-                                "it by, e.g. \"Review: {text}\\n\\nIs this review positive or negative?\")")
+            raise TemplateError(
+                "task classify needs prompt.template (the row's text and the question to classify "
+                'it by, e.g. "Review: {text}\\n\\nIs this review positive or negative?")'
+            )
         self.labels = tuple(labels) if labels else (SCORE_LABELS if score else ())
         problem = label_problem(self.labels, lambda text: tokenizer.encode(text, add_special_tokens=False))
         if problem is not None:
             raise TemplateError(f"task {self.name}: prompt.labels {list(self.labels)}: {problem}")
-        super().__init__(tokenizer, template or SCORE_TEMPLATE, system=system, prefix_column=prefix_column,
-                         chat_template=chat_template, strict_text=True)
+        super().__init__(
+            tokenizer,
+            template or SCORE_TEMPLATE,
+            system=system,
+            prefix_column=prefix_column,
+            chat_template=chat_template,
+            strict_text=True,
+        )

@@ -1,4 +1,5 @@
 """The input columns a task reads, and the result fields it writes (``Columns``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,12 +9,13 @@ from dataclasses import dataclass
 class Columns:
     """The input columns a task reads: all of ``required``, at least one of ``one_of``, and
     ``optional`` ones when present. ``text``: those read as text."""
+
     required: tuple[str, ...] = ()
     one_of: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
-    lists: tuple[str, ...] = ()   # read as lists (chat messages)
+    lists: tuple[str, ...] = ()  # read as lists (chat messages)
     writes: tuple[str, ...] = ()  # the result columns the task writes (an input column of one of these names is
-                                  # not copied)
+    # not copied)
 
     @property
     def all(self) -> tuple[str, ...]:

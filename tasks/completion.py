@@ -6,6 +6,7 @@ document; pipeline/data/completion_lines.py decides where a line's prompts are c
 ``prompt``, the rest. Rows with the same prefix land on the shard that holds it, and the engine
 prefills it once. A row without a prefix is its own group.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

@@ -4,6 +4,7 @@ A prompt template (tasks/template.py) fixed by this project: the instruction, th
 then the question. The prefix ends after the document's closing blank line, so it is
 identical for every question on the document.
 """
+
 from __future__ import annotations
 
 from tasks.template import PromptTemplate

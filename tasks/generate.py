@@ -6,6 +6,7 @@ that many rows share (a document, few-shot examples): it goes first in the user 
 placement and the KV cache key on it, so rows with the same prefix land on the shard that holds it.
 Without a prefix, each distinct prompt is its own group.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

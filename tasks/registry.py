@@ -6,6 +6,7 @@ kind is built. Code outside tasks/ asks the registry (``spec``) instead of compa
 This package imports nothing from pipeline/: it is the house's lowest floor
 (docs/architecture.md). A classification model's head labels, read from the model, are handed in
 (``head``) by the caller that has the model."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +24,19 @@ from tasks.generate import Generate
 from tasks.template import PromptTemplate, TemplateError, template_columns
 
 # An answer's fields (every task that generates text writes these, the optional ones as asked)
-ANSWER_FIELDS = ("answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard", "latency_s",
-                 "finish_reason", "answer_json", "logprobs", "choices")
+ANSWER_FIELDS = (
+    "answer",
+    "error",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "shard",
+    "latency_s",
+    "finish_reason",
+    "answer_json",
+    "logprobs",
+    "choices",
+)
 EMBED_FIELDS = ("embedding", "error", "prompt_tokens", "shard", "latency_s")
 CLASSIFY_FIELDS = ("label", "label_probs", "error", "prompt_tokens", "cached_tokens", "shard", "latency_s")
 SCORE_FIELDS = ("score", "error", "prompt_tokens", "cached_tokens", "shard", "latency_s")
@@ -33,17 +45,17 @@ SCORE_FIELDS = ("score", "error", "prompt_tokens", "cached_tokens", "shard", "la
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
-    writes: tuple[str, ...]            # the result fields a job of the task writes
-    served_by: tuple[str, ...]         # what an engine must serve to run it ("generate", "embed", "classify")
-    default_template: str | None       # the template it uses when prompt.template is not set
-    reads_template: bool               # prompt.template shapes its prompts
-    needs_template: bool = False       # ... and must be given
-    reads_labels: bool = False         # prompt.labels are its answers to weigh (read with the tokenizer)
-    fixed_columns: Columns | None = None   # the columns it reads when no template decides them
-    answers: bool = True               # it generates text (its own fields: an answer's, as sampling asks)
-    embeds: bool = False               # its rows are texts to embed, not prompts
-    keeps_space: bool = False          # its answers keep the text as generated (a completion continues its prompt)
-    build: Callable[..., TaskKind] | None = None   # (config's prompt, tokenizer, head) -> its kind
+    writes: tuple[str, ...]  # the result fields a job of the task writes
+    served_by: tuple[str, ...]  # what an engine must serve to run it ("generate", "embed", "classify")
+    default_template: str | None  # the template it uses when prompt.template is not set
+    reads_template: bool  # prompt.template shapes its prompts
+    needs_template: bool = False  # ... and must be given
+    reads_labels: bool = False  # prompt.labels are its answers to weigh (read with the tokenizer)
+    fixed_columns: Columns | None = None  # the columns it reads when no template decides them
+    answers: bool = True  # it generates text (its own fields: an answer's, as sampling asks)
+    embeds: bool = False  # its rows are texts to embed, not prompts
+    keeps_space: bool = False  # its answers keep the text as generated (a completion continues its prompt)
+    build: Callable[..., TaskKind] | None = None  # (config's prompt, tokenizer, head) -> its kind
 
     def columns(self, template: str | None, head: tuple[str, ...] | None = None) -> Columns:
         """The columns the task reads with ``template`` (``prompt.template``), and those it writes.
@@ -61,55 +73,126 @@ class TaskSpec:
             return None
         if self.embeds:
             kind = "a classification model" if "classify" in engine_tasks else "a generation model"
-            return (f"task embed needs an embedding model, and this cluster's engines run {model}, {kind}; "
-                    f"set model.path to an embedding model (e.g. all-MiniLM-L6-v2) and run the job on a "
-                    f"cluster of its own (docs/usage.md, \"Embeddings\")")
+            return (
+                f"task embed needs an embedding model, and this cluster's engines run {model}, {kind}; "
+                f"set model.path to an embedding model (e.g. all-MiniLM-L6-v2) and run the job on a "
+                f'cluster of its own (docs/usage.md, "Embeddings")'
+            )
         if "classify" in engine_tasks:
             serves = " and ".join(t.name for t in TASKS.values() if "classify" in t.served_by)
-            return (f"this cluster's engines run {model}, a classification model, which serves only tasks {serves} "
-                    f"(this job's task is {self.name}); run the job on a cluster of a generation model")
-        return (f"this cluster's engines run {model}, an embedding model, which serves only task embed (this "
-                f"job's task is {self.name}); run the job on a cluster of a generation model")
+            return (
+                f"this cluster's engines run {model}, a classification model, which serves only tasks {serves} "
+                f"(this job's task is {self.name}); run the job on a cluster of a generation model"
+            )
+        return (
+            f"this cluster's engines run {model}, an embedding model, which serves only task embed (this "
+            f"job's task is {self.name}); run the job on a cluster of a generation model"
+        )
 
 
 def _template(p, tokenizer, head):
-    return PromptTemplate(tokenizer, p.template, system=p.system, prefix_column=p.prefix_column,
-                          chat_template=p.chat_template)
+    return PromptTemplate(
+        tokenizer, p.template, system=p.system, prefix_column=p.prefix_column, chat_template=p.chat_template
+    )
 
 
 def _classify(score: bool):
     def build(p, tokenizer, head):
-        return Classify(tokenizer, p.template, p.labels, score=score, system=p.system, prefix_column=p.prefix_column,
-                        chat_template=p.chat_template, head=head)
+        return Classify(
+            tokenizer,
+            p.template,
+            p.labels,
+            score=score,
+            system=p.system,
+            prefix_column=p.prefix_column,
+            chat_template=p.chat_template,
+            head=head,
+        )
+
     return build
 
 
 GENERATION = ("generate",)
-LABELLED = ("classify", "generate")   # a classification model's head, or a generation model's next token
+LABELLED = ("classify", "generate")  # a classification model's head, or a generation model's next token
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in [
-    TaskSpec("document_question", ANSWER_FIELDS, GENERATION, None, reads_template=False,
-             fixed_columns=Columns(required=("document", "question")),
-             build=lambda p, tokenizer, head: DocumentQuestion(tokenizer, system=p.system)),
-    TaskSpec("template", ANSWER_FIELDS, GENERATION, None, reads_template=True, needs_template=True, build=_template),
-    TaskSpec("generate", ANSWER_FIELDS, GENERATION, None, reads_template=False,
-             fixed_columns=Columns(one_of=("prompt", "messages"), optional=("prefix",), lists=("messages",)),
-             build=lambda p, tokenizer, head: Generate(tokenizer, system=p.system, chat_template=p.chat_template)),
-    TaskSpec("chat", ANSWER_FIELDS, GENERATION, None, reads_template=False,
-             build=lambda p, tokenizer, head: Chat(tokenizer)),
-    TaskSpec("completion", ANSWER_FIELDS, GENERATION, None, reads_template=False, keeps_space=True,
-             fixed_columns=Columns(required=("prompt",), optional=("prefix",)),
-             build=lambda p, tokenizer, head: Completion()),
-    TaskSpec("embed", EMBED_FIELDS, ("embed",), EMBED_TEMPLATE, reads_template=True, answers=False, embeds=True,
-             build=lambda p, tokenizer, head: Embed(tokenizer, p.template, prefix_column=p.prefix_column)),
-    TaskSpec("classify", CLASSIFY_FIELDS, LABELLED, EMBED_TEMPLATE, reads_template=True, reads_labels=True,
-             answers=False, build=_classify(score=False)),
-    TaskSpec("score", SCORE_FIELDS, LABELLED, SCORE_TEMPLATE, reads_template=True, reads_labels=True,
-             answers=False, build=_classify(score=True)),
-]}
-CONFIG_TASKS = ("document_question", "template", "generate", "embed", "classify", "score")   # ``task:``'s values
-RESULT_ONLY = tuple(dict.fromkeys(f for t in TASKS.values() if not t.answers for f in t.writes
-                                  if f not in ANSWER_FIELDS))   # fields only the non-answer tasks write
+TASKS: dict[str, TaskSpec] = {
+    t.name: t
+    for t in [
+        TaskSpec(
+            "document_question",
+            ANSWER_FIELDS,
+            GENERATION,
+            None,
+            reads_template=False,
+            fixed_columns=Columns(required=("document", "question")),
+            build=lambda p, tokenizer, head: DocumentQuestion(tokenizer, system=p.system),
+        ),
+        TaskSpec(
+            "template", ANSWER_FIELDS, GENERATION, None, reads_template=True, needs_template=True, build=_template
+        ),
+        TaskSpec(
+            "generate",
+            ANSWER_FIELDS,
+            GENERATION,
+            None,
+            reads_template=False,
+            fixed_columns=Columns(one_of=("prompt", "messages"), optional=("prefix",), lists=("messages",)),
+            build=lambda p, tokenizer, head: Generate(tokenizer, system=p.system, chat_template=p.chat_template),
+        ),
+        TaskSpec(
+            "chat",
+            ANSWER_FIELDS,
+            GENERATION,
+            None,
+            reads_template=False,
+            build=lambda p, tokenizer, head: Chat(tokenizer),
+        ),
+        TaskSpec(
+            "completion",
+            ANSWER_FIELDS,
+            GENERATION,
+            None,
+            reads_template=False,
+            keeps_space=True,
+            fixed_columns=Columns(required=("prompt",), optional=("prefix",)),
+            build=lambda p, tokenizer, head: Completion(),
+        ),
+        TaskSpec(
+            "embed",
+            EMBED_FIELDS,
+            ("embed",),
+            EMBED_TEMPLATE,
+            reads_template=True,
+            answers=False,
+            embeds=True,
+            build=lambda p, tokenizer, head: Embed(tokenizer, p.template, prefix_column=p.prefix_column),
+        ),
+        TaskSpec(
+            "classify",
+            CLASSIFY_FIELDS,
+            LABELLED,
+            EMBED_TEMPLATE,
+            reads_template=True,
+            reads_labels=True,
+            answers=False,
+            build=_classify(score=False),
+        ),
+        TaskSpec(
+            "score",
+            SCORE_FIELDS,
+            LABELLED,
+            SCORE_TEMPLATE,
+            reads_template=True,
+            reads_labels=True,
+            answers=False,
+            build=_classify(score=True),
+        ),
+    ]
+}
+CONFIG_TASKS = ("document_question", "template", "generate", "embed", "classify", "score")  # ``task:``'s values
+RESULT_ONLY = tuple(
+    dict.fromkeys(f for t in TASKS.values() if not t.answers for f in t.writes if f not in ANSWER_FIELDS)
+)  # fields only the non-answer tasks write
 
 
 def spec_or_generate(name: str | None) -> TaskSpec:
@@ -143,8 +226,10 @@ def scoring_requests_kind(task: str, prompt, tokenizer, head: tuple[str, ...] | 
         return Classify(tokenizer, score=True)
     columns = set(template_columns(prompt.template)) if prompt.template else set()
     if columns - {"document", "query"}:
-        raise TemplateError(f"prompt.template reads {', '.join(sorted(columns - {'document', 'query'}))}; a "
-                            f"scoring request's pairs have only document and query")
+        raise TemplateError(
+            f"prompt.template reads {', '.join(sorted(columns - {'document', 'query'}))}; a "
+            f"scoring request's pairs have only document and query"
+        )
     return task_kind(score.name, prompt, tokenizer, head)
 
 

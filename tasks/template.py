@@ -12,6 +12,7 @@ first (system prompt, then the document) and what varies per row last.
 
 ``chat_template=False`` sends the text as written (a base model, or prompts rendered already).
 """
+
 from __future__ import annotations
 
 import string
@@ -19,7 +20,7 @@ from typing import Any, Mapping
 
 from tasks.base import PromptParts, RowError
 
-_MARK = "\uE000FIELD{}\uE000"   # private-use sentinel, never in real text
+_MARK = "\ue000FIELD{}\ue000"  # private-use sentinel, never in real text
 
 
 class TemplateError(ValueError):
@@ -38,38 +39,52 @@ def template_columns(template: str) -> list[str]:
         if field is None:
             continue
         if not field or not field.isidentifier():
-            raise TemplateError(f"prompt template field {{{field}}} is not a column name "
-                                f"(a name of letters, digits and underscores)")
+            raise TemplateError(
+                f"prompt template field {{{field}}} is not a column name (a name of letters, digits and underscores)"
+            )
         if spec or conversion:
-            raise TemplateError(f"prompt template field {{{field}}} has a format spec or conversion; "
-                                f"only plain {{column}} fields are supported")
+            raise TemplateError(
+                f"prompt template field {{{field}}} has a format spec or conversion; "
+                f"only plain {{column}} fields are supported"
+            )
         if field not in columns:
             columns.append(field)
     if not columns:
-        raise TemplateError("prompt template names no input column (e.g. {document}); every row would "
-                            "get the same prompt")
+        raise TemplateError(
+            "prompt template names no input column (e.g. {document}); every row would get the same prompt"
+        )
     return columns
 
 
 class PromptTemplate:
     name = "template"
 
-    def __init__(self, tokenizer, template: str, system: str | None = None, prefix_column: str | None = None,
-                 chat_template: bool = True, strict_text: bool = False):
+    def __init__(
+        self,
+        tokenizer,
+        template: str,
+        system: str | None = None,
+        prefix_column: str | None = None,
+        chat_template: bool = True,
+        strict_text: bool = False,
+    ):
         self.template = template
         self.required_columns = tuple(template_columns(template))
         self.prefix_column = prefix_column or self.required_columns[0]
         if self.prefix_column not in self.required_columns:
-            raise TemplateError(f"prefix column {self.prefix_column!r} is not in the prompt template, which "
-                                f"names {', '.join(self.required_columns)}")
+            raise TemplateError(
+                f"prefix column {self.prefix_column!r} is not in the prompt template, which "
+                f"names {', '.join(self.required_columns)}"
+            )
         # values must be non-empty text (else numbers are written as text, empty text is kept)
         self.strict_text = strict_text
         fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-        marked = template.replace("\uE000", "")   # (a template holding a marker could not be split)
+        marked = template.replace("\ue000", "")  # (a template holding a marker could not be split)
         marked = marked.format_map(_Marks())
         if chat_template:
-            messages = ([{"role": "system", "content": system}] if system else []) + \
-                [{"role": "user", "content": marked}]
+            messages = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": marked}
+            ]
             rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         else:
             rendered = (system + "\n\n" if system else "") + marked
@@ -78,8 +93,10 @@ class PromptTemplate:
         for i in range(len(fields)):
             head, sep, rest = rest.partition(_MARK.format(i))
             if not sep:
-                raise TemplateError("the model's chat template does not keep the user message intact, "
-                                    "so the prompt template cannot be applied to it")
+                raise TemplateError(
+                    "the model's chat template does not keep the user message intact, "
+                    "so the prompt template cannot be applied to it"
+                )
             pieces.append(head)
         pieces.append(rest)
         # the template's columnar pieces (pipeline/steps/prompt_table.py renders a whole table with
@@ -90,18 +107,18 @@ class PromptTemplate:
         tail = pieces[cut]
         keep = len(tail) - len(tail.lstrip())
         self.prefix_pieces = pieces[:cut] + [tail[:keep]]
-        self.suffix_pieces = [tail[keep:]] + pieces[cut + 1:]
+        self.suffix_pieces = [tail[keep:]] + pieces[cut + 1 :]
 
     def split(self, row: Mapping[str, Any]) -> PromptParts:
         values = [self._value(row, f) for f in self.fields]
         cut = len(self.prefix_pieces) - 1
-        return PromptParts(prefix=_join(self.prefix_pieces, values[:cut]),
-                           suffix=_join(self.suffix_pieces, values[cut:]))
+        return PromptParts(
+            prefix=_join(self.prefix_pieces, values[:cut]), suffix=_join(self.suffix_pieces, values[cut:])
+        )
 
     def _value(self, row: Mapping[str, Any], column: str) -> str:
         if column not in row:
-            raise RowError(f"column {column} is missing (the prompt template names "
-                           f"{', '.join(self.required_columns)})")
+            raise RowError(f"column {column} is missing (the prompt template names {', '.join(self.required_columns)})")
         value = row[column]
         if value is None:
             raise RowError(f"{column} is null")
@@ -109,7 +126,7 @@ class PromptTemplate:
             return str(value)
         if not isinstance(value, str):
             raise RowError(f"{column} is not text (got {type(value).__name__})")
-        if self.strict_text and (not value or value.isspace()):   # (no stripped copy of a long document)
+        if self.strict_text and (not value or value.isspace()):  # (no stripped copy of a long document)
             raise RowError(f"{column} is empty")
         return value
 

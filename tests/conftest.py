@@ -27,9 +27,14 @@ def run_killed_once_answered():
     from pathlib import Path
 
     def run(args, env, answers: Path, files: int, timeout: float) -> None:
-        client = subprocess.Popen([sys.executable, "-m", "pipeline", "run", *map(str, args)],
-                                  cwd=Path(__file__).resolve().parents[1], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        client = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "run", *map(str, args)],
+            cwd=Path(__file__).resolve().parents[1],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + timeout
         while len(list(answers.glob("p*/*.parquet"))) < files:
             assert client.poll() is None, client.communicate()
@@ -37,6 +42,7 @@ def run_killed_once_answered():
             time.sleep(0.05)
         client.send_signal(signal.SIGKILL)
         client.wait()
+
     return run
 
 
@@ -54,9 +60,10 @@ def classifier_model(tmp_path_factory):
     out = tmp_path_factory.mktemp("classifier") / "minilm-sentiment"
     torch.manual_seed(44)
     labels = {0: "negative", 1: "neutral", 2: "positive"}
-    model = BertForSequenceClassification.from_pretrained(base, num_labels=3, id2label=labels,
-                                                          label2id={v: k for k, v in labels.items()})
-    with torch.no_grad():   # (a head that tells the rows apart: the default's logits are near zero)
+    model = BertForSequenceClassification.from_pretrained(
+        base, num_labels=3, id2label=labels, label2id={v: k for k, v in labels.items()}
+    )
+    with torch.no_grad():  # (a head that tells the rows apart: the default's logits are near zero)
         model.classifier.weight.normal_(0, 0.5)
         model.classifier.bias.normal_(0, 0.1)
     model.save_pretrained(out)

@@ -29,6 +29,7 @@ passes the options it does not know to ``dask worker``. ``--nthreads`` is the co
 ``advanced.intake.concurrent_batches`` (the threads the pipeline gives a worker); the job's
 CPUs are ``--cpus``. ``--memory-limit`` (job data held before spilling) is 40 % of ``--memory``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,7 @@ from pipeline.config import Config, load_config
 from pipeline.config.tuning import AUTO_WORKER_MEMORY_SHARE
 
 SCHEDULER_PRELOAD = "pipeline.scheduler.preload"
-WORKER_HOST = "$(hostname)"   # expanded on the compute node: the address the worker listens on
+WORKER_HOST = "$(hostname)"  # expanded on the compute node: the address the worker listens on
 
 
 def _config(config_path: str) -> Config:
@@ -61,24 +62,63 @@ def _config(config_path: str) -> Config:
     return load_config(config_path)
 
 
-def _job_options(config: Config, config_path: str, insecure: bool, worker_host: str, memory: str, cpus: int,
-                 walltime: str, partition: str | None, account: str | None, **job_kwargs) -> dict:
+def _job_options(
+    config: Config,
+    config_path: str,
+    insecure: bool,
+    worker_host: str,
+    memory: str,
+    cpus: int,
+    walltime: str,
+    partition: str | None,
+    account: str | None,
+    **job_kwargs,
+) -> dict:
     """SLURMJob's options for one GPU worker (shared by ``make_cluster`` and ``worker_job_script``)."""
     return dict(
-        job_name="pipeline-worker", cores=config.intake.concurrent_batches, processes=1, job_cpu=cpus,
+        job_name="pipeline-worker",
+        cores=config.intake.concurrent_batches,
+        processes=1,
+        job_cpu=cpus,
         job_mem=slurm_format_bytes_ceil(parse_bytes(memory)),
         memory=format_bytes(int(AUTO_WORKER_MEMORY_SHARE * parse_bytes(memory))),
-        job_extra_directives=["--gres=gpu:1"], walltime=walltime, queue=partition, account=account,
-        python=sys.executable, worker_command="pipeline worker",
-        worker_extra_args=["--shard", "auto", "--config", os.path.abspath(config_path), "--host", worker_host,
-                           "--log-file", "-", *(["--insecure"] if insecure else [])],
-        **job_kwargs)
+        job_extra_directives=["--gres=gpu:1"],
+        walltime=walltime,
+        queue=partition,
+        account=account,
+        python=sys.executable,
+        worker_command="pipeline worker",
+        worker_extra_args=[
+            "--shard",
+            "auto",
+            "--config",
+            os.path.abspath(config_path),
+            "--host",
+            worker_host,
+            "--log-file",
+            "-",
+            *(["--insecure"] if insecure else []),
+        ],
+        **job_kwargs,
+    )
 
 
-def make_cluster(config_path: str, n_gpus: int | None = None, *, host: str | None = None, port: int = DEFAULT_PORT,
-                 dashboard_address: str | None = None, insecure: bool = False, worker_host: str = WORKER_HOST,
-                 memory: str = "64GB", cpus: int = 8, walltime: str = "24:00:00", partition: str | None = None,
-                 account: str | None = None, **job_kwargs) -> SLURMCluster:
+def make_cluster(
+    config_path: str,
+    n_gpus: int | None = None,
+    *,
+    host: str | None = None,
+    port: int = DEFAULT_PORT,
+    dashboard_address: str | None = None,
+    insecure: bool = False,
+    worker_host: str = WORKER_HOST,
+    memory: str = "64GB",
+    cpus: int = 8,
+    walltime: str = "24:00:00",
+    partition: str | None = None,
+    account: str | None = None,
+    **job_kwargs,
+) -> SLURMCluster:
     """A SLURMCluster whose scheduler is the pipeline's, listening on ``host`` (default: this
     node's name) and scaled to ``n_gpus`` one-GPU jobs (default: one per shard of the config).
     Beyond loopback it needs the config's ``security:`` (TLS), or ``insecure=True``."""
@@ -90,29 +130,45 @@ def make_cluster(config_path: str, n_gpus: int | None = None, *, host: str | Non
     problem = exposure_error(host, config, insecure)
     if problem:
         raise ValueError(problem)
-    dask.config.set(cluster_settings(config))   # the scheduler's and this process's (its client's)
+    dask.config.set(cluster_settings(config))  # the scheduler's and this process's (its client's)
     cluster = SLURMCluster(
         security=dask_security(config),
-        scheduler_options={"host": host, "port": port, "preload": [SCHEDULER_PRELOAD],
-                           "dashboard_address": dashboard_address or f"{host}:{DEFAULT_DASHBOARD_PORT}"},
-        **_job_options(config, config_path, insecure, worker_host, memory, cpus, walltime, partition, account,
-                       **job_kwargs))
+        scheduler_options={
+            "host": host,
+            "port": port,
+            "preload": [SCHEDULER_PRELOAD],
+            "dashboard_address": dashboard_address or f"{host}:{DEFAULT_DASHBOARD_PORT}",
+        },
+        **_job_options(
+            config, config_path, insecure, worker_host, memory, cpus, walltime, partition, account, **job_kwargs
+        ),
+    )
     if n_gpus:
         cluster.scale(jobs=n_gpus)
     return cluster
 
 
-def worker_job_script(config_path: str, scheduler_address: str, *, insecure: bool = False,
-                      worker_host: str = WORKER_HOST, memory: str = "64GB", cpus: int = 8,
-                      walltime: str = "24:00:00", partition: str | None = None, account: str | None = None,
-                      **job_kwargs) -> str:
+def worker_job_script(
+    config_path: str,
+    scheduler_address: str,
+    *,
+    insecure: bool = False,
+    worker_host: str = WORKER_HOST,
+    memory: str = "64GB",
+    cpus: int = 8,
+    walltime: str = "24:00:00",
+    partition: str | None = None,
+    account: str | None = None,
+    **job_kwargs,
+) -> str:
     """The same job script for a scheduler started elsewhere (``python -m pipeline scheduler``):
     submit it N times, or once with ``sbatch --array=1-N``; each job names its worker after its
     Slurm job id."""
     config = _config(config_path)
-    check_protocol(scheduler_address, config)   # tls:// exactly when the config has security:
-    options = _job_options(config, config_path, insecure, worker_host, memory, cpus, walltime, partition, account,
-                           **job_kwargs)
+    check_protocol(scheduler_address, config)  # tls:// exactly when the config has security:
+    options = _job_options(
+        config, config_path, insecure, worker_host, memory, cpus, walltime, partition, account, **job_kwargs
+    )
     return SLURMJob(scheduler=scheduler_address, name="pipeline-${SLURM_JOB_ID}", **options).job_script()
 
 
@@ -128,11 +184,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--walltime", default="24:00:00")
     p.add_argument("--memory", default="64GB", help="each job's memory")
     p.add_argument("--cpus", type=int, default=8, help="each job's CPUs")
-    p.add_argument("--job-script", metavar="SCHEDULER_ADDRESS", default=None,
-                   help="print the job script for a scheduler started elsewhere, and exit")
+    p.add_argument(
+        "--job-script",
+        metavar="SCHEDULER_ADDRESS",
+        default=None,
+        help="print the job script for a scheduler started elsewhere, and exit",
+    )
     a = p.parse_args(argv)
-    slurm = dict(insecure=a.insecure, memory=a.memory, cpus=a.cpus, walltime=a.walltime, partition=a.partition,
-                 account=a.account)
+    slurm = dict(
+        insecure=a.insecure, memory=a.memory, cpus=a.cpus, walltime=a.walltime, partition=a.partition, account=a.account
+    )
     if a.job_script:
         print(worker_job_script(a.config, a.job_script, **slurm))
         return 0

@@ -2,6 +2,7 @@
 initialised at random (``init_lora_weights=False``, both matrices), so that a model with it answers
 differently from the base model (checked by the tests), seeded so the same seed gives the same
 adapter. Needs ``peft`` (the test extra)."""
+
 from __future__ import annotations
 
 from pathlib import Path

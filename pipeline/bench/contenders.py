@@ -5,6 +5,7 @@ pipeline, with the run's settings given as a config of their own) and ``run_pipe
 same, the burst run as a file job on the cluster path), each measured into a ``RunResult``.
 ``Prepared``: a burst's rows turned into prompts
 once, for every contender."""
+
 from __future__ import annotations
 
 import copy
@@ -21,13 +22,14 @@ from pipeline.config import Config
 @dataclass
 class Prepared:
     """A burst's rows turned into prompts once, for every contender."""
+
     rows: list[dict]
     prefix_ids: list[list[int]]
     suffix_ids: list[list[int]]
-    ideal_prefill: int         # a perfect prefix cache per shard: every distinct token prefix once
+    ideal_prefill: int  # a perfect prefix cache per shard: every distinct token prefix once
     ideal_prefill_blocks: int  # the same at the KV cache's block granularity
-                               # (pipeline/bench/prefill_ideal.py)
-    task: Any = None           # the task kind that split the rows (None: the pipeline's own)
+    # (pipeline/bench/prefill_ideal.py)
+    task: Any = None  # the task kind that split the rows (None: the pipeline's own)
 
     @classmethod
     def build(cls, rows, task, tokenizer, block_size: int = 1, shards: int = 1) -> "Prepared":
@@ -40,8 +42,9 @@ class Prepared:
             prefixes.append(cache[parts.prefix])
             suffixes.append(tokenizer.encode(parts.suffix, add_special_tokens=False))
         prompts = [a + b for a, b in zip(prefixes, suffixes)]
-        return cls(rows, prefixes, suffixes, token_ideal(prompts, shards),
-                   block_ideal(prompts, block_size, shards), task)
+        return cls(
+            rows, prefixes, suffixes, token_ideal(prompts, shards), block_ideal(prompts, block_size, shards), task
+        )
 
 
 @dataclass
@@ -62,9 +65,9 @@ class RunResult:
     per_shard: dict
     finish_s: dict
     gc: dict
-    cores: dict = field(default_factory=dict)          # role -> cores used during the burst
-                                                       # (pipeline/bench/cpu_share.py)
-    faults: dict = field(default_factory=dict)         # role -> minor page faults during the burst
+    cores: dict = field(default_factory=dict)  # role -> cores used during the burst
+    # (pipeline/bench/cpu_share.py)
+    faults: dict = field(default_factory=dict)  # role -> minor page faults during the burst
     engine_idle_s: dict = field(default_factory=dict)  # pipeline: shard -> burst time its engine had no request
 
     @property
@@ -81,8 +84,11 @@ class RunResult:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d.update(requests_per_s=self.requests_per_s, output_tokens_per_s=self.output_tokens_per_s,
-                 prefill_computed=self.prefill_computed)
+        d.update(
+            requests_per_s=self.requests_per_s,
+            output_tokens_per_s=self.output_tokens_per_s,
+            prefill_computed=self.prefill_computed,
+        )
         return d
 
 
@@ -90,8 +96,7 @@ def _correct(expected: str, answer: str | None) -> bool:
     return answer is not None and expected.lower() in answer.lower()
 
 
-def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeline,
-                          task=None) -> dict[str, list[int]]:
+def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeline, task=None) -> dict[str, list[int]]:
     """Row indices per shard for the standalone contender ``name``, in the order each shard gets
     them: ``standalone-rr`` round-robin; ``standalone-routed`` (and ``standalone-sorted``, its
     name on the big job) the pipeline's own placement (``placed_assignment``), each shard's rows
@@ -106,16 +111,23 @@ def standalone_assignment(name: str, shards: list[str], rows: list[dict], pipeli
         from pipeline.token_estimate import CHARS_PER_TOKEN
 
         parts = [(task or pipeline.task).split(row) for row in rows]
-        assign.update(placed_assignment([p.prefix for p in parts], [p.suffix for p in parts], shards,
-                                        CHARS_PER_TOKEN * pipeline.config.sampling.max_tokens,
-                                        by_document=name != "standalone-arrival"))
+        assign.update(
+            placed_assignment(
+                [p.prefix for p in parts],
+                [p.suffix for p in parts],
+                shards,
+                CHARS_PER_TOKEN * pipeline.config.sampling.max_tokens,
+                by_document=name != "standalone-arrival",
+            )
+        )
     else:
         raise ValueError(f"unknown standalone contender {name!r}")
     return assign
 
 
-def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str], decode_bytes: int,
-                      by_document: bool = False) -> dict[str, list[int]]:
+def placed_assignment(
+    prefixes: list[str], suffixes: list[str], shards: list[str], decode_bytes: int, by_document: bool = False
+) -> dict[str, list[int]]:
     """Row indices per shard as a cluster job places the rows' documents (each document's rows
     on one shard; ``place_task`` of pipeline/steps/cluster_tasks.py on the same per-document
     counts, no document held by an engine: what it sees after ``reset_cache``). Each shard's rows
@@ -128,7 +140,7 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
     from pipeline.steps.cluster_tasks import place_task  # (imports Dask: here, not at the top)
 
     digest_of: dict[str, int] = {}
-    docs: dict[int, list[int]] = {}   # digest -> [rows, prefix bytes, suffix bytes, first row], first-seen order
+    docs: dict[int, list[int]] = {}  # digest -> [rows, prefix bytes, suffix bytes, first row], first-seen order
     row_digest = []
     for i, (prefix, suffix) in enumerate(zip(prefixes, suffixes)):
         d = digest_of.get(prefix)
@@ -141,11 +153,15 @@ def placed_assignment(prefixes: list[str], suffixes: list[str], shards: list[str
     assign: dict[str, list[int]] = {s: [] for s in shards}
     if not row_digest:
         return assign
-    table = pa.table({"digest": pa.array(list(docs), pa.uint64()),
-                      "rows": pa.array([v[0] for v in docs.values()], pa.int64()),
-                      "prefix_bytes": pa.array([v[1] for v in docs.values()], pa.int64()),
-                      "suffix_bytes": pa.array([v[2] for v in docs.values()], pa.int64()),
-                      "first": pa.array([v[3] for v in docs.values()], pa.int64())})
+    table = pa.table(
+        {
+            "digest": pa.array(list(docs), pa.uint64()),
+            "rows": pa.array([v[0] for v in docs.values()], pa.int64()),
+            "prefix_bytes": pa.array([v[1] for v in docs.values()], pa.int64()),
+            "suffix_bytes": pa.array([v[2] for v in docs.values()], pa.int64()),
+            "first": pa.array([v[3] for v in docs.values()], pa.int64()),
+        }
+    )
     placement = place_task(list(shards), {}, 1 << 62, decode_bytes, table)
     buckets = placement.bucket_of(np.array(list(docs), np.uint64)).tolist()
     shard_of = {d: placement.buckets[b].shard for d, b in zip(docs, buckets)}
@@ -167,11 +183,28 @@ def run_standalone(name, shards, prep: Prepared, pipeline, burst, pair, roles=No
     assign = standalone_assignment(name, list(shards.shards), prep.rows, pipeline, prep.task)
     shards.reset_cache()
     before = roles.snapshot() if roles else None
-    wall, finish, outputs, gc = shards.run({k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v]
-                                            for k, v in assign.items()})
-    res = RunResult(name, burst, pair, wall, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
-                    prep.ideal_prefill_blocks, {k: len(v) for k, v in assign.items()}, finish, gc)
-    if before is not None:   # (with roles: their snapshot before)
+    wall, finish, outputs, gc = shards.run(
+        {k: [prep.prefix_ids[i] + prep.suffix_ids[i] for i in v] for k, v in assign.items()}
+    )
+    res = RunResult(
+        name,
+        burst,
+        pair,
+        wall,
+        len(prep.rows),
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        prep.ideal_prefill,
+        prep.ideal_prefill_blocks,
+        {k: len(v) for k, v in assign.items()},
+        finish,
+        gc,
+    )
+    if before is not None:  # (with roles: their snapshot before)
         after = roles.snapshot()
         res.cores, res.faults = cores_used(before, after, wall), minor_faults(before, after)
     for shard, idx in assign.items():
@@ -189,8 +222,24 @@ def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None)
     pipeline's own, or a ``replace`` of it for a variant; the pipeline keeps its own config."""
     pipeline.reset_cache()
     runner = _running_with(pipeline, job)
-    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
-                    prep.ideal_prefill_blocks, {}, {}, {})
+    res = RunResult(
+        "pipeline",
+        burst,
+        pair,
+        0.0,
+        len(prep.rows),
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        prep.ideal_prefill,
+        prep.ideal_prefill_blocks,
+        {},
+        {},
+        {},
+    )
     busy0 = _engine_busy(pipeline)
     before = roles.snapshot() if roles else None
     t0 = time.perf_counter()
@@ -205,13 +254,14 @@ def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None)
             res.per_shard[r.shard] = res.per_shard.get(r.shard, 0) + 1
             res.finish_s[r.shard] = time.perf_counter() - t0
     res.wall_s = time.perf_counter() - t0
-    if before is not None:   # (with roles: their snapshot before)
+    if before is not None:  # (with roles: their snapshot before)
         after = roles.snapshot()
         res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
     stats = pipeline.worker_stats()
     res.gc = {s["shard"]: s["gc"] for s in stats}
-    res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
-                         for s in stats}
+    res.engine_idle_s = {
+        s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0)) for s in stats
+    }
     return res
 
 
@@ -228,8 +278,24 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
 
     from pipeline.jobs.job import prepare_job  # (imports Dask: here, not at the top)
 
-    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
-                    prep.ideal_prefill_blocks, {}, {}, {})
+    res = RunResult(
+        "pipeline",
+        burst,
+        pair,
+        0.0,
+        len(prep.rows),
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        prep.ideal_prefill,
+        prep.ideal_prefill_blocks,
+        {},
+        {},
+        {},
+    )
     expected = {row["id"]: row["expected"] for row in prep.rows}
     with tempfile.TemporaryDirectory(prefix="bench-bigjob-") as tmp:
         src, out = Path(tmp) / "input.parquet", Path(tmp) / "output.parquet"
@@ -241,11 +307,12 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
         t0 = time.perf_counter()
         cluster_job.run(pipeline, progress=False)
         res.wall_s = time.perf_counter() - t0
-        if before is not None:   # (with roles: their snapshot before)
+        if before is not None:  # (with roles: their snapshot before)
             after = roles.snapshot()
             res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
-        table = pq.read_table(out, columns=["id", "answer", "error", "prompt_tokens", "cached_tokens",
-                                            "completion_tokens", "shard"])
+        table = pq.read_table(
+            out, columns=["id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard"]
+        )
     for r in table.to_pylist():
         res.answered += 1
         res.errors += r["error"] is not None
@@ -257,8 +324,9 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
             res.per_shard[r["shard"]] = res.per_shard.get(r["shard"], 0) + 1
     stats = pipeline.worker_stats()
     res.gc = {s["shard"]: s["gc"] for s in stats}
-    res.engine_idle_s = {s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0))
-                         for s in stats}
+    res.engine_idle_s = {
+        s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0)) for s in stats
+    }
     return res
 
 
@@ -271,23 +339,50 @@ def run_pipeline_lines(pipeline, job: Config, prep: Prepared, burst, pair, roles
 
     from pipeline.jobs.job import prepare_job  # (imports Dask: here, not at the top)
 
-    res = RunResult("pipeline", burst, pair, 0.0, len(prep.rows), 0, 0, 0, 0, 0, 0, prep.ideal_prefill,
-                    prep.ideal_prefill_blocks, {}, {}, {})
+    res = RunResult(
+        "pipeline",
+        burst,
+        pair,
+        0.0,
+        len(prep.rows),
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        prep.ideal_prefill,
+        prep.ideal_prefill_blocks,
+        {},
+        {},
+        {},
+    )
     lines: dict[int, list[dict]] = {}
     for row in prep.rows:
         lines.setdefault(row["line"], []).append(row)
     with tempfile.TemporaryDirectory(prefix="bench-completions-") as tmp:
         src, out = Path(tmp) / "input.jsonl", Path(tmp) / "output.jsonl"
-        src.write_text("".join(json.dumps({"custom_id": f"line-{n}", "method": "POST", "url": "/v1/completions",
-                                           "body": {"prompt": [(r["prefix"] or "") + r["prompt"] for r in rows]}})
-                               + "\n" for n, rows in lines.items()))
+        src.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "custom_id": f"line-{n}",
+                        "method": "POST",
+                        "url": "/v1/completions",
+                        "body": {"prompt": [(r["prefix"] or "") + r["prompt"] for r in rows]},
+                    }
+                )
+                + "\n"
+                for n, rows in lines.items()
+            )
+        )
         pipeline.reset_cache()
         cluster_job = prepare_job(src, out, config=job, notify=lambda m: None)
         before = roles.snapshot() if roles else None
         t0 = time.perf_counter()
         cluster_job.run(pipeline, progress=False)
         res.wall_s = time.perf_counter() - t0
-        if before is not None:   # (with roles: their snapshot before)
+        if before is not None:  # (with roles: their snapshot before)
             after = roles.snapshot()
             res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
         answers = [json.loads(x) for x in out.read_text().splitlines()]

@@ -8,6 +8,7 @@ below this process: nannies, Dask workers, their engines), each split into ``eng
 Dask workers and nannies, standalone driver processes); this process (client and embedded
 scheduler) is ``driver``. ``cores_used`` turns two snapshots into cores per role.
 """
+
 from __future__ import annotations
 
 import psutil

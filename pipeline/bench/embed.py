@@ -11,6 +11,7 @@ the reference's shards as the pipeline's placement splits them, alternating whic
 first. Prints rows/s of each run, the median ratio, the engines' settings and environments side by
 side, and the smallest cosine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,7 @@ def reference(model_path: str, texts: list[str], max_length: int = 256) -> np.nd
     model = AutoModel.from_pretrained(model_path).eval()
     out = []
     for i in range(0, len(texts), 32):
-        enc = tokenizer(texts[i:i + 32], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        enc = tokenizer(texts[i : i + 32], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
         with torch.no_grad():
             hidden = model(**enc).last_hidden_state
         mask = enc["attention_mask"].unsqueeze(-1).float()
@@ -67,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warm", type=int, default=1000, help="rows each contender embeds first, unmeasured")
     args = ap.parse_args(argv)
-    user_env = engine_env.process_environ()   # (before any cluster starts: the reference's environment)
-    config = load_config(args.config).replace(model={"path": args.model}, task="embed",
-                                              scheduler={"dashboard_address": None}, intake={"first_answer_rows": 0})
+    user_env = engine_env.process_environ()  # (before any cluster starts: the reference's environment)
+    config = load_config(args.config).replace(
+        model={"path": args.model}, task="embed", scheduler={"dashboard_address": None}, intake={"first_answer_rows": 0}
+    )
     work = Path(tempfile.mkdtemp(prefix="embed-bench-"))
     with Pipeline(config) as pipeline:
         stats = pipeline.worker_stats()
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             warm, warm_texts = work / "warm.parquet", texts_of(args.warm, 99)
             pq.write_table(pa.table({"document": warm_texts}), warm)
             run_job(pipeline, warm, work / "warm-out.parquet", progress=False)
-            shards.run({name: warm_texts[k::len(shards.shards)] for k, name in enumerate(shards.shards)})
+            shards.run({name: warm_texts[k :: len(shards.shards)] for k, name in enumerate(shards.shards)})
             runs = []
             for pair in range(args.pairs):
                 texts = texts_of(args.rows, args.seed + pair)
@@ -95,30 +97,41 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         # the pipeline's own split of these rows between the shards; the texts, as a
                         # user hands them to LLM.embed (vLLM tokenizes them, as the pipeline's workers do)
-                        placed: list[dict[str, Any]]   # (the output's rows, or a stand-in)
-                        placed = pq.read_table(work / f"out-{pair}.parquet", columns=["id", "shard"]).to_pylist() \
-                            if (work / f"out-{pair}.parquet").exists() else \
-                            [{"id": k, "shard": shards.shards[k % len(shards.shards)]} for k in range(len(texts))]
+                        placed: list[dict[str, Any]]  # (the output's rows, or a stand-in)
+                        placed = (
+                            pq.read_table(work / f"out-{pair}.parquet", columns=["id", "shard"]).to_pylist()
+                            if (work / f"out-{pair}.parquet").exists()
+                            else [{"id": k, "shard": shards.shards[k % len(shards.shards)]} for k in range(len(texts))]
+                        )
                         assignment: dict[str, list] = {}
                         for row in placed:
                             assignment.setdefault(row["shard"], []).append(texts[row["id"]])
                         took[who] = shards.run(assignment)[0]
                 runs.append({"pair": pair, **{k: len(texts) / v for k, v in took.items()}})
-                print(f"pair {pair + 1}: pipeline {runs[-1]['pipeline']:.1f} rows/s, plain vLLM LLM.embed "
-                      f"{runs[-1]['vllm']:.1f} rows/s, ratio {runs[-1]['pipeline'] / runs[-1]['vllm']:.3f}", flush=True)
+                print(
+                    f"pair {pair + 1}: pipeline {runs[-1]['pipeline']:.1f} rows/s, plain vLLM LLM.embed "
+                    f"{runs[-1]['vllm']:.1f} rows/s, ratio {runs[-1]['pipeline'] / runs[-1]['vllm']:.3f}",
+                    flush=True,
+                )
         out = pq.read_table(work / "out-0.parquet").to_pylist()
     ratios = [r["pipeline"] / r["vllm"] for r in runs]
-    print(f"\nrows/s ratio pipeline / plain vLLM (median of {len(runs)} pairs, {args.rows} rows, "
-          f"{len(config.shards)} shards): {statistics.median(ratios):.3f}  (each: "
-          f"{', '.join(f'{x:.3f}' for x in ratios)})")
+    print(
+        f"\nrows/s ratio pipeline / plain vLLM (median of {len(runs)} pairs, {args.rows} rows, "
+        f"{len(config.shards)} shards): {statistics.median(ratios):.3f}  (each: "
+        f"{', '.join(f'{x:.3f}' for x in ratios)})"
+    )
     print_engines(stats, plain_settings, envs)
     texts = texts_of(args.rows, args.seed)[: args.check]
     ref = reference(pipeline.model, texts)
-    cosines = [float(np.dot(row["embedding"], r) / np.linalg.norm(row["embedding"]) / np.linalg.norm(r))
-               for row, r in zip(out, ref)]
+    cosines = [
+        float(np.dot(row["embedding"], r) / np.linalg.norm(row["embedding"]) / np.linalg.norm(r))
+        for row, r in zip(out, ref)
+    ]
     errors = sum(row["error"] is not None for row in out)
-    print(f"cosine to the transformers reference over {len(cosines)} rows: min {min(cosines):.5f}, "
-          f"rows below 0.99: {sum(c < 0.99 for c in cosines)}; error rows in the job: {errors}")
+    print(
+        f"cosine to the transformers reference over {len(cosines)} rows: min {min(cosines):.5f}, "
+        f"rows below 0.99: {sum(c < 0.99 for c in cosines)}; error rows in the job: {errors}"
+    )
     return 0
 
 

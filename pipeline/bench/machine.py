@@ -1,5 +1,6 @@
 """The machine a bench ran on, for its report: CPU, cores, memory, Python, platform and the
 versions of vLLM, torch and Dask."""
+
 from __future__ import annotations
 
 import os
@@ -25,5 +26,11 @@ def machine_description() -> dict:
             versions[mod] = __import__(mod).__version__
         except Exception:  # noqa: BLE001 - a missing package is just not reported
             pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem_gib, "python": platform.python_version(),
-            "platform": platform.platform(), **versions}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        **versions,
+    }

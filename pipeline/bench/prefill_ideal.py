@@ -13,6 +13,7 @@ vLLM caches whole KV blocks only, so at block granularity a prompt reuses its fu
 blocks whose chained content was seen before and always computes the tokens of its
 last, partial block.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -50,7 +51,7 @@ def block_ideal(prompts: Sequence[Sequence[int]], block_size: int, shards: int =
         full = len(p) // block_size
         h = 0
         for b in range(full):
-            h = hash((h, p[b * block_size:(b + 1) * block_size]))
+            h = hash((h, p[b * block_size : (b + 1) * block_size]))
             if h not in seen:
                 seen.add(h)
                 computed += block_size

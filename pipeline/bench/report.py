@@ -1,4 +1,5 @@
 """The benchmark report: JSON (everything), Markdown (the table) and a PNG chart."""
+
 from __future__ import annotations
 
 import json
@@ -11,14 +12,24 @@ from pipeline.bench.options import ALL_CONTENDERS
 # (name, key path, target, "ge"/"le", burst or None for every burst)
 TARGETS = [
     ("pipeline / standalone-routed, median", ("ratios", "pipeline/standalone-routed", "median"), 1.00, "ge", None),
-    ("pipeline / standalone-routed, worst pair", ("ratios", "pipeline/standalone-routed", "worst_pair"), 0.97,
-     "ge", None),
+    (
+        "pipeline / standalone-routed, worst pair",
+        ("ratios", "pipeline/standalone-routed", "worst_pair"),
+        0.97,
+        "ge",
+        None,
+    ),
     ("pipeline / standalone-rr, median", ("ratios", "pipeline/standalone-rr", "median"), 1.5, "ge", "reuse"),
     ("pipeline / standalone-arrival, median", ("ratios", "pipeline/standalone-arrival", "median"), 2.4, "ge", "bigjob"),
     ("pipeline / standalone-sorted, median", ("ratios", "pipeline/standalone-sorted", "median"), 1.0, "ge", "bigjob"),
     ("pipeline prefill computed / token ideal", ("contenders", "pipeline", "prefill_over_ideal"), 1.05, "le", "reuse"),
-    ("pipeline prefill computed / block ideal", ("contenders", "pipeline", "prefill_over_block_ideal"), 1.05,
-     "le", "reuse"),
+    (
+        "pipeline prefill computed / block ideal",
+        ("contenders", "pipeline", "prefill_over_block_ideal"),
+        1.05,
+        "le",
+        "reuse",
+    ),
     ("pipeline max GC pause per worker, wall (ms)", ("contenders", "pipeline", "gc_max_ms"), 2.0, "le", None),
     ("pipeline max GC pause per worker, CPU (ms)", ("contenders", "pipeline", "gc_max_cpu_ms"), 2.0, "le", None),
 ]
@@ -43,21 +54,37 @@ def target_rows(report: dict) -> list[dict]:
                 continue
             ok = value >= target if kind == "ge" else value <= target
             miss = 0.0 if ok else (value / target - 1 if target else value)
-            rows.append({"target": name, "burst": burst, "value": value,
-                         "goal": f"{'≥' if kind == 'ge' else '≤'} {target:g}",
-                         "met": ok, "miss_by": miss})
+            rows.append(
+                {
+                    "target": name,
+                    "burst": burst,
+                    "value": value,
+                    "goal": f"{'≥' if kind == 'ge' else '≤'} {target:g}",
+                    "met": ok,
+                    "miss_by": miss,
+                }
+            )
     p = report.get("plumbing")
     if p:
         ok = p["questions_per_s"] >= 10_000
-        rows.append({"target": "fake-engine plumbing (questions/s)", "burst": "-", "value": p["questions_per_s"],
-                     "goal": "≥ 10000", "met": ok, "miss_by": 0.0 if ok else p["questions_per_s"] / 10_000 - 1})
+        rows.append(
+            {
+                "target": "fake-engine plumbing (questions/s)",
+                "burst": "-",
+                "value": p["questions_per_s"],
+                "goal": "≥ 10000",
+                "met": ok,
+                "miss_by": 0.0 if ok else p["questions_per_s"] / 10_000 - 1,
+            }
+        )
     return rows
 
 
 def render_markdown(report: dict, command: str) -> str:
     m = report["machine"]
     lines = [
-        "# Benchmarks", "",
+        "# Benchmarks",
+        "",
         f"Command: `{command}`  ",
         f"Machine: {m.get('cpu')} ({m.get('cores')} cores, {m.get('memory_gib')} GiB), {m.get('platform')}; "
         f"vllm {m.get('vllm')}, torch {m.get('torch')}, dask {m.get('dask')}.  ",
@@ -66,7 +93,8 @@ def render_markdown(report: dict, command: str) -> str:
         f"standalone processes {_fmt_map(report['engine_start_s']['standalone'])}. "
         f"Total run: {report['total_s']:.0f} s.",
         "",
-        "Throughput is the median over pairs; each run starts from an empty prefix cache.", "",
+        "Throughput is the median over pairs; each run starts from an empty prefix cache.",
+        "",
         "| burst | contender | req/s | out tok/s | prompt tok/req | prefill / ideal (block ideal) | cached share | "
         "accuracy | engine page faults/req | GC max / p99 ms (max CPU ms) | finish spread s | rows per shard |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -84,25 +112,33 @@ def render_markdown(report: dict, command: str) -> str:
                 f"{_num(v.get('engine_faults_per_request'))} | "
                 f"{v['gc_max_ms']:.2f} / {v['gc_p99_ms']:.2f} ({v.get('gc_max_cpu_ms', 0.0):.2f}) | "
                 f"{_spread(v['finish_spread_s'])} | "
-                f"{_fmt_map(v['per_shard'])} |")
+                f"{_fmt_map(v['per_shard'])} |"
+            )
     roles = ROLES
     if any(v.get("cores") for s in report["summary"].values() for v in s["contenders"].values()):
-        lines += ["", "Where the CPU went during each burst (cores, median over pairs; `engine`: vLLM's engine-core "
-                      "and model-runner processes, `other`: Dask workers and nannies or the standalone driver "
-                      "processes, `driver`: the benchmark's own process with the client and embedded scheduler). "
-                      "Pipeline engine idle: how long, per burst, the engine of the shard that finished last had no "
-                      "request (the pipeline's own start and round-trip cost; the other shard's extra idle is the "
-                      "finish spread).", "",
-                  "| burst | contender | " + " | ".join(roles) + " | pipeline engine idle s (last shard) |",
-                  "|---|---|" + "---|" * (len(roles) + 1)]
+        lines += [
+            "",
+            "Where the CPU went during each burst (cores, median over pairs; `engine`: vLLM's engine-core "
+            "and model-runner processes, `other`: Dask workers and nannies or the standalone driver "
+            "processes, `driver`: the benchmark's own process with the client and embedded scheduler). "
+            "Pipeline engine idle: how long, per burst, the engine of the shard that finished last had no "
+            "request (the pipeline's own start and round-trip cost; the other shard's extra idle is the "
+            "finish spread).",
+            "",
+            "| burst | contender | " + " | ".join(roles) + " | pipeline engine idle s (last shard) |",
+            "|---|---|" + "---|" * (len(roles) + 1),
+        ]
         for burst, s in report["summary"].items():
             for c in ALL_CONTENDERS:
                 v = s["contenders"].get(c)
                 if v is None or not v.get("cores"):
                     continue
                 idle = v.get("engine_idle_s")
-                lines.append(f"| {burst} | {c} | " + " | ".join(f"{v['cores'].get(r, 0.0):.3f}" for r in roles)
-                             + f" | {'-' if idle is None else f'{idle:.2f}'} |")
+                lines.append(
+                    f"| {burst} | {c} | "
+                    + " | ".join(f"{v['cores'].get(r, 0.0):.3f}" for r in roles)
+                    + f" | {'-' if idle is None else f'{idle:.2f}'} |"
+                )
     lines += engine_env_lines(report)
     lines += engine_settings_lines(report)
     lines += ["", "| burst | ratio | median | worst pair |", "|---|---|---|---|"]
@@ -112,13 +148,18 @@ def render_markdown(report: dict, command: str) -> str:
     lines += bigjob_lines(report)
     p = report.get("plumbing")
     if p:
-        lines += ["", f"Fake-engine plumbing: {p['questions']} questions in {p['wall_s']:.2f} s = "
-                      f"**{p['questions_per_s']:,.0f} questions/s**."]
+        lines += [
+            "",
+            f"Fake-engine plumbing: {p['questions']} questions in {p['wall_s']:.2f} s = "
+            f"**{p['questions_per_s']:,.0f} questions/s**.",
+        ]
     lines += ["", "| target | burst | value | goal | met | missed by |", "|---|---|---|---|---|---|"]
     for t in target_rows(report):
         missed = "" if t["met"] else f"{t['miss_by']:+.1%}"
-        lines.append(f"| {t['target']} | {t['burst']} | {t['value']:.4g} | {t['goal']} | "
-                     f"{'yes' if t['met'] else 'no'} | {missed} |")
+        lines.append(
+            f"| {t['target']} | {t['burst']} | {t['value']:.4g} | {t['goal']} | "
+            f"{'yes' if t['met'] else 'no'} | {missed} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -128,8 +169,13 @@ def engine_settings_lines(report: dict) -> list[str]:
     both = report.get("engine_settings")
     if not both:
         return []
-    lines = ["", "Engine settings as each engine runs them (pipeline / plain vLLM; **bold**: they differ):", "",
-             "| shard | setting | pipeline | plain vLLM |", "|---|---|---|---|"]
+    lines = [
+        "",
+        "Engine settings as each engine runs them (pipeline / plain vLLM; **bold**: they differ):",
+        "",
+        "| shard | setting | pipeline | plain vLLM |",
+        "|---|---|---|---|",
+    ]
     for shard in sorted(set(both["pipeline"]) | set(both["standalone"])):
         ours, theirs = both["pipeline"].get(shard, {}), both["standalone"].get(shard, {})
         for name in sorted(set(ours) | set(theirs)):
@@ -149,12 +195,22 @@ def bigjob_lines(report: dict) -> list[str]:
     refs = [r for r in ("standalone-arrival", "standalone-sorted") if f"pipeline/{r}" in ratios]
     shown = [c for c in ALL_CONTENDERS if c in per]
     o = report.get("options", {})
-    lines = ["", f"Big job (`bigjob`: {o.get('bigjob_docs')} documents × {o.get('bigjob_questions')} questions, "
-                 "shuffled; the pipeline runs it as a file job on the cluster path; medians over pairs):", "",
-             "| " + " | ".join([f"pipeline / {r}" for r in refs] + [f"cached share {c}" for c in shown]) + " |",
-             "|" + "---|" * (len(refs) + len(shown))]
-    lines.append("| " + " | ".join([f"{ratios[f'pipeline/{r}']['median']:.3f}" for r in refs]
-                                   + [f"{per[c]['cached_share']:.3f}" for c in shown]) + " |")
+    lines = [
+        "",
+        f"Big job (`bigjob`: {o.get('bigjob_docs')} documents × {o.get('bigjob_questions')} questions, "
+        "shuffled; the pipeline runs it as a file job on the cluster path; medians over pairs):",
+        "",
+        "| " + " | ".join([f"pipeline / {r}" for r in refs] + [f"cached share {c}" for c in shown]) + " |",
+        "|" + "---|" * (len(refs) + len(shown)),
+    ]
+    lines.append(
+        "| "
+        + " | ".join(
+            [f"{ratios[f'pipeline/{r}']['median']:.3f}" for r in refs]
+            + [f"{per[c]['cached_share']:.3f}" for c in shown]
+        )
+        + " |"
+    )
     return lines
 
 
@@ -165,10 +221,14 @@ def engine_env_lines(report: dict) -> list[str]:
     if not envs:
         return []
     watched = WATCHED_ENV
-    lines = ["", "Engine environments, read from `/proc/<pid>/environ` of each vLLM process (pipeline / "
-                 "plain vLLM; `PIPELINE_*` left out of the differences):", "",
-             "| shard | process | differences | " + " | ".join(f"`{k}`" for k in watched) + " |",
-             "|---|---|---|" + "---|" * len(watched)]
+    lines = [
+        "",
+        "Engine environments, read from `/proc/<pid>/environ` of each vLLM process (pipeline / "
+        "plain vLLM; `PIPELINE_*` left out of the differences):",
+        "",
+        "| shard | process | differences | " + " | ".join(f"`{k}`" for k in watched) + " |",
+        "|---|---|---|" + "---|" * len(watched),
+    ]
     for shard, procs in envs.items():
         for name, p in procs.items():
             diffs = [f"only pipeline: {k}={v}" for k, v in p["only_pipeline"].items()]

@@ -18,6 +18,7 @@ Here: ``run_bench`` and the plumbing run. The command's options are in pipeline/
 the bench's in ``options``; a contender's run is in ``contenders``, the medians in ``summary``,
 the engines' environments in ``env_report``, the machine in ``machine``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -100,19 +101,29 @@ def run_bench(config: Config, opts: BenchOptions, *, pipeline=None, progress: bo
             engine_envs = engine_env_report(pipeline, shards)
             results: list[RunResult] = []
             bs, n_shards = pipeline.block_size, len(pipeline.config.shards)
-            warm = Prepared.build(burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
-                                  pipeline.task, pipeline.tokenizer, bs, n_shards)
+            warm = Prepared.build(
+                burst_rows("reuse", BenchOptions(docs=4, questions_per_doc=2), 99),
+                pipeline.task,
+                pipeline.tokenizer,
+                bs,
+                n_shards,
+            )
             run_standalone("standalone-rr", shards, warm, None, "warm", -1)
             run_pipeline(pipeline, job, warm, "warm", -1)
-            if {"bigjob", "completions"} & set(opts.bursts):   # the cluster job path's first run loads its modules
+            if {"bigjob", "completions"} & set(opts.bursts):  # the cluster job path's first run loads its modules
                 run_pipeline_job(pipeline, job, warm, "warm", -1)
             contenders = tuple(c for c in ALL_CONTENDERS if c in opts.contenders)
             total = len(opts.bursts) * opts.pairs * len(contenders)
             with tqdm(total=total, disable=not progress, unit="run", desc="bench") as bar:
                 for b, burst in enumerate(opts.bursts):
                     for pair in range(opts.pairs):
-                        prep = Prepared.build(burst_rows(burst, opts, opts.seed + 1000 * b + pair),
-                                              _task(burst, pipeline), pipeline.tokenizer, bs, n_shards)
+                        prep = Prepared.build(
+                            burst_rows(burst, opts, opts.seed + 1000 * b + pair),
+                            _task(burst, pipeline),
+                            pipeline.tokenizer,
+                            bs,
+                            n_shards,
+                        )
                         order = contenders if pair % 2 == 0 else tuple(reversed(contenders))
                         for c in order:
                             bar.set_description(f"{burst} pair {pair + 1}/{opts.pairs} {c}")

@@ -12,6 +12,7 @@ The documents are the bench's retrieval passages (~700 tokens with the prompt), 
 ``--queries`` questions about it, shuffled. Prints rows/s of each run, the median ratios, the
 engines' settings and environments side by side, and the largest score difference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,18 @@ from tasks.classify import Classify, label_probs
 
 
 def pairs_of(docs: int, queries: int, seed: int) -> list[dict]:
-    return [{"id": k, "document": r["document"], "query": r["question"]}
-            for k, r in enumerate(document_questions(docs, queries, seed=seed, order="shuffled"))]
+    return [
+        {"id": k, "document": r["document"], "query": r["question"]}
+        for k, r in enumerate(document_questions(docs, queries, seed=seed, order="shuffled"))
+    ]
 
 
 def prompt_ids(pipeline, rows: list[dict]) -> list[list[int]]:
     """Each row's prompt as the workers send it: its prefix's tokens, then its suffix's."""
+
     def encode(text):
         return pipeline.tokenizer.encode(text, add_special_tokens=False)
+
     parts = [pipeline.task.split(r) for r in rows]
     return [encode(p.prefix) + encode(p.suffix) for p in parts]
 
@@ -79,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warm", type=int, default=16, help="documents each contender scores first, unmeasured")
     args = ap.parse_args(argv)
-    user_env = engine_env.process_environ()   # (before any cluster starts: the reference's environment)
-    config = load_config(args.config).replace(task="score", scheduler={"dashboard_address": None},
-                                              intake={"first_answer_rows": 0})
+    user_env = engine_env.process_environ()  # (before any cluster starts: the reference's environment)
+    config = load_config(args.config).replace(
+        task="score", scheduler={"dashboard_address": None}, intake={"first_answer_rows": 0}
+    )
     work = Path(tempfile.mkdtemp(prefix="score-bench-"))
     with Pipeline(config) as pipeline:
         stats = pipeline.worker_stats()
@@ -111,26 +117,32 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     if who == "arrival":
                         assignment = {name: list(range(k, len(rows), n)) for k, name in enumerate(shards.shards)}
-                    else:   # the pipeline's placement of these rows, each shard's sorted by document
-                        placed: list[dict[str, Any]]   # (the output's rows, or a stand-in)
-                        placed = pq.read_table(out, columns=["id", "shard"]).to_pylist() if out.exists() else \
-                            [{"id": k, "shard": shards.shards[k % n]} for k in range(len(rows))]
+                    else:  # the pipeline's placement of these rows, each shard's sorted by document
+                        placed: list[dict[str, Any]]  # (the output's rows, or a stand-in)
+                        placed = (
+                            pq.read_table(out, columns=["id", "shard"]).to_pylist()
+                            if out.exists()
+                            else [{"id": k, "shard": shards.shards[k % n]} for k in range(len(rows))]
+                        )
                         assignment = {name: [] for name in shards.shards}
                         for r in placed:
                             assignment[r["shard"]].append(r["id"])
                         for name in assignment:
                             assignment[name].sort(key=lambda k: (rows[k]["document"], k))
-                    took[who], _, outputs, _ = shards.run({name: [ids[k] for k in ks]
-                                                           for name, ks in assignment.items()})
+                    took[who], _, outputs, _ = shards.run(
+                        {name: [ids[k] for k in ks] for name, ks in assignment.items()}
+                    )
                     if pair == 0 and who == "sorted":
                         for name, ks in assignment.items():
                             plain_scores.update({k: score_of(o.labels) for k, o in zip(ks, outputs[name])})
                 runs.append({k: len(rows) / v for k, v in took.items()})
-                print(f"pair {pair + 1}: pipeline {runs[-1]['pipeline']:.2f} rows/s, plain vLLM in arrival order "
-                      f"{runs[-1]['arrival']:.2f}, plain vLLM sorted by document {runs[-1]['sorted']:.2f}; ratios "
-                      f"{runs[-1]['pipeline'] / runs[-1]['arrival']:.3f}, "
-                      f"{runs[-1]['pipeline'] / runs[-1]['sorted']:.3f}",
-                      flush=True)
+                print(
+                    f"pair {pair + 1}: pipeline {runs[-1]['pipeline']:.2f} rows/s, plain vLLM in arrival order "
+                    f"{runs[-1]['arrival']:.2f}, plain vLLM sorted by document {runs[-1]['sorted']:.2f}; ratios "
+                    f"{runs[-1]['pipeline'] / runs[-1]['arrival']:.3f}, "
+                    f"{runs[-1]['pipeline'] / runs[-1]['sorted']:.3f}",
+                    flush=True,
+                )
         scored = pq.read_table(work / "out-0.parquet").to_pylist()
         if not isinstance(pipeline.task, Classify):
             raise TypeError(f"task score's kind is {type(pipeline.task).__name__}, not Classify: it has no labels")
@@ -139,17 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         ref = reference_logprobs(pipeline.model, prompt_ids(pipeline, first[: args.check]), label_ids)
     for contender in ("arrival", "sorted"):
         ratios = [r["pipeline"] / r[contender] for r in runs]
-        print(f"rows/s ratio pipeline / plain vLLM {contender} (median of {len(runs)} pairs, {len(first)} rows, "
-              f"{len(config.shards)} shards): {statistics.median(ratios):.3f}  (each: "
-              f"{', '.join(f'{x:.3f}' for x in ratios)})")
+        print(
+            f"rows/s ratio pipeline / plain vLLM {contender} (median of {len(runs)} pairs, {len(first)} rows, "
+            f"{len(config.shards)} shards): {statistics.median(ratios):.3f}  (each: "
+            f"{', '.join(f'{x:.3f}' for x in ratios)})"
+        )
     print_engines(stats, shards.settings, envs)
     errors = sum(r["error"] is not None for r in scored)
     vs_plain = max(abs(r["score"] - plain_scores[k]) for k, r in enumerate(scored) if r["error"] is None)
     vs_ref = max(abs(scored[k]["score"] - score_of(list(ref[k]))) for k in range(len(ref)))
     cached = sum(r["cached_tokens"] for r in scored) / max(1, sum(r["prompt_tokens"] for r in scored))
-    print(f"scores: error rows {errors}; largest difference to plain vLLM's {vs_plain:.4f} ({len(scored)} rows), "
-          f"to the transformers float32 reference {vs_ref:.4f} ({len(ref)} rows); pipeline's cached share of "
-          f"prompt tokens {cached:.3f}")
+    print(
+        f"scores: error rows {errors}; largest difference to plain vLLM's {vs_plain:.4f} ({len(scored)} rows), "
+        f"to the transformers float32 reference {vs_ref:.4f} ({len(ref)} rows); pipeline's cached share of "
+        f"prompt tokens {cached:.3f}"
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ Protocol: ``load`` (prompts as token ids, texts, or (token ids, LoRA adapter fol
 classify or score read the labels' log-probabilities, one step each, as the pipeline's workers do;
 reply with the outputs), ``stop``.
 """
+
 from __future__ import annotations
 
 import multiprocessing.connection as mpc
@@ -50,7 +51,7 @@ class Output:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
-    labels: list[float] | None = None   # task classify / score: each label's log-probability
+    labels: list[float] | None = None  # task classify / score: each label's log-probability
 
 
 def _serve(conn, model: str, config: Config) -> None:
@@ -65,26 +66,29 @@ def _serve(conn, model: str, config: Config) -> None:
     embeds = task.embeds
     sampling = sampling_params(config.sampling.as_sampling(config.engine.seed))
     label_ids = None
-    if task.reads_labels:   # (each label's first token, as the workers read it)
+    if task.reads_labels:  # (each label's first token, as the workers read it)
         from tasks.classify import SCORE_LABELS
 
         tokenizer = llm.get_tokenizer()
-        label_ids = [tokenizer.encode(label, add_special_tokens=False)[0]
-                     for label in config.prompt.labels or SCORE_LABELS]
+        label_ids = [
+            tokenizer.encode(label, add_special_tokens=False)[0] for label in config.prompt.labels or SCORE_LABELS
+        ]
         sampling = label_params(label_ids)
     pauses = GcPauses().install()
     conn.send(("ready", time.perf_counter() - t0, engine_settings(llm.llm_engine.vllm_config)))
     prompts: list = []
     loras: list = []
-    folders: dict[str, int] = {}   # adapter folder -> its lora_int_id
+    folders: dict[str, int] = {}  # adapter folder -> its lora_int_id
     while True:
         cmd, *args = conn.recv()
         if cmd == "load":
             # (token ids; or texts, which vLLM tokenizes, as a user's call hands it them; or
             # (token ids, adapter folder or None): each with its own LoRARequest)
             loras = [_lora(p[1], folders) if isinstance(p, tuple) else None for p in args[0]]
-            prompts = [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=p[0] if isinstance(p, tuple) else p)
-                       for p in args[0]]
+            prompts = [
+                p if isinstance(p, str) else TokensPrompt(prompt_token_ids=p[0] if isinstance(p, tuple) else p)
+                for p in args[0]
+            ]
             conn.send(("ok",))
         elif cmd == "reset":
             llm.reset_prefix_cache()
@@ -98,10 +102,22 @@ def _serve(conn, model: str, config: Config) -> None:
             lora = loras if any(x is not None for x in loras) else None
             outs = llm.generate(prompts, sampling, use_tqdm=False, lora_request=lora) if prompts else []
             # (vLLM types RequestOutput.prompt_token_ids Optional: LLM.generate's outputs for token prompts have them)
-            conn.send(("done", [(o.outputs[0].text, len(o.prompt_token_ids),  # type: ignore[arg-type]
-                                 int(o.num_cached_tokens or 0), len(o.outputs[0].token_ids),
-                                 read_labels(o.outputs[0], label_ids) if label_ids else None) for o in outs],
-                       pauses.summary()))
+            conn.send(
+                (
+                    "done",
+                    [
+                        (
+                            o.outputs[0].text,
+                            len(o.prompt_token_ids),  # type: ignore[arg-type]
+                            int(o.num_cached_tokens or 0),
+                            len(o.outputs[0].token_ids),
+                            read_labels(o.outputs[0], label_ids) if label_ids else None,
+                        )
+                        for o in outs
+                    ],
+                    pauses.summary(),
+                )
+            )
         elif cmd == "stop":
             # Without an explicit shutdown the engine-core process outlives this one.
             llm.llm_engine.engine_core.shutdown()
@@ -164,18 +180,19 @@ class StandaloneShards:
             host, port = listener.address
             for shard in config.shards:
                 env = {**base, **shard.worker_env()}
-                proc = subprocess.Popen([sys.executable, "-c", code, host, str(port)], env=env,
-                                        stdin=subprocess.PIPE, text=True)
-                assert proc.stdin is not None   # (stdin=PIPE)
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", code, host, str(port)], env=env, stdin=subprocess.PIPE, text=True
+                )
+                assert proc.stdin is not None  # (stdin=PIPE)
                 proc.stdin.write(authkey.hex() + "\n")
                 proc.stdin.close()
                 self._procs[shard.name] = proc
-                conn = _accept(listener, proc, shard.name)   # one at a time, in start order
+                conn = _accept(listener, proc, shard.name)  # one at a time, in start order
                 conn.send(("init", model, config))
                 self._conns[shard.name] = conn
         ready = {name: self._expect(name, "ready") for name in self.shards}
         self.start_s = {name: r[0] for name, r in ready.items()}
-        self.settings = {name: r[1] for name, r in ready.items()}   # each engine's (engine_settings)
+        self.settings = {name: r[1] for name, r in ready.items()}  # each engine's (engine_settings)
 
     @property
     def pids(self) -> set[int]:
@@ -202,8 +219,9 @@ class StandaloneShards:
         for name in self.shards:
             self._expect(name, "ok")
 
-    def run(self, assignment: Mapping[str, Sequence[Prompt]]
-            ) -> tuple[float, dict[str, float], dict[str, list[Output]], dict]:
+    def run(
+        self, assignment: Mapping[str, Sequence[Prompt]]
+    ) -> tuple[float, dict[str, float], dict[str, list[Output]], dict]:
         """Load each shard's prompts, then start all at once; the clock covers generation only.
 
         Returns (wall seconds, finish time per shard, outputs per shard, GC summary per shard)."""

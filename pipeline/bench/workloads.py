@@ -4,14 +4,38 @@ Every document is filler text with a few planted facts about invented people;
 each question asks for one planted fact and carries the expected answer, so an
 answer can be checked (and an answer that landed on the wrong row is caught).
 """
+
 from __future__ import annotations
 
 import random
 
-_SYLLABLES = ["ka", "lo", "mi", "ra", "ven", "tor", "sa", "bel", "dun", "fir", "gal", "hes",
-              "jor", "kel", "mar", "nor", "pel", "quin", "ros", "tal", "ul", "vin", "wes", "zor"]
-_PETS = ["parrot", "tortoise", "goldfish", "ferret", "rabbit", "hamster", "goat", "pony",
-         "iguana", "canary"]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ra",
+    "ven",
+    "tor",
+    "sa",
+    "bel",
+    "dun",
+    "fir",
+    "gal",
+    "hes",
+    "jor",
+    "kel",
+    "mar",
+    "nor",
+    "pel",
+    "quin",
+    "ros",
+    "tal",
+    "ul",
+    "vin",
+    "wes",
+    "zor",
+]
+_PETS = ["parrot", "tortoise", "goldfish", "ferret", "rabbit", "hamster", "goat", "pony", "iguana", "canary"]
 _COLORS = ["crimson", "teal", "amber", "violet", "olive", "indigo", "maroon", "silver", "ivory"]
 _FILLER = [
     "The committee met again on Tuesday to review the budget for the coming season.",
@@ -70,8 +94,15 @@ def make_document(rng: random.Random, n_facts: int, filler_sentences: int, used:
     return " ".join(sentences), qa
 
 
-def document_questions(n_docs: int, questions_per_doc: int | list[int], *, filler_sentences: int = 12,
-                       seed: int = 0, order: str = "interleaved", id_prefix: str = "q") -> list[dict]:
+def document_questions(
+    n_docs: int,
+    questions_per_doc: int | list[int],
+    *,
+    filler_sentences: int = 12,
+    seed: int = 0,
+    order: str = "interleaved",
+    id_prefix: str = "q",
+) -> list[dict]:
     """Rows ``{id, doc_id, document, question, expected}``.
 
     ``questions_per_doc``: the same count for every document, or one count per document.
@@ -116,8 +147,6 @@ def skewed_counts(n_docs: int, total: int, seed: int = 0, alpha: float = 1.2) ->
     return counts
 
 
-
-
 def completion_lines(rows: list[dict], seed: int = 0) -> list[dict]:
     """``document_questions`` rows as ``/v1/completions`` lines' rows: a line per document, its
     questions' prompts (``{document}\\n\\nQuestion: {question}\\nAnswer:``) in one list, the
@@ -136,6 +165,13 @@ def completion_lines(rows: list[dict], seed: int = 0) -> list[dict]:
         prompts = [f"{q['document']}\n\nQuestion: {q['question']}\nAnswer:" for q in questions]
         request = {"custom_id": f"line-{n}", "method": "POST", "url": "/v1/completions", "body": {"prompt": prompts}}
         for (row, _, _), q in zip(line_rows(n, request, None), questions):
-            out.append({"id": f"{q['id']}", "line": n, "prefix": row["prefix"], "prompt": row["prompt"],
-                        "expected": q["expected"]})
+            out.append(
+                {
+                    "id": f"{q['id']}",
+                    "line": n,
+                    "prefix": row["prefix"],
+                    "prompt": row["prompt"],
+                    "expected": q["expected"],
+                }
+            )
     return out

@@ -1,5 +1,6 @@
 """``python -m pipeline up`` / ``status`` / ``down``: the resident local cluster's commands as
 the user sees them (what they print, their exit codes). The work is in ``resident``."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,11 @@ def up(config: Config) -> int:
     if not started:
         print(f"the local cluster is already up at {state.address} (since {time.ctime(state.started)})")
         return 0
-    print(f"cluster up in {time.perf_counter() - t0:.1f} s: {len(config.shards)} shards at {state.address}"
-          + (f"; dashboard: {state.dashboard}" if state.dashboard else "")
-          + "\n`python -m pipeline run ...` with this config uses it; `python -m pipeline down` stops it")
+    print(
+        f"cluster up in {time.perf_counter() - t0:.1f} s: {len(config.shards)} shards at {state.address}"
+        + (f"; dashboard: {state.dashboard}" if state.dashboard else "")
+        + "\n`python -m pipeline run ...` with this config uses it; `python -m pipeline down` stops it"
+    )
     return 0
 
 
@@ -58,7 +61,7 @@ def status(config: Config, as_json: bool = False, store: str | None = None) -> i
 
 
 BATCH_KEYS = ("id", "status", "request_counts", "created_at", "endpoint")
-BATCH_ROWS = 20   # the newest batches shown; the others counted
+BATCH_ROWS = 20  # the newest batches shown; the others counted
 
 
 def batch_table(batches: list[dict]) -> str:
@@ -67,8 +70,10 @@ def batch_table(batches: list[dict]) -> str:
     lines = [f"{'batch':<30} {'status':<11} {'completed':>9} {'failed':>7} {'total':>7}  created"]
     for b in batches[:BATCH_ROWS]:
         c = b.get("request_counts") or {}
-        lines.append(f"{b['id']:<30} {b['status']:<11} {c.get('completed', 0):>9} {c.get('failed', 0):>7} "
-                     f"{c.get('total', 0):>7}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b['created_at']))}")
+        lines.append(
+            f"{b['id']:<30} {b['status']:<11} {c.get('completed', 0):>9} {c.get('failed', 0):>7} "
+            f"{c.get('total', 0):>7}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(b['created_at']))}"
+        )
     if len(batches) > BATCH_ROWS:
         lines.append(f"... and {len(batches) - BATCH_ROWS} older (GET /v1/batches lists them all)")
     return "\n".join(lines)
@@ -80,12 +85,17 @@ def _cluster_status(config: Config, info: dict | None) -> int:
         return 0
     state = info["state"]
     if info["stale"]:
-        print(f"the local cluster recorded in {info['folder']} is no longer running (gone: "
-              f"{', '.join(info['dead']) or 'its scheduler does not answer'}); what was left of it is stopped and "
-              f"its state removed")
+        print(
+            f"the local cluster recorded in {info['folder']} is no longer running (gone: "
+            f"{', '.join(info['dead']) or 'its scheduler does not answer'}); what was left of it is stopped and "
+            f"its state removed"
+        )
         return 1
-    print(f"local cluster at {state.address}, up {state.uptime_s / 60:.1f} min"
-          + (f"; dashboard: {state.dashboard}" if state.dashboard else "") + f"; logs: {state.log_dir}/")
+    print(
+        f"local cluster at {state.address}, up {state.uptime_s / 60:.1f} min"
+        + (f"; dashboard: {state.dashboard}" if state.dashboard else "")
+        + f"; logs: {state.log_dir}/"
+    )
     print(status_table(config.shard_names, info["shards"]))
     return 0
 
@@ -93,8 +103,10 @@ def _cluster_status(config: Config, info: dict | None) -> int:
 def status_table(shard_names: list[str], shards: dict[str, dict]) -> str:
     """One line per shard: its engine's phase, pid, start time, requests, prompt tokens, the
     prefix-cache hit share and the documents it holds."""
-    lines = [f"{'shard':<10} {'engine':<9} {'pid':>7} {'start s':>8} {'requests':>9} {'prompt tok':>11} "
-             f"{'cached':>7}  documents"]
+    lines = [
+        f"{'shard':<10} {'engine':<9} {'pid':>7} {'start s':>8} {'requests':>9} {'prompt tok':>11} "
+        f"{'cached':>7}  documents"
+    ]
     for name in shard_names:
         s = shards.get(name)
         if s is None:
@@ -102,6 +114,8 @@ def status_table(shard_names: list[str], shards: dict[str, dict]) -> str:
             continue
         m = s.get("metrics") or {}
         start = f"{s['start_s']:.1f}" if s.get("start_s") else "-"
-        lines.append(f"{name:<10} {s['phase']:<9} {s['pid']:>7} {start:>8} {m.get('requests', 0):>9} "
-                     f"{m.get('prompt_tokens', 0):>11} {m.get('cache_hit_share', 0):>7.1%}  {s.get('documents', 0)}")
+        lines.append(
+            f"{name:<10} {s['phase']:<9} {s['pid']:>7} {start:>8} {m.get('requests', 0):>9} "
+            f"{m.get('prompt_tokens', 0):>11} {m.get('cache_hit_share', 0):>7.1%}  {s.get('documents', 0)}"
+        )
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """``python -m pipeline run INPUT OUTPUT``: a file job from the command line's arguments, as the
 user sees it (what it prints, its exit codes). The job itself is pipeline/jobs/job.py."""
+
 from __future__ import annotations
 
 import sys
@@ -22,11 +23,27 @@ from tasks.registry import unserved
 
 def prompt_options(args, config: Config) -> Config:
     """The config with the command line's prompt and sampling options applied."""
-    prompt = {k: v for k, v in (("system", args.system), ("template", args.template),
-                                ("prefix_column", args.prefix_column), ("labels", args.labels)) if v is not None}
-    sampling = {k: v for k, v in (("json_schema", args.json_schema), ("choice", args.choice),
-                                  ("max_tokens", args.max_tokens), ("temperature", args.temperature)) if v is not None}
-    if "json_schema" in sampling or "choice" in sampling:   # one constraint: the command line's
+    prompt = {
+        k: v
+        for k, v in (
+            ("system", args.system),
+            ("template", args.template),
+            ("prefix_column", args.prefix_column),
+            ("labels", args.labels),
+        )
+        if v is not None
+    }
+    sampling = {
+        k: v
+        for k, v in (
+            ("json_schema", args.json_schema),
+            ("choice", args.choice),
+            ("max_tokens", args.max_tokens),
+            ("temperature", args.temperature),
+        )
+        if v is not None
+    }
+    if "json_schema" in sampling or "choice" in sampling:  # one constraint: the command line's
         sampling = {"json_schema": None, "choice": None, **sampling}
     task = args.task or ("template" if args.template is not None else "classify" if args.labels else None)
     if not (prompt or sampling or task):
@@ -39,8 +56,9 @@ def _check_model(job, config: Config) -> None:
     packaged model's task is known, a model path must exist, and labels are read with the model's
     tokenizer."""
     served = packaged_task(config) if config.engine.kind == "vllm" else None
-    refused = unserved(job.steps.task_name(config), {served}, config.model.path or DEFAULT_MODEL_NAME) \
-        if served else None
+    refused = (
+        unserved(job.steps.task_name(config), {served}, config.model.path or DEFAULT_MODEL_NAME) if served else None
+    )
     if refused:
         raise JobError(refused)
     if config.engine.kind == "vllm" or config.model.path is not None:
@@ -67,15 +85,24 @@ def run(args, config: Config) -> int:
         resident.find(config, model_for(config, config.engine.kind), notify)
     # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
     notes: list[str] = []
-    job = prepare_job(args.input, args.output, format=args.format, allow_duplicate_ids=args.allow_duplicate_ids,
-                      truncate=args.truncate, part_rows=args.part_rows, notify=notes.append, config=config)
+    job = prepare_job(
+        args.input,
+        args.output,
+        format=args.format,
+        allow_duplicate_ids=args.allow_duplicate_ids,
+        truncate=args.truncate,
+        part_rows=args.part_rows,
+        notify=notes.append,
+        config=config,
+    )
     _check_model(job, config)
     for note in notes:
         print(note, file=sys.stderr)
     t0 = time.perf_counter()
     try:
-        with Pipeline(config, verbose=args.verbose, notify=notify,
-                      live=None if args.quiet else console.live_line()) as pipeline:
+        with Pipeline(
+            config, verbose=args.verbose, notify=notify, live=None if args.quiet else console.live_line()
+        ) as pipeline:
             if pipeline.resident is None:
                 notify(f"cluster up in {time.perf_counter() - t0:.1f} s; dashboard: {pipeline.dashboard_link or 'off'}")
             summary = job.run(pipeline, progress=None if not args.quiet else False)
@@ -83,13 +110,17 @@ def run(args, config: Config) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STOPPED
     except KeyboardInterrupt:
-        print(f"interrupted: {job.done} rows are committed in {job.sink.dir}; "
-              f"run the same command again to resume", file=sys.stderr)
+        print(
+            f"interrupted: {job.done} rows are committed in {job.sink.dir}; run the same command again to resume",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     except Exception as exc:  # e.g. the cluster lost a worker: say so in one paragraph, keep what is committed
-        print(f"error: the job stopped: {type(exc).__name__}: {exc}. {job.done} rows are committed in "
-              f"{job.sink.dir}; run the same command again to resume (--verbose shows the traceback)",
-              file=sys.stderr)
+        print(
+            f"error: the job stopped: {type(exc).__name__}: {exc}. {job.done} rows are committed in "
+            f"{job.sink.dir}; run the same command again to resume (--verbose shows the traceback)",
+            file=sys.stderr,
+        )
         if args.verbose:
             raise
         return EXIT_STOPPED

@@ -2,6 +2,7 @@
 resident cluster (``python -m pipeline up``; without one, an embedded cluster that lives as
 long as the service). It listens on 127.0.0.1 unless told otherwise, and beyond loopback only
 with an API key."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,31 +21,57 @@ if TYPE_CHECKING:
 
 API_KEY_ENV = "PIPELINE_API_KEY"
 DEFAULT_PORT = 8000
-MAX_FILE_BYTES = 200 * 1024 * 1024   # OpenAI's limits on a batch's input file
+MAX_FILE_BYTES = 200 * 1024 * 1024  # OpenAI's limits on a batch's input file
 MAX_REQUESTS = 50_000
 
 
 def add_serve_parser(sub) -> None:
-    serve = sub.add_parser("serve", help="serve OpenAI's Files and Batches API over HTTP on the local cluster "
-                                         "(docs/service.md)")
+    serve = sub.add_parser(
+        "serve", help="serve OpenAI's Files and Batches API over HTTP on the local cluster (docs/service.md)"
+    )
     serve.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to listen on (default 127.0.0.1; any other needs an API key)")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs an API key)"
+    )
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    serve.add_argument("--store", default=None, metavar="DIR",
-                       help="folder of the files and batches (default: model.cache_dir/service)")
-    serve.add_argument("--api-key", default=None,
-                       help=f"the key every request must carry (Authorization: Bearer KEY); default: ${API_KEY_ENV}")
-    serve.add_argument("--max-file-bytes", type=int, default=MAX_FILE_BYTES,
-                       help=f"largest file accepted (default {MAX_FILE_BYTES}, OpenAI's 200 MB)")
-    serve.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
-                       help=f"most requests in a batch's input file (default {MAX_REQUESTS}, OpenAI's)")
-    serve.add_argument("--part-rows", type=int, default=10_000,
-                       help="a batch's answers per committed file (default 10000; also committed every 30 s): "
-                            "what a service stopped midway keeps")
-    serve.add_argument("--max-window-s", type=int, default=None, metavar="SECONDS",
-                       help="every batch expires at most this long after it is created, whatever its "
-                            "completion_window (default: its completion_window alone)")
+    serve.add_argument(
+        "--store",
+        default=None,
+        metavar="DIR",
+        help="folder of the files and batches (default: model.cache_dir/service)",
+    )
+    serve.add_argument(
+        "--api-key",
+        default=None,
+        help=f"the key every request must carry (Authorization: Bearer KEY); default: ${API_KEY_ENV}",
+    )
+    serve.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=MAX_FILE_BYTES,
+        help=f"largest file accepted (default {MAX_FILE_BYTES}, OpenAI's 200 MB)",
+    )
+    serve.add_argument(
+        "--max-requests",
+        type=int,
+        default=MAX_REQUESTS,
+        help=f"most requests in a batch's input file (default {MAX_REQUESTS}, OpenAI's)",
+    )
+    serve.add_argument(
+        "--part-rows",
+        type=int,
+        default=10_000,
+        help="a batch's answers per committed file (default 10000; also committed every 30 s): "
+        "what a service stopped midway keeps",
+    )
+    serve.add_argument(
+        "--max-window-s",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="every batch expires at most this long after it is created, whatever its "
+        "completion_window (default: its completion_window alone)",
+    )
 
 
 def loopback(host: str) -> bool:
@@ -52,7 +79,7 @@ def loopback(host: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
-    except ValueError:   # a host name: it may resolve to any interface
+    except ValueError:  # a host name: it may resolve to any interface
         return False
 
 
@@ -72,21 +99,24 @@ def serve(args, config: "Config") -> int:
         print(f"error: --max-window-s must be at least 1 (got {args.max_window_s})", file=sys.stderr)
         return EXIT_USAGE
     if not loopback(args.host) and api_key is None:
-        print(f"error: serving on {args.host} (beyond this machine) needs an API key: --api-key or ${API_KEY_ENV}",
-              file=sys.stderr)
+        print(
+            f"error: serving on {args.host} (beyond this machine) needs an API key: --api-key or ${API_KEY_ENV}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
-    store = Store(Path(args.store) if args.store else default_root(config), args.max_file_bytes,
-                  args.max_requests)
+    store = Store(Path(args.store) if args.store else default_root(config), args.max_file_bytes, args.max_requests)
     with Pipeline(config) as pipeline:
         runner = Runner(pipeline, store, args.part_rows, max_window_s=args.max_window_s)
         resumed = runner.resume()
         if resumed:
             console.notify(f"resuming {len(resumed)} batch(es): {', '.join(resumed)}")
-        console.notify(f"serving OpenAI's Files and Batches API at http://{args.host}:{args.port}/v1 "
-                       f"(store: {store.root})")
+        console.notify(
+            f"serving OpenAI's Files and Batches API at http://{args.host}:{args.port}/v1 (store: {store.root})"
+        )
         try:
-            _server_class()(uvicorn.Config(create_app(runner, store, api_key), host=args.host, port=args.port,
-                                   log_level="warning")).run()
+            _server_class()(
+                uvicorn.Config(create_app(runner, store, api_key), host=args.host, port=args.port, log_level="warning")
+            ).run()
         finally:
             runner.close()
     return 0
@@ -108,4 +138,5 @@ def _server_class():
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+
     return Server

@@ -15,6 +15,7 @@ The job runs on the cluster (``FrameSteps``, pipeline/jobs/frame_steps.py; pipel
 compute the input partitions, build the prompts, group every row of the job by document, answer
 and merge each partition's answers; no row passes through this process.
 """
+
 from __future__ import annotations
 
 from pipeline.data.answer_files import PANDAS_TYPES as _DTYPES
@@ -28,8 +29,15 @@ class DataFrameInputError(ValueError):
     """The DataFrame cannot be answered as it is (e.g. a column the task needs is missing)."""
 
 
-def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None = None,
-                  sampling: dict | None = None, truncate_prompts: bool = False):
+def map_dataframe(
+    pipeline,
+    df,
+    *,
+    task: str | None = None,
+    prompt: dict | None = None,
+    sampling: dict | None = None,
+    truncate_prompts: bool = False,
+):
     """Answer every row of ``df`` (a Dask or pandas DataFrame with the task's columns); a Dask
     DataFrame of the output columns with ``df``'s index and partitions (module docstring).
     ``pipeline``: a started ``Pipeline``."""
@@ -37,12 +45,12 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     import dask.dataframe as dd
     import pandas as pd
 
-    rows_total = None   # for the dashboard's progress: known up front for a pandas frame, else once all read
+    rows_total = None  # for the dashboard's progress: known up front for a pandas frame, else once all read
     if isinstance(df, pd.DataFrame):
         rows_total = len(df)
         import dask
 
-        with dask.config.set({"dataframe.convert-string": False}):   # (lists of messages stay lists)
+        with dask.config.set({"dataframe.convert-string": False}):  # (lists of messages stay lists)
             df = dd.from_pandas(df, chunksize=max(1, pipeline.config.intake.read_ahead_rows), sort=False)
     if not isinstance(df, dd.DataFrame):
         raise DataFrameInputError(f"map_dataframe takes a Dask or pandas DataFrame (got {type(df).__name__})")
@@ -53,8 +61,7 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     if missing:
         raise DataFrameInputError(f"the DataFrame {missing}; it has: {', '.join(map(str, names)) or '(none)'}")
     out_columns = output_fields(config.sampling.as_sampling(0), names, config.task)
-    meta = pd.DataFrame({n: pd.Series(dtype=_DTYPES[n]) for n in out_columns},
-                        index=df._meta.index[:0])
+    meta = pd.DataFrame({n: pd.Series(dtype=_DTYPES[n]) for n in out_columns}, index=df._meta.index[:0])
     # The user's partitions as they are (selecting columns first would let Dask's optimizer merge
     # small partitions: seen, 3 Parquet files read as 2); only the task's columns are used.
     parts = df.to_delayed()
@@ -68,5 +75,5 @@ def map_dataframe(pipeline, df, *, task: str | None = None, prompt: dict | None 
     futures = steps.frames
     import dask
 
-    with dask.config.set({"dataframe.convert-string": False}):   # (list columns stay lists, not their text)
+    with dask.config.set({"dataframe.convert-string": False}):  # (list columns stay lists, not their text)
         return dd.from_delayed(futures, meta=meta, divisions=df.divisions, verify_meta=False)

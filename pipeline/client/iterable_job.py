@@ -18,6 +18,7 @@ A worker lost mid-job costs no row: the window's rows are part of its tasks' gra
 computes what the worker held again, and a shard that does not come back is given up on as in
 any cluster job (``recovery.rejoin_timeout_s``).
 """
+
 from __future__ import annotations
 
 import queue
@@ -53,10 +54,11 @@ _END = object()
 class Window:
     """Rows ``start``.. of the iterable as prompt rows, one ``PromptRows`` per partition (each
     row's position: its partition's number and its place there, ``frame_positions``)."""
+
     start: int
     parts: list[PromptRows] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)   # rows of each partition
-    ids: list = field(default_factory=list)          # each row's id (its ``id`` field, else its index)
+    sizes: list[int] = field(default_factory=list)  # rows of each partition
+    ids: list = field(default_factory=list)  # each row's id (its ``id`` field, else its index)
 
     @property
     def rows(self) -> int:
@@ -68,8 +70,14 @@ class Window:
         return starts[positions >> PARTITION_BITS] + (positions & ((1 << PARTITION_BITS) - 1))
 
 
-def windows(rows: Iterable[Mapping[str, Any]], task, max_rows: int, max_chars: int,
-            part_rows: int = PARTITION_ROWS, first_rows: int = FIRST_WINDOW_ROWS) -> Iterator[Window]:
+def windows(
+    rows: Iterable[Mapping[str, Any]],
+    task,
+    max_rows: int,
+    max_chars: int,
+    part_rows: int = PARTITION_ROWS,
+    first_rows: int = FIRST_WINDOW_ROWS,
+) -> Iterator[Window]:
     """The rows a window at a time (module docstring): the first of ``first_rows`` rows, each
     next twice the one before, up to ``max_rows``."""
     it = iter(rows)
@@ -86,8 +94,9 @@ def windows(rows: Iterable[Mapping[str, Any]], task, max_rows: int, max_chars: i
                 batch.append((row, None))
             else:
                 window.ids.append(index)
-                batch.append((None, f"row {index} is not a mapping of column names to values "
-                                    f"(got {type(row).__name__})"))
+                batch.append(
+                    (None, f"row {index} is not a mapping of column names to values (got {type(row).__name__})")
+                )
             if len(batch) == part_rows:
                 chars += _add_part(window, batch, task)
                 batch = []
@@ -109,8 +118,7 @@ def _add_part(window: Window, batch: list, task) -> int:
     window.parts.append(rows)
     window.sizes.append(len(batch))
     docs = rows.documents
-    return int(pc.sum(docs.column("prefix_bytes")).as_py() or 0) + \
-        int(pc.sum(docs.column("suffix_bytes")).as_py() or 0)
+    return int(pc.sum(docs.column("prefix_bytes")).as_py() or 0) + int(pc.sum(docs.column("suffix_bytes")).as_py() or 0)
 
 
 def results_of(table: pa.Table, window: Window) -> list[RowResult]:
@@ -130,26 +138,34 @@ class IterableJob:
     """One ``Pipeline.stream`` call (its arguments are ``stream``'s): windows read in a thread,
     each run as a cluster job in another, results handed to ``results()`` as they come."""
 
-    def __init__(self, pipeline, rows: Iterable[Mapping[str, Any]], task, sampling, truncate_prompts: bool,
-                 watched: bool, rows_total: int | None):
+    def __init__(
+        self,
+        pipeline,
+        rows: Iterable[Mapping[str, Any]],
+        task,
+        sampling,
+        truncate_prompts: bool,
+        watched: bool,
+        rows_total: int | None,
+    ):
         self.p = pipeline
         config = pipeline.config
         if isinstance(sampling, Mapping):
             sampling = config.replace(sampling=dict(sampling)).sampling
         self.config = config.replace(sampling=sampling.model_dump()) if sampling is not None else config
         self.rows, self.truncate, self.watched = rows, truncate_prompts, watched
-        if isinstance(task, str):   # (a task's name, as in the config: its prompt settings the config's)
+        if isinstance(task, str):  # (a task's name, as in the config: its prompt settings the config's)
             self.config = self.config.for_job(task=task)
             task = get_task_kind(self.config, pipeline.tokenizer, head_labels(self.config))
         self.task = task if task is not None else pipeline.task
         self.report = JobSummary()
         self.report.rows_total = rows_total
         self._out: queue.Queue = queue.Queue()
-        self._unread = 0                       # results handed over, not yet taken by the caller
+        self._unread = 0  # results handed over, not yet taken by the caller
         self._taken = threading.Condition()
         self._stop = threading.Event()
-        self._job_id: str | None = None   # the first window's: the stream's on the dashboard
-        self._errors = 0                  # rows answered with an error by the windows run so far
+        self._job_id: str | None = None  # the first window's: the stream's on the dashboard
+        self._errors = 0  # rows answered with an error by the windows run so far
 
     def results(self) -> Iterator[RowResult]:
         runner = threading.Thread(target=self._run, name="pipeline-stream", daemon=True)
@@ -190,7 +206,7 @@ class IterableJob:
                 window = nxt.result()
                 if window is None:
                     break
-                nxt = reader.submit(next, it, None)   # (read while this one is answered)
+                nxt = reader.submit(next, it, None)  # (read while this one is answered)
                 self._wait_for_the_caller(intake.read_ahead_rows)
                 try:
                     self._window(ClusterJob, window)
@@ -216,7 +232,7 @@ class IterableJob:
 
     def _window(self, job_class, window: Window) -> None:
         errors = pa.concat_tables([p.errors for p in window.parts])
-        if errors.num_rows:   # (rows that failed reading: answered at once)
+        if errors.num_rows:  # (rows that failed reading: answered at once)
             from pipeline.data.answer_files import error_table
 
             self._hand_over(results_of(error_table(errors.column("position"), errors.column("error")), window))
@@ -226,13 +242,17 @@ class IterableJob:
 
         before = self.report.rows_read, self._errors, list(self.report.events)
 
-        def shown(job: dict) -> dict:   # (the dashboard's view: the stream's figures, not the window's)
+        def shown(job: dict) -> dict:  # (the dashboard's view: the stream's figures, not the window's)
             rows, errors, events = before
             total = self.report.rows_total
-            job.update(job=self._job_id or job["job"], rows=rows + job["rows"], rows_read=rows + window.rows,
-                       rows_total=total if total is not None else rows + window.rows,
-                       rows_with_error=errors + job["rows_with_error"],
-                       events=[*(e.as_dict() for e in events), *job["events"]])
+            job.update(
+                job=self._job_id or job["job"],
+                rows=rows + job["rows"],
+                rows_read=rows + window.rows,
+                rows_total=total if total is not None else rows + window.rows,
+                rows_with_error=errors + job["rows_with_error"],
+                events=[*(e.as_dict() for e in events), *job["events"]],
+            )
             return job
 
         steps = IterableSteps(window, self.task, on_answers, shown)

@@ -1,11 +1,12 @@
 """Python API: submit rows, get results back in input order or as they complete.
 
-    from pipeline import Pipeline
-    with Pipeline() as p:                      # embedded cluster from cluster.yaml
-        for r in p.stream(rows):               # as they are answered
-            print(r.id, r.answer)
-        results = p.run(rows)                  # in input order
+from pipeline import Pipeline
+with Pipeline() as p:                      # embedded cluster from cluster.yaml
+    for r in p.stream(rows):               # as they are answered
+        print(r.id, r.answer)
+    results = p.run(rows)                  # in input order
 """
+
 from __future__ import annotations
 
 import threading
@@ -43,10 +44,19 @@ class Pipeline:
     ``notify`` gets the few lines worth telling the user (which cluster, each engine's start;
     default: stderr); ``live`` a line to show in place while engines start (a terminal)."""
 
-    def __init__(self, config: Config | str | None = None, *, engine: str | None = None, client: Client | None = None,
-                 verbose: bool = False, notify=None, live=None, start_timeout_s: float = 600.0):
+    def __init__(
+        self,
+        config: Config | str | None = None,
+        *,
+        engine: str | None = None,
+        client: Client | None = None,
+        verbose: bool = False,
+        notify=None,
+        live=None,
+        start_timeout_s: float = 600.0,
+    ):
         self.config = config if isinstance(config, Config) else load_config(config)
-        self.engine_kind = engine_kind(engine) if engine else self.config.engine.kind   # ("null": fake's old name)
+        self.engine_kind = engine_kind(engine) if engine else self.config.engine.kind  # ("null": fake's old name)
         self._client = client
         self._cluster: Any = None
         self._owns_client = client is None
@@ -54,10 +64,10 @@ class Pipeline:
         self.notify = notify or console.notify
         self.live = live
         self.start_timeout_s = start_timeout_s
-        self.resident: ClusterState | None = None   # the resident cluster in use, if any
-        self.log_dir: Path | None = None             # the embedded cluster's worker logs
+        self.resident: ClusterState | None = None  # the resident cluster in use, if any
+        self.log_dir: Path | None = None  # the embedded cluster's worker logs
         self.last_report: JobSummary | None = None
-        self._log_levels: dict | None = None   # the loggers' levels before start (restored at close)
+        self._log_levels: dict | None = None  # the loggers' levels before start (restored at close)
 
     # -- life cycle -------------------------------------------------------------
     def start(self) -> "Pipeline":
@@ -81,18 +91,21 @@ class Pipeline:
                 engine_env.restore(self._driver_env)
         wait_for_shard_workers(self._client, self.config, self.start_timeout_s)
         logs = str(self.log_dir) if self.log_dir else self.resident.log_dir if self.resident else None
-        stats = start_engines(self._client, self.config, self.model, self.engine_kind, self.notify, self.live,
-                              logs=logs)
-        self.block_size = min(s["block_size"] for s in stats)   # the engines' KV-cache block (tokens)
+        stats = start_engines(
+            self._client, self.config, self.model, self.engine_kind, self.notify, self.live, logs=logs
+        )
+        self.block_size = min(s["block_size"] for s in stats)  # the engines' KV-cache block (tokens)
         # what every engine serves ("generate", "embed"), and an embedding's size (an embedding model's)
         self.engine_tasks = frozenset.intersection(*(frozenset(s.get("tasks", ("generate",))) for s in stats))
         self.embedding_size = stats[0].get("embedding_size")
         if self.resident is not None:
             age = self.resident.uptime_s
             held = len(held_documents(self._client, self.config.shard_names))
-            self.notify(f"using the local cluster at {self.resident.address} (up {age / 60:.0f} min, "
-                        f"{sum(s['requests'] for s in stats)} requests served, {held} documents cached; "
-                        f"`python -m pipeline down` stops it)")
+            self.notify(
+                f"using the local cluster at {self.resident.address} (up {age / 60:.0f} min, "
+                f"{sum(s['requests'] for s in stats)} requests served, {held} documents cached; "
+                f"`python -m pipeline down` stops it)"
+            )
         return self
 
     def _connect(self) -> tuple[Client, object]:
@@ -133,6 +146,7 @@ class Pipeline:
         """Embedded cluster only: stop every engine before the workers close (Dask's nanny
         kills a worker still closing after 4 s, which leaves the engine to the reaper). An
         engine that takes longer than ``timeout_s`` is left to that path."""
+
         def run() -> None:
             try:
                 self.client.run(stop_engine, on_error="return")
@@ -158,7 +172,7 @@ class Pipeline:
     @property
     def dashboard_link(self) -> str | None:
         if self._client is None or (self._cluster is not None and not self.config.scheduler.dashboard_address):
-            return None   # (an embedded cluster started without one: Dask still makes up a link)
+            return None  # (an embedded cluster started without one: Dask still makes up a link)
         return self._client.dashboard_link
 
     def worker_stats(self) -> list[dict]:
@@ -174,19 +188,34 @@ class Pipeline:
         """Results in input order, one per row (``options``: ``stream``'s)."""
         return sorted(self.stream(rows, **options), key=lambda r: r.index)
 
-    def map_dataframe(self, df, *, task: str | None = None, prompt: dict | None = None,
-                      sampling: dict | None = None, truncate_prompts: bool = False):
+    def map_dataframe(
+        self,
+        df,
+        *,
+        task: str | None = None,
+        prompt: dict | None = None,
+        sampling: dict | None = None,
+        truncate_prompts: bool = False,
+    ):
         """Answer every row of a Dask (or pandas) DataFrame with the task's columns; returns a
         Dask DataFrame of the output columns (``answer``, ``error``, token counts, ...) with the
         input's index, partitions and divisions. Runs the job now; the answers stay in the
         cluster's memory for the returned DataFrame (pipeline/client/dataframes.py says what runs
         when). ``task``, ``prompt``, ``sampling``: this job's, over the config's."""
-        return dataframes.map_dataframe(self, df, task=task, prompt=prompt, sampling=sampling,
-                             truncate_prompts=truncate_prompts)
+        return dataframes.map_dataframe(
+            self, df, task=task, prompt=prompt, sampling=sampling, truncate_prompts=truncate_prompts
+        )
 
-    def stream(self, rows: Iterable[Mapping[str, Any]], *, task=None, sampling: SamplingConfig | Mapping | None = None,
-               truncate_prompts: bool = False, watched: bool = False,
-               rows_total: int | None = None) -> Iterator[RowResult]:
+    def stream(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        task=None,
+        sampling: SamplingConfig | Mapping | None = None,
+        truncate_prompts: bool = False,
+        watched: bool = False,
+        rows_total: int | None = None,
+    ) -> Iterator[RowResult]:
         """Results as they are answered (not in input order); one per row.
 
         Answers come back a bucket at a time (a shard's share of a window's documents).

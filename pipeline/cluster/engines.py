@@ -3,6 +3,7 @@ pipeline up`` both do: wait for one worker per shard, register the engine plugin
 scheduler (Dask installs it on every worker that joins, including one a nanny restarts; each
 builds its shard's engine), show each engine's start, and check that every shard is served.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -24,13 +25,21 @@ def wait_for_shard_workers(client: Client, config: Config, timeout_s: float) -> 
     try:
         client.wait_for_workers(len(config.shards), timeout=timeout_s)
     except TimeoutError:
-        raise RuntimeError(f"{len(config.shards)} shard workers expected, "
-                           f"{len(client.scheduler_info()['workers'])} joined within {timeout_s:.0f} s") from None
+        raise RuntimeError(
+            f"{len(config.shards)} shard workers expected, "
+            f"{len(client.scheduler_info()['workers'])} joined within {timeout_s:.0f} s"
+        ) from None
 
 
-def start_engines(client: Client, config: Config, model: str, engine_kind: str,
-                  notify: Callable[[str], None], live: Callable[[str], None] | None = None,
-                  logs: str | None = None) -> list[dict]:
+def start_engines(
+    client: Client,
+    config: Config,
+    model: str,
+    engine_kind: str,
+    notify: Callable[[str], None],
+    live: Callable[[str], None] | None = None,
+    logs: str | None = None,
+) -> list[dict]:
     """Build every shard's engine (a no-op where it runs already, for the same settings) and
     return the shards' figures (``worker_stats``). ``logs``: the workers' log folder, named in
     the error when an engine does not start."""
@@ -42,8 +51,10 @@ def start_engines(client: Client, config: Config, model: str, engine_kind: str,
         # the failed shards in the config's order (their errors come in the order they fail)
         failed = [s for s in config.shard_names if s in progress.errors]
         error = progress.errors[failed[0]] if failed else f"{type(exc).__name__}: {exc}"
-        raise EngineStartError(f"shard {', '.join(failed) or '?'}: the engine did not start: {one_line(error)}"
-                               + (f" (the whole error is in the workers' logs, {logs}/)" if logs else "")) from None
+        raise EngineStartError(
+            f"shard {', '.join(failed) or '?'}: the engine did not start: {one_line(error)}"
+            + (f" (the whole error is in the workers' logs, {logs}/)" if logs else "")
+        ) from None
     return shard_stats(client, config)
 
 

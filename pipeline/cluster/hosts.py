@@ -12,6 +12,7 @@ started again whenever it ends, which is how a worker host rejoins after its sch
 away. Before each start it asks the scheduler (handlers of pipeline/scheduler/shard_claims.py)
 for the settings every process must share, and, with ``--shard auto``, for its shard.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,10 +58,12 @@ def exposure_error(host: str, config: Config, insecure: bool) -> str | None:
     """Why listening on ``host`` is refused, or None where it is allowed."""
     if is_loopback(host) or config.security.enabled or insecure:
         return None
-    return (f"--host {host}: refusing to listen beyond loopback without TLS. A Dask scheduler or worker runs the "
-            f"code its peers send it, so anyone who reaches {host} could run commands here, and the rows would "
-            f"cross the network unencrypted. Give the config a security: section (tls_ca_file, tls_cert, tls_key; "
-            f"docs/operating.md, \"TLS and network exposure\"), or pass --insecure on a network only you can reach")
+    return (
+        f"--host {host}: refusing to listen beyond loopback without TLS. A Dask scheduler or worker runs the "
+        f"code its peers send it, so anyone who reaches {host} could run commands here, and the rows would "
+        f"cross the network unencrypted. Give the config a security: section (tls_ca_file, tls_cert, tls_key; "
+        f'docs/operating.md, "TLS and network exposure"), or pass --insecure on a network only you can reach'
+    )
 
 
 def log_target(path: str | None, config: Config, name: str) -> Path | None:
@@ -78,10 +81,12 @@ def _open_log(target: Path | None) -> IO | None:
 
 def _reporter(log: IO | None) -> Callable[[str], None]:
     """A line on stderr (the terminal, or the journal under systemd) and in the log file."""
+
     def say(line: str) -> None:
         print(f"pipeline: {line}", file=sys.stderr, flush=True)
         if log is not None:
             log.write(f"pipeline: {line}\n")
+
     return say
 
 
@@ -90,7 +95,7 @@ def _die_with_parent() -> None:
     by SIGKILL, so no scheduler or worker is left holding its port or shard (Linux's prctl)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):   # not Linux: the supervisor's own stop still ends the child
+    except (OSError, AttributeError):  # not Linux: the supervisor's own stop still ends the child
         pass
 
 
@@ -98,22 +103,35 @@ PR_SET_PDEATHSIG = 1
 
 
 def _spawn(args: list[str], env: dict, log: IO | None) -> subprocess.Popen:
-    return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT if log is not None else None, preexec_fn=_die_with_parent)
+    return subprocess.Popen(
+        args,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+        preexec_fn=_die_with_parent,
+    )
 
 
 # -- the scheduler ----------------------------------------------------------------------
 
-def run_scheduler(config: Config, host: str | None, port: int | None, dashboard: str | None,
-                  insecure: bool, log_file: str | None) -> int:
+
+def run_scheduler(
+    config: Config, host: str | None, port: int | None, dashboard: str | None, insecure: bool, log_file: str | None
+) -> int:
     host = host or config.scheduler.host
     problem = exposure_error(host, config, insecure)
     if problem:
         raise ConfigError(problem)
     if dashboard is None and config.scheduler.dashboard_address is not None:
         dashboard = f"{host}:{DEFAULT_DASHBOARD_PORT}"
-    config = config.replace(scheduler={"host": host, "port": DEFAULT_PORT if port is None else port,
-                                       "dashboard_address": None if dashboard == "none" else dashboard})
+    config = config.replace(
+        scheduler={
+            "host": host,
+            "port": DEFAULT_PORT if port is None else port,
+            "dashboard_address": None if dashboard == "none" else dashboard,
+        }
+    )
     target = log_target(log_file, config, "scheduler")
     log = _open_log(target)
     say = _reporter(log)
@@ -124,15 +142,20 @@ def run_scheduler(config: Config, host: str | None, port: int | None, dashboard:
         child = _spawn(scheduler_command(config, scheduler_file), process_env(config), log)
         info = read_scheduler_file(scheduler_file, child, target, 120)
         board = info.get("services", {}).get("dashboard") if config.scheduler.dashboard_address else None
-        say(f"scheduler at {info['address']}" + (f"; dashboard http://{host}:{board}/status" if board else "")
-            + f"; logs: {target or 'this terminal'}")
-        say(f"start each worker host with: python -m pipeline worker {info['address']} --shard NAME|auto "
-            f"--host ITS_ADDRESS --config CLUSTER_YAML")
+        say(
+            f"scheduler at {info['address']}"
+            + (f"; dashboard http://{host}:{board}/status" if board else "")
+            + f"; logs: {target or 'this terminal'}"
+        )
+        say(
+            f"start each worker host with: python -m pipeline worker {info['address']} --shard NAME|auto "
+            f"--host ITS_ADDRESS --config CLUSTER_YAML"
+        )
         return child
 
     try:
         return Supervisor(start, say, restart=False).run()
-    except RuntimeError as exc:   # it exited or hung at start (a port in use, a bad preload)
+    except RuntimeError as exc:  # it exited or hung at start (a port in use, a bad preload)
         say(f"error: {exc}")
         return 1
     finally:
@@ -144,14 +167,17 @@ def run_scheduler(config: Config, host: str | None, port: int | None, dashboard:
 
 # -- the worker -------------------------------------------------------------------------
 
+
 def worker_host(address: str, host: str | None, config: Config) -> str:
     """Where the worker listens: ``--host``, or loopback when its scheduler is on this host."""
     if host:
         return host
     if is_loopback(get_address_host(address)):
         return config.scheduler.host if is_loopback(config.scheduler.host) else "127.0.0.1"
-    raise ConfigError(f"the scheduler {address} is on another host: give --host ADDRESS, this host's address on the "
-                      f"network that reaches it (the scheduler connects back to its workers there)")
+    raise ConfigError(
+        f"the scheduler {address} is on another host: give --host ADDRESS, this host's address on the "
+        f"network that reaches it (the scheduler connects back to its workers there)"
+    )
 
 
 def check_protocol(address: str, config: Config) -> None:
@@ -181,16 +207,26 @@ def visible_devices(inherited: str, devices: list[int]) -> str:
     that list, so a one-GPU job's shard ``devices: [0]`` is the GPU the job was given."""
     given = [d for d in inherited.split(",") if d.strip()]
     if any(d >= len(given) for d in devices):
-        raise ConfigError(f"the shard's GPUs {devices} are not all among the {len(given)} this host gave the worker "
-                          f"(CUDA_VISIBLE_DEVICES={inherited})")
+        raise ConfigError(
+            f"the shard's GPUs {devices} are not all among the {len(given)} this host gave the worker "
+            f"(CUDA_VISIBLE_DEVICES={inherited})"
+        )
     return ",".join(given[d] for d in devices)
 
 
 class WorkerHost:
     """The state a worker host keeps across restarts of its ``dask worker``: its shard."""
 
-    def __init__(self, config: Config, address: str, shard: str, host: str, dask_args: list[str],
-                 log_file: str | None, wait_s: float = 5.0):
+    def __init__(
+        self,
+        config: Config,
+        address: str,
+        shard: str,
+        host: str,
+        dask_args: list[str],
+        log_file: str | None,
+        wait_s: float = 5.0,
+    ):
         self.config, self.address, self.host, self.dask_args = config, address, host, dask_args
         self.wanted = shard
         self.shard: str | None = None if shard == "auto" else shard
@@ -208,30 +244,44 @@ class WorkerHost:
             try:
                 theirs = ask_scheduler(self.address, self.config, SETTINGS_HANDLER)
                 break
-            except FatalCommClosedError as exc:   # (an OSError too: TLS refused, not a network to wait for)
-                raise ConfigError(f"TLS with the scheduler {self.address} failed ({exc.__cause__ or exc}): this "
-                                  f"host's certificate must be signed by the CA the scheduler trusts, and the "
-                                  f"scheduler's by this config's security.tls_ca_file") from None
+            except FatalCommClosedError as exc:  # (an OSError too: TLS refused, not a network to wait for)
+                raise ConfigError(
+                    f"TLS with the scheduler {self.address} failed ({exc.__cause__ or exc}): this "
+                    f"host's certificate must be signed by the CA the scheduler trusts, and the "
+                    f"scheduler's by this config's security.tls_ca_file"
+                ) from None
             except OSError as exc:
                 delay = waited.after(0)
-                self.say(f"the scheduler {self.address} cannot be reached ({type(exc).__name__}); trying again in "
-                         f"{delay:.0f} s")
+                self.say(
+                    f"the scheduler {self.address} cannot be reached ({type(exc).__name__}); trying again in "
+                    f"{delay:.0f} s"
+                )
                 supervisor.wait(delay)
         problem = settings_mismatch(theirs, self.config, f"the scheduler {self.address}", "this worker's config")
         if problem:
             raise ConfigError(problem)
         if self.wanted != "auto":
             return self.wanted
-        if theirs is None:   # (Dask's reply to an operation it has no handler for)
-            raise ConfigError(f"the scheduler {self.address} does not run the pipeline's preload (--shard auto "
-                              f"needs it): start it with python -m pipeline scheduler")
+        if theirs is None:  # (Dask's reply to an operation it has no handler for)
+            raise ConfigError(
+                f"the scheduler {self.address} does not run the pipeline's preload (--shard auto "
+                f"needs it): start it with python -m pipeline scheduler"
+            )
         while True:
-            chosen = ask_scheduler(self.address, self.config, CLAIM_HANDLER, candidates=self.config.shard_names,
-                                   claimant=self.claimant, prefer=self.shard)
+            chosen = ask_scheduler(
+                self.address,
+                self.config,
+                CLAIM_HANDLER,
+                candidates=self.config.shard_names,
+                claimant=self.claimant,
+                prefer=self.shard,
+            )
             if chosen is not None:
                 return chosen
-            self.say(f"every shard of the config ({', '.join(self.config.shard_names)}) has a worker; waiting for one "
-                     f"to be free")
+            self.say(
+                f"every shard of the config ({', '.join(self.config.shard_names)}) has a worker; waiting for one "
+                f"to be free"
+            )
             supervisor.wait(10)
 
     def start(self, supervisor: Supervisor) -> subprocess.Popen:
@@ -242,11 +292,12 @@ class WorkerHost:
             target = log_target(self.log_file, self.config, shard)
             self.log = _open_log(target)
             self.say = _reporter(self.log)
-            self.say(f"worker for shard {shard} on {self.host}, scheduler {self.address}; "
-                     f"logs: {target or 'this terminal'}")
+            self.say(
+                f"worker for shard {shard} on {self.host}, scheduler {self.address}; logs: {target or 'this terminal'}"
+            )
         self.shard, self.started = shard, True
         shard_config = self.config.shard(shard)
-        assert shard_config is not None   # (a shard of the config: checked when the command started)
+        assert shard_config is not None  # (a shard of the config: checked when the command started)
         spec = WorkerSpec.for_shard(self.config, shard_config, starter_env=os.environ, bind_host=self.host)
         env = spec.process_env(process_env(self.config))
         given = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -255,18 +306,29 @@ class WorkerHost:
         return _spawn([*spec.command(self.address), *self.dask_args], env, self.log)
 
 
-def run_worker(config: Config, address: str | None, shard: str, host: str | None, insecure: bool,
-               log_file: str | None, dask_args: list[str], restart: bool = True) -> int:
+def run_worker(
+    config: Config,
+    address: str | None,
+    shard: str,
+    host: str | None,
+    insecure: bool,
+    log_file: str | None,
+    dask_args: list[str],
+    restart: bool = True,
+) -> int:
     address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if not address:
-        raise ConfigError("give the scheduler's address (tcp://HOST:8786, or tls://... with TLS), or set "
-                          "DASK_SCHEDULER_ADDRESS")
+        raise ConfigError(
+            "give the scheduler's address (tcp://HOST:8786, or tls://... with TLS), or set DASK_SCHEDULER_ADDRESS"
+        )
     if "://" not in address:
         address = protocol(config) + address
     check_protocol(address, config)
     if shard != "auto" and config.shard(shard) is None:
-        raise ConfigError(f"--shard {shard}: not in the config's shards ({', '.join(config.shard_names)}); or give "
-                          f"--shard auto to take the first shard no worker serves")
+        raise ConfigError(
+            f"--shard {shard}: not in the config's shards ({', '.join(config.shard_names)}); or give "
+            f"--shard auto to take the first shard no worker serves"
+        )
     host = worker_host(address, host, config)
     problem = exposure_error(host, config, insecure)
     if problem:

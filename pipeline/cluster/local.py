@@ -8,6 +8,7 @@ client then has its interpreter to itself (in one process the scheduler and the 
 took turns at one interpreter lock: 5,044 rows/s on the fake engine against 6,625 with a
 separate scheduler, 100,000 rows, 2 shards).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,11 +58,21 @@ def scheduler_command(config: Config, scheduler_file: Path) -> list[str]:
     interface)."""
     host = config.scheduler.host
     dash = config.scheduler.dashboard_address
-    return [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port",
-            str(config.scheduler.port), "--scheduler-file", str(scheduler_file),
-            "--preload", "pipeline.scheduler.preload",
-            *(["--dashboard-address", dash] if dash else ["--no-dashboard", "--dashboard-address", f"{host}:0"]),
-            *tls_args(config)]
+    return [
+        sys.executable,
+        "-m",
+        "distributed.cli.dask_scheduler",
+        "--host",
+        host,
+        "--port",
+        str(config.scheduler.port),
+        "--scheduler-file",
+        str(scheduler_file),
+        "--preload",
+        "pipeline.scheduler.preload",
+        *(["--dashboard-address", dash] if dash else ["--no-dashboard", "--dashboard-address", f"{host}:0"]),
+        *tls_args(config),
+    ]
 
 
 def read_scheduler_file(path: Path, proc: subprocess.Popen, log: Path | None, timeout_s: float) -> dict:
@@ -75,8 +86,10 @@ def read_scheduler_file(path: Path, proc: subprocess.Popen, log: Path | None, ti
             except ValueError:
                 pass  # being written
         if proc.poll() is not None:
-            raise RuntimeError(f"the scheduler exited at start (exit code {proc.returncode}){where}\n"
-                               + (tail(log) if log is not None else ""))
+            raise RuntimeError(
+                f"the scheduler exited at start (exit code {proc.returncode}){where}\n"
+                + (tail(log) if log is not None else "")
+            )
         if time.monotonic() > deadline:
             raise RuntimeError(f"the scheduler did not start within {timeout_s:.0f} s{where}")
         time.sleep(0.05)
@@ -110,10 +123,13 @@ class SchedulerProcess(ProcessInterface):
             scheduler_file = Path(folder) / "scheduler.json"
             out = open(self.log, "w") if self.log is not None else None
             try:
-                self.proc = subprocess.Popen(scheduler_command(self.config, scheduler_file),
-                                             env={**process_env(self.config), EXIT_WITH_PARENT_ENV: "1"},
-                                             stdin=subprocess.DEVNULL, stdout=out,
-                                             stderr=subprocess.STDOUT if out else None)
+                self.proc = subprocess.Popen(
+                    scheduler_command(self.config, scheduler_file),
+                    env={**process_env(self.config), EXIT_WITH_PARENT_ENV: "1"},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT if out else None,
+                )
             finally:
                 if out is not None:
                     out.close()
@@ -159,10 +175,17 @@ def worker_specs(config: Config, log_dir: Path | None = None, extra_env: dict | 
         log_dir.mkdir(parents=True, exist_ok=True)
         for shard in config.shards:
             (log_dir / f"{shard.name}.log").write_text("")
-    return {shard.name: WorkerSpec.for_shard(
-                config, shard, extra_env={**({LOG_FILE_ENV: str(log_dir / f"{shard.name}.log")}
-                                             if log_dir is not None else {}), **(extra_env or {})}).nanny()
-            for shard in config.shards}
+    return {
+        shard.name: WorkerSpec.for_shard(
+            config,
+            shard,
+            extra_env={
+                **({LOG_FILE_ENV: str(log_dir / f"{shard.name}.log")} if log_dir is not None else {}),
+                **(extra_env or {}),
+            },
+        ).nanny()
+        for shard in config.shards
+    }
 
 
 def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
@@ -176,11 +199,12 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
         # engine does not inherit it.
         os.environ[QUIET_DASK[0]] = QUIET_DASK[1]
         quiet = {LOG_ENV_ADDED: QUIET_DASK[0]}
-    scheduler = {"cls": SchedulerProcess,
-                 "options": {"config": config, "log": log_dir / "scheduler.log" if log_dir is not None else None}}
+    scheduler = {
+        "cls": SchedulerProcess,
+        "options": {"config": config, "log": log_dir / "scheduler.log" if log_dir is not None else None},
+    }
     workers = worker_specs(config, log_dir, extra_env=quiet)
-    return SpecCluster(workers=workers, scheduler=scheduler, name="pipeline",
-                       security=dask_security(config))
+    return SpecCluster(workers=workers, scheduler=scheduler, name="pipeline", security=dask_security(config))
 
 
 def check_scheduler_settings(client: Client, config: Config) -> None:

@@ -17,6 +17,7 @@ intake limits, security). A config whose fingerprint differs cannot use the clus
 an error naming each difference, never a silent reuse. Routing, read-ahead, batch size and
 recovery are the client's and may differ from job to job.
 """
+
 from __future__ import annotations
 
 import signal
@@ -55,26 +56,38 @@ def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterSt
         return None
     stale = state.stale_reason()
     if stale:
-        notify(f"the local cluster recorded in {folder / STATE_FILE} is no longer running ({stale}); "
-               f"starting an embedded one")
+        notify(
+            f"the local cluster recorded in {folder / STATE_FILE} is no longer running ({stale}); "
+            f"starting an embedded one"
+        )
         _discard(state, folder)
         return None
     diff = differences(state.fingerprint, fingerprint(config, model))
     if diff:
         raise ClusterMismatch(
             f"a local cluster is up at {state.address} for another config ({state.config_file}); it differs in:\n  "
-            + "\n  ".join(diff) + "\nuse that config, or stop the cluster first: python -m pipeline down")
+            + "\n  ".join(diff)
+            + "\nuse that config, or stop the cluster first: python -m pipeline down"
+        )
     return state
 
 
 # -- up -------------------------------------------------------------------------------
 
+
 def _spawn(args: list[str], env: dict, log: Path, cwd: Path) -> subprocess.Popen:
     with open(log, "w") as out:
         # Its own session: Ctrl-C in the terminal that ran `up` and the terminal closing do not
         # reach it; `down` stops it.
-        return subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            args,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tuple[str, str | None, dict, Path]:
@@ -92,8 +105,9 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
     dash = config.scheduler.dashboard_address
     procs: dict[str, subprocess.Popen] = {}
     try:
-        procs["scheduler"] = _spawn(scheduler_command(config, scheduler_file), base_env, log_dir / "scheduler.log",
-                                    folder)
+        procs["scheduler"] = _spawn(
+            scheduler_command(config, scheduler_file), base_env, log_dir / "scheduler.log", folder
+        )
         info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
         address = info["address"]
         # The worker the embedded cluster starts as a Nanny, as a ``dask worker`` process. Its
@@ -101,8 +115,9 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
         # (pipeline/engine_env.py).
         for shard in config.shards:
             worker = WorkerSpec.for_shard(config, shard, starter_env=base_env)
-            procs[shard.name] = _spawn(worker.command(address), worker.process_env(base_env),
-                                       log_dir / f"{shard.name}.log", folder)
+            procs[shard.name] = _spawn(
+                worker.command(address), worker.process_env(base_env), log_dir / f"{shard.name}.log", folder
+            )
     except BaseException:
         for p in procs.values():
             _kill_tree(p.pid)
@@ -110,8 +125,12 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
     dashboard = None
     if dash and info.get("services", {}).get("dashboard"):
         dashboard = f"http://{host}:{info['services']['dashboard']}/status"
-    return address, dashboard, {name: [p.pid, psutil.Process(p.pid).create_time()] for name, p in procs.items()}, \
-        config_file
+    return (
+        address,
+        dashboard,
+        {name: [p.pid, psutil.Process(p.pid).create_time()] for name, p in procs.items()},
+        config_file,
+    )
 
 
 def _tree(pid: int, created: float | None = None) -> list[psutil.Process]:
@@ -165,8 +184,14 @@ def _stop_processes(state: ClusterState, timeout_s: float) -> list[int]:
 
 # -- the commands -----------------------------------------------------------------------
 
-def up(config: Config, model: str, notify: Callable[[str], None], live: Callable[[str], None] | None = None,
-       timeout_s: float = 600.0) -> tuple[ClusterState, bool]:
+
+def up(
+    config: Config,
+    model: str,
+    notify: Callable[[str], None],
+    live: Callable[[str], None] | None = None,
+    timeout_s: float = 600.0,
+) -> tuple[ClusterState, bool]:
     """Start the resident cluster and wait until every engine is ready; returns its state and
     whether it was started now (False: it was up already, for this config)."""
     folder = cluster_dir(config)
@@ -174,8 +199,14 @@ def up(config: Config, model: str, notify: Callable[[str], None], live: Callable
     if running is not None:
         return running, False
     address, dashboard, processes, config_file = start_processes(config, folder)
-    state = ClusterState(address=address, dashboard=dashboard, config_file=str(config_file),
-                         fingerprint=fingerprint(config, model), processes=processes, log_dir=str(folder / "logs"))
+    state = ClusterState(
+        address=address,
+        dashboard=dashboard,
+        config_file=str(config_file),
+        fingerprint=fingerprint(config, model),
+        processes=processes,
+        log_dir=str(folder / "logs"),
+    )
     notify(f"scheduler at {address}; logs in {state.log_dir}/")
     try:
         apply_dask_settings(config)
@@ -205,7 +236,7 @@ def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0,
             try:
                 with Client(state.address, security=dask_security(config), timeout=10) as client:
                     client.run(stop_engine, on_error="return")
-                    client.shutdown()   # the scheduler closes its workers and their nannies
+                    client.shutdown()  # the scheduler closes its workers and their nannies
                 outcome.append(None)
             except Exception as exc:  # noqa: BLE001 - stopping anyway, by signal
                 outcome.append(exc)

@@ -4,6 +4,7 @@ overrides the folder), and the *fingerprint* of a config (everything the workers
 engine, shards, the per-engine intake limits, security) with the differences between two.
 No Dask here; the commands that start, find and stop the cluster are in ``resident``.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,11 +34,11 @@ def cluster_dir(config: Config) -> Path:
 
 @dataclass
 class ClusterState:
-    address: str                      # the scheduler's
+    address: str  # the scheduler's
     dashboard: str | None
-    config_file: str                  # the config the cluster runs (a frozen copy)
+    config_file: str  # the config the cluster runs (a frozen copy)
     fingerprint: dict
-    processes: dict[str, list]        # "scheduler" / shard name -> [pid, process create time]
+    processes: dict[str, list]  # "scheduler" / shard name -> [pid, process create time]
     log_dir: str
     started: float = field(default_factory=time.time)
 
@@ -55,8 +56,10 @@ class ClusterState:
         except FileNotFoundError:
             return None
         except (ValueError, TypeError) as exc:
-            raise ConfigError(f"cannot read the local cluster's state file {folder / STATE_FILE} ({exc}); "
-                              f"remove it if no cluster is running") from None
+            raise ConfigError(
+                f"cannot read the local cluster's state file {folder / STATE_FILE} ({exc}); "
+                f"remove it if no cluster is running"
+            ) from None
 
     def dead_processes(self) -> list[str]:
         """The recorded processes that are gone (a pid reused since counts as gone)."""
@@ -99,8 +102,12 @@ def fingerprint(config: Config, model: str) -> dict:
         "model": model,
         "engine": config.engine.model_dump(mode="json"),
         "shards": {s.name: s.model_dump(mode="json", exclude={"name"}) for s in config.shards},
-        "advanced": {"intake": {"max_in_flight": config.intake.max_in_flight,
-                                "concurrent_batches": config.intake.concurrent_batches}},
+        "advanced": {
+            "intake": {
+                "max_in_flight": config.intake.max_in_flight,
+                "concurrent_batches": config.intake.concurrent_batches,
+            }
+        },
         "security": config.security.model_dump(mode="json"),
     }
 

@@ -4,6 +4,7 @@ Dask's own ``distributed.security.Security``: one CA file, and one certificate +
 every role (client, scheduler, worker) presents; connections use ``tls://`` and both
 ends verify each other against the CA (mutual TLS). Nothing else changes.
 """
+
 from __future__ import annotations
 
 from distributed.security import Security
@@ -15,10 +16,16 @@ def dask_security(config: Config) -> Security | None:
     s = config.security
     if not s.enabled:
         return None
-    return Security(require_encryption=True, tls_ca_file=s.tls_ca_file,
-                    tls_client_cert=s.tls_cert, tls_client_key=s.tls_key,
-                    tls_scheduler_cert=s.tls_cert, tls_scheduler_key=s.tls_key,
-                    tls_worker_cert=s.tls_cert, tls_worker_key=s.tls_key)
+    return Security(
+        require_encryption=True,
+        tls_ca_file=s.tls_ca_file,
+        tls_client_cert=s.tls_cert,
+        tls_client_key=s.tls_key,
+        tls_scheduler_cert=s.tls_cert,
+        tls_scheduler_key=s.tls_key,
+        tls_worker_cert=s.tls_cert,
+        tls_worker_key=s.tls_key,
+    )
 
 
 def protocol(config: Config) -> str:
@@ -30,5 +37,13 @@ def tls_args(config: Config) -> list[str]:
     s = config.security
     if not s.enabled:
         return []
-    return ["--protocol", "tls", "--tls-ca-file", str(s.tls_ca_file), "--tls-cert", str(s.tls_cert),
-            "--tls-key", str(s.tls_key)]
+    return [
+        "--protocol",
+        "tls",
+        "--tls-ca-file",
+        str(s.tls_ca_file),
+        "--tls-cert",
+        str(s.tls_cert),
+        "--tls-key",
+        str(s.tls_key),
+    ]

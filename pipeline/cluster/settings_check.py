@@ -6,6 +6,7 @@ word, so a worker (``python -m pipeline worker``) and a client (``Pipeline`` wit
 ``scheduler.address``) ask the scheduler for its settings (the ``pipeline_settings`` handler of
 pipeline/scheduler/shard_claims.py) and refuse to go on where they differ.
 """
+
 from __future__ import annotations
 
 from pipeline import compression
@@ -22,6 +23,8 @@ def settings_mismatch(theirs: dict | None, config: Config, them: str, us: str) -
     ours = cluster_settings(config)[compression.SETTING]
     if compression.describe(theirs.get("compression")) == compression.describe(ours):
         return None
-    return (f"network.compression differs: {them} runs {compression.describe(theirs.get('compression'))}, "
-            f"{us} says {compression.describe(ours)}. Every host's config must give the same value; Dask would "
-            f"send raw between processes that differ")
+    return (
+        f"network.compression differs: {them} runs {compression.describe(theirs.get('compression'))}, "
+        f"{us} says {compression.describe(ours)}. Every host's config must give the same value; Dask would "
+        f"send raw between processes that differ"
+    )

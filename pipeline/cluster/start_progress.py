@@ -1,6 +1,7 @@
 """Engine start, shard by shard, while a client waits for the engines: one line per shard
 once its engine is ready (or failed), and on a terminal a live line with the time each
 shard has spent starting so far."""
+
 from __future__ import annotations
 
 import re
@@ -14,29 +15,35 @@ from pipeline.worker.queries import engine_phase
 
 
 class StartProgress:
-    def __init__(self, client: Client, shards: list[str], notify: Callable[[str], None],
-                 live: Callable[[str], None] | None = None, interval_s: float = 1.0):
+    def __init__(
+        self,
+        client: Client,
+        shards: list[str],
+        notify: Callable[[str], None],
+        live: Callable[[str], None] | None = None,
+        interval_s: float = 1.0,
+    ):
         self.client = client
         self.shards = shards
         self.notify = notify
         self.live = live
         self.interval_s = interval_s
-        self.reported: dict[str, str] = {}   # shard -> the final phase it was reported in
-        self.errors: dict[str, str] = {}     # shard -> why its engine did not start
+        self.reported: dict[str, str] = {}  # shard -> the final phase it was reported in
+        self.errors: dict[str, str] = {}  # shard -> why its engine did not start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pipeline-start-progress", daemon=True)
         self._t0 = time.time()
-        self._shown = False   # a live line is on the terminal
+        self._shown = False  # a live line is on the terminal
 
     def __enter__(self) -> "StartProgress":
-        self.poll(initial=True)   # engines that run already (a resident cluster) are not announced
+        self.poll(initial=True)  # engines that run already (a resident cluster) are not announced
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self.poll()   # the last word: every engine that finished meanwhile
+        self.poll()  # the last word: every engine that finished meanwhile
         if self.live is not None and self._shown:
             self.live("")
 
@@ -48,8 +55,11 @@ class StartProgress:
                 pass
 
     def poll(self, initial: bool = False) -> None:
-        phases = {p["shard"]: p for p in self.client.run(engine_phase, on_error="return").values()
-                  if isinstance(p, dict) and p.get("shard")}
+        phases = {
+            p["shard"]: p
+            for p in self.client.run(engine_phase, on_error="return").values()
+            if isinstance(p, dict) and p.get("shard")
+        }
         now = time.time()
         waiting = []
         for shard in self.shards:
@@ -59,10 +69,10 @@ class StartProgress:
                 waiting.append(f"{shard} {now - (since or self._t0):.0f} s")
             elif shard not in self.reported and p["phase"] in ("ready", "failed"):
                 self.reported[shard] = p["phase"]
-                if p["phase"] == "failed":   # said once, by the caller, for every failed shard
+                if p["phase"] == "failed":  # said once, by the caller, for every failed shard
                     self.errors[shard] = p.get("error") or "unknown error"
                 elif not initial:
-                    if self._shown and self.live is not None:   # the line goes above the live one
+                    if self._shown and self.live is not None:  # the line goes above the live one
                         self.live("")
                     self.notify(f"shard {shard}: engine ready in {p['start_s']:.1f} s (worker pid {p['pid']})")
         if self.live is not None and waiting and not initial:
@@ -77,4 +87,4 @@ def one_line(error: str, limit: int = 300) -> str:
     text = " ".join(line for line in lines if not line.startswith("For further information visit"))
     text = re.sub(r"\d+ validation errors? for \w+\s*", "", text)
     text = re.sub(r"\s*\[type=[^\]]*\]", "", text).replace("Value error, ", "")
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

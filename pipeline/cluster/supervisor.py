@@ -13,6 +13,7 @@ not restarted in a tight loop, and one that ran for a while is restarted after a
 SIGTERM or SIGINT stops the child (SIGTERM, then SIGKILL after ``stop_timeout_s``) and the
 supervisor, for good. An exit code in ``FINAL_EXIT_CODES`` (a usage error) is not retried.
 """
+
 from __future__ import annotations
 
 import signal
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-FINAL_EXIT_CODES = frozenset({2})   # click's and our usage errors: another try fails the same way
+FINAL_EXIT_CODES = frozenset({2})  # click's and our usage errors: another try fails the same way
 
 
 class Stopped(Exception):
@@ -33,6 +34,7 @@ class Stopped(Exception):
 class Backoff:
     """Seconds to wait before the next start: ``first_s`` doubled for each quick failure in a
     row, at most ``cap_s``; a child that lived ``healthy_s`` or longer starts the count again."""
+
     first_s: float = 1.0
     cap_s: float = 30.0
     healthy_s: float = 60.0
@@ -41,7 +43,7 @@ class Backoff:
     def after(self, lived_s: float) -> float:
         if lived_s >= self.healthy_s:
             self.failures = 0
-        delay = min(self.cap_s, self.first_s * 2 ** self.failures)
+        delay = min(self.cap_s, self.first_s * 2**self.failures)
         self.failures += 1
         return delay
 
@@ -50,8 +52,14 @@ class Supervisor:
     """Runs ``start()`` (which returns a started child, or raises ``Stopped``) again each time
     the child ends, unless ``restart`` is False. ``say`` reports each restart."""
 
-    def __init__(self, start: Callable[["Supervisor"], subprocess.Popen], say: Callable[[str], None],
-                 restart: bool = True, backoff: Backoff | None = None, stop_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        start: Callable[["Supervisor"], subprocess.Popen],
+        say: Callable[[str], None],
+        restart: bool = True,
+        backoff: Backoff | None = None,
+        stop_timeout_s: float = 60.0,
+    ):
         self.start = start
         self.say = say
         self.restart = restart
@@ -96,8 +104,10 @@ class Supervisor:
                 return code
             delay = self.backoff.after(lived)
             self.restarts += 1
-            self.say(f"the Dask worker ended (exit code {code}) after {lived:.0f} s; starting it again in "
-                     f"{delay:.0f} s (restart {self.restarts})")
+            self.say(
+                f"the Dask worker ended (exit code {code}) after {lived:.0f} s; starting it again in "
+                f"{delay:.0f} s (restart {self.restarts})"
+            )
             self.wait(delay)
 
     def _stop_child(self) -> None:

@@ -3,6 +3,7 @@ cluster as a ``Nanny`` in a ``SpecCluster`` (pipeline/cluster/local.py), the res
 as a ``dask worker`` process (pipeline/cluster/resident.py). Either way the worker gets the
 same name, host, threads, memory limit, shard resource, environment, Dask settings and preload.
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,8 +20,8 @@ from pipeline.names import ANSWER_SLOTS_RESOURCE, READ_SLOTS_RESOURCE, SHARD_RES
 
 # What vLLM inside Dask workers needs (docs/architecture.md, "What runs where").
 DASK_SETTINGS = {
-    "distributed.worker.daemon": False,             # vLLM spawns its engine-core process
-    "distributed.scheduler.work-stealing": False,   # stealing would break prefix affinity
+    "distributed.worker.daemon": False,  # vLLM spawns its engine-core process
+    "distributed.scheduler.work-stealing": False,  # stealing would break prefix affinity
     # Spilling: only by the size of the data held (``target``, set per worker from
     # jobs.worker_memory), never by the process's memory, which counts what the engine holds.
     "distributed.worker.memory.target": False,
@@ -37,7 +38,7 @@ DASK_SETTINGS = {
 }
 
 WORKER_PRELOAD = "pipeline.worker.preload"
-NANNY_PRELOAD = "pipeline.compression"   # a `dask worker`'s nanny connects to the scheduler too
+NANNY_PRELOAD = "pipeline.compression"  # a `dask worker`'s nanny connects to the scheduler too
 
 
 def cluster_settings(config: Config) -> dict:
@@ -55,18 +56,29 @@ def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
 class WorkerSpec:
     """A shard's worker. ``env``: the variables it starts with on top of its starter's (the
     shard's, and the record of which variables the nanny adds: pipeline/engine_env.py)."""
+
     config: Config
     shard: ShardConfig
     env: dict[str, str] = field(default_factory=dict)
-    bind_host: str | None = None   # where it listens (default: the config's scheduler.host)
+    bind_host: str | None = None  # where it listens (default: the config's scheduler.host)
 
     @classmethod
-    def for_shard(cls, config: Config, shard: ShardConfig, starter_env=None, extra_env: dict | None = None,
-                  bind_host: str | None = None) -> "WorkerSpec":
+    def for_shard(
+        cls,
+        config: Config,
+        shard: ShardConfig,
+        starter_env=None,
+        extra_env: dict | None = None,
+        bind_host: str | None = None,
+    ) -> "WorkerSpec":
         """``starter_env``: the environment of the process that starts the nanny (default: this
         one's), before any nanny has started in it."""
-        return cls(config, shard, {**shard.worker_env(), **engine_env.worker_record(starter_env), **(extra_env or {})},
-                   bind_host)
+        return cls(
+            config,
+            shard,
+            {**shard.worker_env(), **engine_env.worker_record(starter_env), **(extra_env or {})},
+            bind_host,
+        )
 
     @property
     def host(self) -> str:
@@ -91,35 +103,59 @@ class WorkerSpec:
 
     @property
     def resources(self) -> dict[str, int]:
-        return {self.shard.resource: SHARD_RESOURCE_AMOUNT, ANSWER_SLOTS_RESOURCE: answer_slots(self.nthreads),
-                READ_SLOTS_RESOURCE: self.config.jobs.reads_per_worker}
+        return {
+            self.shard.resource: SHARD_RESOURCE_AMOUNT,
+            ANSWER_SLOTS_RESOURCE: answer_slots(self.nthreads),
+            READ_SLOTS_RESOURCE: self.config.jobs.reads_per_worker,
+        }
 
     def nanny(self) -> dict:
         """A ``SpecCluster`` worker spec: a Nanny started in this process."""
-        return {"cls": Nanny, "options": {
-            "name": self.shard.name,
-            "host": self.host,
-            "protocol": protocol(self.config),
-            "security": dask_security(self.config),
-            "nthreads": self.nthreads,
-            "memory_limit": self.memory_limit,   # spilling only (never paused or killed for memory)
-            "resources": dict(self.resources),
-            "env": dict(self.env),
-            "dashboard": False,
-            # Its HTTP server (/metrics, /health) runs anyway: on the config's host, not every interface.
-            "dashboard_address": f"{self.host}:0",
-            "config": self.dask_settings,
-            "preload": [WORKER_PRELOAD],
-        }}
+        return {
+            "cls": Nanny,
+            "options": {
+                "name": self.shard.name,
+                "host": self.host,
+                "protocol": protocol(self.config),
+                "security": dask_security(self.config),
+                "nthreads": self.nthreads,
+                "memory_limit": self.memory_limit,  # spilling only (never paused or killed for memory)
+                "resources": dict(self.resources),
+                "env": dict(self.env),
+                "dashboard": False,
+                # Its HTTP server (/metrics, /health) runs anyway: on the config's host, not every interface.
+                "dashboard_address": f"{self.host}:0",
+                "config": self.dask_settings,
+                "preload": [WORKER_PRELOAD],
+            },
+        }
 
     def command(self, scheduler_address: str) -> list[str]:
         """The same worker as a ``dask worker`` command line (run it with ``process_env``)."""
-        return [sys.executable, "-m", "distributed.cli.dask_worker", scheduler_address,
-                "--name", self.shard.name, "--host", self.host, "--nthreads", str(self.nthreads),
-                "--memory-limit", str(self.memory_limit),
-                "--resources", " ".join(f"{k}={v}" for k, v in self.resources.items()),
-                "--no-dashboard", "--dashboard-address", f"{self.host}:0",
-                "--preload", WORKER_PRELOAD, "--preload-nanny", NANNY_PRELOAD, *tls_args(self.config)]
+        return [
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_worker",
+            scheduler_address,
+            "--name",
+            self.shard.name,
+            "--host",
+            self.host,
+            "--nthreads",
+            str(self.nthreads),
+            "--memory-limit",
+            str(self.memory_limit),
+            "--resources",
+            " ".join(f"{k}={v}" for k, v in self.resources.items()),
+            "--no-dashboard",
+            "--dashboard-address",
+            f"{self.host}:0",
+            "--preload",
+            WORKER_PRELOAD,
+            "--preload-nanny",
+            NANNY_PRELOAD,
+            *tls_args(self.config),
+        ]
 
     def process_env(self, base_env: dict[str, str]) -> dict[str, str]:
         """The environment of the ``dask worker`` process: ``base_env``, Dask's settings (what the

@@ -11,9 +11,19 @@ the model is loaded).
 - ``tuning``: the ``advanced:`` sections.
 
 docs/configuration.md is the reference of every key."""
+
 from pipeline.config.base import ConfigError, ConfigNote, Section
 from pipeline.config.config_file import Config, engine_kind, load_config, parse_config
 from pipeline.config.job import PromptConfig, SamplingConfig
 
-__all__ = ["Config", "ConfigError", "ConfigNote", "PromptConfig", "SamplingConfig", "Section", "engine_kind",
-           "load_config", "parse_config"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "ConfigNote",
+    "PromptConfig",
+    "SamplingConfig",
+    "Section",
+    "engine_kind",
+    "load_config",
+    "parse_config",
+]

@@ -1,5 +1,6 @@
 """What every part of the config (pipeline/config/config_file.py, pipeline/config/job.py) shares: the
 sections' base (unknown keys refused, values frozen) and the errors and notes it raises."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
@@ -16,4 +17,5 @@ class ConfigNote(FutureWarning):
 
 class Section(BaseModel):
     """A section of the config."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)

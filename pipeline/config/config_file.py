@@ -5,6 +5,7 @@ sampling in pipeline/config/job.py, the tuning sections under ``advanced:`` in
 pipeline/tuning_config.py). Unknown keys and bad values raise :class:`ConfigError`
 with one readable line per problem (never a traceback wall).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,15 +34,19 @@ from tasks.registry import CONFIG_TASKS, TASKS, spec
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[2] / "cluster.yaml"
 
 
-OLD_FAKE_ENGINE = ("null", None)   # the fake engine's old name; YAML reads a bare `null` as None
+OLD_FAKE_ENGINE = ("null", None)  # the fake engine's old name; YAML reads a bare `null` as None
 
 
 def engine_kind(kind: str | None) -> str:
     """An engine kind with the fake engine's old name (``"null"``, or YAML's null) read as
     ``fake``, with a :class:`ConfigNote`; any other value as it is (validated by the caller)."""
     if kind in OLD_FAKE_ENGINE:
-        warnings.warn(f"engine kind {kind or 'null'} is now called fake (in YAML a bare null means no value); "
-                      f"write `kind: fake` (or --engine fake)", ConfigNote, stacklevel=3)
+        warnings.warn(
+            f"engine kind {kind or 'null'} is now called fake (in YAML a bare null means no value); "
+            f"write `kind: fake` (or --engine fake)",
+            ConfigNote,
+            stacklevel=3,
+        )
         return "fake"
     return kind
 
@@ -113,7 +118,7 @@ class EngineConfig(Section):
     # LoRA adapters an engine applies in one step (vLLM's max_loras); 0: none (the engines run
     # without LoRA). null: 2 where model.adapters names any, else 0.
     max_loras: int | None = Field(None, ge=0)
-    max_lora_rank: int = Field(16, gt=0)   # the largest adapter rank served
+    max_lora_rank: int = Field(16, gt=0)  # the largest adapter rank served
     # Anything else vllm.AsyncEngineArgs accepts.
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -184,8 +189,10 @@ class Config(Section):
             return data
         scheduler = data.get("scheduler") or {}
         if isinstance(scheduler, dict) and scheduler.get("address"):
-            raise ValueError("shards: auto lays out this machine; with scheduler.address set, list the shards "
-                             "(docs/operating.md, \"Several machines\")")
+            raise ValueError(
+                "shards: auto lays out this machine; with scheduler.address set, list the shards "
+                '(docs/operating.md, "Several machines")'
+            )
         auto = data.get("auto_shards") or {}
         return {**data, "shards": auto_shards(auto if isinstance(auto, dict) else {})}
 
@@ -198,15 +205,17 @@ class Config(Section):
     def _task_prompt(self) -> "Config":
         task = spec(self.task)
         if task.needs_template and self.prompt.template is None:
-            raise ValueError(f"task {task.name} needs prompt.template (e.g. \"Summarize:\\n\\n{{text}}\")")
+            raise ValueError(f'task {task.name} needs prompt.template (e.g. "Summarize:\\n\\n{{text}}")')
         if not task.reads_template and self.prompt.template is not None:
-            raise ValueError(f"prompt.template is only used by tasks {_tasks_that('reads_template')} (task is "
-                             f"{task.name})")
+            raise ValueError(
+                f"prompt.template is only used by tasks {_tasks_that('reads_template')} (task is {task.name})"
+            )
         # (task classify's template and labels are checked where the model is read: a classification
         # model's head has its own, tasks/classify.py; validating a config reads no file)
         if not task.reads_labels and self.prompt.labels is not None:
-            raise ValueError(f"prompt.labels is only used by tasks {_tasks_that('reads_labels', ' and ')} (task is "
-                             f"{task.name})")
+            raise ValueError(
+                f"prompt.labels is only used by tasks {_tasks_that('reads_labels', ' and ')} (task is {task.name})"
+            )
         return self
 
     @model_validator(mode="after")
@@ -292,8 +301,12 @@ def _tasks_that(what: str, sep: str = ", ") -> str:
 def template_means_task(data: Any) -> Any:
     """A prompt template given without a task means the template task (in a config file and in
     ``Config.replace`` alike)."""
-    if isinstance(data, dict) and "task" not in data and isinstance(data.get("prompt"), dict) \
-            and data["prompt"].get("template") is not None:
+    if (
+        isinstance(data, dict)
+        and "task" not in data
+        and isinstance(data.get("prompt"), dict)
+        and data["prompt"].get("template") is not None
+    ):
         data = {**data, "task": "template"}
     return data
 
@@ -350,7 +363,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(f"config file not found: {p}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
-    loader = yaml.SafeLoader(text)   # parsed once: its nodes are checked, then built (yaml.safe_load's steps)
+    loader = yaml.SafeLoader(text)  # parsed once: its nodes are checked, then built (yaml.safe_load's steps)
     try:
         node = loader.get_single_node()
         twice = given_twice(node)

@@ -16,6 +16,7 @@ model's attention heads (``Config.require_layout`` raises them as one ``ConfigEr
 It imports nothing of the pipeline: the config (pipeline/config/config_file.py) imports it to resolve
 ``shards: auto``, and its functions take the config as an argument.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,7 @@ from typing import Any
 def usable_cores() -> list[int]:
     try:
         return sorted(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
+    except AttributeError:  # not Linux
         return list(range(os.cpu_count() or 1))
 
 
@@ -55,8 +56,10 @@ def auto_shards(auto: dict[str, Any], gpus: list[int] | None = None, cores: list
     env = dict(auto.get("env") or {})
     if gpus:
         per = auto.get("gpus_per_shard") or 1
-        return [{"name": f"gpu{i}", "kind": "gpu", "devices": gpus[i * per:(i + 1) * per], "env": env}
-                for i in range(len(gpus) // per)]
+        return [
+            {"name": f"gpu{i}", "kind": "gpu", "devices": gpus[i * per : (i + 1) * per], "env": env}
+            for i in range(len(gpus) // per)
+        ]
     cores = usable_cores() if cores is None else cores
     reserve = auto.get("reserve_cores")
     if reserve is None:
@@ -64,9 +67,10 @@ def auto_shards(auto: dict[str, Any], gpus: list[int] | None = None, cores: list
     free = cores[reserve:]
     per = auto.get("cpu_cores_per_shard") or (1 if len(cores) <= 4 else 4)
     count = max(1, len(free) // per)
-    free = free if len(free) >= per else cores[:per]   # a machine smaller than one shard: one shard
-    return [{"name": f"cpu{i}", "kind": "cpu", "devices": free[i * per:(i + 1) * per], "env": env}
-            for i in range(count)]
+    free = free if len(free) >= per else cores[:per]  # a machine smaller than one shard: one shard
+    return [
+        {"name": f"cpu{i}", "kind": "cpu", "devices": free[i * per : (i + 1) * per], "env": env} for i in range(count)
+    ]
 
 
 def model_heads(model_path: str | None) -> tuple[int, int] | None:
@@ -83,8 +87,14 @@ def model_heads(model_path: str | None) -> tuple[int, int] | None:
     return heads, cfg.get("num_key_value_heads") or heads
 
 
-def check_layout(config, model_path: str | None = None, *, local: bool = True,
-                 gpus: list[int] | None = None, cores: list[int] | None = None) -> list[str]:
+def check_layout(
+    config,
+    model_path: str | None = None,
+    *,
+    local: bool = True,
+    gpus: list[int] | None = None,
+    cores: list[int] | None = None,
+) -> list[str]:
     """One line per reason the shard layout cannot run. ``local``: the shards run on this
     machine (their devices are checked against it, and no device may be in two shards; across
     hosts, each host numbers its own devices, and a one-GPU pod or job sees its GPU as 0)."""
@@ -104,24 +114,31 @@ def check_layout(config, model_path: str | None = None, *, local: bool = True,
             missing = [d for d in s.devices if d not in have]
             if missing:
                 shown = ", ".join(map(str, have)) or "none"
-                problems.append(f"shards.{s.name}: {what} {', '.join(map(str, missing))} does not exist on this "
-                                f"machine ({what}s: {shown})")
+                problems.append(
+                    f"shards.{s.name}: {what} {', '.join(map(str, missing))} does not exist on this "
+                    f"machine ({what}s: {shown})"
+                )
     heads = model_heads(model_path)
     for s in config.shards:
         tp = s.tensor_parallel
         pinned = s.env.get("VLLM_CPU_OMP_THREADS_BIND") if s.kind == "cpu" else None
-        if pinned is not None:   # the ranks' cores given by hand ("0|1|0"): one part per rank
+        if pinned is not None:  # the ranks' cores given by hand ("0|1|0"): one part per rank
             if pinned.count("|") + 1 != tp:
-                problems.append(f"shards.{s.name}: env VLLM_CPU_OMP_THREADS_BIND {pinned!r} pins "
-                                f"{pinned.count('|') + 1} rank(s), tensor_parallel_size is {tp}")
+                problems.append(
+                    f"shards.{s.name}: env VLLM_CPU_OMP_THREADS_BIND {pinned!r} pins "
+                    f"{pinned.count('|') + 1} rank(s), tensor_parallel_size is {tp}"
+                )
         elif len(s.devices) % tp:
-            problems.append(f"shards.{s.name}: tensor_parallel_size {tp} does not divide its {len(s.devices)} "
-                            f"device(s)")
+            problems.append(
+                f"shards.{s.name}: tensor_parallel_size {tp} does not divide its {len(s.devices)} device(s)"
+            )
         if heads is not None and tp > 1 and (heads[0] % tp or heads[1] % tp):
             fits = [n for n in range(1, heads[1] + 1) if heads[0] % n == 0 and heads[1] % n == 0]
-            problems.append(f"shards.{s.name}: tensor_parallel_size {tp} cannot split the model's {heads[0]} "
-                            f"attention heads and {heads[1]} KV heads; sizes that can: "
-                            f"{', '.join(map(str, fits))}")
+            problems.append(
+                f"shards.{s.name}: tensor_parallel_size {tp} cannot split the model's {heads[0]} "
+                f"attention heads and {heads[1]} KV heads; sizes that can: "
+                f"{', '.join(map(str, fits))}"
+            )
     return problems
 
 

@@ -1,5 +1,6 @@
 """The shards of a config: each shard's devices, tensor-parallel size and environment, and how
 ``shards: auto`` lays out a machine (pipeline/config/layout.py)."""
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -60,7 +61,8 @@ class ShardConfig(Section):
 
 class AutoShardsConfig(Section):
     """How ``shards: auto`` lays out this machine (pipeline/config/layout.py)."""
-    gpus_per_shard: int = Field(1, gt=0)           # each shard tensor-parallel over this many GPUs
-    cpu_cores_per_shard: int | None = Field(None, gt=0)   # null: 1 on machines of up to 4 cores, else 4
+
+    gpus_per_shard: int = Field(1, gt=0)  # each shard tensor-parallel over this many GPUs
+    cpu_cores_per_shard: int | None = Field(None, gt=0)  # null: 1 on machines of up to 4 cores, else 4
     reserve_cores: int | None = Field(None, ge=0)  # null: 1 (for the client and scheduler) above 4 cores, else 0
-    env: dict[str, str] = Field(default_factory=dict)    # every auto shard's env
+    env: dict[str, str] = Field(default_factory=dict)  # every auto shard's env

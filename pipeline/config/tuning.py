@@ -6,6 +6,7 @@ Code reads them as ``config.intake`` etc. (properties of pipeline/config/config_
 file from before ``advanced:`` has them at the top level: :func:`tuning_sections_moved` reads
 them into ``advanced``, with a :class:`ConfigNote`.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -62,6 +63,7 @@ class RecoveryConfig(Section):
 
 class JobsConfig(Section):
     """File jobs (``python -m pipeline run``, ``run_job``)."""
+
     # Parquet: input rows per read task (whole row groups where the files allow).
     partition_rows: int = Field(65_536, gt=0)
     # OpenAI batch JSONL: bytes of the file per read task (cut at line ends).
@@ -105,18 +107,19 @@ class JobsConfig(Section):
         return int(AUTO_WORKER_MEMORY_SHARE * psutil.virtual_memory().total / max(1, shards))
 
 
-AUTO_WORKER_MEMORY_SHARE = 0.4   # of the machine's memory, for all its workers' job data (the rest: engines, the OS)
+AUTO_WORKER_MEMORY_SHARE = 0.4  # of the machine's memory, for all its workers' job data (the rest: engines, the OS)
 
 
 class AdvancedConfig(Section):
     """``advanced:``: the tuning sections (docs/configuration.md, "Advanced tuning")."""
+
     intake: IntakeConfig = IntakeConfig()
     routing: RoutingConfig = RoutingConfig()
     recovery: RecoveryConfig = RecoveryConfig()
     jobs: JobsConfig = JobsConfig()
 
 
-TUNING_SECTIONS = tuple(AdvancedConfig.model_fields)   # intake, routing, recovery, jobs
+TUNING_SECTIONS = tuple(AdvancedConfig.model_fields)  # intake, routing, recovery, jobs
 
 
 def tuning_sections_moved(data: Any) -> Any:
@@ -132,14 +135,21 @@ def tuning_sections_moved(data: Any) -> Any:
     if advanced is None:
         advanced = {}
     elif not isinstance(advanced, dict):
-        return data   # (``advanced`` itself is reported invalid; the old sections as unknown keys)
+        return data  # (``advanced`` itself is reported invalid; the old sections as unknown keys)
     both = [name for name in old if name in advanced]
     if both:
-        raise ValueError("; ".join(f"{name}: and advanced.{name}: are one section, given twice: keep "
-                                   f"advanced.{name}" for name in both))
+        raise ValueError(
+            "; ".join(
+                f"{name}: and advanced.{name}: are one section, given twice: keep advanced.{name}" for name in both
+            )
+        )
     sections = " and ".join(", ".join(f"{name}:" for name in old).rsplit(", ", 1))
     paths = ", ".join(f"advanced.{name}" for name in old)
-    warnings.warn(f"{sections} {'is' if len(old) == 1 else 'are'} now under advanced: ({paths}); indent "
-                  f"{'it' if len(old) == 1 else 'them'} under an advanced: section", ConfigNote, stacklevel=2)
+    warnings.warn(
+        f"{sections} {'is' if len(old) == 1 else 'are'} now under advanced: ({paths}); indent "
+        f"{'it' if len(old) == 1 else 'them'} under an advanced: section",
+        ConfigNote,
+        stacklevel=2,
+    )
     rest = {key: value for key, value in data.items() if key not in old}
     return {**rest, "advanced": {**advanced, **{name: data[name] for name in old}}}

@@ -16,6 +16,7 @@ its rows are answered; then OUTPUT is the parts copied in order into one file th
 interrupted resumes from the files: partitions merged are skipped, rows answered are not read
 again (pipeline/steps/prompt_table.py), so no row is answered twice and none is lost.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -35,21 +36,42 @@ from pipeline.results import RESULT_FIELDS, RowResult
 
 _TOKEN = [pa.field("token", pa.string()), pa.field("logprob", pa.float64())]
 LOGPROBS_TYPE = pa.list_(pa.struct([*_TOKEN, pa.field("top_logprobs", pa.list_(pa.struct(_TOKEN)))]))
-RESULT_TYPES = {   # the output's result columns (pipeline/results.py says what each holds)
-    "answer": pa.string(), "error": pa.string(), "prompt_tokens": pa.int64(), "cached_tokens": pa.int64(),
-    "completion_tokens": pa.int64(), "shard": pa.string(), "latency_s": pa.float64(), "finish_reason": pa.string(),
-    "answer_json": pa.string(), "logprobs": LOGPROBS_TYPE,
-    "choices": pa.list_(pa.struct([pa.field("answer", pa.string()), pa.field("finish_reason", pa.string()),
-                                   pa.field("completion_tokens", pa.int64()), pa.field("answer_json", pa.string()),
-                                   pa.field("error", pa.string()), pa.field("logprobs", LOGPROBS_TYPE)])),
+RESULT_TYPES = {  # the output's result columns (pipeline/results.py says what each holds)
+    "answer": pa.string(),
+    "error": pa.string(),
+    "prompt_tokens": pa.int64(),
+    "cached_tokens": pa.int64(),
+    "completion_tokens": pa.int64(),
+    "shard": pa.string(),
+    "latency_s": pa.float64(),
+    "finish_reason": pa.string(),
+    "answer_json": pa.string(),
+    "logprobs": LOGPROBS_TYPE,
+    "choices": pa.list_(
+        pa.struct(
+            [
+                pa.field("answer", pa.string()),
+                pa.field("finish_reason", pa.string()),
+                pa.field("completion_tokens", pa.int64()),
+                pa.field("answer_json", pa.string()),
+                pa.field("error", pa.string()),
+                pa.field("logprobs", LOGPROBS_TYPE),
+            ]
+        )
+    ),
     "embedding": pa.list_(pa.float32()),
-    "label": pa.string(), "label_probs": pa.list_(pa.float64()), "score": pa.float64(),
+    "label": pa.string(),
+    "label_probs": pa.list_(pa.float64()),
+    "score": pa.float64(),
 }
 # the same, as a DataFrame job's output has them (strings as pandas strings, lists as Python objects)
-PANDAS_TYPES = {n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t)
-                else t.to_pandas_dtype().__name__ for n, t in RESULT_TYPES.items()}
-ANSWER_SCHEMA = pa.schema([pa.field("position", pa.int64())] +
-                          [pa.field(n, RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]])
+PANDAS_TYPES = {
+    n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t) else t.to_pandas_dtype().__name__
+    for n, t in RESULT_TYPES.items()
+}
+ANSWER_SCHEMA = pa.schema(
+    [pa.field("position", pa.int64())] + [pa.field(n, RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]]
+)
 
 
 def results_table(results) -> pa.Table:
@@ -71,6 +93,7 @@ def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
             return errors
         counted = (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)) and f.name != "score"
         return pa.array([0] * n, f.type) if counted else pa.nulls(n, f.type)
+
     return pa.Table.from_arrays([column(f) for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
 
 
@@ -96,12 +119,16 @@ class AnswerFiles:
     def answered_positions(self, partition: int, before_run: str | None = None) -> pa.Array:
         """The positions answered in ``partition``; with ``before_run``, by earlier runs only (what
         this run's own tasks write must not change what a task of it computes again)."""
-        files = [f for f in self.answer_files(partition)
-                 if before_run is None or not posixpath.basename(f).startswith(f"{before_run}-")]
+        files = [
+            f
+            for f in self.answer_files(partition)
+            if before_run is None or not posixpath.basename(f).startswith(f"{before_run}-")
+        ]
         if not files:
             return pa.array([], pa.int64())
-        return pa.concat_arrays([self.folder.read_table(f, columns=["position"]).column(0).combine_chunks()
-                                 for f in files])
+        return pa.concat_arrays(
+            [self.folder.read_table(f, columns=["position"]).column(0).combine_chunks() for f in files]
+        )
 
     def named(self, name: str) -> list[str]:
         """The answer files an answer task named ``name`` committed (all partitions)."""
@@ -109,8 +136,11 @@ class AnswerFiles:
 
     def read_named(self, name: str) -> pa.Table:
         files = self.named(name)
-        return pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
-            ANSWER_SCHEMA.empty_table()
+        return (
+            pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files])
+            if files
+            else ANSWER_SCHEMA.empty_table()
+        )
 
     def next_seq(self, name: str) -> int:
         """The number of the next file an answer task named ``name`` writes."""
@@ -157,29 +187,35 @@ class AnswerFiles:
         if not self.folder.present():
             raise OutputGone.at(self.folder.url)
         files = self.answer_files(part.index)
-        answers = pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files]) if files else \
-            ANSWER_SCHEMA.empty_table()
+        answers = (
+            pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files])
+            if files
+            else ANSWER_SCHEMA.empty_table()
+        )
         answers = answers.take(pc.sort_indices(answers, [("position", "ascending")]))
         positions = answers.column("position").to_numpy()
-        if len(positions) > 1:   # a row answered twice (two runs): keep its first answer
+        if len(positions) > 1:  # a row answered twice (two runs): keep its first answer
             keep = pa.array(positions[1:] != positions[:-1])
             if not pc.all(keep).as_py():
                 answers = answers.filter(pa.concat_arrays([pa.array([True]), keep]))
                 positions = answers.column("position").to_numpy()
-        rows = part.rows if part.rows is not None else carry.num_rows   # (a JSONL block's: counted as read)
+        rows = part.rows if part.rows is not None else carry.num_rows  # (a JSONL block's: counted as read)
         if len(positions) != rows or (rows and (positions[0] != part.start or positions[-1] != part.start + rows - 1)):
-            raise JobError(f"partition {part.index} has {len(positions)} answered rows of {rows}; "
-                           f"run the same command again to answer the rest")
+            raise JobError(
+                f"partition {part.index} has {len(positions)} answered rows of {rows}; "
+                f"run the same command again to answer the rest"
+            )
         ids = carry.column("id") if key else pa.array(range(part.start, part.start + rows), pa.int64())
         names = schema.names
-        at = names.index("id")   # the input's own columns, id, then the result columns
-        columns = [carry.column(n) for n in names[:at]] + [ids] + [answers.column(n) for n in names[at + 1:]]
+        at = names.index("id")  # the input's own columns, id, then the result columns
+        columns = [carry.column(n) for n in names[:at]] + [ids] + [answers.column(n) for n in names[at + 1 :]]
         table = pa.Table.from_arrays(columns, schema=schema)
         self.folder.write_table(self.part_path(part.index), table)
         return table.num_rows
 
-    def finish(self, partitions: list[Partition], schema: pa.Schema, final: str,
-               out_schema: pa.Schema | None = None) -> None:
+    def finish(
+        self, partitions: list[Partition], schema: pa.Schema, final: str, out_schema: pa.Schema | None = None
+    ) -> None:
         """The parts, in order, copied into OUTPUT (one part in memory at a time), cast to
         ``out_schema`` where given; the folder goes."""
         with self.folder.writing(str(final)) as out, pq.ParquetWriter(out, out_schema or schema) as writer:
@@ -197,7 +233,7 @@ class AnswerFiles:
                 table = self.folder.read_table(self.part_path(part.index), schema=schema)
                 text = lines.of(table, position)
                 out.write(text.encode())
-                position += text.count("\n")   # (a line each: a scoring line gathers several rows)
+                position += text.count("\n")  # (a line each: a scoring line gathers several rows)
         self.folder.remove()
 
 
@@ -209,12 +245,20 @@ class BucketCommits:
     shuffled input: each bucket's from every one). ``add`` runs in executor threads, several
     at once; ``on_written(table)`` is called with each file's rows."""
 
-    def __init__(self, files: AnswerFiles, starts: tuple[int, ...], name: str, first_seq: int, rows: int,
-                 seconds: float, on_written):
+    def __init__(
+        self,
+        files: AnswerFiles,
+        starts: tuple[int, ...],
+        name: str,
+        first_seq: int,
+        rows: int,
+        seconds: float,
+        on_written,
+    ):
         self.files, self.starts, self.name = files, np.asarray(starts), name
         self.rows, self.seconds, self.on_written = rows, seconds, on_written
         self._seq = itertools.count(first_seq)
-        self._waiting: dict[int, list[pa.Table]] = {}   # partition -> its answers not yet written
+        self._waiting: dict[int, list[pa.Table]] = {}  # partition -> its answers not yet written
         self._lock = threading.Lock()
         self._written_at = time.monotonic()
 

@@ -15,6 +15,7 @@ answer that does not match is the line's ``output:`` error. The output line carr
 as ``message.tool_calls`` (``tool_calls``) with ``finish_reason`` ``tool_calls``; the line's carry
 says which kind of answer it is (``mode``: ``"required"`` or the function's name).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,11 +41,16 @@ def tool_fields(body: ChatBody) -> tuple[dict, str | None]:
         if t.function is None:
             return {}, f"body.tools[{i}].function is missing"
     if choice in (None, "auto"):
-        return {}, ("body.tool_choice \"auto\" (the default where tools are given) needs a tool-call parser for "
-                    "the model's output, and none is configured; set tool_choice to \"required\" or a named "
-                    "function, or \"none\" for a text answer")
-    schemas = {t.function.name: t.function.parameters or {"type": "object", "properties": {}}
-               for t in tools if t.function is not None}   # (every one: a tool without is refused above)
+        return {}, (
+            'body.tool_choice "auto" (the default where tools are given) needs a tool-call parser for '
+            'the model\'s output, and none is configured; set tool_choice to "required" or a named '
+            'function, or "none" for a text answer'
+        )
+    schemas = {
+        t.function.name: t.function.parameters or {"type": "object", "properties": {}}
+        for t in tools
+        if t.function is not None
+    }  # (every one: a tool without is refused above)
     if choice == REQUIRED:
         schema: dict[str, Any] = _required(schemas)
     else:
@@ -57,15 +63,32 @@ def tool_fields(body: ChatBody) -> tuple[dict, str | None]:
 
 def _required(schemas: dict[str, dict]) -> dict:
     """vLLM's schema for ``tool_choice: "required"``: a non-empty list of calls of the tools."""
-    return {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
-        {"properties": {"name": {"type": "string", "enum": [name]}, "parameters": parameters},
-         "required": ["name", "parameters"]} for name, parameters in schemas.items()]}}
+    return {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "anyOf": [
+                {
+                    "properties": {"name": {"type": "string", "enum": [name]}, "parameters": parameters},
+                    "required": ["name", "parameters"],
+                }
+                for name, parameters in schemas.items()
+            ],
+        },
+    }
 
 
 def _plain(tool) -> dict:
     f = tool.function
-    return {"type": "function", "function": {k: v for k, v in (("name", f.name), ("description", f.description),
-                                                                ("parameters", f.parameters)) if v is not None}}
+    return {
+        "type": "function",
+        "function": {
+            k: v
+            for k, v in (("name", f.name), ("description", f.description), ("parameters", f.parameters))
+            if v is not None
+        },
+    }
 
 
 def _shown(choice) -> str:
@@ -92,5 +115,7 @@ def tool_calls(answer_json: str, mode: str, prefix: str) -> list[tuple[str, str,
     list, or the named function's one. ``prefix``: what makes the ids unique in the batch."""
     value = json.loads(answer_json)
     calls = [(c["name"], c["parameters"]) for c in value] if mode == REQUIRED else [(mode, value)]
-    return [(f"call_{prefix}_{i}", name, json.dumps(arguments, ensure_ascii=False))
-            for i, (name, arguments) in enumerate(calls)]
+    return [
+        (f"call_{prefix}_{i}", name, json.dumps(arguments, ensure_ascii=False))
+        for i, (name, arguments) in enumerate(calls)
+    ]

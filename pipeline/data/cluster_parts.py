@@ -3,6 +3,7 @@ pipeline/data/answer_files.py): opened, or taken up again by a resumed run after
 make resuming safe (pipeline/data/output.py). The workers' side writes and merges the files
 (``AnswerFiles``, ``BucketCommits``).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,22 @@ class ClusterParts:
     # (files: checked file by file, ``_check_files_unchanged``; rows follow from the files)
     unchecked = ("started", "files", "rows")
 
-    def __init__(self, folder: LocalFolder | StoreFolder, final, where, meta: dict, schema: pa.Schema,
-                 partitions: list[Partition], store_url: str | None = None):
-        self.folder, self.final, self.dir = folder, final, where   # (dir: the folder, for messages)
+    def __init__(
+        self,
+        folder: LocalFolder | StoreFolder,
+        final,
+        where,
+        meta: dict,
+        schema: pa.Schema,
+        partitions: list[Partition],
+        store_url: str | None = None,
+    ):
+        self.folder, self.final, self.dir = folder, final, where  # (dir: the folder, for messages)
         self.files = AnswerFiles(folder)
         self.meta, self.schema, self.partitions = meta, schema, partitions
         self.committed = self.resumed = 0
-        self.notes: list[str] = []   # what opening it found and did (damaged files dropped)
-        self._store_url = store_url   # OUTPUT's URL on an object store (its errors are said in its terms)
+        self.notes: list[str] = []  # what opening it found and did (damaged files dropped)
+        self._store_url = store_url  # OUTPUT's URL on an object store (its errors are said in its terms)
 
     @classmethod
     def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list) -> "ClusterParts":
@@ -43,13 +52,21 @@ class ClusterParts:
         return cls(LocalFolder(where), final, where, meta, schema, partitions)
 
     @classmethod
-    def on_store(cls, url: str, meta: dict, schema: pa.Schema, partitions: list,
-                 storage_options: dict | None = None) -> "ClusterParts":
+    def on_store(
+        cls, url: str, meta: dict, schema: pa.Schema, partitions: list, storage_options: dict | None = None
+    ) -> "ClusterParts":
         """Each answer file and part an object, written once, whole, under its final name; OUTPUT
         appears when its upload completes."""
         fs, path = filesystem(url, storage_options)
-        return cls(StoreFolder(fs, path + ".partial", url + ".partial"), path, url + ".partial", meta, schema,
-                   partitions, store_url=url)
+        return cls(
+            StoreFolder(fs, path + ".partial", url + ".partial"),
+            path,
+            url + ".partial",
+            meta,
+            schema,
+            partitions,
+            store_url=url,
+        )
 
     def open(self) -> int:
         """Start the folder, or take up the one an earlier run left; the rows it holds committed."""
@@ -71,11 +88,13 @@ class ClusterParts:
             self.files.drop_torn()
             diff = meta_differences(old, self.meta, self.unchecked)
             if diff and self.folder.glob("answers/p*/*.parquet") + self.folder.glob("parts/*.parquet"):
-                raise JobError(f"{self.dir} holds partial results of another job (different {diff}); run the "
-                               f"original command again to finish it, or delete it to start over")
+                raise JobError(
+                    f"{self.dir} holds partial results of another job (different {diff}); run the "
+                    f"original command again to finish it, or delete it to start over"
+                )
             if not diff:
                 self.notes += self.files.drop_damaged(self.partitions, self.schema)
-                self.meta = old   # keeps the first run's start time
+                self.meta = old  # keeps the first run's start time
                 self.committed = self.resumed = self.files.committed_rows(self.partitions)
         _check_files_unchanged(self, current)
         self.record()
@@ -87,12 +106,14 @@ class ClusterParts:
             old = json.loads(self.folder.read_bytes(self.folder.path(META)))
         except FileNotFoundError:
             if self.folder.exists(self.folder.root):
-                raise JobError(f"{self.dir} exists but is not a partial output of this program (no {META}); "
-                               f"move or delete it") from None
+                raise JobError(
+                    f"{self.dir} exists but is not a partial output of this program (no {META}); move or delete it"
+                ) from None
             return None
         except ValueError:
-            raise JobError(f"{self.dir} exists but is not a partial output of this program "
-                           f"(unreadable {META}); move or delete it") from None
+            raise JobError(
+                f"{self.dir} exists but is not a partial output of this program (unreadable {META}); move or delete it"
+            ) from None
         return old if isinstance(old, dict) else {}
 
     def refresh(self) -> int:
@@ -113,7 +134,9 @@ def _check_files_unchanged(sink, current: list) -> None:
     before = sink.meta.get("files") or []
     for i, (was, now) in enumerate(zip(before, current)):
         if was != now and sink.files.committed_rows([p for p in sink.partitions if p.file == i]):
-            raise JobError(f"input file {sink.meta['input'][i]} changed since this job started, and {sink.dir} "
-                           f"holds answers for its rows; run it with the original file, or delete the folder to "
-                           f"start over")
+            raise JobError(
+                f"input file {sink.meta['input'][i]} changed since this job started, and {sink.dir} "
+                f"holds answers for its rows; run it with the original file, or delete the folder to "
+                f"start over"
+            )
     sink.meta["files"] = current

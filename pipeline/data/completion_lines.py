@@ -14,6 +14,7 @@ before that line end starts, so the two pieces tokenize as the whole prompt does
 splits text at whitespace runs). Rows whose shared parts are alike land on one shard, which
 prefills that part once; a prompt with no cut is its own group.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,11 @@ def completion_request(request: Any, adapters=frozenset()) -> tuple[dict | None,
     if line is None:
         return None, why
     if line.url != COMPLETIONS_URL:
-        other = "a file's requests are all for one endpoint, its first line's" if line.url in ENDPOINTS else \
-            f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
+        other = (
+            "a file's requests are all for one endpoint, its first line's"
+            if line.url in ENDPOINTS
+            else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
+        )
         return None, f"url must be {COMPLETIONS_URL} (got {line.url!r}); {other}"
     body, why = read_as(line.body, CompletionBody, "body")
     if body is None:
@@ -88,19 +92,24 @@ def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> li
         completion, error = completion_request(request, adapters)
     if error is not None:
         return [(None, error, {"line": line, "custom_id": custom_id})]
-    assert completion is not None   # (completion_request gives a request whenever it gives no error)
+    assert completion is not None  # (completion_request gives a request whenever it gives no error)
     prompts = completion["prompts"]
     cut = shared_length(prompts)
-    return [({**completion["row"], "prefix": p[:cut] or None, "prompt": p[cut:]}, None,
-             {"line": line, "custom_id": custom_id, "index": i}) for i, p in enumerate(prompts)]
+    return [
+        (
+            {**completion["row"], "prefix": p[:cut] or None, "prompt": p[cut:]},
+            None,
+            {"line": line, "custom_id": custom_id, "index": i},
+        )
+        for i, p in enumerate(prompts)
+    ]
 
 
 def lines_of(rows: list[dict], first: int, model: str, created: int, max_tokens: int = 16) -> str:
     """A merged part's rows (``id``: each row's carry, then the result columns), a line's rows
     together and in order, as output lines; the first line's number is ``first``. ``max_tokens``:
     the job's, which tells a choice cut at it (``length``) where the engine did not say."""
-    return "".join(_line(first + k, group, model, created, max_tokens) + "\n"
-                   for k, group in enumerate(by_line(rows)))
+    return "".join(_line(first + k, group, model, created, max_tokens) + "\n" for k, group in enumerate(by_line(rows)))
 
 
 def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int, max_tokens: int) -> str:
@@ -111,27 +120,59 @@ def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int,
     cached = sum(r["cached_tokens"] or 0 for _, r in group)
     answers = [a for _, r in group for a in _answers(r)]
     output = sum(a["completion_tokens"] or 0 for a in answers)
-    body = completion_body(number, answers, model, created, max_tokens,
-                           Usage(prompt_tokens=prompt, completion_tokens=output, total_tokens=prompt + output,
-                                 prompt_tokens_details=PromptTokensDetails(cached)))
-    return encode(OutputLine(id=f"pipeline-{number}", custom_id=group[0][0]["custom_id"],
-                             response=Envelope(status_code=200, request_id=f"pipeline-batch-{number}", body=body)))
+    body = completion_body(
+        number,
+        answers,
+        model,
+        created,
+        max_tokens,
+        Usage(
+            prompt_tokens=prompt,
+            completion_tokens=output,
+            total_tokens=prompt + output,
+            prompt_tokens_details=PromptTokensDetails(cached),
+        ),
+    )
+    return encode(
+        OutputLine(
+            id=f"pipeline-{number}",
+            custom_id=group[0][0]["custom_id"],
+            response=Envelope(status_code=200, request_id=f"pipeline-batch-{number}", body=body),
+        )
+    )
 
 
 def _answers(row: dict) -> list[dict]:
     """A row's answers: each of its choices (``n``), or its one answer."""
-    return row.get("choices") or [{"answer": row["answer"], "finish_reason": row.get("finish_reason"),
-                                   "completion_tokens": row["completion_tokens"], "logprobs": row.get("logprobs")}]
+    return row.get("choices") or [
+        {
+            "answer": row["answer"],
+            "finish_reason": row.get("finish_reason"),
+            "completion_tokens": row["completion_tokens"],
+            "logprobs": row.get("logprobs"),
+        }
+    ]
 
 
-def completion_body(number: int, answers: list[dict], model: str, created: int, max_tokens: int,
-                    usage: Usage) -> Completion:
-    return Completion(id=f"cmpl-{number}", created=created, model=model, usage=usage, choices=[
-        CompletionChoice(index=i, text=a["answer"] or "",
-                         finish_reason=a["finish_reason"] or ("length" if (a["completion_tokens"] or 0) >= max_tokens
-                                                              else "stop"),
-                         logprobs=None if a.get("logprobs") is None else _logprobs(a["logprobs"]))
-        for i, a in enumerate(answers)])
+def completion_body(
+    number: int, answers: list[dict], model: str, created: int, max_tokens: int, usage: Usage
+) -> Completion:
+    return Completion(
+        id=f"cmpl-{number}",
+        created=created,
+        model=model,
+        usage=usage,
+        choices=[
+            CompletionChoice(
+                index=i,
+                text=a["answer"] or "",
+                finish_reason=a["finish_reason"]
+                or ("length" if (a["completion_tokens"] or 0) >= max_tokens else "stop"),
+                logprobs=None if a.get("logprobs") is None else _logprobs(a["logprobs"]),
+            )
+            for i, a in enumerate(answers)
+        ],
+    )
 
 
 def _logprobs(tokens: list[dict]) -> CompletionLogprobs:
@@ -140,6 +181,9 @@ def _logprobs(tokens: list[dict]) -> CompletionLogprobs:
     for t in tokens:
         offsets.append(at)
         at += len(t["token"])
-    return CompletionLogprobs(tokens=[t["token"] for t in tokens], token_logprobs=[t["logprob"] for t in tokens],
-                              top_logprobs=[{x["token"]: x["logprob"] for x in t["top_logprobs"]} for t in tokens],
-                              text_offset=offsets)
+    return CompletionLogprobs(
+        tokens=[t["token"] for t in tokens],
+        token_logprobs=[t["logprob"] for t in tokens],
+        top_logprobs=[{x["token"]: x["logprob"] for x in t["top_logprobs"]} for t in tokens],
+        text_offset=offsets,
+    )

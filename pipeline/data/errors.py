@@ -1,5 +1,6 @@
 """The error that stops a job or keeps it from starting. A module of its own, importing
 nothing, so that every jobs module (input, storage, output, job) imports it at the top."""
+
 from __future__ import annotations
 
 
@@ -13,5 +14,7 @@ class OutputGone(JobError):
 
     @classmethod
     def at(cls, where) -> "OutputGone":
-        return cls(f"{where} was removed while the job ran; the answers it held are gone; "
-                   f"run the same command again to start over")
+        return cls(
+            f"{where} was removed while the job ran; the answers it held are gone; "
+            f"run the same command again to start over"
+        )

@@ -8,6 +8,7 @@ needs of a row (its carry: the line's number, the line's custom_id, the row's in
 ...) travels as the merged part's ``id`` column, JSON text. ``by_line`` gathers a line's rows
 back, in order; a line any of whose rows failed is written as that row's error (``error_line``).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,5 +48,11 @@ def error_line(number: int, group: list[tuple[dict, dict]], item: str | None) ->
     if "index" in carry and item is not None:
         kind, _, why = error.partition(": ")
         error = f"{kind}: {item} {carry['index']}: {why}" if why else f"{item} {carry['index']}: {error}"
-    return encode(OutputLine(id=f"pipeline-{number}", custom_id=group[0][0]["custom_id"], error=LineError.of(error),
-                             response=Envelope(status_code=400, request_id=f"pipeline-batch-{number}")))
+    return encode(
+        OutputLine(
+            id=f"pipeline-{number}",
+            custom_id=group[0][0]["custom_id"],
+            error=LineError.of(error),
+            response=Envelope(status_code=400, request_id=f"pipeline-batch-{number}"),
+        )
+    )

@@ -6,6 +6,7 @@ opened: the path exists, every Parquet file's footer is readable, the files agre
 columns, the required columns are there. Rows then come in :class:`Chunk` s of at most
 ``batch_rows`` rows, in input order, from any starting row (resume).
 """
+
 from __future__ import annotations
 
 import glob
@@ -27,8 +28,9 @@ from pipeline.results import RESULT_FIELDS
 from tasks import Columns
 
 
-def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
-                storage_options: dict | None = None, adapters=()) -> "ParquetSource | OpenAIBatchSource":
+def open_source(
+    spec: str | os.PathLike, fmt: str = "auto", columns=None, storage_options: dict | None = None, adapters=()
+) -> "ParquetSource | OpenAIBatchSource":
     """``columns``: the task's input columns (``tasks.Columns``; default: document-question's).
     ``spec`` may be an fsspec URL (``s3://bucket/in/``), opened with ``storage_options``.
     ``adapters``: the configured adapters' names (an OpenAI batch request's ``model`` naming one
@@ -51,8 +53,9 @@ def open_source(spec: str | os.PathLike, fmt: str = "auto", columns=None,
     raise JobError(f"unknown input format {fmt!r}; use parquet or openai")
 
 
-def check_output_apart(source: "ParquetSource | OpenAIBatchSource", output: str | os.PathLike,
-                       storage_options: dict | None = None) -> None:
+def check_output_apart(
+    source: "ParquetSource | OpenAIBatchSource", output: str | os.PathLike, storage_options: dict | None = None
+) -> None:
     """Raise :class:`JobError` when writing OUTPUT, or its ``OUTPUT.partial`` folder, would touch
     the job's input: the final rename replaces OUTPUT, and a file written inside an input folder
     or where the input glob looks is read as input by the next run (a resume included). Paths
@@ -73,16 +76,20 @@ def check_output_apart(source: "ParquetSource | OpenAIBatchSource", output: str 
         problem = f"is inside the input folder {root}"
     elif source.named == "glob" and glob_reaches(root, out):
         problem = f"is matched by the input glob {root}"
-    elif any(f == partial or inside(f, partial) for f in files) or \
-            source.named == "folder" and (partial == root or inside(root, partial)):
+    elif (
+        any(f == partial or inside(f, partial) for f in files)
+        or source.named == "folder"
+        and (partial == root or inside(root, partial))
+    ):
         problem = f"has its partial results folder {partial} holding the job's input"
     elif source.named == "folder" and inside(partial, root):
         problem = f"has its partial results folder {partial} inside the input folder {root}"
     elif source.named == "glob" and glob_reaches(root, partial, below=True):
         problem = f"has its partial results folder {partial} where the input glob {root} looks"
     if problem:
-        raise JobError(f"OUTPUT {output} {problem}; choose another output path (a job never writes over or "
-                       f"into its input)")
+        raise JobError(
+            f"OUTPUT {output} {problem}; choose another output path (a job never writes over or into its input)"
+        )
 
 
 def _store_files(spec: str, fs) -> list[str]:
@@ -96,8 +103,11 @@ def _store_files(spec: str, fs) -> list[str]:
                 raise JobError(f"input not found: no file matches {spec}")
             return files
         if fs.isdir(root):
-            files = sorted(f for f in fs.find(root) if not any(
-                part.startswith((".", "_")) for part in f[len(root):].strip("/").split("/")))
+            files = sorted(
+                f
+                for f in fs.find(root)
+                if not any(part.startswith((".", "_")) for part in f[len(root) :].strip("/").split("/"))
+            )
             if not files:
                 raise JobError(f"input folder {spec} holds no Parquet files")
             return files
@@ -136,7 +146,7 @@ class ParquetSource:
 
     def __init__(self, spec: str, columns, fs=None):
         self.spec = spec
-        self.fs = fs   # an fsspec file system for a URL; None: local files
+        self.fs = fs  # an fsspec file system for a URL; None: local files
         self.files = _store_files(spec, fs) if fs is not None else _parquet_files(spec)
         root = fs._strip_protocol(spec) if fs is not None else spec
         # how the input was named: a glob, a folder or one file (checks on OUTPUT need it)
@@ -152,17 +162,19 @@ class ParquetSource:
             if schema is None:
                 schema = file_schema
             elif not file_schema.equals(schema):
-                raise JobError(f"input files disagree on their columns: {self.files[0]} has "
-                               f"{_describe(schema)}; {f} has {_describe(file_schema)}")
+                raise JobError(
+                    f"input files disagree on their columns: {self.files[0]} has "
+                    f"{_describe(schema)}; {f} has {_describe(file_schema)}"
+                )
             self._row_groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        assert schema is not None   # (files is never empty: _store_files and _parquet_files raise first)
+        assert schema is not None  # (files is never empty: _store_files and _parquet_files raise first)
         self.schema = schema
         self.num_rows = sum(sum(g) for g in self._row_groups)
         missing = columns.missing(schema.names)
         if missing:
             raise JobError(f"input {spec} {missing}; it has: {', '.join(schema.names) or '(none)'}")
         self.key = "id" if "id" in schema.names else None
-        self.row_columns = RowColumns.of(columns, schema.names)   # what the task reads
+        self.row_columns = RowColumns.of(columns, schema.names)  # what the task reads
         # the prompt's columns are not copied to the output (join on id to see them again)
         written = columns.writes or RESULT_FIELDS[1:]
         self.passthrough = [n for n in schema.names if n not in (*columns.all, "id", *written)]
@@ -215,6 +227,7 @@ class OpenAIBatchSource:
     Opening it reads nothing but the first line. A job on the client path reads every line here
     (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time
     (pipeline/steps/jsonl_input.py)."""
+
     format = "openai"
     named = "file"
     key = "custom_id"
@@ -223,9 +236,9 @@ class OpenAIBatchSource:
     dropped: list[str] = []
 
     def __init__(self, path: Path | str, fs=None, adapters=()):
-        self.path = path      # a local Path, or a URL on ``fs`` (fsspec)
+        self.path = path  # a local Path, or a URL on ``fs`` (fsspec)
         self.fs = fs
-        self.adapters = frozenset(adapters)   # a request's model naming one of these answers with that adapter
+        self.adapters = frozenset(adapters)  # a request's model naming one of these answers with that adapter
         if fs is None and not Path(path).exists():
             raise JobError(f"input not found: {path}")
         try:
@@ -240,8 +253,10 @@ class OpenAIBatchSource:
         except Exception as exc:  # noqa: BLE001 - the store's own errors
             raise store_error(exc, str(path)) from None
         if first is not None and not isinstance(first[0], dict):
-            raise JobError(f"{path} is not OpenAI batch JSONL: its first line is not a JSON object "
-                           f"(expected one request per line: custom_id, method, url, body)")
+            raise JobError(
+                f"{path} is not OpenAI batch JSONL: its first line is not a JSON object "
+                f"(expected one request per line: custom_id, method, url, body)"
+            )
         # the file's endpoint (every line's): its first line's, if it names one this program serves
         url = first[0].get("url") if first is not None else None
         self.endpoint = url if url in ENDPOINTS else SCORING if scoring_kind(url) else CHAT_URL
@@ -275,8 +290,9 @@ class OpenAIBatchSource:
         """The requests (non-blank lines): every line read, here."""
         if self._keys is None:
             try:
-                self._keys = [request.get("custom_id") if isinstance(request, dict) else None
-                              for request, _ in self._lines()]
+                self._keys = [
+                    request.get("custom_id") if isinstance(request, dict) else None for request, _ in self._lines()
+                ]
             except OSError as exc:
                 raise JobError(f"cannot read {self.path}: {exc.strerror or exc}") from None
         return len(self._keys)
@@ -294,5 +310,5 @@ class OpenAIBatchSource:
 
     def key_arrays(self) -> Iterator[pa.Array]:
         self.num_rows
-        assert self._keys is not None   # (num_rows read them)
+        assert self._keys is not None  # (num_rows read them)
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())

@@ -12,6 +12,7 @@ starts the folder) makes it; a later write into a removed folder raises ``Output
 (a local folder: its root is gone; on a store: its ``_job.json``), so no write leaves
 answers where a rerun could not use them.
 """
+
 from __future__ import annotations
 
 import errno
@@ -30,7 +31,7 @@ from pipeline.data.output import META, write_atomic, write_table_atomic
 
 # Write errors a retry cannot fix: the job stops at once (pipeline/steps/cluster_tasks.py)
 # rather than answer its rows again only to fail the same way.
-PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}   # (and PermissionError: EACCES, EPERM)
+PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # (and PermissionError: EACCES, EPERM)
 
 
 def permanent_write_error(exc: BaseException) -> bool:
@@ -38,14 +39,15 @@ def permanent_write_error(exc: BaseException) -> bool:
     (permissions, an immutable folder, a store's access denied), no space, a read-only file
     system, or the folder removed. An engine that died, a store's network error and the like
     are worth another try."""
-    return isinstance(exc, (OutputGone, PermissionError)) or \
-        (isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS)
+    return isinstance(exc, (OutputGone, PermissionError)) or (
+        isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS
+    )
 
 
 class LocalFolder:
     def __init__(self, root: str | os.PathLike):
         self.root = str(root)
-        self.url = self.root   # for messages
+        self.url = self.root  # for messages
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -107,7 +109,7 @@ class LocalFolder:
     def drop_torn(self) -> None:
         """Files a killed writer left half written (under their temporary names)."""
         for leftover in Path(self.root).glob("**/.*.tmp"):
-            leftover.unlink(missing_ok=True)   # (a task of a run just stopped may finish its write meanwhile)
+            leftover.unlink(missing_ok=True)  # (a task of a run just stopped may finish its write meanwhile)
 
     @contextmanager
     def writing(self, final: str):
@@ -129,11 +131,11 @@ class StoreFolder:
         return posixpath.join(self.root, *parts)
 
     def exists(self, path: str) -> bool:
-        self.fs.invalidate_cache(posixpath.dirname(path))   # (other workers write here too)
+        self.fs.invalidate_cache(posixpath.dirname(path))  # (other workers write here too)
         return self.fs.exists(path)
 
     def glob(self, pattern: str) -> list[str]:
-        self.fs.invalidate_cache()   # (a listing cached by this process may miss other workers' writes)
+        self.fs.invalidate_cache()  # (a listing cached by this process may miss other workers' writes)
         return sorted(self.fs.glob(self.path(pattern)))
 
     def create(self) -> None:
@@ -145,7 +147,7 @@ class StoreFolder:
     def write_table(self, path: str, table: pa.Table) -> None:
         buf = io.BytesIO()
         pq.write_table(table, buf)
-        if not self.present():   # (the folder was removed: never start it again here)
+        if not self.present():  # (the folder was removed: never start it again here)
             raise OutputGone.at(self.url)
         self.fs.pipe_file(path, buf.getvalue())
 
@@ -174,7 +176,7 @@ class StoreFolder:
 
     @contextmanager
     def writing(self, final: str):
-        with self.fs.open(final, "wb") as f:   # appears whole when the upload completes
+        with self.fs.open(final, "wb") as f:  # appears whole when the upload completes
             yield f
 
     def remove(self) -> None:

@@ -11,6 +11,7 @@ body does not declare are ignored, as OpenAI ignores them; a declared field of t
 makes the line an error row whose text names the field (``why_invalid``). What the values mean
 (a temperature below 0, an empty list of messages) is checked later, by the code that uses them.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,6 +25,7 @@ from msgspec import Struct
 
 class RequestLine(Struct, kw_only=True):
     """A line's envelope: ``{"custom_id", "method": "POST", "url", "body"}``."""
+
     custom_id: str
     url: str
     body: dict[str, Any]
@@ -51,6 +53,7 @@ class JsonSchemaFormat(Struct, tag_field="type", tag="json_schema"):
 
 class StructuredOutputs(Struct, kw_only=True):
     """vLLM's own structured-output field (the ``json`` and ``choice`` kinds are served)."""
+
     json: dict[str, Any] | None = None
     choice: list[str] | None = None
 
@@ -65,6 +68,7 @@ class FunctionSpec(Struct, kw_only=True):
 class Tool(Struct, kw_only=True):
     """A chat body's tool: ``{"type": "function", "function": {"name", "description", "parameters"}}``
     (other types are refused where used: pipeline/data/chat_tools.py)."""
+
     type: str
     function: FunctionSpec | None = None
 
@@ -81,11 +85,12 @@ class NamedToolChoice(Struct, kw_only=True):
 class ChatBody(Struct, kw_only=True):
     """A ``/v1/chat/completions`` body: the fields served. ``messages`` is checked by the chat
     template (pipeline/tasks), the sampling values by pipeline/sampling.py."""
+
     messages: Any = None
     model: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: int | float | None = None   # (kept as given: an error quotes the value as written)
+    temperature: int | float | None = None  # (kept as given: an error quotes the value as written)
     top_p: int | float | None = None
     top_k: int | None = None
     stop: str | list[str] | None = None
@@ -110,8 +115,10 @@ class ChatBody(Struct, kw_only=True):
         ``vllm run-batch`` reads them: max_completion_tokens (or max_tokens), temperature, top_p,
         top_k, stop, seed, n, logprobs, top_logprobs, and a JSON schema from ``response_format``
         (json_schema or json_object) or vLLM's ``structured_outputs`` (json or choice)."""
-        out = {k: getattr(self, k) for k in ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs",
-                                               "top_logprobs")}
+        out = {
+            k: getattr(self, k)
+            for k in ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs", "top_logprobs")
+        }
         out["max_tokens"] = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         out.update(_constraint(self.response_format, self.structured_outputs))
         return {k: v for k, v in out.items() if v is not None}
@@ -121,6 +128,7 @@ class CompletionBody(Struct, kw_only=True):
     """A ``/v1/completions`` body: ``prompt`` (a text, or a list of texts each answered as its own
     choices) and the sampling fields served. ``logprobs`` is a count here, as in OpenAI's legacy
     endpoint: each answer token's log-probability and this many of the likeliest tokens'."""
+
     prompt: Any = None
     model: str | None = None
     max_tokens: int | None = None
@@ -176,6 +184,7 @@ def _constraint(response_format, structured_outputs: StructuredOutputs | None) -
 class ResponseFormat(Struct, kw_only=True):
     """A Responses API body's ``text.format``: ``text``, ``json_object``, or ``json_schema`` with
     its ``schema`` (and ``name``, ``strict``, ``description``) at the same level."""
+
     type: Literal["text", "json_object", "json_schema"]
     schema: dict[str, Any] | None = None
     name: str | None = None
@@ -190,6 +199,7 @@ class ResponseText(Struct, kw_only=True):
 class ResponsesBody(Struct, kw_only=True):
     """A ``/v1/responses`` body: the fields served (pipeline/data/responses_lines.py). ``input``:
     a text, or message items; ``instructions``: the system message."""
+
     input: Any = None
     instructions: str | None = None
     model: str | None = None
@@ -205,15 +215,18 @@ class ResponsesBody(Struct, kw_only=True):
     prompt: Any = None
     tools: Any = None
 
-    REFUSED = {"previous_response_id": "a batch line has no earlier response to continue",
-               "conversation": "a batch line has no stored conversation",
-               "prompt": "stored prompts are not served; give the input itself",
-               "tools": "tools are not served on /v1/responses yet; use /v1/chat/completions lines with tool_choice "
-                        "\"required\" or a named function"}
+    REFUSED = {
+        "previous_response_id": "a batch line has no earlier response to continue",
+        "conversation": "a batch line has no stored conversation",
+        "prompt": "stored prompts are not served; give the input itself",
+        "tools": "tools are not served on /v1/responses yet; use /v1/chat/completions lines with tool_choice "
+        '"required" or a named function',
+    }
 
 
 class EmbeddingsBody(Struct, kw_only=True):
     """A ``/v1/embeddings`` body: one text (a string, or a list of one string)."""
+
     input: str | list[str]
     model: str | None = None
     encoding_format: str = "float"
@@ -226,6 +239,7 @@ Texts = str | list[str] | None
 class ScoringBody(Struct, kw_only=True):
     """What vLLM's two scoring bodies share; the fields that change how vLLM makes its scores,
     which the score task does not do, are refused where given."""
+
     model: str | None = None
     use_activation: bool | None = None
     truncate_prompt_tokens: Any = None
@@ -234,12 +248,18 @@ class ScoringBody(Struct, kw_only=True):
     instruction: Any = None
     chat_template_kwargs: Any = None
 
-    REFUSED = ("truncate_prompt_tokens", "max_tokens_per_query", "max_tokens_per_doc", "instruction",
-               "chat_template_kwargs")
+    REFUSED = (
+        "truncate_prompt_tokens",
+        "max_tokens_per_query",
+        "max_tokens_per_doc",
+        "instruction",
+        "chat_template_kwargs",
+    )
 
 
 class ScoreBody(ScoringBody, kw_only=True):
     """vLLM's ``/v1/score`` body: its pairs in one of four spellings (pipeline/data/scoring_lines.py)."""
+
     queries: Texts = None
     documents: Texts = None
     items: Texts = None
@@ -253,6 +273,7 @@ class ScoreBody(ScoringBody, kw_only=True):
 
 class RerankBody(ScoringBody, kw_only=True):
     """vLLM's ``/v1/rerank`` body: one query, its documents, and how many of them to keep (0: all)."""
+
     query: str
     documents: str | list[str]
     top_n: int | None = None

@@ -5,6 +5,7 @@ scoring lines and the service's result files (pipeline/service/result_files.py) 
 these; tests/unit/test_openai_format.py checks them against the ``openai`` package's own types
 and vLLM's.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,7 +44,7 @@ class ChoiceLogprobs(Struct):
 
 class FunctionCall(Struct):
     name: str
-    arguments: str   # JSON text
+    arguments: str  # JSON text
 
 
 class ToolCall(Struct, kw_only=True):
@@ -54,8 +55,9 @@ class ToolCall(Struct, kw_only=True):
 
 class AssistantMessage(Struct, kw_only=True, omit_defaults=True):
     """The answer's message; ``tool_calls`` only where the line asked for them."""
+
     content: str | None
-    role: str   # (always "assistant": given, as a default would be left out)
+    role: str  # (always "assistant": given, as a default would be left out)
     tool_calls: list[ToolCall] | None = None
 
 
@@ -68,6 +70,7 @@ class ChatChoice(Struct, kw_only=True):
 
 class ChatCompletion(Struct, kw_only=True):
     """OpenAI's ``chat.completion``."""
+
     id: str
     created: int
     model: str
@@ -80,6 +83,7 @@ class CompletionLogprobs(Struct, kw_only=True):
     """A completion choice's log-probabilities, OpenAI's legacy shape: per answer token, its text,
     its log-probability, the likeliest tokens' (token: log-probability) and where it starts in
     the answer."""
+
     tokens: list[str]
     token_logprobs: list[float]
     top_logprobs: list[dict[str, float]]
@@ -96,6 +100,7 @@ class CompletionChoice(Struct, kw_only=True):
 class Completion(Struct, kw_only=True):
     """OpenAI's ``text_completion``: a ``/v1/completions`` request's answers, each prompt's
     choices in the prompts' order (choice ``i * n + j`` is prompt ``i``'s ``j``-th answer)."""
+
     id: str
     created: int
     model: str
@@ -113,14 +118,14 @@ class OutputText(Struct, kw_only=True):
 class OutputMessage(Struct, kw_only=True):
     id: str
     content: list[OutputText]
-    status: str   # "completed", or "incomplete" (cut at max_output_tokens)
+    status: str  # "completed", or "incomplete" (cut at max_output_tokens)
     role: str = "assistant"
     type: str = "message"
 
 
 class InputTokensDetails(Struct):
     cached_tokens: int
-    cache_write_tokens: int = 0   # (OpenAI's prompt-cache writes, billed apart: not a notion here)
+    cache_write_tokens: int = 0  # (OpenAI's prompt-cache writes, billed apart: not a notion here)
 
 
 class OutputTokensDetails(Struct):
@@ -143,6 +148,7 @@ class ResponseObject(Struct, kw_only=True):
     """OpenAI's ``response`` (the Responses API): the answer as ``output[0]``, a message whose
     ``content[0]`` is the ``output_text``; ``status`` ``incomplete`` where it stopped at
     ``max_output_tokens``."""
+
     id: str
     created_at: int
     model: str
@@ -170,6 +176,7 @@ class EmbeddingUsage(Struct):
 
 class EmbeddingList(Struct, kw_only=True):
     """OpenAI's response to an embeddings request (``CreateEmbeddingResponse``)."""
+
     data: list[Embedding]
     model: str
     usage: EmbeddingUsage
@@ -184,6 +191,7 @@ class ScoreData(Struct, kw_only=True):
 
 class ScoreResponse(Struct, kw_only=True):
     """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
+
     id: str
     created: int
     model: str
@@ -210,6 +218,7 @@ class RerankUsage(Struct):
 
 class RerankResponse(Struct, kw_only=True):
     """vLLM's ``RerankResponse``: the documents by score, highest first."""
+
     id: str
     model: str
     usage: RerankUsage
@@ -218,6 +227,7 @@ class RerankResponse(Struct, kw_only=True):
 
 class ApiError(Struct, kw_only=True):
     """OpenAI's error object, as a failed request's body holds it: ``{"error": ApiError}``."""
+
     message: str
     type: str
     param: str | None = None
@@ -233,6 +243,7 @@ class LineError(Struct):
     ``input``, ``output``, ``engine``, ``worker``; a request the batch did not run:
     ``batch_expired``, ``batch_cancelled``), and ``message``, the whole reason as the row's
     ``error`` column gives it (``input: messages is missing``)."""
+
     code: str
     message: str
 
@@ -247,6 +258,7 @@ class Envelope(Struct, kw_only=True):
     """An output line's ``response``. Its ``body``: a ``ChatCompletion``, ``Completion``, ``EmbeddingList``,
     ``ScoreResponse``, ``RerankResponse`` or ``ErrorBody`` when written; a plain dict when read
     back (``decode``: the bodies share no tag msgspec could tell them apart by)."""
+
     status_code: int
     request_id: str
     body: Any = None
@@ -256,6 +268,7 @@ class OutputLine(Struct, kw_only=True):
     """An output (or error file) line: ``{"id", "custom_id", "response", "error"}``. A row that
     failed has ``response.body`` null and the reason in ``error`` (``{"code", "message"}``); the
     service's error file moves it into ``response.body.error`` (pipeline/service/result_files.py)."""
+
     id: str
     custom_id: Any
     response: Envelope | None

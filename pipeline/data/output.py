@@ -2,6 +2,7 @@
 answers there belong to), the check that OUTPUT can be written, and writes that never leave a
 torn file (a temporary name, then a rename). The answer files and parts themselves:
 pipeline/data/answer_files.py."""
+
 from __future__ import annotations
 
 import os

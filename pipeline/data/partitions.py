@@ -8,6 +8,7 @@ read by one Dask task on a worker.
   at line ends when read (pipeline/steps/jsonl_input.py). Its rows are counted only when read,
   so a row's position is the block's number, then the row's place in it (``PARTITION_BITS``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,17 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-PARTITION_BITS = 32   # a position made of a partition's number and a row's place in it (JSONL, DataFrames)
+PARTITION_BITS = 32  # a position made of a partition's number and a row's place in it (JSONL, DataFrames)
 
 
 @dataclass(frozen=True)
 class Partition:
-    index: int          # its place in the input (the output's part number)
-    file: int           # index into the source's files
-    row_groups: tuple[int, ...]   # the file's row groups it reads
-    skip: int           # rows of the first row group before it
+    index: int  # its place in the input (the output's part number)
+    file: int  # index into the source's files
+    row_groups: tuple[int, ...]  # the file's row groups it reads
+    skip: int  # rows of the first row group before it
     rows: int
-    start: int          # position of its first row in the whole input
+    start: int  # position of its first row in the whole input
 
     @property
     def stop(self) -> int:
@@ -73,11 +74,12 @@ def plan_partitions(row_groups: list[list[int]], partition_rows: int) -> list[Pa
 class ByteBlock:
     """A range of a JSONL file's bytes; the lines that start in it (after its first byte) are
     its rows, so every line is in exactly one block."""
+
     index: int
     offset: int
     length: int
     file: int = 0
-    rows: None = None   # (not known until read)
+    rows: None = None  # (not known until read)
 
     @property
     def start(self) -> int:
@@ -89,14 +91,17 @@ def plan_blocks(size: int, block_bytes: int) -> list[ByteBlock]:
     """A file of ``size`` bytes in blocks of ``block_bytes`` (at least one block)."""
     if block_bytes < 1:
         raise ValueError("block_bytes must be at least 1")
-    return [ByteBlock(i, offset, min(block_bytes, size - offset))
-            for i, offset in enumerate(range(0, max(size, 1), block_bytes))]
+    return [
+        ByteBlock(i, offset, min(block_bytes, size - offset))
+        for i, offset in enumerate(range(0, max(size, 1), block_bytes))
+    ]
 
 
 @dataclass(frozen=True)
 class PartNumber:
     """A partition known by its number only (a DataFrame's, a stream window's): what a job's
     steps hand ``ClusterJob`` as the partitions to run."""
+
     index: int
 
 

@@ -9,6 +9,7 @@ answered.
 Each line's envelope is read with msgspec, its body skipped unparsed, so the whole file is read
 before the job starts at a fraction of the cost of parsing it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pipeline.names import ENDPOINTS
 
 class _Envelope(msgspec.Struct):
     """The fields read of a line (msgspec skips the others, the body among them, unparsed)."""
+
     custom_id: Any = None
     url: Any = None
 
@@ -30,6 +32,7 @@ class _Envelope(msgspec.Struct):
 class BadLine:
     """The first line that fails the file: its number (from 1, blank lines not counted), OpenAI's
     error code and the field at fault, and what to fix."""
+
     line: int
     code: str
     param: str
@@ -48,19 +51,28 @@ def first_bad_line(lines, endpoint: str, whose: str = "this file's endpoint") ->
         try:
             envelope = decoder.decode(raw)
         except msgspec.DecodeError:
-            continue   # (not a JSON object: the line's own error row)
+            continue  # (not a JSON object: the line's own error row)
         if not isinstance(envelope.custom_id, str) or not envelope.custom_id:
-            got = "is missing" if envelope.custom_id is None else f"must be a non-empty string (got " \
-                f"{msgspec.json.encode(envelope.custom_id).decode()[:40]})"
-            return BadLine(number, "missing_required_parameter", "custom_id",
-                           f"line {number}: custom_id {got}; every request needs its own custom_id, which its "
-                           f"answer carries")
+            got = (
+                "is missing"
+                if envelope.custom_id is None
+                else f"must be a non-empty string (got {msgspec.json.encode(envelope.custom_id).decode()[:40]})"
+            )
+            return BadLine(
+                number,
+                "missing_required_parameter",
+                "custom_id",
+                f"line {number}: custom_id {got}; every request needs its own custom_id, which its answer carries",
+            )
         if envelope.url not in ENDPOINTS and scoring_kind(envelope.url) is None:
-            continue   # (no endpoint: the line's own error row)
+            continue  # (no endpoint: the line's own error row)
         same = scoring_kind(envelope.url) is not None if endpoint == SCORING else envelope.url == endpoint
         if not same:
             which = "/v1/score or /v1/rerank" if endpoint == SCORING else endpoint
-            return BadLine(number, "mismatched_endpoint", "url",
-                           f"line {number}: url {envelope.url!r} is not {whose} ({which}); a file holds requests "
-                           f"for one endpoint")
+            return BadLine(
+                number,
+                "mismatched_endpoint",
+                "url",
+                f"line {number}: url {envelope.url!r} is not {whose} ({which}); a file holds requests for one endpoint",
+            )
     return None

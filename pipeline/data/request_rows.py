@@ -5,6 +5,7 @@ embedding request's text. A line that cannot be one is an error row with the rea
 named from the line's top. (Completion and scoring lines fan out to several rows:
 pipeline/data/completion_lines.py, pipeline/data/scoring_lines.py.)
 """
+
 from __future__ import annotations
 
 import json
@@ -34,9 +35,11 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
     if line is None:
         return None, error
     if line.url != endpoint:
-        other = "a file's requests are all for one endpoint, its first line's" \
-            if line.url in ENDPOINTS or scoring_kind(line.url) \
+        other = (
+            "a file's requests are all for one endpoint, its first line's"
+            if line.url in ENDPOINTS or scoring_kind(line.url)
             else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
+        )
         return None, f"url must be {endpoint} (got {line.url!r}); {other}"
     if endpoint == EMBEDDINGS_URL:
         return _embedding_request(line.body)

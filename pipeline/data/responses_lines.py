@@ -8,6 +8,7 @@ What a batch line cannot do is an error row naming the field: ``stream``, ``back
 ``previous_response_id``, ``conversation``, stored ``prompt``s, ``tools``, and input items other
 than messages of text (images, files, earlier tool calls).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,12 @@ def responses_request(value: Any, adapters=frozenset()) -> tuple[dict | None, st
         return None, error
     if body.instructions:
         messages.insert(0, {"role": "system", "content": body.instructions})
-    row: dict[str, Any] = {"messages": messages, "max_tokens": body.max_output_tokens,
-                           "temperature": body.temperature, "top_p": body.top_p}
+    row: dict[str, Any] = {
+        "messages": messages,
+        "max_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+    }
     form = body.text.format if body.text is not None else None
     if form is not None and form.type == "json_schema":
         if form.schema is None:
@@ -77,9 +82,16 @@ def _messages(value: Any) -> tuple[list[dict], str | None]:
             return [], f"body.input[{i}].role must be one of {', '.join(ROLES)} (got {item.get('role')!r})"
         content = item.get("content")
         if isinstance(content, list):
-            bad = next((k for k, p in enumerate(content) if not isinstance(p, dict) or
-                        p.get("type") not in ("input_text", "output_text") or not isinstance(p.get("text"), str)),
-                       None)
+            bad = next(
+                (
+                    k
+                    for k, p in enumerate(content)
+                    if not isinstance(p, dict)
+                    or p.get("type") not in ("input_text", "output_text")
+                    or not isinstance(p.get("text"), str)
+                ),
+                None,
+            )
             if bad is not None:
                 return [], f"body.input[{i}].content[{bad}]: only input_text parts are supported"
             content = "".join(p["text"] for p in content)
@@ -90,13 +102,22 @@ def _messages(value: Any) -> tuple[list[dict], str | None]:
 def response_body(position: int, result: RowResult, model: str, created: int, max_tokens: int) -> ResponseObject:
     """A row's answer as OpenAI's ``response``; ``incomplete`` where it stopped at its token limit
     (the engine's ``length``, or, where it did not say, the job's ``max_tokens`` reached)."""
-    cut = result.finish_reason == "length" or (result.finish_reason is None and
-                                               result.completion_tokens >= max_tokens)
+    cut = result.finish_reason == "length" or (result.finish_reason is None and result.completion_tokens >= max_tokens)
     status = "incomplete" if cut else "completed"
     message = OutputMessage(id=f"msg_{position}", status=status, content=[OutputText(text=result.answer or "")])
-    usage = ResponseUsage(input_tokens=result.prompt_tokens,
-                          input_tokens_details=InputTokensDetails(result.cached_tokens),
-                          output_tokens=result.completion_tokens, output_tokens_details=OutputTokensDetails(),
-                          total_tokens=result.prompt_tokens + result.completion_tokens)
-    return ResponseObject(id=f"resp_{position}", created_at=created, model=model, status=status, output=[message],
-                          usage=usage, incomplete_details=IncompleteDetails("max_output_tokens") if cut else None)
+    usage = ResponseUsage(
+        input_tokens=result.prompt_tokens,
+        input_tokens_details=InputTokensDetails(result.cached_tokens),
+        output_tokens=result.completion_tokens,
+        output_tokens_details=OutputTokensDetails(),
+        total_tokens=result.prompt_tokens + result.completion_tokens,
+    )
+    return ResponseObject(
+        id=f"resp_{position}",
+        created_at=created,
+        model=model,
+        status=status,
+        output=[message],
+        usage=usage,
+        incomplete_details=IncompleteDetails("max_output_tokens") if cut else None,
+    )

@@ -4,6 +4,7 @@ pyarrow reads a Parquet string column without checking its UTF-8; converting an 
 value to Python then fails for the whole batch. Here only the bad rows fail.
 Null, empty and non-text values pass through: the task kind reports those.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
 class RowColumns:
     """The columns of an input that a task reads: text (checked UTF-8), lists (chat messages),
     then the rows' own sampling settings (read as they are)."""
+
     text_columns: tuple[str, ...]
     list_columns: tuple[str, ...]
     sampling_columns: tuple[str, ...]
@@ -53,9 +55,11 @@ class RowColumns:
     def of(cls, columns, names) -> "RowColumns":
         """``columns``: the task's (``tasks.Columns``); ``names``: the input's columns."""
         names = list(names)
-        return cls(tuple(c for c in columns.all if c in names and c not in columns.lists),
-                   tuple(c for c in columns.lists if c in names),
-                   tuple(c for c in ROW_COLUMNS if c in names and c not in columns.all))
+        return cls(
+            tuple(c for c in columns.all if c in names and c not in columns.lists),
+            tuple(c for c in columns.lists if c in names),
+            tuple(c for c in ROW_COLUMNS if c in names and c not in columns.all),
+        )
 
     @property
     def all(self) -> list[str]:

@@ -18,6 +18,7 @@ text; ``lines_of`` gathers a line's rows back into one output line in OpenAI's b
 vLLM's ``ScoreResponse`` or ``RerankResponse`` (sorted by score, cut at ``top_n``), or an error
 line where the line or any of its pairs failed.
 """
+
 from __future__ import annotations
 
 from pipeline.data.fanned_lines import by_line, error_line
@@ -37,7 +38,7 @@ from pipeline.data.openai_output import (
 )
 from pipeline.names import ENDPOINTS
 
-SCORING = "score"   # a file of scoring requests' endpoint (``OpenAIBatchSource.endpoint``)
+SCORING = "score"  # a file of scoring requests' endpoint (``OpenAIBatchSource.endpoint``)
 
 
 def scoring_task(config, tokenizer):
@@ -69,8 +70,11 @@ def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | N
         return None, why
     kind = scoring_kind(line.url)
     if kind is None:
-        other = "a file's requests are all for the scoring endpoints, its first line's" \
-            if line.url in ENDPOINTS else "the scoring endpoints served are /v1/score and /v1/rerank"
+        other = (
+            "a file's requests are all for the scoring endpoints, its first line's"
+            if line.url in ENDPOINTS
+            else "the scoring endpoints served are /v1/score and /v1/rerank"
+        )
         return None, f"url must be /v1/score or /v1/rerank (got {line.url!r}); {other}"
     model: type[RerankBody] | type[ScoreBody] = RerankBody if kind == "rerank" else ScoreBody
     body, why = read_as(line.body, model, "body")
@@ -99,19 +103,23 @@ def _texts(value: str | list[str]) -> list[str]:
 
 
 def _score_pairs(body: ScoreBody) -> list[tuple[str, str]]:
-    fields = next((f for f in body.SPELLINGS if getattr(body, f[0]) is not None and getattr(body, f[1]) is not None),
-                  None)
+    fields = next(
+        (f for f in body.SPELLINGS if getattr(body, f[0]) is not None and getattr(body, f[1]) is not None), None
+    )
     if fields is None:
-        raise ValueError("body must have queries and documents (or queries and items, data_1 and data_2, "
-                         "text_1 and text_2)")
+        raise ValueError(
+            "body must have queries and documents (or queries and items, data_1 and data_2, text_1 and text_2)"
+        )
     queries, documents = _texts(getattr(body, fields[0])), _texts(getattr(body, fields[1]))
     if not queries:
         raise ValueError("At least one text element must be given")
     if not documents:
         raise ValueError("At least one text_pair element must be given")
     if len(queries) > 1 and len(queries) != len(documents):
-        raise ValueError(f"Input lengths must be either 1:1, 1:N or N:N (got {len(queries)} {fields[0]} and "
-                         f"{len(documents)} {fields[1]})")
+        raise ValueError(
+            f"Input lengths must be either 1:1, 1:N or N:N (got {len(queries)} {fields[0]} and "
+            f"{len(documents)} {fields[1]})"
+        )
     return list(zip(queries * len(documents) if len(queries) == 1 else queries, documents))
 
 
@@ -133,7 +141,7 @@ def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> li
         scoring, error = scoring_request(request, adapters)
     if error is not None:
         return [(None, error, {"line": line, "custom_id": custom_id})]
-    assert scoring is not None   # (scoring_request gives a request whenever it gives no error)
+    assert scoring is not None  # (scoring_request gives a request whenever it gives no error)
     kind, top_n = scoring["kind"], scoring["top_n"]
     out = []
     for i, (query, document) in enumerate(scoring["pairs"]):
@@ -157,10 +165,16 @@ def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int)
     if failed is not None:
         return failed
     request_id = f"pipeline-batch-{number}"
-    body = _rerank_body(number, group, model) if carry["kind"] == "rerank" else \
-        _score_body(number, group, model, created)
-    return encode(OutputLine(id=f"pipeline-{number}", custom_id=carry["custom_id"],
-                             response=Envelope(status_code=200, request_id=request_id, body=body)))
+    body = (
+        _rerank_body(number, group, model) if carry["kind"] == "rerank" else _score_body(number, group, model, created)
+    )
+    return encode(
+        OutputLine(
+            id=f"pipeline-{number}",
+            custom_id=carry["custom_id"],
+            response=Envelope(status_code=200, request_id=request_id, body=body),
+        )
+    )
 
 
 def _tokens(group) -> tuple[int, int]:
@@ -170,18 +184,23 @@ def _tokens(group) -> tuple[int, int]:
 def _score_body(number: int, group, model: str, created: int) -> ScoreResponse:
     """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
     prompt, cached = _tokens(group)
-    return ScoreResponse(id=f"score-{number}", created=created, model=model,
-                         data=[ScoreData(index=c["index"], score=r["score"]) for c, r in group],
-                         usage=Usage(prompt_tokens=prompt, total_tokens=prompt,
-                                     prompt_tokens_details=PromptTokensDetails(cached)))
+    return ScoreResponse(
+        id=f"score-{number}",
+        created=created,
+        model=model,
+        data=[ScoreData(index=c["index"], score=r["score"]) for c, r in group],
+        usage=Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails(cached)),
+    )
 
 
 def _rerank_body(number: int, group, model: str) -> RerankResponse:
     """vLLM's ``RerankResponse``: the documents by score, highest first (ties in their order),
     the first ``top_n`` of them (0: all)."""
     prompt, _ = _tokens(group)
-    results = [RerankResult(index=c["index"], document=RerankDocument(text=c["document"]), relevance_score=r["score"])
-               for c, r in group]
+    results = [
+        RerankResult(index=c["index"], document=RerankDocument(text=c["document"]), relevance_score=r["score"])
+        for c, r in group
+    ]
     results.sort(key=lambda x: x.relevance_score, reverse=True)
     top_n = group[0][0]["top_n"]
     if 0 < top_n < len(results):

@@ -6,6 +6,7 @@ Credentials and endpoints come from the config's ``storage_options`` (passed to 
 environment the store's library reads (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_ENDPOINT_URL``, ... for S3).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -15,7 +16,7 @@ from typing import Any
 
 from pipeline.data.errors import JobError
 
-LOCAL_PREFIXES = ("file://", "local://")   # fsspec's protocols for the local file system
+LOCAL_PREFIXES = ("file://", "local://")  # fsspec's protocols for the local file system
 
 
 def is_url(spec: str | os.PathLike) -> bool:
@@ -32,7 +33,7 @@ def local_path(spec: str | os.PathLike) -> str:
     text = str(spec)
     for prefix in LOCAL_PREFIXES:
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
             break
     return os.path.abspath(os.path.expanduser(text))
 
@@ -43,7 +44,7 @@ def filesystem(spec: str, storage_options: dict[str, Any] | None = None):
 
     try:
         return fsspec.core.url_to_fs(spec, **(storage_options or {}))
-    except (ImportError, ValueError) as exc:   # an unknown protocol, or its package is missing
+    except (ImportError, ValueError) as exc:  # an unknown protocol, or its package is missing
         raise JobError(f"cannot open {spec}: {exc}") from None
 
 
@@ -51,10 +52,13 @@ def store_error(exc: BaseException, what: str) -> JobError:
     """One clear line for a failed store operation on ``what`` (a URL)."""
     text = " ".join(str(exc).split())
     name = type(exc).__name__
-    if isinstance(exc, PermissionError) or any(s in text for s in ("AccessDenied", "InvalidAccessKeyId",
-                                                                     "SignatureDoesNotMatch", "Forbidden")):
-        return JobError(f"access to {what} was refused ({text}); check the credentials (the config's "
-                        f"storage_options, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
+    if isinstance(exc, PermissionError) or any(
+        s in text for s in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")
+    ):
+        return JobError(
+            f"access to {what} was refused ({text}); check the credentials (the config's "
+            f"storage_options, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+        )
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return JobError(f"{what}: the bucket does not exist ({text})")
     if isinstance(exc, FileNotFoundError):
@@ -97,4 +101,5 @@ def glob_reaches(pattern: str, path: str, below: bool = False) -> bool:
         if pat[i] == "**":
             return match(i + 1, j) or match(i, j + 1)
         return fnmatch.fnmatchcase(parts[j], pat[i]) and match(i + 1, j + 1)
+
     return match(0, 0)

@@ -1,6 +1,7 @@
 """Arrow string columns holding a text on some rows only, as views of the same bytes where
 they can be (no copy of a document's text for each of its rows): what a partition's prompt rows
 (pipeline/steps/prompt_table.py) carry, each document's text on its first row."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,11 +20,15 @@ def on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
         texts, first = texts.take(pa.array(order)), first[order]
     starts = np.zeros(n + 1, np.int64)
     starts[first + 1] = 1
-    bounds = value_bounds(texts)[np.cumsum(starts)]   # row r: from the start of the values before it
+    bounds = value_bounds(texts)[np.cumsum(starts)]  # row r: from the start of the values before it
     valid = np.zeros(n, bool)
     valid[first] = True
-    return pa.Array.from_buffers(pa.large_string(), n, [pa.array(valid).buffers()[1], pa.py_buffer(bounds),
-                                                        texts.buffers()[2]], null_count=n - len(first))
+    return pa.Array.from_buffers(
+        pa.large_string(),
+        n,
+        [pa.array(valid).buffers()[1], pa.py_buffer(bounds), texts.buffers()[2]],
+        null_count=n - len(first),
+    )
 
 
 def only_on(texts: pa.Array, rows: np.ndarray) -> pa.Array:
@@ -31,8 +36,13 @@ def only_on(texts: pa.Array, rows: np.ndarray) -> pa.Array:
     valid = np.zeros(texts.offset + len(texts), bool)
     valid[texts.offset + rows] = True
     _, offsets, data = texts.buffers()
-    return pa.Array.from_buffers(texts.type, len(texts), [pa.array(valid).buffers()[1], offsets, data],
-                                 null_count=len(texts) - len(rows), offset=texts.offset)
+    return pa.Array.from_buffers(
+        texts.type,
+        len(texts),
+        [pa.array(valid).buffers()[1], offsets, data],
+        null_count=len(texts) - len(rows),
+        offset=texts.offset,
+    )
 
 
 def packed(texts: pa.Array, rows: np.ndarray) -> pa.Array:

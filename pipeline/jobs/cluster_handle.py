@@ -1,6 +1,7 @@
 """What a job needs of the cluster it runs on: ``ClusterHandle``. ``Pipeline``
 (pipeline/client/pipeline.py) is one; a job never imports it (the client runs jobs, not the
 other way round)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol

@@ -28,6 +28,7 @@ others are committed. An answer task whose write failed for good (``cluster_task
 stops the job at once: its other tasks are cancelled, and waited for until none runs
 (pipeline/jobs/let_go.py), so nothing of the job is written after ``run`` ends.
 """
+
 from __future__ import annotations
 
 import sys
@@ -61,10 +62,11 @@ LOST_AFTER_S = 10.0
 @dataclass
 class _Reads:
     """What a job's reads have said so far (``ClusterJob._watch``)."""
-    errors: int = 0   # rows that failed reading
-    rows: int = 0     # rows read
-    done: int = 0     # reads ended
-    unreadable: dict[int, str] = field(default_factory=dict)   # partition -> why it could not be read
+
+    errors: int = 0  # rows that failed reading
+    rows: int = 0  # rows read
+    done: int = 0  # reads ended
+    unreadable: dict[int, str] = field(default_factory=dict)  # partition -> why it could not be read
 
 
 class JobLeft(Exception):
@@ -76,11 +78,15 @@ def _cancelled(client, key: str) -> str:
     scheduler (it stopped, or cannot be reached), which cancels every task at once."""
     if client.status != "running":
         where = getattr(client.scheduler, "address", None) or "the cluster"
-        return (f"the connection to the cluster's scheduler ({where}) was lost: the scheduler stopped or cannot be "
-                f"reached; the answers committed so far are kept; once the cluster is back (a local one: "
-                f"`python -m pipeline down`, then `up`), run the same command again to resume")
-    return (f"task {key} was cancelled by the cluster; the answers committed so far are kept; run the same command "
-            f"again to resume")
+        return (
+            f"the connection to the cluster's scheduler ({where}) was lost: the scheduler stopped or cannot be "
+            f"reached; the answers committed so far are kept; once the cluster is back (a local one: "
+            f"`python -m pipeline down`, then `up`), run the same command again to resume"
+        )
+    return (
+        f"task {key} was cancelled by the cluster; the answers committed so far are kept; run the same command "
+        f"again to resume"
+    )
 
 
 class ClusterJob:
@@ -89,18 +95,25 @@ class ClusterJob:
 
     def __init__(self, steps: JobSteps, config, truncate: bool, part_rows: int = 10_000, flush_seconds: float = 30.0):
         self.steps, self.config, self.truncate = steps, config, truncate
-        self.part_rows, self.flush_seconds = part_rows, flush_seconds   # how often answers are committed
-        self.rows_total = steps.rows_total   # None until every partition is read (a Dask DataFrame's)
-        self.on_progress = None   # (rows done, rows failed, tokens) while the job runs: ``run``'s
-        self._tokens: dict[int, list[int]] = {}   # (bucket -> its rows' tokens so far, as its task reports them)
+        self.part_rows, self.flush_seconds = part_rows, flush_seconds  # how often answers are committed
+        self.rows_total = steps.rows_total  # None until every partition is read (a Dask DataFrame's)
+        self.on_progress = None  # (rows done, rows failed, tokens) while the job runs: ``run``'s
+        self._tokens: dict[int, list[int]] = {}  # (bucket -> its rows' tokens so far, as its task reports them)
 
     @property
     def done(self) -> int:
         """Rows committed (answer files and merged parts)."""
         return self.steps.committed()
 
-    def run(self, pipeline: ClusterHandle, progress: bool | None = None, watched: bool | None = None,
-            stop: threading.Event | None = None, on_progress=None, title: str | None = None) -> JobSummary:
+    def run(
+        self,
+        pipeline: ClusterHandle,
+        progress: bool | None = None,
+        watched: bool | None = None,
+        stop: threading.Event | None = None,
+        on_progress=None,
+        title: str | None = None,
+    ) -> JobSummary:
         """``progress``: show a bar (default: on a terminal); ``watched``: someone watches the job
         for its first answers (``intake.first_answer_rows``; default: ``progress``); ``stop``: set,
         the job is let go (its tasks cancelled) and ``JobLeft`` raised; ``on_progress(done,
@@ -121,14 +134,20 @@ class ClusterJob:
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id
         spec = self._spec(pipeline, job_id, watched)
-        answered: dict[int, int] = {}   # bucket -> rows answered so far (its task's latest count)
+        answered: dict[int, int] = {}  # bucket -> rows answered so far (its task's latest count)
         t0 = time.perf_counter()
-        subscription = Subscription(self._progress_taker(summary, answered, t0))   # (let go of at the end)
+        subscription = Subscription(self._progress_taker(summary, answered, t0))  # (let go of at the end)
         client.subscribe_topic(spec.topic, subscription)
         futures: list = []
         try:
-            with tqdm(total=self.rows_total, initial=self.steps.resumed, unit="row", desc="rows",
-                      disable=not progress, dynamic_ncols=True) as bar:
+            with tqdm(
+                total=self.rows_total,
+                initial=self.steps.resumed,
+                unit="row",
+                desc="rows",
+                disable=not progress,
+                dynamic_ncols=True,
+            ) as bar:
                 # (its tasks in one Dask span, named as the job: the dashboard's standard pages group them)
                 with dask.annotate(span={"name": (job_id,), "ids": (uuid.uuid4().hex,)}):
                     unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar, stop)
@@ -154,6 +173,7 @@ class ClusterJob:
             self._tokens[msg["bucket"]] = msg.get("tokens") or [0, 0, 0]
             if summary.first_answer_s is None and msg["rows"]:
                 summary.first_answer_s = time.perf_counter() - t0
+
         return take_progress
 
     def _spec(self, pipeline: ClusterHandle, job_id: str, watched: bool) -> JobSpec:
@@ -165,23 +185,40 @@ class ClusterJob:
         sampling = self.config.sampling.as_sampling(self.config.engine.seed)
         if spec_or_generate(task_name).keeps_space:
             sampling = msgspec.structs.replace(sampling, strip=False)
-        return self.steps.spec(job_id=job_id, run=uuid.uuid4().hex[:8], topic=f"{job_id}-progress",
-                               task=self.steps.task_kind(self.config, pipeline.tokenizer), sampling=sampling,
-                               truncate=self.truncate, commit_rows=self.part_rows, commit_s=self.flush_seconds,
-                               first_rows=self.config.intake.first_rows(watched),
-                               embedding_size=pipeline.embedding_size)
+        return self.steps.spec(
+            job_id=job_id,
+            run=uuid.uuid4().hex[:8],
+            topic=f"{job_id}-progress",
+            task=self.steps.task_kind(self.config, pipeline.tokenizer),
+            sampling=sampling,
+            truncate=self.truncate,
+            commit_rows=self.part_rows,
+            commit_s=self.flush_seconds,
+            first_rows=self.config.intake.first_rows(watched),
+            embedding_size=pipeline.embedding_size,
+        )
 
-    def _run(self, pipeline, spec: JobSpec, todo, summary: JobSummary, answered: dict, futures: list,
-             bar, stop: threading.Event | None = None) -> dict[int, str]:
+    def _run(
+        self,
+        pipeline,
+        spec: JobSpec,
+        todo,
+        summary: JobSummary,
+        answered: dict,
+        futures: list,
+        bar,
+        stop: threading.Event | None = None,
+    ) -> dict[int, str]:
         """Read, place, split, answer, complete; the partitions that could not be read, and why."""
         client = pipeline.client
-        if not todo:   # (every partition merged by an earlier run: only the end is left)
+        if not todo:  # (every partition merged by an earlier run: only the end is left)
             futures += self.steps.complete(client, spec, [], {}, {})
             return {}
         rec = self.config.recovery
-        watch = ShardWatch(client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s,
-                           rec.rejoin_timeout_s)
-        shards = [s for s in self.config.shard_names if s in watch.workers]   # those with a worker now
+        watch = ShardWatch(
+            client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s, rec.rejoin_timeout_s
+        )
+        shards = [s for s in self.config.shard_names if s in watch.workers]  # those with a worker now
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")
         plan = JobPlan(client, spec, self.steps, self.config)
@@ -192,14 +229,24 @@ class ClusterJob:
         futures += self.steps.complete(client, spec, todo, unreadable, plan.answers)
         return unreadable
 
-    def _watch(self, pipeline, spec: JobSpec, plan: JobPlan, watch: ShardWatch, summary: JobSummary,
-               answered: dict, futures: list, bar, stop: threading.Event | None) -> dict[int, str]:
+    def _watch(
+        self,
+        pipeline,
+        spec: JobSpec,
+        plan: JobPlan,
+        watch: ShardWatch,
+        summary: JobSummary,
+        answered: dict,
+        futures: list,
+        bar,
+        stop: threading.Event | None,
+    ) -> dict[int, str]:
         """Take each read's and answer's figures as they come, move the buckets of a shard given
         up on, show progress; the partitions that could not be read, and why."""
         client = pipeline.client
         reads = _Reads()
         pending = as_completed(list(plan.watched.values()) + plan.figures)
-        moved_away: set[str] = set()   # answer tasks cancelled here: their buckets moved
+        moved_away: set[str] = set()  # answer tasks cancelled here: their buckets moved
         while not pending.is_empty():
             if stop is not None and stop.is_set():
                 raise JobLeft()
@@ -213,25 +260,26 @@ class ClusterJob:
                 summary.events.append(event)
                 if event.kind == GONE:
                     plan.move(event.shard, watch, moved_away, pending, futures, summary)
-            live = reads.errors + sum(answered.values())   # rows answered so far, as the tasks report them
+            live = reads.errors + sum(answered.values())  # rows answered so far, as the tasks report them
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
-            with pending.thread_condition:   # (the last one taken: on at once, to the merges)
+            with pending.thread_condition:  # (the last one taken: on at once, to the merges)
                 if not pending.has_ready() and not pending.is_empty():
                     pending.thread_condition.wait(timeout=0.5)
         return reads.unreadable
 
-    def _take(self, client, f, plan: JobPlan, pending, moved_away: set[str], summary: JobSummary,
-              reads: "_Reads") -> None:
+    def _take(
+        self, client, f, plan: JobPlan, pending, moved_away: set[str], summary: JobSummary, reads: "_Reads"
+    ) -> None:
         """A watched task ended: a read's figures or an answer's, taken into ``summary`` and
         ``reads``; one lost with its worker before it was taken is watched again."""
         if f.cancelled():
-            if f.key in moved_away:   # its bucket went to another shard
+            if f.key in moved_away:  # its bucket went to another shard
                 return
             raise JobError(_cancelled(client, f.key))
         try:
             result = f.result(timeout=LOST_AFTER_S)
-            if isinstance(result, Stopped):   # (a write failed for good: the other tasks are cancelled)
+            if isinstance(result, Stopped):  # (a write failed for good: the other tasks are cancelled)
                 raise JobError(result.why)
             if f.key not in plan.partition_of and self.steps.answered is not None:
                 self.steps.answered(client, plan.answers[plan.of_answer[f.key]])
@@ -248,7 +296,7 @@ class ClusterJob:
             if result.unreadable is not None:
                 reads.unreadable[plan.partition_of[f.key].index] = result.unreadable
         else:
-            plan.pieces[plan.of_answer[f.key]] = []   # (answered: its rows are no longer needed)
+            plan.pieces[plan.of_answer[f.key]] = []  # (answered: its rows are no longer needed)
         f.release()
 
     def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
@@ -265,6 +313,6 @@ class ClusterJob:
         if self.on_progress is not None:
             tokens = [sum(t[k] for t in self._tokens.values()) for k in range(3)]
             self.on_progress(summary.resumed + job["rows"], summary.errors, tokens)
-        if self.steps.shown is not None:   # (a stream's window: shown as part of the stream)
+        if self.steps.shown is not None:  # (a stream's window: shown as part of the stream)
             job = self.steps.shown(job)
         pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time()})

@@ -3,6 +3,7 @@ partition read on a worker (Parquet row groups, or an OpenAI batch file's blocks
 its rows split by shard, answers committed to answer files in OUTPUT.partial, each partition
 merged into a part of the output in input order, then OUTPUT; ids used twice refused on the
 workers before any row is answered."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -30,25 +31,29 @@ from pipeline.steps.output_tasks import finish_task, merge_task
 from tasks import Embed, get_task_kind
 from tasks.registry import task_kind
 
-MIN_LINE_BYTES = 100   # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
+MIN_LINE_BYTES = 100  # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
 
 
 class FileSteps:
     """A Parquet file job's steps: partitions of the input files read on the workers, answers
     committed to answer files, each partition merged into a part, then OUTPUT."""
+
     answer = staticmethod(answer_task)
-    answered: Callable[..., None] | None = None   # (a stream's steps take each bucket's answers as it ends)
-    shown: Callable[[dict], dict] | None = None   # (and show the stream's figures on the dashboard)
+    answered: Callable[..., None] | None = None  # (a stream's steps take each bucket's answers as it ends)
+    shown: Callable[[dict], dict] | None = None  # (and show the stream's figures on the dashboard)
 
     def __init__(self, source, sink: ClusterParts, check_keys: bool = False, lines=None):
         self.source, self.sink = source, sink
         # (a JSONL job's rows are counted as its blocks are read: known from the start only when
         # an earlier run of it counted them, ``rows_counted``)
-        self.rows_total = sink.meta.get("rows") if any(p.rows is None for p in sink.partitions) else \
-            sum(p.rows for p in sink.partitions)
+        self.rows_total = (
+            sink.meta.get("rows")
+            if any(p.rows is None for p in sink.partitions)
+            else sum(p.rows for p in sink.partitions)
+        )
         self.resumed = sink.resumed
-        self.check_keys = check_keys   # the workers check that no id is used twice (pipeline/jobs/key_check.py)
-        self.lines = lines   # an OpenAI batch job's output lines (openai_batch.ResponseLines); None: Parquet
+        self.check_keys = check_keys  # the workers check that no id is used twice (pipeline/jobs/key_check.py)
+        self.lines = lines  # an OpenAI batch job's output lines (openai_batch.ResponseLines); None: Parquet
 
     def committed(self) -> int:
         return self.sink.refresh()
@@ -57,8 +62,13 @@ class FileSteps:
         return [p for p in self.sink.partitions if not self.sink.files.merged(p.index)]
 
     def spec(self, **fields) -> JobSpec:
-        return JobSpec(source=self.source, folder=self.sink.folder, schema=self.sink.schema,
-                       starts=tuple(p.start for p in self.sink.partitions), **fields)
+        return JobSpec(
+            source=self.source,
+            folder=self.sink.folder,
+            schema=self.sink.schema,
+            starts=tuple(p.start for p in self.sink.partitions),
+            **fields,
+        )
 
     def read(self, client, spec: JobSpec, part, key: str, resources: dict | None = None):
         """``resources``: the read slot the task takes on its worker (``jobs.reads_per_worker``)."""
@@ -72,7 +82,7 @@ class FileSteps:
             return get_task_kind(config, tokenizer, head_labels(config))
         if self.lines.endpoint == SCORING:
             return scoring_task(config, tokenizer)
-        if self.lines.embeds:   # (the embed task's defaults: the config's template is its own task's)
+        if self.lines.embeds:  # (the embed task's defaults: the config's template is its own task's)
             return Embed(tokenizer)
         return task_kind(self.task_name(config), config.prompt, tokenizer)
 
@@ -91,13 +101,15 @@ class FileSteps:
     def rows_merged(self) -> int:
         """Rows of the partitions an earlier run merged (not read again)."""
         files = self.sink.files
-        return sum(files.folder.num_rows(files.part_path(p.index)) for p in self.sink.partitions
-                   if files.merged(p.index))
+        return sum(
+            files.folder.num_rows(files.part_path(p.index)) for p in self.sink.partitions if files.merged(p.index)
+        )
 
     def split(self, client, spec: JobSpec, read, place, part, key: str, resources: dict | None = None):
         """``resources``: the read slot, as ``read``'s (a split reads its partition's texts again)."""
-        return client.submit(file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY,
-                             resources=resources)
+        return client.submit(
+            file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY, resources=resources
+        )
 
     def key_checks(self, client, spec: JobSpec) -> list:
         """With ``check_keys``: the tasks that find the hashes of ids used twice, over every
@@ -106,12 +118,24 @@ class FileSteps:
             return []
         rows = self.rows_total if self.rows_total is not None else self.source.size // MIN_LINE_BYTES
         job, ranges = spec.job_id, hash_ranges(rows)
-        hashes = [client.submit(partition_key_hashes, self.source, p, ranges, key=f"{job}-keys-{p.index}",
-                                priority=PLAN_PRIORITY) for p in self.sink.partitions]
-        return [client.submit(repeated_hashes, *(client.submit(hash_range, h, k, key=f"{job}-keys-{i}-{k}",
-                                                               priority=PLAN_PRIORITY)
-                                                 for i, h in enumerate(hashes)),
-                              key=f"{job}-repeated-{k}", priority=PLAN_PRIORITY) for k in range(ranges)]
+        hashes = [
+            client.submit(
+                partition_key_hashes, self.source, p, ranges, key=f"{job}-keys-{p.index}", priority=PLAN_PRIORITY
+            )
+            for p in self.sink.partitions
+        ]
+        return [
+            client.submit(
+                repeated_hashes,
+                *(
+                    client.submit(hash_range, h, k, key=f"{job}-keys-{i}-{k}", priority=PLAN_PRIORITY)
+                    for i, h in enumerate(hashes)
+                ),
+                key=f"{job}-repeated-{k}",
+                priority=PLAN_PRIORITY,
+            )
+            for k in range(ranges)
+        ]
 
     def refuse_duplicates(self, client, spec: JobSpec, checks: list) -> None:
         """Raise ``JobError`` if an id is used twice (``key_checks``); before any row is answered.
@@ -119,10 +143,14 @@ class FileSteps:
         again = np.concatenate(client.gather(checks)) if checks else []
         if not len(again):
             return
-        suspects = [client.submit(suspect_keys, self.source, p, again, key=f"{spec.job_id}-suspects-{p.index}",
-                                  priority=PLAN_PRIORITY) for p in self.sink.partitions]
+        suspects = [
+            client.submit(
+                suspect_keys, self.source, p, again, key=f"{spec.job_id}-suspects-{p.index}", priority=PLAN_PRIORITY
+            )
+            for p in self.sink.partitions
+        ]
         found, shown = client.submit(duplicate_report, *suspects, key=f"{spec.job_id}-duplicates").result()
-        if not found:   # (hashes alike, ids not)
+        if not found:  # (hashes alike, ids not)
             return
         if not self.sink.resumed:
             self.sink.folder.remove()
@@ -130,19 +158,24 @@ class FileSteps:
 
     def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, answers: dict) -> list:
         """Each readable partition merged; then, if every one was, OUTPUT. The futures submitted."""
-        merges = [client.submit(merge_task, spec, p, key=f"{spec.job_id}-merge-{p.index}") for p in todo
-                  if p.index not in unreadable]
+        merges = [
+            client.submit(merge_task, spec, p, key=f"{spec.job_id}-merge-{p.index}")
+            for p in todo
+            if p.index not in unreadable
+        ]
         client.gather(merges)
         if unreadable:
             return merges
-        finish = client.submit(finish_task, spec, self.sink.partitions, str(self.sink.final), self.lines,
-                               key=f"{spec.job_id}-finish")
+        finish = client.submit(
+            finish_task, spec, self.sink.partitions, str(self.sink.final), self.lines, key=f"{spec.job_id}-finish"
+        )
         finish.result()
         return merges + [finish]
 
 
 class FileJob(ClusterJob):
     """A file job (``prepare_job``): a ``ClusterJob`` over ``FileSteps``, with its partial output."""
+
     steps: FileSteps
 
     @property

@@ -1,6 +1,7 @@
 """A Dask DataFrame job's steps (``Pipeline.map_dataframe``, pipeline/client/dataframes.py):
 each input partition computed and read on a worker, answers kept in the cluster's memory, each
 partition's answers merged into a pandas DataFrame with the input's index."""
+
 from __future__ import annotations
 
 from pipeline.data.row_checks import RowColumns
@@ -18,7 +19,7 @@ class FrameSteps(KeptSteps):
         self.out_columns = out_columns
         self.rows_total = rows_total
         self.frames: list = []
-        self._tails: dict = {}   # partition -> what its merge needs of its read (``frame_tail_of``)
+        self._tails: dict = {}  # partition -> what its merge needs of its read (``frame_tail_of``)
 
     def read(self, client, spec, part, key: str, resources: dict | None = None):
         """(``resources`` is not asked for: a DataFrame's partition is read where the cluster
@@ -26,7 +27,7 @@ class FrameSteps(KeptSteps):
         from pipeline.jobs.job_plan import PLAN_PRIORITY
         from pipeline.steps.frame_tasks import frame_read_task, frame_tail_of
 
-        frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)   # on the cluster, read beside it
+        frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)  # on the cluster, read beside it
         read = client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
         # (what the merge needs of the read, kept: the read itself is let go once split)
         self._tails[part.index] = client.submit(frame_tail_of, read, key=f"{key}-tail", priority=PLAN_PRIORITY)
@@ -42,13 +43,22 @@ class FrameSteps(KeptSteps):
         job = spec.job_id
         merges = []
         for p in todo:
-            pieces = [client.submit(kept_piece, a, p.index, key=f"{job}-kept-{p.index}-{b}")
-                      for b, a in answers.items()]
-            merges.append(client.submit(frame_merge_task, self._tails.pop(p.index), p.index, self.out_columns,
-                                        *pieces, key=f"{job}-merge-{p.index}"))
+            pieces = [
+                client.submit(kept_piece, a, p.index, key=f"{job}-kept-{p.index}-{b}") for b, a in answers.items()
+            ]
+            merges.append(
+                client.submit(
+                    frame_merge_task,
+                    self._tails.pop(p.index),
+                    p.index,
+                    self.out_columns,
+                    *pieces,
+                    key=f"{job}-merge-{p.index}",
+                )
+            )
         wait(merges)
         for f in merges:
             if f.status != "finished":
-                f.result()   # raises the task's error
+                f.result()  # raises the task's error
         self.frames = merges
         return []

@@ -18,6 +18,7 @@ finish_reason`` and, for a job that asks for JSON answers, ``answer_json``
 (``pipeline.results.RESULT_FIELDS``). OpenAI batch output: one response line per request
 (``pipeline/jobs/openai_batch.py``).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,10 +53,18 @@ if TYPE_CHECKING:
 __all__ = ["prepare_job", "run_job"]
 
 
-def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *, format: str = "auto",
-                allow_duplicate_ids: bool = False, truncate: bool = False, part_rows: int = 10_000,
-                flush_seconds: float = 30.0,
-                notify: Callable[[str], None] | None = None, config: "Config | None" = None) -> FileJob:
+def prepare_job(
+    input_path: str | os.PathLike,
+    output_path: str | os.PathLike,
+    *,
+    format: str = "auto",
+    allow_duplicate_ids: bool = False,
+    truncate: bool = False,
+    part_rows: int = 10_000,
+    flush_seconds: float = 30.0,
+    notify: Callable[[str], None] | None = None,
+    config: "Config | None" = None,
+) -> FileJob:
     """Check everything that needs no engine; raise :class:`JobError` with the reason.
     ``config``: the one the pipeline runs with (its task says which columns the input needs;
     default: the repository's cluster.yaml)."""
@@ -65,10 +74,12 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     notes = _input_notes(source, input_path)
     remote = is_url(output_path)
     final: str | Path = str(output_path) if remote else Path(local_path(output_path))
-    partial = _partial_meta(final, config.storage_options)   # an earlier run's, if any (read once)
+    partial = _partial_meta(final, config.storage_options)  # an earlier run's, if any (read once)
     if partial is not None and partial.get("path", "client") != "cluster":
-        raise JobError(f"{final}.partial was left by an earlier version's client-side job, which this version no "
-                       f"longer runs; finish it with the version that started it, or delete it to start over")
+        raise JobError(
+            f"{final}.partial was left by an earlier version's client-side job, which this version no "
+            f"longer runs; finish it with the version that started it, or delete it to start over"
+        )
     meta, partitions = _meta_and_partitions(source, partial, config)
     # the workers check the keys of a job larger than a partition (the client would hold 8 bytes
     # a row); a smaller job's are checked here, before anything starts
@@ -76,35 +87,46 @@ def prepare_job(input_path: str | os.PathLike, output_path: str | os.PathLike, *
     if not keys_on_workers:
         check_duplicates(source, allow_duplicate_ids)
     schema = _output_schema(source, config)
-    sink = ClusterParts.on_store(str(final), meta, schema, partitions, config.storage_options) if remote else \
-        ClusterParts.local(Path(final), meta, schema, partitions)
+    sink = (
+        ClusterParts.on_store(str(final), meta, schema, partitions, config.storage_options)
+        if remote
+        else ClusterParts.local(Path(final), meta, schema, partitions)
+    )
     done = sink.open()
-    notes += sink.notes   # (answer files found damaged and dropped)
+    notes += sink.notes  # (answer files found damaged and dropped)
     if done:
         of = f" of {meta['rows']}" if meta["rows"] is not None else ""
         notes.append(f"resuming: {done}{of} rows are already in {sink.dir}; answering the rest")
     for note in notes:  # only once every check has passed
         notify(note)
-    lines = ResponseLines(config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens,
-                          sink.meta["started"], source.endpoint) if isinstance(source, OpenAIBatchSource) else None
-    return FileJob(FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate,
-                      part_rows, flush_seconds)
+    lines = (
+        ResponseLines(
+            config.model.path or DEFAULT_MODEL_NAME, config.sampling.max_tokens, sink.meta["started"], source.endpoint
+        )
+        if isinstance(source, OpenAIBatchSource)
+        else None
+    )
+    return FileJob(
+        FileSteps(source, sink, check_keys=keys_on_workers, lines=lines), config, truncate, part_rows, flush_seconds
+    )
 
 
 def _checked_source(input_path, output_path, format: str, config: "Config") -> ParquetSource | OpenAIBatchSource:
     """The job's input, opened and checked as far as it can be without reading every row: the
     columns the config's task reads, a batch file's lines, OUTPUT apart from it, its keys' type,
     and an adapter column only where the engines run adapters."""
-    source = open_source(input_path, format, task_columns(config, head_labels(config)), config.storage_options,
-                         config.model.adapters)
+    source = open_source(
+        input_path, format, task_columns(config, head_labels(config)), config.storage_options, config.model.adapters
+    )
     if isinstance(source, OpenAIBatchSource):
         source.check_requests()
-    check_output_apart(source, output_path, config.storage_options)   # before anything is written
+    check_output_apart(source, output_path, config.storage_options)  # before anything is written
     check_key_type(source)
-    if isinstance(source, ParquetSource) and "adapter" in source.row_columns.sampling_columns and \
-            not config.lora_slots:
-        raise JobError(f"input {input_path} has an adapter column, and this config's engines run without adapters; "
-                       f"list them in model.adapters (or set engine.max_loras) and start the cluster again")
+    if isinstance(source, ParquetSource) and "adapter" in source.row_columns.sampling_columns and not config.lora_slots:
+        raise JobError(
+            f"input {input_path} has an adapter column, and this config's engines run without adapters; "
+            f"list them in model.adapters (or set engine.max_loras) and start the cluster again"
+        )
     return source
 
 
@@ -114,15 +136,20 @@ def _meta_and_partitions(source, partial: dict | None, config: "Config") -> tupl
     (``partial``) cut them."""
     jsonl = isinstance(source, OpenAIBatchSource)
     # the files as they are: answers are matched to rows by position, so a changed file must not resume
-    meta: dict[str, Any] = {"input": source.description, "format": source.format,
-            "rows": None if jsonl else source.num_rows,   # (a JSONL job's: counted by the workers)
-            "key": source.key or "position", "started": int(time.time()), "path": "cluster",
-            "files": _fingerprint(source.files, source.fs)}
+    meta: dict[str, Any] = {
+        "input": source.description,
+        "format": source.format,
+        "rows": None if jsonl else source.num_rows,  # (a JSONL job's: counted by the workers)
+        "key": source.key or "position",
+        "started": int(time.time()),
+        "path": "cluster",
+        "files": _fingerprint(source.files, source.fs),
+    }
     partitions: list
     if isinstance(source, OpenAIBatchSource):
         meta["partition_bytes"] = _resumed(partial, "partition_bytes") or config.jobs.partition_bytes
         partitions = plan_blocks(source.size, meta["partition_bytes"])
-        if partial is not None and partial.get("files") == meta["files"]:   # counted by an earlier run
+        if partial is not None and partial.get("files") == meta["files"]:  # counted by an earlier run
             meta["rows"] = _resumed(partial, "rows")
     else:
         meta["partition_rows"] = _resumed(partial, "partition_rows") or config.jobs.partition_rows
@@ -134,29 +161,50 @@ def _input_notes(source, input_path) -> list[str]:
     """What the user should know about the input before the job runs."""
     notes = []
     if source.key is None:
-        notes.append(f"note: {input_path} has no id column; each row is keyed by its position in the input "
-                     f"(files in name order, then row order), and the output's id column holds it. "
-                     f"Resuming an interrupted job therefore needs the same input, unchanged.")
+        notes.append(
+            f"note: {input_path} has no id column; each row is keyed by its position in the input "
+            f"(files in name order, then row order), and the output's id column holds it. "
+            f"Resuming an interrupted job therefore needs the same input, unchanged."
+        )
     if source.dropped:
-        notes.append(f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
-                     f"and are not copied to the output")
+        notes.append(
+            f"note: input column(s) {', '.join(source.dropped)} have the names of output columns "
+            f"and are not copied to the output"
+        )
     return notes
 
 
 def _output_schema(source, config: "Config") -> pa.Schema:
     """The output parts' columns: the input's own (an OpenAI batch job's: each row's custom_id
     as JSON text), then the results (``answer_json``, ``logprobs``, ``choices`` only when the job asks for them)."""
-    jsonl = source.format == "openai"   # (its lines may ask for anything: every column)
-    fields = list(RESULT_FIELDS[1:]) if jsonl else \
-        output_fields(config.sampling.as_sampling(0), source.row_columns.sampling_columns, config.task)
+    jsonl = source.format == "openai"  # (its lines may ask for anything: every column)
+    fields = (
+        list(RESULT_FIELDS[1:])
+        if jsonl
+        else output_fields(config.sampling.as_sampling(0), source.row_columns.sampling_columns, config.task)
+    )
     if jsonl:
         return pa.schema([pa.field("id", pa.string()), *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
-    return pa.schema([*(source.schema.field(n) for n in source.passthrough), pa.field("id", source.key_type),
-                      *(pa.field(n, RESULT_TYPES[n]) for n in fields)])
+    return pa.schema(
+        [
+            *(source.schema.field(n) for n in source.passthrough),
+            pa.field("id", source.key_type),
+            *(pa.field(n, RESULT_TYPES[n]) for n in fields),
+        ]
+    )
 
 
-def run_job(pipeline: ClusterHandle, input_path, output_path, *, progress: bool | None = None, task: str | None = None,
-            prompt: dict | None = None, sampling: dict | None = None, **options) -> JobSummary:
+def run_job(
+    pipeline: ClusterHandle,
+    input_path,
+    output_path,
+    *,
+    progress: bool | None = None,
+    task: str | None = None,
+    prompt: dict | None = None,
+    sampling: dict | None = None,
+    **options,
+) -> JobSummary:
     """The whole job from Python: the same checks and options as ``python -m pipeline run``.
     ``task``, ``prompt``, ``sampling``: this job's, over the pipeline's config (the engines keep
     running; e.g. ``prompt={"template": "Summarize: {text}"}, sampling={"max_tokens": 64}``)."""
@@ -171,8 +219,14 @@ def _fingerprint(files: list[str], fs=None) -> list[list]:
     for f in files:
         if fs is not None:
             info = fs.info(f)
-            stamp = next((info[k] for k in ("ETag", "etag", "LastModified", "mtime", "updated", "created")
-                          if info.get(k) is not None), "")
+            stamp = next(
+                (
+                    info[k]
+                    for k in ("ETag", "etag", "LastModified", "mtime", "updated", "created")
+                    if info.get(k) is not None
+                ),
+                "",
+            )
             out.append([info.get("size"), str(stamp)])
             continue
         st = os.stat(f)

@@ -4,6 +4,7 @@ kept, and how the job ends. The kinds: ``FileSteps`` (Parquet or OpenAI batch fi
 files and OUTPUT out: file_steps), ``FrameSteps`` (a Dask DataFrame: frame_steps) and
 ``IterableSteps`` (a stream's window: stream_steps); the last two share ``KeptSteps``
 (kept_steps: answers kept in the cluster's memory, nothing to resume)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
@@ -14,11 +15,11 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class JobSteps(Protocol):
-    resumed: int                    # rows an earlier run committed (0: nothing to resume)
-    rows_total: int | None          # the job's rows (None until every partition is read)
-    answer: Callable[..., Any]      # the answer task each bucket runs on its shard
-    answered: Callable[..., None] | None   # given each bucket's answer as it ends (a stream's); None: not asked
-    shown: Callable[[dict], dict] | None   # the job's figures as the dashboard shows them; None: as they are
+    resumed: int  # rows an earlier run committed (0: nothing to resume)
+    rows_total: int | None  # the job's rows (None until every partition is read)
+    answer: Callable[..., Any]  # the answer task each bucket runs on its shard
+    answered: Callable[..., None] | None  # given each bucket's answer as it ends (a stream's); None: not asked
+    shown: Callable[[dict], dict] | None  # the job's figures as the dashboard shows them; None: as they are
 
     def committed(self) -> int:
         """Rows whose answers are kept for good so far (a file job's committed rows)."""

@@ -2,6 +2,7 @@
 Dask DataFrame's, pipeline/client/dataframes.py; a stream window's,
 pipeline/client/iterable_job.py): nothing committed, nothing to resume, no ids to check, each
 partition split as it was read. pipeline/jobs/cluster_job.py runs them."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -15,10 +16,11 @@ from tasks import get_task_kind
 class KeptSteps:
     """``parts``: the job's partitions (one per entry); ``source``: what the workers read them
     with (``JobSpec.source``); ``task``: the task kind (None: the config's)."""
+
     resumed = 0
     rows_total: int | None = None
-    answered: Callable[..., None] | None = None   # (a stream's steps take each bucket's answers as it ends)
-    shown: Callable[[dict], dict] | None = None   # (and show the stream's figures on the dashboard)
+    answered: Callable[..., None] | None = None  # (a stream's steps take each bucket's answers as it ends)
+    shown: Callable[[dict], dict] | None = None  # (and show the stream's figures on the dashboard)
     answer = staticmethod(kept_answer_task)
 
     def __init__(self, parts: list, source=None, task=None):
@@ -39,16 +41,16 @@ class KeptSteps:
 
         return client.submit(split_task, read, place, key=key, priority=PLAN_PRIORITY)
 
-    def key_checks(self, client, spec) -> list:   # (rows are keyed by their place: a frame's index, a stream's)
+    def key_checks(self, client, spec) -> list:  # (rows are keyed by their place: a frame's index, a stream's)
         return []
 
-    def refuse_duplicates(self, client, spec, checks: list) -> None:   # (no checks: nothing to refuse)
+    def refuse_duplicates(self, client, spec, checks: list) -> None:  # (no checks: nothing to refuse)
         return None
 
-    def rows_merged(self) -> int:   # (every partition is read)
+    def rows_merged(self) -> int:  # (every partition is read)
         return 0
 
-    def rows_counted(self, rows: int) -> None:   # (nothing to resume: no record kept)
+    def rows_counted(self, rows: int) -> None:  # (nothing to resume: no record kept)
         pass
 
     def task_kind(self, config, tokenizer):

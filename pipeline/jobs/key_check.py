@@ -11,6 +11,7 @@ compared exactly. Where the hashes are held:
   task (``repeated_hashes``), so no process holds more than a range's hashes; the keys of any
   repeated hash are then counted exactly (``suspect_keys``, ``duplicate_report``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ from pipeline.data.errors import JobError
 from pipeline.data.partitions import ByteBlock, Partition
 
 DUPLICATES_SHOWN = 10
-RANGE_ROWS = 1 << 24   # about the rows (hashes, 8 bytes each: 128 MB) one range's check task holds
+RANGE_ROWS = 1 << 24  # about the rows (hashes, 8 bytes each: 128 MB) one range's check task holds
 
 
 def hash_ranges(rows: int) -> int:
@@ -42,8 +43,7 @@ def check_key_type(source) -> None:
     """Keys must be strings or numbers (what hashes and compares exactly)."""
     key_type = source.key_type
     if source.key and (pa.types.is_nested(key_type) or pa.types.is_dictionary(key_type)):
-        raise JobError(f"the {source.key} column has type {key_type}, which cannot key rows; "
-                       f"use strings or integers")
+        raise JobError(f"the {source.key} column has type {key_type}, which cannot key rows; use strings or integers")
 
 
 def repeated(hashes: np.ndarray) -> np.ndarray:
@@ -64,10 +64,12 @@ def duplicates_message(key: str, found: int, shown: list[tuple]) -> str:
     """The refusal: ``found`` keys repeated, the first of them (``shown``: key, count)."""
     listed = ", ".join(f"{k!r} ({c} times)" for k, c in shown[:DUPLICATES_SHOWN])
     more = f" and {found - DUPLICATES_SHOWN} more" if found > DUPLICATES_SHOWN else ""
-    return (f"input has {found} {key} value(s) used by more than one row: {listed}{more}. "
-            f"Output rows are matched to input rows by {key}, so the job does not run; "
-            f"make them unique, or pass --allow-duplicate-ids (allow_duplicate_ids=True) "
-            f"to run anyway (each row still gets its own output row, in input order)")
+    return (
+        f"input has {found} {key} value(s) used by more than one row: {listed}{more}. "
+        f"Output rows are matched to input rows by {key}, so the job does not run; "
+        f"make them unique, or pass --allow-duplicate-ids (allow_duplicate_ids=True) "
+        f"to run anyway (each row still gets its own output row, in input order)"
+    )
 
 
 def check_duplicates(source, allowed: bool) -> None:
@@ -77,23 +79,25 @@ def check_duplicates(source, allowed: bool) -> None:
     if allowed or not hashes:
         return
     ordered = np.concatenate(hashes)
-    del hashes[:]   # (the batches' copies go before the sort, which works in place)
+    del hashes[:]  # (the batches' copies go before the sort, which works in place)
     again = repeated(ordered)
     del ordered
     if not len(again):
         return
 
-    def suspects():   # the keys of the repeated hashes, in input order
+    def suspects():  # the keys of the repeated hashes, in input order
         for keys in source.key_arrays():
             keys = keys.drop_null()
             if len(keys):
                 yield from keys.filter(pa.array(np.isin(key_hashes(keys), again))).to_pylist()
+
     found = count_repeated(suspects())
     if found:
         raise JobError(duplicates_message(source.key, len(found), found))
 
 
 # On the workers (a cluster job larger than one partition)
+
 
 def _partition_keys(source, part: Partition | ByteBlock) -> pa.Array:
     """Partition ``part``'s keys; none if it cannot be read (its read task says why, and its rows
@@ -103,7 +107,7 @@ def _partition_keys(source, part: Partition | ByteBlock) -> pa.Array:
     from pipeline.steps.template_pieces import whole
 
     try:
-        if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes)
+        if isinstance(part, ByteBlock):  # (an OpenAI batch file's block of bytes)
             return block_keys(source, part)
         return whole(read_partition(source, part, columns=["id"]).column(0))
     except JobError:
@@ -113,7 +117,7 @@ def _partition_keys(source, part: Partition | ByteBlock) -> pa.Array:
 def partition_key_hashes(source, part: Partition, ranges: int) -> list[np.ndarray]:
     """Partition ``part``'s key hashes, sorted, cut into ``ranges`` ranges of equal width."""
     hashes = np.sort(key_hashes(_partition_keys(source, part)))
-    bounds = [(np.uint64(2 ** 64 // ranges * k)) for k in range(1, ranges)]
+    bounds = [(np.uint64(2**64 // ranges * k)) for k in range(1, ranges)]
     cuts = np.searchsorted(hashes, np.array(bounds, np.uint64)) if bounds else np.zeros(0, np.int64)
     return np.split(hashes, cuts)
 

@@ -5,12 +5,13 @@ Dask's cancel only tells the workers; an answer task running there stops a momen
 the answers it had in hand are committed before it ends (pipeline/worker/grouped_answers.py).
 Waiting for that here means that once ``ClusterJob.run`` has returned or raised, nothing of the
 job is written any more: a rerun started at once reads a folder that stays as it read it."""
+
 from __future__ import annotations
 
 import time
 
-RUNNING = ("executing", "long-running", "cancelled", "resumed")   # a Dask task's states while its code runs
-WAIT_S = 10.0   # at most this long: a worker that does not answer is not waited for
+RUNNING = ("executing", "long-running", "cancelled", "resumed")  # a Dask task's states while its code runs
+WAIT_S = 10.0  # at most this long: a worker that does not answer is not waited for
 POLL_S = 0.05
 
 
@@ -35,8 +36,11 @@ class Subscription:
 def job_tasks_running(dask_worker, job_id: str) -> int:
     """For ``client.run``: how many of job ``job_id``'s tasks this worker still runs."""
     prefix = f"{job_id}-"
-    return sum(1 for key, ts in list(dask_worker.state.tasks.items())
-               if isinstance(key, str) and key.startswith(prefix) and ts.state in RUNNING)
+    return sum(
+        1
+        for key, ts in list(dask_worker.state.tasks.items())
+        if isinstance(key, str) and key.startswith(prefix) and ts.state in RUNNING
+    )
 
 
 def let_go(client, futures: list, job_id: str, wait_s: float = WAIT_S) -> None:
@@ -51,7 +55,7 @@ def let_go(client, futures: list, job_id: str, wait_s: float = WAIT_S) -> None:
     while time.monotonic() < deadline:
         try:
             running = client.run(job_tasks_running, job_id=job_id, on_error="return")
-        except Exception:   # noqa: BLE001 - the scheduler is gone: nothing more can be asked
+        except Exception:  # noqa: BLE001 - the scheduler is gone: nothing more can be asked
             return
         if not any(isinstance(n, int) and n for n in running.values()):
             return

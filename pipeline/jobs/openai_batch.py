@@ -9,6 +9,7 @@ reason in ``"error": {"code", "message"}`` (``LineError.of``). Ids are
 derived from the row's position, so a resumed job writes exactly what an uninterrupted one
 would.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,18 +47,37 @@ from pipeline.results import RESULT_FIELDS, RowResult
 # the files whose lines are answered as several rows each, and how their rows become lines again
 LINES_OF = {SCORING: scoring_lines.lines_of, COMPLETIONS_URL: completion_lines.lines_of}
 # the task (tasks/registry.py) that answers each endpoint's lines
-ENDPOINT_TASKS = {CHAT_URL: "chat", COMPLETIONS_URL: "completion", RESPONSES_URL: "chat", EMBEDDINGS_URL: "embed",
-                  SCORING: "score"}
+ENDPOINT_TASKS = {
+    CHAT_URL: "chat",
+    COMPLETIONS_URL: "completion",
+    RESPONSES_URL: "chat",
+    EMBEDDINGS_URL: "embed",
+    SCORING: "score",
+}
 
 
-def output_line(position: int, custom_id, result: RowResult, model: str, max_tokens: int, created: int,
-                endpoint: str = CHAT_URL, tool: str | None = None) -> str:
+def output_line(
+    position: int,
+    custom_id,
+    result: RowResult,
+    model: str,
+    max_tokens: int,
+    created: int,
+    endpoint: str = CHAT_URL,
+    tool: str | None = None,
+) -> str:
     """A line (a row) of a file of ``endpoint``'s requests as its output line; ``tool``: how a
     chat line's tools are answered (pipeline/data/chat_tools.py), None: as text."""
     request_id = f"pipeline-batch-{position}"
     if result.error is not None:
-        return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id, error=LineError.of(result.error),
-                                 response=Envelope(status_code=400, request_id=request_id)))
+        return encode(
+            OutputLine(
+                id=f"pipeline-{position}",
+                custom_id=custom_id,
+                error=LineError.of(result.error),
+                response=Envelope(status_code=400, request_id=request_id),
+            )
+        )
     body: Any
     if endpoint == EMBEDDINGS_URL:
         body = embedding_body(result, model)
@@ -65,42 +85,69 @@ def output_line(position: int, custom_id, result: RowResult, model: str, max_tok
         body = response_body(position, result, model, created, max_tokens)
     else:
         body = ChatCompletion(
-            id=f"chatcmpl-{position}", created=created, model=model,
+            id=f"chatcmpl-{position}",
+            created=created,
+            model=model,
             choices=_choices(result, max_tokens, tool, position),
-            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                        total_tokens=result.prompt_tokens + result.completion_tokens,
-                        prompt_tokens_details=PromptTokensDetails(result.cached_tokens)))
-    return encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id,
-                             response=Envelope(status_code=200, request_id=request_id, body=body)))
+            usage=Usage(
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                total_tokens=result.prompt_tokens + result.completion_tokens,
+                prompt_tokens_details=PromptTokensDetails(result.cached_tokens),
+            ),
+        )
+    return encode(
+        OutputLine(
+            id=f"pipeline-{position}",
+            custom_id=custom_id,
+            response=Envelope(status_code=200, request_id=request_id, body=body),
+        )
+    )
 
 
 def embedding_body(result: RowResult, model: str) -> EmbeddingList:
     """OpenAI's response to an embeddings request of one input."""
-    return EmbeddingList(data=[Embedding(embedding=list(result.embedding))], model=model,
-                         usage=EmbeddingUsage(result.prompt_tokens, result.prompt_tokens))
+    return EmbeddingList(
+        data=[Embedding(embedding=list(result.embedding))],
+        model=model,
+        usage=EmbeddingUsage(result.prompt_tokens, result.prompt_tokens),
+    )
 
 
 def _choices(result: RowResult, max_tokens: int, tool: str | None, position: int) -> list[ChatChoice]:
     """The response's choices: the row's answer, or each of its answers (``sampling.n``), with
     their log-probabilities where asked for (OpenAI's ``logprobs.content``); a tool line's
     answers as its calls."""
-    answers = result.choices or [{"answer": result.answer, "finish_reason": result.finish_reason,
-                                  "completion_tokens": result.completion_tokens, "logprobs": result.logprobs,
-                                  "answer_json": result.answer_json}]
-    return [ChatChoice(index=i, message=_message(a, tool, f"{position}_{i}"),
-                       # as the engine says: at max_tokens (length) or at the end of the answer (stop)
-                       finish_reason="tool_calls" if tool and a.get("answer_json") else a["finish_reason"] or (
-                           "length" if a["completion_tokens"] >= max_tokens else "stop"),
-                       logprobs=None if a.get("logprobs") is None else
-                       ChoiceLogprobs([_token(t) for t in a["logprobs"]]))
-            for i, a in enumerate(answers)]
+    answers = result.choices or [
+        {
+            "answer": result.answer,
+            "finish_reason": result.finish_reason,
+            "completion_tokens": result.completion_tokens,
+            "logprobs": result.logprobs,
+            "answer_json": result.answer_json,
+        }
+    ]
+    return [
+        ChatChoice(
+            index=i,
+            message=_message(a, tool, f"{position}_{i}"),
+            # as the engine says: at max_tokens (length) or at the end of the answer (stop)
+            finish_reason="tool_calls"
+            if tool and a.get("answer_json")
+            else a["finish_reason"] or ("length" if a["completion_tokens"] >= max_tokens else "stop"),
+            logprobs=None if a.get("logprobs") is None else ChoiceLogprobs([_token(t) for t in a["logprobs"]]),
+        )
+        for i, a in enumerate(answers)
+    ]
 
 
 def _message(answer: dict, tool: str | None, prefix: str) -> AssistantMessage:
     if tool is None or answer.get("answer_json") is None:
         return AssistantMessage(content=answer["answer"], role="assistant")
-    calls = [ToolCall(id=i, function=FunctionCall(name, arguments))
-             for i, name, arguments in tool_calls(answer["answer_json"], tool, prefix)]
+    calls = [
+        ToolCall(id=i, function=FunctionCall(name, arguments))
+        for i, name, arguments in tool_calls(answer["answer_json"], tool, prefix)
+    ]
     return AssistantMessage(content=None, role="assistant", tool_calls=calls)
 
 
@@ -109,18 +156,23 @@ def _utf8(token: str) -> list[int]:
 
 
 def _token(t: dict) -> TokenLogprob:
-    return TokenLogprob(t["token"], t["logprob"], _utf8(t["token"]),
-                        [TopLogprob(x["token"], x["logprob"], _utf8(x["token"])) for x in t["top_logprobs"]])
+    return TokenLogprob(
+        t["token"],
+        t["logprob"],
+        _utf8(t["token"]),
+        [TopLogprob(x["token"], x["logprob"], _utf8(x["token"])) for x in t["top_logprobs"]],
+    )
 
 
 @dataclass(frozen=True)
 class ResponseLines:
     """A cluster job's merged rows (``id``: each custom_id as JSON text, then the result
     columns) as output lines; what every line shares."""
+
     model: str
     max_tokens: int
     created: int
-    endpoint: str = CHAT_URL   # the file's (``OpenAIBatchSource.endpoint``; ``SCORING`` for scoring requests)
+    endpoint: str = CHAT_URL  # the file's (``OpenAIBatchSource.endpoint``; ``SCORING`` for scoring requests)
 
     @property
     def embeds(self) -> bool:
@@ -136,13 +188,18 @@ class ResponseLines:
         """``table``'s rows as lines, the first at input position ``first``."""
         fields = [n for n in RESULT_FIELDS[1:] if n in table.column_names]
         if self.fans_out:
-            return LINES_OF[self.endpoint](table.select(["id", *fields]).to_pylist(), first, self.model,
-                                           self.created, self.max_tokens)
+            return LINES_OF[self.endpoint](
+                table.select(["id", *fields]).to_pylist(), first, self.model, self.created, self.max_tokens
+            )
         out = []
         for k, row in enumerate(table.select(["id", *fields]).to_pylist()):
             result = RowResult(first + k, **{n: row[n] for n in fields})
-            carry = json.loads(row["id"])   # (a custom_id, or a tool line's {"custom_id", "tool"})
+            carry = json.loads(row["id"])  # (a custom_id, or a tool line's {"custom_id", "tool"})
             custom_id, tool = (carry["custom_id"], carry["tool"]) if isinstance(carry, dict) else (carry, None)
-            out.append(output_line(first + k, custom_id, result, self.model, self.max_tokens, self.created,
-                                   self.endpoint, tool) + "\n")
+            out.append(
+                output_line(
+                    first + k, custom_id, result, self.model, self.max_tokens, self.created, self.endpoint, tool
+                )
+                + "\n"
+            )
         return "".join(out)

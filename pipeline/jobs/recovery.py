@@ -21,6 +21,7 @@ phase (``engine_phase``) at each poll until it is ready; the timeout counts from
 that first saw the shard's worker gone (or replaced) until then. The workers there when the
 watch starts are taken as able to answer (their engines started before the job).
 """
+
 from __future__ import annotations
 
 import time
@@ -36,12 +37,12 @@ class ShardWatch:
 
     def __init__(self, client: Client, resources: dict[str, str], interval_s: float, rejoin_timeout_s: float):
         self.client = client
-        self.resources = resources          # shard -> its worker resource name
+        self.resources = resources  # shard -> its worker resource name
         self.interval_s = interval_s
         self.rejoin_timeout_s = rejoin_timeout_s
         self._last_poll = 0.0
-        self.workers = self._serving()      # shard -> address of the worker that answers for it
-        self.ready = set(self.workers.values())   # the workers whose engine can answer
+        self.workers = self._serving()  # shard -> address of the worker that answers for it
+        self.ready = set(self.workers.values())  # the workers whose engine can answer
         self.last_seen = dict(self.workers)
         self.missing_since: dict[str, float] = {}
         self.gone: set[str] = set()
@@ -57,7 +58,7 @@ class ShardWatch:
     def _answering(self, listed: dict[str, str]) -> dict[str, str]:
         """The shards of ``listed`` (shard -> worker) whose worker's engine is ready; a worker
         not known to be is asked (module docstring)."""
-        self.ready &= set(listed.values())   # (a worker that left is forgotten)
+        self.ready &= set(listed.values())  # (a worker that left is forgotten)
         new = [addr for addr in listed.values() if addr not in self.ready]
         if new:
             try:
@@ -83,8 +84,12 @@ class ShardWatch:
                 events.append(ShardEvent(REJOINED, shard, new, time.time()))
                 self.missing_since.pop(shard, None)
                 self.gone.discard(shard)
-            if new is None and shard not in self.gone and shard in self.missing_since \
-                    and now - self.missing_since[shard] >= self.rejoin_timeout_s:
+            if (
+                new is None
+                and shard not in self.gone
+                and shard in self.missing_since
+                and now - self.missing_since[shard] >= self.rejoin_timeout_s
+            ):
                 events.append(ShardEvent(GONE, shard, self.last_seen.get(shard), time.time()))
                 self.gone.add(shard)
         self.workers = serving

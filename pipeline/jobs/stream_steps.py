@@ -1,6 +1,7 @@
 """A stream window's steps (``Pipeline.stream``, pipeline/client/iterable_job.py): the window's
 partitions' prompt rows, made on the client, are the reads; answers are kept in the cluster's
 memory and each bucket's are handed back as it ends."""
+
 from __future__ import annotations
 
 import pyarrow as pa

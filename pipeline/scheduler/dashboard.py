@@ -13,6 +13,7 @@ the rates over a shard's snapshots of the last 10 seconds; so is the engine busy
 (the part of that time in which the shard's engine had at least one request). The plots
 draw on a history of these figures kept on the scheduler (pipeline/scheduler/history.py).
 """
+
 from __future__ import annotations
 
 import html
@@ -25,7 +26,7 @@ from distributed.http.utils import RequestHandler
 from pipeline.names import ENGINE_DIED_TOPIC, SHARD_RESOURCE_PREFIX, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
 from pipeline.scheduler.history import RATE_WINDOW_S, STALE_AFTER_S, HistoryPlugin, slide, window_rates
 
-PATH = "/pipeline"                    # the plots (dashboard_plots.PATH)
+PATH = "/pipeline"  # the plots (dashboard_plots.PATH)
 TABLE_PATH = PATH + "/table"
 JSON_PATH = PATH + "/status.json"
 
@@ -36,7 +37,7 @@ def _serving(scheduler) -> dict[str, str]:
     for ws in getattr(scheduler, "workers", {}).values():
         for resource in ws.resources:
             if resource.startswith(SHARD_RESOURCE_PREFIX):
-                out[resource[len(SHARD_RESOURCE_PREFIX):]] = ws.address
+                out[resource[len(SHARD_RESOURCE_PREFIX) :]] = ws.address
     return out
 
 
@@ -44,36 +45,38 @@ def status(scheduler) -> dict:
     """Per-shard figures (workers' latest snapshots, rates over the last RATE_WINDOW_S) merged
     with the current job's figures."""
     recent: dict[str, deque[dict]] = {}
-    received: dict[str, float] = {}    # shard -> when its latest snapshot was logged (the scheduler's clock)
+    received: dict[str, float] = {}  # shard -> when its latest snapshot was logged (the scheduler's clock)
     for at, msg in scheduler.get_events(SNAPSHOT_TOPIC):
         received[msg["shard"]] = at
         slide(recent.setdefault(msg["shard"], deque()), msg, RATE_WINDOW_S)
     view = scheduler.get_metadata([VIEW_METADATA_KEY], default=None) or {}
-    serving = _serving(scheduler)   # (a shard whose worker has sent no figures yet is listed too)
+    serving = _serving(scheduler)  # (a shard whose worker has sent no figures yet is listed too)
     shards = {}
     for name in sorted(set(recent) | set(serving)):
         snaps = recent.get(name, ())
         s = dict(snaps[-1]) if snaps else {"worker": serving[name]}
         if snaps:
-            idle = time.time() - received[name] > STALE_AFTER_S   # it stopped sending
+            idle = time.time() - received[name] > STALE_AFTER_S  # it stopped sending
             rates = window_rates(() if idle else snaps)
-            del rates["cache_hit_share"]   # the table's is the snapshot's: since the engine started
+            del rates["cache_hit_share"]  # the table's is the snapshot's: since the engine started
             s.update(rates)
         shards[name] = s
     died = [msg for _, msg in scheduler.get_events(ENGINE_DIED_TOPIC)][-10:]
-    return {"shards": shards, "job": view.get("job"),
-            "engine_deaths": died}
+    return {"shards": shards, "job": view.get("job"), "engine_deaths": died}
 
 
 COLUMNS = [  # (key, heading, format)
     ("worker", "worker", "{}"),
-    ("queued", "requests queued", "{:d}"), ("in_flight", "in flight", "{:d}"),
+    ("queued", "requests queued", "{:d}"),
+    ("in_flight", "in flight", "{:d}"),
     ("prefill_outstanding", "prefill tokens outstanding", "{:,d}"),
     ("cache_hit_share", "prefix-cache hit share", "{:.3f}"),
-    ("requests_per_s", "requests/s", "{:.1f}"), ("output_tokens_per_s", "output tokens/s", "{:.1f}"),
+    ("requests_per_s", "requests/s", "{:.1f}"),
+    ("output_tokens_per_s", "output tokens/s", "{:.1f}"),
     ("engine_busy_share", "engine busy share", "{:.2f}"),
     ("requests", "requests done", "{:,d}"),
-    ("gc_collections", "GC collections", "{:,d}"), ("gc_pause_s", "GC pause total (s)", "{:.3f}"),
+    ("gc_collections", "GC collections", "{:,d}"),
+    ("gc_pause_s", "GC pause total (s)", "{:.3f}"),
     ("gc_max_pause_s", "GC max pause (ms)", "ms"),
     ("engine_builds", "engine builds", "{:d}"),
 ]
@@ -91,22 +94,27 @@ def _cell(value, fmt: str) -> str:
 
 def render(st: dict) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in COLUMNS)
-    rows = "".join(f"<tr><th>{html.escape(name)}</th>"
-                   + "".join(f"<td>{_cell(s.get(k), f)}</td>" for k, _, f in COLUMNS)
-                   + "</tr>" for name, s in st["shards"].items())
+    rows = "".join(
+        f"<tr><th>{html.escape(name)}</th>" + "".join(f"<td>{_cell(s.get(k), f)}</td>" for k, _, f in COLUMNS) + "</tr>"
+        for name, s in st["shards"].items()
+    )
     job = st.get("job") or {}
     job_html = "<p>No job has run yet.</p>"
     if job:
         items = ["rows answered", "rows_total", "rows_with_error", "workers_lost", "buckets_moved"]
         title = f" ({html.escape(job['title'])})" if job.get("title") else ""
-        job_html = (f"<p>Job <code>{html.escape(job['job'])}</code>{title} (a Dask span of that name groups its tasks"
-                    f" on the standard pages)</p><ul>"
-                    + "".join(f"<li>{html.escape(k.replace('_', ' '))}: {job.get(k.split()[0], job.get(k))}</li>"
-                              for k in items)
-                    + "".join(f"<li>{html.escape(e['kind'])}: {html.escape(e['shard'])} "
-                              f"({html.escape(str(e['worker']))})</li>"
-                              for e in job.get("events", []))
-                    + "</ul>")
+        job_html = (
+            f"<p>Job <code>{html.escape(job['job'])}</code>{title} (a Dask span of that name groups its tasks"
+            f" on the standard pages)</p><ul>"
+            + "".join(
+                f"<li>{html.escape(k.replace('_', ' '))}: {job.get(k.split()[0], job.get(k))}</li>" for k in items
+            )
+            + "".join(
+                f"<li>{html.escape(e['kind'])}: {html.escape(e['shard'])} ({html.escape(str(e['worker']))})</li>"
+                for e in job.get("events", [])
+            )
+            + "</ul>"
+        )
     deaths = "".join(f"<li>{html.escape(d['shard'])}: {html.escape(d['error'])}</li>" for d in st["engine_deaths"])
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><meta http-equiv="refresh" content="2"><title>Pipeline shards</title>
@@ -117,7 +125,7 @@ th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}thead th{{backgro
 · refreshes every 2 s</p>
 <table><thead><tr><th>shard</th>{head}</tr></thead><tbody>{rows}</tbody></table>
 <h2>Current job</h2>{job_html}
-{'<h2>Engine deaths</h2><ul>' + deaths + '</ul>' if deaths else ''}
+{"<h2>Engine deaths</h2><ul>" + deaths + "</ul>" if deaths else ""}
 </body></html>"""
 
 
@@ -136,10 +144,13 @@ class PipelineStatus(RequestHandler):
 def install(scheduler) -> None:
     """Add the pipeline's pages to this scheduler's HTTP server: the table and the JSON always;
     with the Dask dashboard on, the plots page too, and the history it draws from."""
-    scheduler.http_application.add_handlers(r".*", [
-        (TABLE_PATH, PipelineTable, {"dask_server": scheduler}),
-        (JSON_PATH, PipelineStatus, {"dask_server": scheduler}),
-    ])
+    scheduler.http_application.add_handlers(
+        r".*",
+        [
+            (TABLE_PATH, PipelineTable, {"dask_server": scheduler}),
+            (JSON_PATH, PipelineStatus, {"dask_server": scheduler}),
+        ],
+    )
     if has_dashboard(scheduler):
         from pipeline.scheduler import dashboard_plots  # Bokeh: imported only where it is served
 
@@ -157,5 +168,7 @@ def uninstall(scheduler) -> None:
 def has_dashboard(scheduler) -> bool:
     """Dask's dashboard is on: its Bokeh application is among those of the scheduler's HTTP
     server (``dask scheduler --no-dashboard`` has none, and never imports Bokeh)."""
-    return any(type(app).__module__.startswith(("bokeh.", "distributed.dashboard."))
-               for app in getattr(scheduler.http_application, "applications", ()))
+    return any(
+        type(app).__module__.startswith(("bokeh.", "distributed.dashboard."))
+        for app in getattr(scheduler.http_application, "applications", ())
+    )

@@ -15,6 +15,7 @@ while the scheduler is constructed, before a preload's ``dask_setup`` runs; so t
 a second one next to it, for this page only. Without a dashboard (``--no-dashboard``) there is
 no page. Nothing here opens a port: the page is served by the scheduler's own HTTP server.
 """
+
 from __future__ import annotations
 
 import html
@@ -31,20 +32,30 @@ from tornado.ioloop import IOLoop
 from pipeline.scheduler.history import JOB_COLUMNS, RATE_WINDOW_S, SHARD_COLUMNS, History, HistoryPlugin
 
 PATH = "/pipeline"
-NAV_PAGE = "pipeline"    # its entry in the navigation bar of Dask's pages
-UPDATE_MS = 1000         # each open page's update interval (the history gains a point a second)
+NAV_PAGE = "pipeline"  # its entry in the navigation bar of Dask's pages
+UPDATE_MS = 1000  # each open page's update interval (the history gains a point a second)
 
 # (figure name, title, y axis label, column, y range 0..1)
 SHARD_FIGURES = [
     ("requests", "Requests/s per shard", "requests / s", "requests_per_s", False),
     ("output-tokens", "Output tokens/s per shard", "tokens / s", "output_tokens_per_s", False),
-    ("cache-hits", f"Prefix-cache hit share per shard (prompt tokens of the last {RATE_WINDOW_S:.0f} s)", "share",
-     "cache_hit_share", True),
-    ("engine-busy", "Engine busy share per shard (time with a request in the engine)", "share", "engine_busy_share",
-     True),
+    (
+        "cache-hits",
+        f"Prefix-cache hit share per shard (prompt tokens of the last {RATE_WINDOW_S:.0f} s)",
+        "share",
+        "cache_hit_share",
+        True,
+    ),
+    (
+        "engine-busy",
+        "Engine busy share per shard (time with a request in the engine)",
+        "share",
+        "engine_busy_share",
+        True,
+    ),
 ]
 
-_apps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # scheduler -> the page's Bokeh application
+_apps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # scheduler -> the page's Bokeh application
 
 
 class PipelinePlots:
@@ -54,38 +65,66 @@ class PipelinePlots:
 
     def __init__(self, history: History, **kwargs):
         self.history = history
-        self.seq = 0          # the history's last sample this page shows
+        self.seq = 0  # the history's last sample this page shows
         self.sources: dict[str, ColumnDataSource] = {}
         self.job_source = ColumnDataSource({c: [] for c in ("time", *JOB_COLUMNS)}, name="pipeline-job")
-        x_range = DataRange1d(range_padding=0)   # shared: the plots' time axes move together
+        x_range = DataRange1d(range_padding=0)  # shared: the plots' time axes move together
         self.figures = {}
-        for name, title, label, _, share in SHARD_FIGURES + [("load", "Requests in flight (solid) and queued "
-                                                                      "(dashed) per shard", "requests", None, False)]:
+        for name, title, label, _, share in SHARD_FIGURES + [
+            ("load", "Requests in flight (solid) and queued (dashed) per shard", "requests", None, False)
+        ]:
             self.figures[name] = self._figure(name, title, label, x_range, share, **kwargs)
         progress = self._figure("progress", "Job progress", "rows", x_range, False, **kwargs)
-        progress.line(source=self.job_source, x="time", y="rows_total", color="gray", line_dash="dashed",
-                      line_width=2, legend_label="rows in the input")
-        progress.line(source=self.job_source, x="time", y="rows_done", color="#1f77b4", line_width=2,
-                      legend_label="rows answered")
-        progress.line(source=self.job_source, x="time", y="rows_with_error", color="#d62728", line_width=2,
-                      legend_label="rows with an error")
+        progress.line(
+            source=self.job_source,
+            x="time",
+            y="rows_total",
+            color="gray",
+            line_dash="dashed",
+            line_width=2,
+            legend_label="rows in the input",
+        )
+        progress.line(
+            source=self.job_source, x="time", y="rows_done", color="#1f77b4", line_width=2, legend_label="rows answered"
+        )
+        progress.line(
+            source=self.job_source,
+            x="time",
+            y="rows_with_error",
+            color="#d62728",
+            line_width=2,
+            legend_label="rows with an error",
+        )
         progress.legend.location = "top_left"
         self.figures["progress"] = progress
-        self.summary = Div(text="No job has run yet.", name="pipeline-summary",
-                           styles={"font-size": "110%", "padding": "4px 12px"})
+        self.summary = Div(
+            text="No job has run yet.", name="pipeline-summary", styles={"font-size": "110%", "padding": "4px 12px"}
+        )
         f = self.figures
-        self.root = column(self.summary, row(f["progress"], f["load"], sizing_mode="stretch_width"),
-                           row(f["requests"], f["output-tokens"], sizing_mode="stretch_width"),
-                           row(f["cache-hits"], f["engine-busy"], sizing_mode="stretch_width"),
-                           sizing_mode="stretch_width", name="pipeline-plots")
+        self.root = column(
+            self.summary,
+            row(f["progress"], f["load"], sizing_mode="stretch_width"),
+            row(f["requests"], f["output-tokens"], sizing_mode="stretch_width"),
+            row(f["cache-hits"], f["engine-busy"], sizing_mode="stretch_width"),
+            sizing_mode="stretch_width",
+            name="pipeline-plots",
+        )
         self.update()
 
     @staticmethod
     def _figure(name: str, title: str, label: str, x_range, share: bool, **kwargs):
-        fig = figure(title=title, name=f"pipeline-{name}", x_axis_type="datetime", x_range=x_range,
-                     y_range=Range1d(start=0, end=1.02) if share else DataRange1d(start=0), height=260,
-                     sizing_mode="stretch_width", tools="reset, xpan, xwheel_zoom, save", toolbar_location="above",
-                     **kwargs)
+        fig = figure(
+            title=title,
+            name=f"pipeline-{name}",
+            x_axis_type="datetime",
+            x_range=x_range,
+            y_range=Range1d(start=0, end=1.02) if share else DataRange1d(start=0),
+            height=260,
+            sizing_mode="stretch_width",
+            tools="reset, xpan, xwheel_zoom, save",
+            toolbar_location="above",
+            **kwargs,
+        )
         fig.yaxis.axis_label = label
         fig.yaxis.minor_tick_line_alpha = 0
         fig.xgrid.visible = False
@@ -100,8 +139,9 @@ class PipelinePlots:
             self.figures[name].line(source=source, x="time", y=col, color=color, line_width=2, legend_label=shard)
         load = self.figures["load"]
         load.line(source=source, x="time", y="in_flight", color=color, line_width=2, legend_label=shard)
-        load.line(source=source, x="time", y="queued", color=color, line_width=2, line_dash="dashed",
-                  legend_label=shard)
+        load.line(
+            source=source, x="time", y="queued", color=color, line_width=2, line_dash="dashed", legend_label=shard
+        )
         for name, *_ in SHARD_FIGURES + [("load",)]:
             self.figures[name].legend.location = "top_left"
             self.figures[name].legend.click_policy = "hide"
@@ -134,10 +174,12 @@ def _plottable(cols: dict, names) -> dict:
 def summary(job: str, done: int, total: int | None, errors: int | None) -> str:
     share = f" ({100 * done / total:.1f} %)" if total else ""
     of = f" of {total:,}" if total is not None else ""
-    return (f"Job <code>{html.escape(str(job))}</code>: <b>{done:,}</b>{of} rows answered{share}, "
-            f"{errors or 0:,} with an error. "
-            f"<span style='color:#666'>One point a second, the last 30 minutes; per-shard figures also as a "
-            f"<a href='pipeline/table'>table</a> and <a href='pipeline/status.json'>JSON</a>.</span>")
+    return (
+        f"Job <code>{html.escape(str(job))}</code>: <b>{done:,}</b>{of} rows answered{share}, "
+        f"{errors or 0:,} with an error. "
+        f"<span style='color:#666'>One point a second, the last 30 minutes; per-shard figures also as a "
+        f"<a href='pipeline/table'>table</a> and <a href='pipeline/status.json'>JSON</a>.</span>"
+    )
 
 
 def pipeline_doc(scheduler, extra: dict, doc) -> None:
@@ -157,8 +199,9 @@ def pipeline_doc(scheduler, extra: dict, doc) -> None:
 
 def dask_dashboard(scheduler) -> BokehTornado | None:
     """The Bokeh application of the scheduler's Dask dashboard; None if it has none."""
-    return next((a for a in getattr(scheduler.http_application, "applications", ())
-                 if isinstance(a, BokehTornado)), None)
+    return next(
+        (a for a in getattr(scheduler.http_application, "applications", ()) if isinstance(a, BokehTornado)), None
+    )
 
 
 def register(scheduler) -> BokehTornado | None:

@@ -16,6 +16,7 @@ tokens of the requests finished then (None when none finished); and its requests
 and in flight at its latest snapshot. A shard whose worker has sent nothing for
 ``stale_after_s`` (the scheduler's clock) is idle: its rates are 0.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,10 +28,10 @@ from tornado.ioloop import PeriodicCallback
 
 from pipeline.names import PUBLISH_INTERVAL_S, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
 
-MAX_POINTS = 1800              # per series: 30 minutes at one point a second
-RATE_WINDOW_S = 10.0           # rates over a shard's snapshots of this many seconds
-STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S   # a worker that has sent nothing for this long is idle
-                                         # (it sends while it works)
+MAX_POINTS = 1800  # per series: 30 minutes at one point a second
+RATE_WINDOW_S = 10.0  # rates over a shard's snapshots of this many seconds
+STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S  # a worker that has sent nothing for this long is idle
+# (it sends while it works)
 
 SHARD_COLUMNS = ("requests_per_s", "output_tokens_per_s", "cache_hit_share", "engine_busy_share", "queued", "in_flight")
 JOB_COLUMNS = ("job", "rows_done", "rows_total", "rows_read", "rows_with_error")
@@ -67,16 +68,17 @@ def slide(window: deque, snapshot: dict, window_s: float) -> None:
 
 
 class History:
-    def __init__(self, max_points: int = MAX_POINTS, window_s: float = RATE_WINDOW_S,
-                 stale_after_s: float = STALE_AFTER_S):
+    def __init__(
+        self, max_points: int = MAX_POINTS, window_s: float = RATE_WINDOW_S, stale_after_s: float = STALE_AFTER_S
+    ):
         self.max_points = max_points
         self.window_s = window_s
         self.stale_after_s = stale_after_s
-        self._recent: dict[str, deque[dict]] = {}     # shard -> its snapshots within the rate window
-        self._received: dict[str, float] = {}          # shard -> when its latest snapshot came (scheduler clock)
-        self.shards: dict[str, deque[tuple]] = {}      # shard -> (seq, time, *SHARD_COLUMNS) points
-        self.job: deque[tuple] = deque(maxlen=max_points)   # (seq, time, *JOB_COLUMNS) points
-        self.seq = 0                                   # the latest sample's number (points carry it)
+        self._recent: dict[str, deque[dict]] = {}  # shard -> its snapshots within the rate window
+        self._received: dict[str, float] = {}  # shard -> when its latest snapshot came (scheduler clock)
+        self.shards: dict[str, deque[tuple]] = {}  # shard -> (seq, time, *SHARD_COLUMNS) points
+        self.job: deque[tuple] = deque(maxlen=max_points)  # (seq, time, *JOB_COLUMNS) points
+        self.seq = 0  # the latest sample's number (points carry it)
 
     # -- input ----------------------------------------------------------------------
     def add(self, snapshot: dict, received: float) -> None:
@@ -102,8 +104,17 @@ class History:
             series.append((self.seq, now, *(point[c] for c in SHARD_COLUMNS)))
         job = view.get("job")
         if job:
-            self.job.append((self.seq, now, job.get("job"), job.get("rows", 0), job.get("rows_total"),
-                             job.get("rows_read"), job.get("rows_with_error")))
+            self.job.append(
+                (
+                    self.seq,
+                    now,
+                    job.get("job"),
+                    job.get("rows", 0),
+                    job.get("rows_total"),
+                    job.get("rows_read"),
+                    job.get("rows_with_error"),
+                )
+            )
         return self.seq
 
     # -- output ---------------------------------------------------------------------
@@ -111,14 +122,16 @@ class History:
         """The points of samples after number ``after`` (0: all that are kept), as columns:
         ``{"seq": n, "shards": {shard: {"seq": [...], "time": [...], column: [...]}}, "job": {...}}``
         (times in seconds since the epoch; a column's missing values are None)."""
-        return {"seq": self.seq,
-                "shards": {name: _columns(series, after, SHARD_COLUMNS) for name, series in self.shards.items()},
-                "job": _columns(self.job, after, JOB_COLUMNS)}
+        return {
+            "seq": self.seq,
+            "shards": {name: _columns(series, after, SHARD_COLUMNS) for name, series in self.shards.items()},
+            "job": _columns(self.job, after, JOB_COLUMNS),
+        }
 
 
 def _columns(series: deque[tuple], after: int, names: Sequence[str]) -> dict[str, list]:
     new = []
-    for point in reversed(series):   # the newest last: read back from the end
+    for point in reversed(series):  # the newest last: read back from the end
         if point[0] <= after:
             break
         new.append(point)
@@ -129,6 +142,7 @@ def _columns(series: deque[tuple], after: int, names: Sequence[str]) -> dict[str
 class HistoryPlugin(SchedulerPlugin):
     """Feeds a ``History`` on the scheduler: the workers' snapshots as they are logged, and a
     sample every ``interval_s``."""
+
     name = "pipeline-dashboard-history"
 
     def __init__(self, history: History | None = None, interval_s: float = PUBLISH_INTERVAL_S):

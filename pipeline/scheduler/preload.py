@@ -6,6 +6,7 @@ the scheduler's exit with the process that started it.
 The embedded (pipeline/cluster/local.py) and the resident cluster (pipeline/cluster/resident.py)
 start their scheduler with it. The workers have their own preload, ``pipeline.worker.preload``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,19 +43,24 @@ def exit_with_parent(scheduler: Scheduler, interval_s: float = 1.0) -> None:
 @click.command()
 def dask_setup(server):
     if not isinstance(server, Scheduler):
-        raise click.UsageError("pipeline.scheduler.preload is the scheduler's preload; "
-                               "start a worker with --preload pipeline.worker.preload")
+        raise click.UsageError(
+            "pipeline.scheduler.preload is the scheduler's preload; "
+            "start a worker with --preload pipeline.worker.preload"
+        )
     dashboard.install(server)
-    shard_claims.install(server)   # `pipeline worker --shard auto`, and the settings check of workers and clients
+    shard_claims.install(server)  # `pipeline worker --shard auto`, and the settings check of workers and clients
     # The scheduler unpickles each task it is sent: a cluster job's tasks name these modules
     # (pyarrow compute and Parquet among them), which would otherwise load during the first job.
     import pipeline.data.input  # noqa: F401
     import pipeline.steps.cluster_tasks  # noqa: F401
+
     if os.environ.pop(EXIT_WITH_PARENT_ENV, None):
         exit_with_parent(server)
     if dask.config.get("distributed.scheduler.work-stealing"):
-        logger.warning("pipeline: work stealing is on; it moves batches away from the shard holding their "
-                       "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False")
+        logger.warning(
+            "pipeline: work stealing is on; it moves batches away from the shard holding their "
+            "document. Start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False"
+        )
 
 
 def dask_teardown(server):

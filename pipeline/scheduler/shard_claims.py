@@ -12,6 +12,7 @@ the scheduler's event loop, one request at a time, so two workers never get the 
 The choice itself is a pure function (``choose_shard``), tested without a cluster; the handler
 that the scheduler's preload installs is the thin I/O shell around it.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,6 +30,7 @@ SETTINGS_HANDLER = "pipeline_settings"
 @dataclass
 class Claims:
     """Shards promised to workers that have not registered yet: shard -> (claimant, expiry)."""
+
     held: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def live(self, now: float) -> dict[str, str]:
@@ -36,11 +38,13 @@ class Claims:
         return {s: who for s, (who, _) in self.held.items()}
 
 
-def choose_shard(candidates: list[str], served: set[str], claimed: dict[str, str], claimant: str,
-                 prefer: str | None = None) -> str | None:
+def choose_shard(
+    candidates: list[str], served: set[str], claimed: dict[str, str], claimant: str, prefer: str | None = None
+) -> str | None:
     """The shard ``claimant`` should serve: ``prefer`` where it is free, else the first of
     ``candidates`` (the config's order) that no live worker serves and no other claimant holds;
     None when every shard is taken. A shard the same claimant claimed before is free to it."""
+
     def free(name: str) -> bool:
         return name not in served and claimed.get(name, claimant) == claimant
 

@@ -1,6 +1,7 @@
 """The HTTP routes: OpenAI's Files and Batches API (FastAPI), every error in OpenAI's shape, and
 ``GET /metrics`` (the batches for Prometheus). With an API key, every request must carry it
 (``Authorization: Bearer KEY``)."""
+
 from __future__ import annotations
 
 import hmac
@@ -32,7 +33,7 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
     app = FastAPI(title="dask-vllm-pipeline batch service", docs_url=None, redoc_url=None, openapi_url=None)
     _error_shapes(app)
 
-    async def authorized(request: Request) -> None:   # (async: no thread hop per request)
+    async def authorized(request: Request) -> None:  # (async: no thread hop per request)
         if api_key is None:
             return
         given = request.headers.get("authorization", "")
@@ -71,16 +72,20 @@ def _file_routes(app: FastAPI, runner: Runner, store: Store, auth: list) -> None
     @app.get(f"{V1}/files/{{file_id}}/content", dependencies=auth)
     def content(file_id: str) -> FileResponse:
         record = store.file(file_id)
-        return FileResponse(store.content_path(file_id), media_type="application/octet-stream",
-                            filename=record["filename"])
+        return FileResponse(
+            store.content_path(file_id), media_type="application/octet-stream", filename=record["filename"]
+        )
 
     @app.delete(f"{V1}/files/{{file_id}}", dependencies=auth)
     def delete(file_id: str) -> dict:
         store.file(file_id)
         using = runner.running_on(file_id)
         if using:
-            raise invalid(f"File {file_id} is the input of batch {using[0]}, which is not over; cancel it first.",
-                          param="file_id", code="file_in_use")
+            raise invalid(
+                f"File {file_id} is the input of batch {using[0]}, which is not over; cancel it first.",
+                param="file_id",
+                code="file_in_use",
+            )
         store.delete_file(file_id)
         return {"id": file_id, "object": "file", "deleted": True}
 
@@ -95,7 +100,7 @@ def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
         return runner.list_batches(after, limit)
 
     @app.get(f"{V1}/batches/{{batch_id}}", dependencies=auth)
-    async def batch(batch_id: str) -> dict:   # (on the event loop: the poll answers without a thread's hop)
+    async def batch(batch_id: str) -> dict:  # (on the event loop: the poll answers without a thread's hop)
         return runner.get(batch_id)
 
     @app.post(f"{V1}/batches/{{batch_id}}/cancel", dependencies=auth)
@@ -105,6 +110,7 @@ def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
 
 def _error_shapes(app: FastAPI) -> None:
     """Every error answered as OpenAI answers it: ``{"error": {"message", "type", "param", "code"}}``."""
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -120,6 +126,7 @@ def _error_shapes(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         code = "not_found" if exc.status_code == 404 else None
-        message = f"Unknown request URL: {request.method} {request.url.path}." if exc.status_code == 404 \
-            else str(exc.detail)
+        message = (
+            f"Unknown request URL: {request.method} {request.url.path}." if exc.status_code == 404 else str(exc.detail)
+        )
         return JSONResponse(ApiError(exc.status_code, message, code=code).body(), status_code=exc.status_code)

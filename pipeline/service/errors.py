@@ -1,12 +1,20 @@
 """OpenAI-shaped HTTP errors: ``{"error": {"message", "type", "param", "code"}}``."""
+
 from __future__ import annotations
 
 
 class ApiError(Exception):
     """An error the service answers with ``status`` and OpenAI's error body."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
 

@@ -12,6 +12,7 @@ they are when scraped (``Runner.records``), in a registry of the app's own.
 The per-batch figures are gauges, not counters: an expired or cancelled batch's counts become
 those of its files (what its job committed), which may be fewer than it had counted.
 """
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -27,22 +28,28 @@ class BatchCollector:
         self.records = records
 
     def describe(self):
-        return []   # (no collect at registration: the batches change)
+        return []  # (no collect at registration: the batches change)
 
     def collect(self):
         batches = self.records()
-        by_status = GaugeMetricFamily("pipeline_service_batches", "Batches of the service in each state",
-                                      labels=["status"])
+        by_status = GaugeMetricFamily(
+            "pipeline_service_batches", "Batches of the service in each state", labels=["status"]
+        )
         for state in STATES:
             by_status.add_metric([state], sum(1 for b in batches if b["status"] == state))
         yield by_status
-        families = {name: GaugeMetricFamily(f"pipeline_service_batch_{name}", doc, labels=["batch_id"])
-                    for name, doc in (("requests", "Requests in the batch's input file"),
-                                      ("requests_completed", "The batch's requests answered"),
-                                      ("requests_failed", "The batch's requests failed (or left unanswered)"),
-                                      ("created_seconds", "When the batch was created (Unix time)"))}
-        info = GaugeMetricFamily("pipeline_service_batch_info", "A batch's state (1)",
-                                 labels=["batch_id", "status", "endpoint"])
+        families = {
+            name: GaugeMetricFamily(f"pipeline_service_batch_{name}", doc, labels=["batch_id"])
+            for name, doc in (
+                ("requests", "Requests in the batch's input file"),
+                ("requests_completed", "The batch's requests answered"),
+                ("requests_failed", "The batch's requests failed (or left unanswered)"),
+                ("created_seconds", "When the batch was created (Unix time)"),
+            )
+        }
+        info = GaugeMetricFamily(
+            "pipeline_service_batch_info", "A batch's state (1)", labels=["batch_id", "status", "endpoint"]
+        )
         for b in batches:
             counts = b["request_counts"]
             families["requests"].add_metric([b["id"]], counts["total"])

@@ -1,5 +1,6 @@
 """OpenAI's objects as the service answers them, and their ids. A stored record is the object
 plus the service's own keys, which start with ``_`` and are never shown."""
+
 from __future__ import annotations
 
 import time
@@ -26,31 +27,75 @@ def shown(record: dict) -> dict:
 
 
 def file_record(file_id: str, filename: str, purpose: str, size: int, requests: int, endpoint: str | None) -> dict:
-    return {"id": file_id, "object": "file", "bytes": size, "created_at": int(time.time()), "filename": filename,
-            "purpose": purpose, "status": "processed", "expires_at": None, "status_details": None,
-            "_requests": requests, "_endpoint": endpoint}
+    return {
+        "id": file_id,
+        "object": "file",
+        "bytes": size,
+        "created_at": int(time.time()),
+        "filename": filename,
+        "purpose": purpose,
+        "status": "processed",
+        "expires_at": None,
+        "status_details": None,
+        "_requests": requests,
+        "_endpoint": endpoint,
+    }
 
 
-def batch_record(batch_id: str, input_file_id: str, endpoint: str, completion_window: str, window_s: int,
-                 metadata: dict | None, total: int) -> dict:
+def batch_record(
+    batch_id: str,
+    input_file_id: str,
+    endpoint: str,
+    completion_window: str,
+    window_s: int,
+    metadata: dict | None,
+    total: int,
+) -> dict:
     ns = time.time_ns()
     now = ns // 1_000_000_000
-    return {"id": batch_id, "object": "batch", "endpoint": endpoint, "errors": None,
-            "input_file_id": input_file_id, "completion_window": completion_window, "status": "validating",
-            "output_file_id": None, "error_file_id": None, "created_at": now, "in_progress_at": None,
-            "expires_at": now + window_s, "finalizing_at": None, "completed_at": None, "failed_at": None,
-            "expired_at": None, "cancelling_at": None, "cancelled_at": None,
-            "request_counts": {"total": total, "completed": 0, "failed": 0}, "usage": None, "metadata": metadata,
-            "_created_ns": ns}   # (the order of batches created within one second)
+    return {
+        "id": batch_id,
+        "object": "batch",
+        "endpoint": endpoint,
+        "errors": None,
+        "input_file_id": input_file_id,
+        "completion_window": completion_window,
+        "status": "validating",
+        "output_file_id": None,
+        "error_file_id": None,
+        "created_at": now,
+        "in_progress_at": None,
+        "expires_at": now + window_s,
+        "finalizing_at": None,
+        "completed_at": None,
+        "failed_at": None,
+        "expired_at": None,
+        "cancelling_at": None,
+        "cancelled_at": None,
+        "request_counts": {"total": total, "completed": 0, "failed": 0},
+        "usage": None,
+        "metadata": metadata,
+        "_created_ns": ns,
+    }  # (the order of batches created within one second)
 
 
 def batch_errors(*errors: dict) -> dict:
     """A batch's ``errors``: ``{"object": "list", "data": [{"code", "message", "param", "line"}]}``."""
-    return {"object": "list", "data": [{"code": e.get("code"), "message": e["message"], "param": e.get("param"),
-                                        "line": e.get("line")} for e in errors]}
+    return {
+        "object": "list",
+        "data": [
+            {"code": e.get("code"), "message": e["message"], "param": e.get("param"), "line": e.get("line")}
+            for e in errors
+        ],
+    }
 
 
 def page(objects: list[dict], has_more: bool) -> dict:
     """A list answer (files, batches)."""
-    return {"object": "list", "data": objects, "first_id": objects[0]["id"] if objects else None,
-            "last_id": objects[-1]["id"] if objects else None, "has_more": has_more}
+    return {
+        "object": "list",
+        "data": objects,
+        "first_id": objects[0]["id"] if objects else None,
+        "last_id": objects[-1]["id"] if objects else None,
+        "has_more": has_more,
+    }

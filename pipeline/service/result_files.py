@@ -8,6 +8,7 @@ A job let go before its end (its batch cancelled or expired) is split from its c
 (``split_partial``): the requests it did not answer are in the error file too, as OpenAI lists
 them (``"response": null, "error": {"code": "batch_expired", "message"}``). A scoring request's
 pairs (``/v1/score``, ``/v1/rerank``: a row each) are kept only as its whole line."""
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,13 @@ class BatchUsage:
 
 def usage_of(input_tokens: int, cached: int, output: int) -> dict:
     """A Batch object's ``usage``."""
-    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": input_tokens + output}
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output,
+    }
 
 
 def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dict]:
@@ -56,8 +61,11 @@ def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dic
     answered requests' usage."""
     counts = [0, 0]
     usage = BatchUsage()
-    with open(job_output, encoding="utf-8") as src, open(answered, "w", encoding="utf-8") as ok, \
-            open(failed, "w", encoding="utf-8") as bad:
+    with (
+        open(job_output, encoding="utf-8") as src,
+        open(answered, "w", encoding="utf-8") as ok,
+        open(failed, "w", encoding="utf-8") as bad,
+    ):
         for line in src:
             row = decode(line)
             if row.error is None:
@@ -76,9 +84,11 @@ def error_line(row: OutputLine) -> OutputLine:
     client_fault = code in CLIENT_GROUPS
     error = ApiError(message=message, type="invalid_request_error" if client_fault else "server_error", code=code)
     request_id = row.response.request_id if row.response is not None else f"pipeline-batch-{row.id}"
-    return OutputLine(id=row.id, custom_id=row.custom_id,
-                      response=Envelope(status_code=400 if client_fault else 500, request_id=request_id,
-                                        body=ErrorBody(error)))
+    return OutputLine(
+        id=row.id,
+        custom_id=row.custom_id,
+        response=Envelope(status_code=400 if client_fault else 500, request_id=request_id, body=ErrorBody(error)),
+    )
 
 
 # what a request the batch did not answer says in its error file (OpenAI's words for an expired one)
@@ -107,8 +117,17 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
         for block in sink.partitions:
             for custom_id, line in answers(job.steps.source, block, _committed(sink, block), lines, position):
                 if line is None:
-                    bad.write(encode(OutputLine(id=f"pipeline-{position}", custom_id=custom_id, response=None,
-                                                error=LineError(code, message))) + "\n")
+                    bad.write(
+                        encode(
+                            OutputLine(
+                                id=f"pipeline-{position}",
+                                custom_id=custom_id,
+                                response=None,
+                                error=LineError(code, message),
+                            )
+                        )
+                        + "\n"
+                    )
                     counts[2] += 1
                 elif (row := decode(line)).error is None:
                     ok.write(line + "\n")
@@ -131,9 +150,21 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
         request, _ = parse_line(raw)
         custom_id = request.get("custom_id") if isinstance(request, dict) else None
         row = done.get(place)
-        yield custom_id, None if row is None else output_line(
-            first + place, custom_id, RowResult(first + place, **row), lines.model, lines.max_tokens,
-            lines.created, lines.endpoint, tool_mode(request))
+        yield (
+            custom_id,
+            None
+            if row is None
+            else output_line(
+                first + place,
+                custom_id,
+                RowResult(first + place, **row),
+                lines.model,
+                lines.max_tokens,
+                lines.created,
+                lines.endpoint,
+                tool_mode(request),
+            ),
+        )
 
 
 def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):
@@ -143,13 +174,15 @@ def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):
     from pipeline.steps.jsonl_input import fanned_rows
 
     lines_of = LINES_OF[lines.endpoint]
-    group: list[tuple[int, dict]] = []   # one line's rows: (place in the block, carry)
+    group: list[tuple[int, dict]] = []  # one line's rows: (place in the block, carry)
     for place, (_, _, carry) in enumerate([*fanned_rows(source, block), (None, None, None)]):
         if group and (carry is None or carry["line"] != group[0][1]["line"]):
             rows = [{"id": json.dumps(c, ensure_ascii=False), **done[p]} for p, c in group if p in done]
             whole = len(rows) == len(group)
-            yield group[0][1]["custom_id"], lines_of(rows, first, lines.model, lines.created,
-                                                     lines.max_tokens).rstrip("\n") if whole else None
+            yield (
+                group[0][1]["custom_id"],
+                lines_of(rows, first, lines.model, lines.created, lines.max_tokens).rstrip("\n") if whole else None,
+            )
             first += 1
             group = []
         if carry is not None:

@@ -11,6 +11,7 @@ over: the job takes up its committed answers, so nothing is answered twice; one 
 The batches' records are kept in memory (what ``GET /v1/batches/{id}`` answers) and written to
 the store at every change of state, and while a job runs at most once a second, when its
 counts moved."""
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,14 @@ log = logging.getLogger("pipeline.service")
 
 # each endpoint and what the cluster's engines must serve for it
 # (the scoring ones: the score task, on a generation model; pipeline/data/scoring_lines.py)
-ENDPOINT_TASKS = {CHAT_URL: "generate", COMPLETIONS_URL: "generate", RESPONSES_URL: "generate", EMBEDDINGS_URL: "embed",
-                  SCORE_URL: "generate", RERANK_URL: "generate"}
+ENDPOINT_TASKS = {
+    CHAT_URL: "generate",
+    COMPLETIONS_URL: "generate",
+    RESPONSES_URL: "generate",
+    EMBEDDINGS_URL: "embed",
+    SCORE_URL: "generate",
+    RERANK_URL: "generate",
+}
 WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 
 
@@ -45,17 +52,18 @@ class Runner:
     ``max_window_s``: the longest a batch may take, whatever its ``completion_window`` says
     (None: no limit but its own)."""
 
-    def __init__(self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify,
-                 max_window_s: int | None = None):
+    def __init__(
+        self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify, max_window_s: int | None = None
+    ):
         self.pipeline, self.store, self.part_rows, self.notify = pipeline, store, part_rows, notify
         self.max_window_s = max_window_s
         self._records: dict[str, dict] = {}
         self._stops: dict[str, threading.Event] = {}
-        self._why: dict[str, str] = {}   # a batch whose job is let go: "cancelled" or "expired"
+        self._why: dict[str, str] = {}  # a batch whose job is let go: "cancelled" or "expired"
         self._threads: dict[str, threading.Thread] = {}
         self._timers: dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
-        self._closing = False   # the service stops: its batches' jobs are let go, their records left as they are
+        self._closing = False  # the service stops: its batches' jobs are let go, their records left as they are
 
     # -- start ------------------------------------------------------------------
     def resume(self) -> list[str]:
@@ -63,13 +71,13 @@ class Runner:
         resumed = []
         for record in self.store.batches():
             self._records[record["id"]] = record
-            if record["status"] == "cancelling":   # (its job was let go, or the service stopped first)
-                self._why[record["id"]] = "cancelled"   # (its files are made from what its job committed)
+            if record["status"] == "cancelling":  # (its job was let go, or the service stopped first)
+                self._why[record["id"]] = "cancelled"  # (its files are made from what its job committed)
                 self._launch(record["id"])
             elif record["status"] not in FINAL:
                 resumed.append(record["id"])
                 self._launch(record["id"])
-            elif record["status"] == "completed":   # (its job's folder, if the last service stopped before removing it)
+            elif record["status"] == "completed":  # (its job's folder, if the last service stopped before removing it)
                 self.store.drop_job_output(record["id"])
         return resumed
 
@@ -78,25 +86,39 @@ class Runner:
         """A new batch (the checks that need no reading of the file answer at once)."""
         task = ENDPOINT_TASKS.get(endpoint)
         if task is None:
-            raise invalid(f"Unsupported endpoint '{endpoint}'; this service runs {', '.join(ENDPOINT_TASKS)}.",
-                          param="endpoint", code="unsupported_endpoint")
+            raise invalid(
+                f"Unsupported endpoint '{endpoint}'; this service runs {', '.join(ENDPOINT_TASKS)}.",
+                param="endpoint",
+                code="unsupported_endpoint",
+            )
         if task not in self.pipeline.engine_tasks:
-            raise invalid(f"The cluster's model ({self.pipeline.model}) does not serve {endpoint}.",
-                          param="endpoint", code="unsupported_endpoint")
+            raise invalid(
+                f"The cluster's model ({self.pipeline.model}) does not serve {endpoint}.",
+                param="endpoint",
+                code="unsupported_endpoint",
+            )
         window = WINDOW.match(completion_window or "")
         if window is None:
-            raise invalid(f"Invalid completion_window '{completion_window}'; give hours, e.g. '24h'.",
-                          param="completion_window", code="invalid_completion_window")
+            raise invalid(
+                f"Invalid completion_window '{completion_window}'; give hours, e.g. '24h'.",
+                param="completion_window",
+                code="invalid_completion_window",
+            )
         _check_metadata(metadata)
         file = self.store.file(input_file_id, param="input_file_id")
         if file["purpose"] != "batch":
-            raise invalid(f"File {input_file_id} has purpose '{file['purpose']}'; a batch's input file must "
-                          f"have purpose 'batch'.", param="input_file_id", code="invalid_file_purpose")
+            raise invalid(
+                f"File {input_file_id} has purpose '{file['purpose']}'; a batch's input file must "
+                f"have purpose 'batch'.",
+                param="input_file_id",
+                code="invalid_file_purpose",
+            )
         window_s = int(window.group(1)) * 3600
         if self.max_window_s is not None:
             window_s = min(window_s, self.max_window_s)
-        record = batch_record(new_batch_id(), input_file_id, endpoint, completion_window, window_s, metadata,
-                              file["_requests"])
+        record = batch_record(
+            new_batch_id(), input_file_id, endpoint, completion_window, window_s, metadata, file["_requests"]
+        )
         with self._lock:
             self._records[record["id"]] = record
         self.store.save_batch(record)
@@ -124,7 +146,7 @@ class Runner:
                 ids = [r["id"] for r in ordered]
                 if after not in ids:
                     raise not_found("batch", after, param="after")
-                ordered = ordered[ids.index(after) + 1:]
+                ordered = ordered[ids.index(after) + 1 :]
             return page([shown(r) for r in ordered[:limit]], has_more=len(ordered) > limit)
 
     def cancel(self, batch_id: str) -> dict:
@@ -133,7 +155,7 @@ class Runner:
             raise invalid(f"Cannot cancel a batch with status '{record['status']}'.", code="batch_not_cancellable")
         if record["status"] != "cancelling":
             with self._lock:
-                self._why.setdefault(batch_id, "cancelled")   # (an expiry already under way stays one)
+                self._why.setdefault(batch_id, "cancelled")  # (an expiry already under way stays one)
             self._update(batch_id, status="cancelling", cancelling_at=int(time.time()))
             self._stops[batch_id].set()
         return self.get(batch_id)
@@ -152,8 +174,9 @@ class Runner:
     def running_on(self, file_id: str) -> list[str]:
         """The batches not over that read ``file_id``."""
         with self._lock:
-            return [r["id"] for r in self._records.values()
-                    if r["input_file_id"] == file_id and r["status"] not in FINAL]
+            return [
+                r["id"] for r in self._records.values() if r["input_file_id"] == file_id and r["status"] not in FINAL
+            ]
 
     def close(self, timeout_s: float = 30.0) -> None:
         """The service stops: every job is let go (what it committed is kept) and its batch left in
@@ -172,8 +195,7 @@ class Runner:
         self._stops[batch_id] = stop = threading.Event()
         if batch_id in self._why:
             stop.set()
-        timer = threading.Timer(max(0.0, self._records[batch_id]["expires_at"] - time.time()), self.expire,
-                                (batch_id,))
+        timer = threading.Timer(max(0.0, self._records[batch_id]["expires_at"] - time.time()), self.expire, (batch_id,))
         timer.daemon = True
         self._timers[batch_id] = timer
         timer.start()
@@ -187,7 +209,7 @@ class Runner:
             if self.get(batch_id)["status"] in FINAL:
                 self._timers[batch_id].cancel()
         except Exception as exc:  # noqa: BLE001 - the batch fails, the service goes on
-            if self._closing:   # (the cluster's client closed under the job: the next service resumes it)
+            if self._closing:  # (the cluster's client closed under the job: the next service resumes it)
                 return
             log.exception("batch %s failed", batch_id)
             self._fail(batch_id, "job_failed", f"{type(exc).__name__}: {exc}")
@@ -204,8 +226,14 @@ class Runner:
                 return self._fail(batch_id, *why)
             notes: list[str] = []
             try:
-                job = prepare_job(self.store.content_path(file["id"]), output, format="openai",
-                                  part_rows=self.part_rows, config=self.pipeline.config, notify=notes.append)
+                job = prepare_job(
+                    self.store.content_path(file["id"]),
+                    output,
+                    format="openai",
+                    part_rows=self.part_rows,
+                    config=self.pipeline.config,
+                    notify=notes.append,
+                )
             except JobError as exc:
                 return self._fail(batch_id, "invalid_file", str(exc))
             for note in notes:
@@ -215,13 +243,20 @@ class Runner:
             if record["in_progress_at"] is None:
                 self._update(batch_id, status="in_progress", in_progress_at=int(time.time()))
             try:
-                job.run(self.pipeline, progress=False, stop=stop, title=f"batch {batch_id}",
-                        on_progress=lambda done, failed, tokens: self._progress(batch_id, job, done, failed, tokens))
+                job.run(
+                    self.pipeline,
+                    progress=False,
+                    stop=stop,
+                    title=f"batch {batch_id}",
+                    on_progress=lambda done, failed, tokens: self._progress(batch_id, job, done, failed, tokens),
+                )
             except JobLeft:
                 return self._let_go(batch_id, job)
-            if stop.is_set() and not self._closing:   # (the job ended before it saw the stop: its output is whole)
-                self.notify(f"batch {batch_id}: {self._why.get(batch_id, 'let go')} as its job ended; it completes "
-                            f"with its whole output")
+            if stop.is_set() and not self._closing:  # (the job ended before it saw the stop: its output is whole)
+                self.notify(
+                    f"batch {batch_id}: {self._why.get(batch_id, 'let go')} as its job ended; it completes "
+                    f"with its whole output"
+                )
             self._update(batch_id, status="finalizing", finalizing_at=int(time.time()))
         self._finalize(batch_id, output)
 
@@ -249,8 +284,14 @@ class Runner:
         ok, bad, usage = result_files.split(output, answered, failed)
         fields = self._store_files(batch_id, answered, ok, failed, bad)
         total = self.get(batch_id)["request_counts"]["total"]
-        self._update(batch_id, status="completed", completed_at=int(time.time()), usage=usage,
-                     request_counts={"total": max(total, ok + bad), "completed": ok, "failed": bad}, **fields)
+        self._update(
+            batch_id,
+            status="completed",
+            completed_at=int(time.time()),
+            usage=usage,
+            request_counts={"total": max(total, ok + bad), "completed": ok, "failed": bad},
+            **fields,
+        )
         self.store.drop_job_output(batch_id)
 
     def _store_files(self, batch_id: str, answered, ok: int, failed, bad: int) -> dict:
@@ -260,32 +301,43 @@ class Runner:
         fields = {}
         for name, path, count in (("output", answered, ok), ("error", failed, bad)):
             if count:
-                file = self.store.add_written_file(f"file-{name}-{hexid}", f"batch_{hexid}_{name}.jsonl",
-                                                   OUTPUT_PURPOSE, path)
+                file = self.store.add_written_file(
+                    f"file-{name}-{hexid}", f"batch_{hexid}_{name}.jsonl", OUTPUT_PURPOSE, path
+                )
                 fields[f"{name}_file_id"] = file["id"]
             else:
                 path.unlink(missing_ok=True)
         return fields
 
     def _fail(self, batch_id: str, code: str, message: str, line: int | None = None, param: str | None = None) -> None:
-        self._update(batch_id, status="failed", failed_at=int(time.time()),
-                     errors=batch_errors({"code": code, "message": message, "line": line, "param": param}))
+        self._update(
+            batch_id,
+            status="failed",
+            failed_at=int(time.time()),
+            errors=batch_errors({"code": code, "message": message, "line": line, "param": param}),
+        )
 
     def _let_go(self, batch_id: str, job) -> None:
         """The batch's job was let go: the batch ``cancelled`` or ``expired``, its output file what
         the job committed, its error file the failed requests and those left unanswered."""
         why = self._why.get(batch_id)
         if why is None:
-            return   # (let go because the service stops: the next service resumes it)
+            return  # (let go because the service stops: the next service resumes it)
         answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
         ok, bad, left, usage = result_files.split_partial(job, answered, failed, why)
         fields = self._store_files(batch_id, answered, ok, failed, bad + left)
-        self._update(batch_id, status=why, **{f"{why}_at": int(time.time())}, usage=usage,
-                     request_counts={"total": ok + bad + left, "completed": ok, "failed": bad + left}, **fields)
+        self._update(
+            batch_id,
+            status=why,
+            **{f"{why}_at": int(time.time())},
+            usage=usage,
+            request_counts={"total": ok + bad + left, "completed": ok, "failed": bad + left},
+            **fields,
+        )
         self.store.drop_job_output(batch_id)
 
     def _update(self, batch_id: str, **fields) -> None:
-        with self._lock:   # (written under the lock: the store's record is never older than another thread's)
+        with self._lock:  # (written under the lock: the store's record is never older than another thread's)
             record = {**self._records[batch_id], **fields}
             self._records[batch_id] = record
             self.store.save_batch(record)
@@ -318,8 +370,16 @@ def _pairs_as_lines(done: int, failed: int, lines: int, pairs: int | None) -> tu
 def _check_metadata(metadata) -> None:
     if metadata is None:
         return
-    ok = isinstance(metadata, dict) and len(metadata) <= 16 and all(
-        isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items())
+    ok = (
+        isinstance(metadata, dict)
+        and len(metadata) <= 16
+        and all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items()
+        )
+    )
     if not ok:
-        raise invalid("metadata must map at most 16 keys (strings of up to 64 characters) to strings of up to 512 "
-                      "characters.", param="metadata", code="invalid_metadata")
+        raise invalid(
+            "metadata must map at most 16 keys (strings of up to 64 characters) to strings of up to 512 characters.",
+            param="metadata",
+            code="invalid_metadata",
+        )

@@ -9,6 +9,7 @@ their jobs' output, so that a service started again finds everything where it wa
 Every record and file is written under a temporary name and renamed, so a service killed
 midway leaves only whole ones (a left temporary file is removed when the store opens).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ class Store:
         self.files_dir, self.batches_dir = self.root / "files", self.root / "batches"
         for d in (self.files_dir, self.batches_dir):
             d.mkdir(parents=True, exist_ok=True)
-            for left in d.glob(f"{TMP}*"):   # a write the last service did not finish
+            for left in d.glob(f"{TMP}*"):  # a write the last service did not finish
                 left.unlink()
         self._lock = threading.Lock()
 
@@ -48,13 +49,19 @@ class Store:
                 while chunk := content.read(CHUNK):
                     size += len(chunk)
                     if size > self.max_bytes:
-                        raise invalid(f"File is too large: the limit is {self.max_bytes} bytes.", param="file",
-                                      code="file_too_large")
+                        raise invalid(
+                            f"File is too large: the limit is {self.max_bytes} bytes.",
+                            param="file",
+                            code="file_too_large",
+                        )
                     out.write(chunk)
             requests, endpoint = count_requests(tmp) if purpose == "batch" else (0, None)
             if requests > self.max_requests:
-                raise invalid(f"File has {requests} requests; a batch takes at most {self.max_requests}.",
-                              param="file", code="too_many_requests")
+                raise invalid(
+                    f"File has {requests} requests; a batch takes at most {self.max_requests}.",
+                    param="file",
+                    code="too_many_requests",
+                )
             os.replace(tmp, self.content_path(file_id))
         finally:
             tmp.unlink(missing_ok=True)
@@ -112,14 +119,14 @@ class Store:
     def _write_json(self, path: Path, record: dict) -> None:
         tmp = path.with_name(f"{TMP}{path.name}.{threading.get_ident()}")
         tmp.write_text(json.dumps(record))
-        with self._lock:   # (the last one written wins, whole)
+        with self._lock:  # (the last one written wins, whole)
             os.replace(tmp, path)
 
     @staticmethod
     def _read_json(path: Path) -> dict | None:
         try:
             return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):   # (not there, or not a name the file system takes)
+        except (OSError, json.JSONDecodeError):  # (not there, or not a name the file system takes)
             return None
 
 
@@ -153,7 +160,7 @@ def count_requests(path: Path) -> tuple[int, str | None]:
     return requests, endpoint if isinstance(endpoint, str) else None
 
 
-ID_CHARACTERS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")   # the ids the store gives out, and OpenAI's
+ID_CHARACTERS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # the ids the store gives out, and OpenAI's
 
 
 def _plain(object_id: str) -> bool:

@@ -3,6 +3,7 @@ two documents (an engine's cached prefix under one adapter serves no other), eac
 of its own (the prefix's folded with the adapter's) and an adapter code placement packs by
 (pipeline/steps/placement.py). Rows with no adapter keep their prefix's digest, byte for byte.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,9 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def adapter_digests(prefix: pa.DictionaryArray, digests: np.ndarray,
-                    adapter: pa.Array) -> tuple[pa.DictionaryArray, np.ndarray, np.ndarray | None]:
+def adapter_digests(
+    prefix: pa.DictionaryArray, digests: np.ndarray, adapter: pa.Array
+) -> tuple[pa.DictionaryArray, np.ndarray, np.ndarray | None]:
     """``prefix`` (each row's code; ``digests``: each code's) re-coded by (prefix, adapter): a
     document answered under two adapters is two documents (neither's cached prefix serves the
     other), and its digest under an adapter is the prefix's folded with ``adapter_code``.
@@ -39,7 +41,7 @@ def adapter_digests(prefix: pa.DictionaryArray, digests: np.ndarray,
     if pa.types.is_dictionary(adapter.type):
         adapter = adapter.cast(adapter.type.value_type)
     encoded = pc.dictionary_encode(adapter)
-    names = np.concatenate(([np.uint64(0)], adapter_code(encoded.dictionary)))   # (0: no adapter)
+    names = np.concatenate(([np.uint64(0)], adapter_code(encoded.dictionary)))  # (0: no adapter)
     which = pc.fill_null(pc.add(encoded.indices.cast(pa.int64()), 1), 0).to_numpy(zero_copy_only=False)
     index = prefix.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     pairs, codes = np.unique(np.stack([index, which], axis=1), axis=0, return_inverse=True)
@@ -47,4 +49,3 @@ def adapter_digests(prefix: pa.DictionaryArray, digests: np.ndarray,
     folded = np.where(code == 0, digests[pairs[:, 0]], _mix(digests[pairs[:, 0]] ^ _mix(code)))
     dictionary = prefix.dictionary.take(pa.array(pairs[:, 0]))
     return pa.DictionaryArray.from_arrays(pa.array(codes.reshape(-1), pa.int32()), dictionary), folded, code
-

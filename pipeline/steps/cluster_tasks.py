@@ -19,6 +19,7 @@ through the client or inline through the scheduler.
 A partition is a Parquet file's rows (``Partition``) or a JSONL file's block of bytes
 (``ByteBlock``, read by pipeline/steps/jsonl_input.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -59,23 +60,24 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class JobSpec:
     """What every task of one job run needs (pickled into each task; no rows)."""
+
     job_id: str
-    run: str                  # this run's name in the answer files (a resumed job has a new one)
-    topic: str                # the event topic answer tasks publish progress to
+    run: str  # this run's name in the answer files (a resumed job has a new one)
+    topic: str  # the event topic answer tasks publish progress to
     # a file job's ParquetSource or OpenAIBatchSource (files, columns; no rows); a DataFrame job's RowColumns; a
     # stream's None
     source: ParquetSource | OpenAIBatchSource | RowColumns | None
-    task: object              # the task kind (tasks.PromptTemplate ...)
-    folder: object            # a file job's OUTPUT.partial, a LocalFolder or StoreFolder (a DataFrame
-                              # job: None, its answers stay in memory)
+    task: object  # the task kind (tasks.PromptTemplate ...)
+    folder: object  # a file job's OUTPUT.partial, a LocalFolder or StoreFolder (a DataFrame
+    # job: None, its answers stay in memory)
     schema: pa.Schema | None  # a file job's output schema
     sampling: Sampling
     truncate: bool
-    starts: tuple[int, ...] = field(default=())   # each partition's first position, in order
-    commit_rows: int = 10_000   # an answer task commits its answers at least this many at a time
-    commit_s: float = 30.0      # or this often
-    first_rows: int = 0         # requests each answer task admits before its first answer (0: no limit)
-    embedding_size: int | None = None   # an embedding job's: OUTPUT's embedding column is a list of this size
+    starts: tuple[int, ...] = field(default=())  # each partition's first position, in order
+    commit_rows: int = 10_000  # an answer task commits its answers at least this many at a time
+    commit_s: float = 30.0  # or this often
+    first_rows: int = 0  # requests each answer task admits before its first answer (0: no limit)
+    embedding_size: int | None = None  # an embedding job's: OUTPUT's embedding column is a list of this size
 
     @property
     def embeds(self) -> bool:
@@ -94,7 +96,7 @@ def read_task(spec: JobSpec, part: Partition | ByteBlock) -> tuple[PromptRows, F
         # (rows answered by earlier runs only: Dask may run this again mid-run, to recompute what a
         # lost worker held, and must then get the same rows)
         done = files.answered_positions(part.index, before_run=spec.run)
-        if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes: its source's format "openai")
+        if isinstance(part, ByteBlock):  # (an OpenAI batch file's block of bytes: its source's format "openai")
             from pipeline.steps.jsonl_input import jsonl_prompt_rows
 
             rows = jsonl_prompt_rows(spec.source, spec.task, part, done)
@@ -105,7 +107,7 @@ def read_task(spec: JobSpec, part: Partition | ByteBlock) -> tuple[PromptRows, F
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, Figures(unreadable=str(exc))
     read = part.rows if part.rows is not None else rows.read
-    assert read is not None   # (a JSONL block's rows are counted as read: jsonl_prompt_rows)
+    assert read is not None  # (a JSONL block's rows are counted as read: jsonl_prompt_rows)
     return rows, Figures.of_read(read, rows.errors.column("error"))
 
 
@@ -117,23 +119,40 @@ def documents_of(read: tuple[PromptRows, Figures]) -> pa.Table:
     return read[0].documents
 
 
-def place_task(shards: list[str], held: dict[int, str], bucket_rows: int, decode_bytes: int,
-               *documents: pa.Table, max_loras: int = 0) -> Placement:
+def place_task(
+    shards: list[str],
+    held: dict[int, str],
+    bucket_rows: int,
+    decode_bytes: int,
+    *documents: pa.Table,
+    max_loras: int = 0,
+) -> Placement:
     """Every document of the job counted once (its rows over all partitions), then placed (where
     rows name adapters, each shard's kept within ``max_loras`` where it can: ``place_documents``)."""
     table = pa.concat_tables(documents)
     adapted = "adapter" in table.column_names and pc.max(table.column("adapter")).as_py()
-    docs = table.group_by("digest").aggregate(
-        [("rows", "sum"), ("prefix_bytes", "max"), ("suffix_bytes", "sum"), ("first", "min")] +
-        ([("adapter", "max")] if adapted else [])).sort_by("digest")
+    docs = (
+        table.group_by("digest")
+        .aggregate(
+            [("rows", "sum"), ("prefix_bytes", "max"), ("suffix_bytes", "sum"), ("first", "min")]
+            + ([("adapter", "max")] if adapted else [])
+        )
+        .sort_by("digest")
+    )
     rows = docs.column("rows_sum").to_numpy()
-    cost = docs.column("prefix_bytes_max").to_numpy() + docs.column("suffix_bytes_sum").to_numpy() + \
-        rows * decode_bytes
-    placement = place_documents(docs.column("digest").to_numpy(), rows, cost, shards, held, bucket_rows,
-                                prefix_cost=docs.column("prefix_bytes_max").to_numpy(),
-                                adapters=docs.column("adapter_max").to_numpy() if adapted else None,
-                                max_loras=max_loras)
-    placement.first = docs.column("first_min").to_numpy()   # (in digest order, as the placement's)
+    cost = docs.column("prefix_bytes_max").to_numpy() + docs.column("suffix_bytes_sum").to_numpy() + rows * decode_bytes
+    placement = place_documents(
+        docs.column("digest").to_numpy(),
+        rows,
+        cost,
+        shards,
+        held,
+        bucket_rows,
+        prefix_cost=docs.column("prefix_bytes_max").to_numpy(),
+        adapters=docs.column("adapter_max").to_numpy() if adapted else None,
+        max_loras=max_loras,
+    )
+    placement.first = docs.column("first_min").to_numpy()  # (in digest order, as the placement's)
     return placement
 
 
@@ -141,8 +160,9 @@ def buckets_of(placement: Placement) -> list[Bucket]:
     return placement.buckets
 
 
-def split_task(read: tuple[PromptRows, Figures], placement: Placement,
-               texts: PartitionTexts | None = None) -> dict[str, pa.Table]:
+def split_task(
+    read: tuple[PromptRows, Figures], placement: Placement, texts: PartitionTexts | None = None
+) -> dict[str, pa.Table]:
     """The partition's rows by shard, each shard's sorted by bucket, document, then position,
     with their ``bucket`` column (a bucket's rows are one slice of it: ``bucket_slice``). A
     document's text goes on its first row in the whole job only, so it travels to its shard
@@ -154,7 +174,7 @@ def split_task(read: tuple[PromptRows, Figures], placement: Placement,
     digests, positions = rows.column("digest").to_numpy(), rows.column("position").to_numpy()
     bucket = placement.bucket_of(digests, positions)
     carries = positions == placement.first_of(digests)
-    text_row = np.arange(len(positions))   # the row whose text a carrier sends
+    text_row = np.arange(len(positions))  # the row whose text a carrier sends
     if placement.split:
         _carry_split_documents(placement, digests, bucket, carries, text_row)
     keyed = pa.table({"bucket": bucket, "digest": rows.column("digest"), "position": rows.column("position")})
@@ -166,10 +186,11 @@ def split_task(read: tuple[PromptRows, Figures], placement: Placement,
         shard_of_bucket[b.index] = shards.index(b.shard)
     if texts is not None:
         rows = rows.append_column("suffix", texts.suffix)
-        documents = read[0].documents.sort_by("digest")   # (each carrier's prefix length as read, to check)
+        documents = read[0].documents.sort_by("digest")  # (each carrier's prefix length as read, to check)
         prefix_bytes = np.zeros(len(digests), np.int64)
         prefix_bytes[carries] = documents.column("prefix_bytes").to_numpy()[
-            np.searchsorted(documents.column("digest").to_numpy(), digests[carries])]
+            np.searchsorted(documents.column("digest").to_numpy(), digests[carries])
+        ]
     else:
         rows, prefix = rows.remove_column(rows.column_names.index("prefix")), rows.column("prefix")
     out = {}
@@ -177,10 +198,11 @@ def split_task(read: tuple[PromptRows, Figures], placement: Placement,
     for s, lo, hi in runs(shard_of_bucket[bucket[order]]):
         take = order[lo:hi]
         # (compact copies: they travel; the text of rows that do not carry it is not copied)
-        if texts is not None:   # (each carried text joined once, in the piece's order)
+        if texts is not None:  # (each carried text joined once, in the piece's order)
             carry = take[carries[take]]
-            text = on_first_rows(texts.prefixes(text_row[carry], prefix_bytes[carry]), np.flatnonzero(carries[take]),
-                                 len(take))
+            text = on_first_rows(
+                texts.prefixes(text_row[carry], prefix_bytes[carry]), np.flatnonzero(carries[take]), len(take)
+            )
         else:
             text = prefix.take(pa.array(text_row[take], mask=~carries[take]))
         piece = rows.take(take).add_column(2, ROWS_SCHEMA.field("prefix"), text)
@@ -188,14 +210,16 @@ def split_task(read: tuple[PromptRows, Figures], placement: Placement,
     return out
 
 
-def file_split_task(spec: JobSpec, read: tuple[PromptRows, Figures], placement: Placement,
-                    part: Partition | ByteBlock) -> dict[str, pa.Table]:
+def file_split_task(
+    spec: JobSpec, read: tuple[PromptRows, Figures], placement: Placement, part: Partition | ByteBlock
+) -> dict[str, pa.Table]:
     """A file job's ``split_task``; first the partition's rows that failed reading are committed
     with their errors (here, not when read: nothing is written before the job's checks pass)."""
     errors = read[0].errors
     if errors.num_rows:
-        AnswerFiles(spec.folder).write(part.index, f"{spec.run}-input",
-                                       error_table(errors.column("position"), errors.column("error")))
+        AnswerFiles(spec.folder).write(
+            part.index, f"{spec.run}-input", error_table(errors.column("position"), errors.column("error"))
+        )
     rows = read[0].rows
     texts: PartitionTexts | None = None
     if not read[0].texts and rows.num_rows:
@@ -213,17 +237,18 @@ def bucket_slice(piece: pa.Table | None, bucket: int) -> pa.Table | None:
     return piece.slice(lo, hi - lo).drop_columns(["bucket"]) if hi > lo else None
 
 
-def _carry_split_documents(placement: Placement, digests: np.ndarray, bucket: np.ndarray, carries: np.ndarray,
-                           text_row: np.ndarray) -> None:
+def _carry_split_documents(
+    placement: Placement, digests: np.ndarray, bucket: np.ndarray, carries: np.ndarray, text_row: np.ndarray
+) -> None:
     """The first row of each (split document, bucket) here carries the document's text, taken
     from its first row here (the one the read gave the text)."""
     split = np.flatnonzero(np.isin(digests, np.fromiter(placement.split, np.uint64, len(placement.split))))
     if not len(split):
         return
-    _, first_of_document = np.unique(digests, return_index=True)   # (rows are in position order)
+    _, first_of_document = np.unique(digests, return_index=True)  # (rows are in position order)
     document_first = dict(zip(digests[first_of_document].tolist(), first_of_document.tolist()))
     keys = np.stack([digests[split].view(np.int64), bucket[split].astype(np.int64)], axis=1)
-    _, first = np.unique(keys, axis=0, return_index=True)   # each (document, bucket)'s first row here
+    _, first = np.unique(keys, axis=0, return_index=True)  # each (document, bucket)'s first row here
     for k in split[first].tolist():
         carries[k] = True
         text_row[k] = document_first[int(digests[k])]
@@ -233,8 +258,9 @@ def piece_of(pieces: dict[str, pa.Table], shard: str) -> pa.Table | None:
     return pieces.get(shard)
 
 
-async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
-                      task_key: str | None = None) -> tuple[Figures | Stopped, None]:
+async def answer_task(
+    spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None, task_key: str | None = None
+) -> tuple[Figures | Stopped, None]:
     """One bucket answered on its shard's engine, grouped by document. Its answers are committed
     as they come (``BucketCommits``: a file per input partition holds ``spec.commit_rows`` of
     them, or what ``spec.commit_s`` collected); a rerun of the task (its worker was lost) answers
@@ -248,17 +274,27 @@ async def answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
     loop = asyncio.get_running_loop()
     earlier = await loop.run_in_executor(None, files.read_named, name)
     figures = Figures.of_answers(earlier, bucket.shard)
-    prefixes = prefixes_of(rows)   # (before the rows answered earlier go: one may carry its document's)
+    prefixes = prefixes_of(rows)  # (before the rows answered earlier go: one may carry its document's)
     if earlier.num_rows:
         rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
-    commits = BucketCommits(files, spec.starts, name, files.next_seq(name), spec.commit_rows, spec.commit_s,
-                            figures.count_answers)
+    commits = BucketCommits(
+        files, spec.starts, name, files.next_seq(name), spec.commit_rows, spec.commit_s, figures.count_answers
+    )
     try:
-        await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
-                                    _progress(spec, bucket, earlier.num_rows), commit=commits.add,
-                                    first_rows=spec.first_rows,
-                                    prefixes=prefixes, task=task_key, job=spec.job_id, embed=spec.embeds,
-                                    labels=spec.labels)
+        await plugin.answer_grouped(
+            rows,
+            f"{spec.job_id}-b{bucket.index}",
+            spec.sampling,
+            spec.truncate,
+            _progress(spec, bucket, earlier.num_rows),
+            commit=commits.add,
+            first_rows=spec.first_rows,
+            prefixes=prefixes,
+            task=task_key,
+            job=spec.job_id,
+            embed=spec.embeds,
+            labels=spec.labels,
+        )
         # (what is left, once every row is answered)
         await loop.run_in_executor(None, commits.close)
     except Exception as exc:
@@ -279,29 +315,44 @@ class Stopped:
     cannot fix (``job_folder.permanent_write_error``). Returned, not raised: Dask runs a task
     that raises again (its ``retries``), which would answer the bucket again only to fail the
     same way. The client stops the job with ``why``."""
+
     why: str
 
 
 def write_failure(exc: BaseException, where: str) -> str:
     """What the user reads when answers could not be written to ``where`` (OUTPUT.partial)."""
-    if isinstance(exc, JobError):   # (it says what to do: ``OutputGone``)
+    if isinstance(exc, JobError):  # (it says what to do: ``OutputGone``)
         return str(exc)
-    return (f"cannot write answers to {where}: {type(exc).__name__}: {' '.join(str(exc).split())}; the answers "
-            f"committed so far are kept; make it writable (or free space) and run the same command again to resume")
+    return (
+        f"cannot write answers to {where}: {type(exc).__name__}: {' '.join(str(exc).split())}; the answers "
+        f"committed so far are kept; make it writable (or free space) and run the same command again to resume"
+    )
 
 
-async def kept_answer_task(spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None,
-                           task_key: str | None = None) -> tuple[Figures, dict]:
+async def kept_answer_task(
+    spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None, task_key: str | None = None
+) -> tuple[Figures, dict]:
     """One bucket answered as ``answer_task`` does, its answers kept in memory, not written: the
     bucket's figures and its answer rows by input partition (``partition_of`` their positions).
     A rerun answers the whole bucket again (a DataFrame job: pipeline/client/dataframes.py)."""
     plugin, rows = _bucket_rows(bucket, pieces)
-    results = await plugin.answer_grouped(rows, f"{spec.job_id}-b{bucket.index}", spec.sampling, spec.truncate,
-                                          _progress(spec, bucket, 0), first_rows=spec.first_rows, task=task_key,
-                                          job=spec.job_id, embed=spec.embeds, labels=spec.labels)
+    results = await plugin.answer_grouped(
+        rows,
+        f"{spec.job_id}-b{bucket.index}",
+        spec.sampling,
+        spec.truncate,
+        _progress(spec, bucket, 0),
+        first_rows=spec.first_rows,
+        task=task_key,
+        job=spec.job_id,
+        embed=spec.embeds,
+        labels=spec.labels,
+    )
     table = results_table(results)
-    return (Figures.of_answers(table, bucket.shard),
-            by_partition(table, partition_of(table.column("position").to_numpy())))
+    return (
+        Figures.of_answers(table, bucket.shard),
+        by_partition(table, partition_of(table.column("position").to_numpy())),
+    )
 
 
 def figures_of_answer(answer: tuple[Figures, object]) -> Figures:
@@ -332,11 +383,11 @@ def _progress(spec: JobSpec, bucket: Bucket, offset: int):
     worker = get_worker()
 
     def progress(done: int, errors: int, tokens: list[int]) -> None:
-        worker.log_event(spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": offset + done,
-                                      "tokens": list(tokens)})
+        worker.log_event(
+            spec.topic, {"bucket": bucket.index, "shard": bucket.shard, "rows": offset + done, "tokens": list(tokens)}
+        )
+
     return progress
-
-
 
 
 def frame_positions(number: int, rows: int) -> pa.Array:

@@ -11,6 +11,7 @@ pipeline/client/dataframes.py). The steps between are every cluster job's
 
 A row's position is its partition's number and its place there (``frame_positions``).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -33,8 +34,8 @@ def frame_read_task(spec: JobSpec, frame: pd.DataFrame, number: int) -> tuple[Pr
     """Partition ``number`` of the input (a pandas DataFrame) as prompt rows. ``spec.source``:
     the columns the task reads (``RowColumns``)."""
     columns = spec.source
-    assert isinstance(columns, RowColumns)   # (a DataFrame job's spec carries its columns: FrameSteps)
-    table = pa.Table.from_pandas(frame[columns.all], preserve_index=False)   # missing values -> null
+    assert isinstance(columns, RowColumns)  # (a DataFrame job's spec carries its columns: FrameSteps)
+    table = pa.Table.from_pandas(frame[columns.all], preserve_index=False)  # missing values -> null
     rows = prompt_rows_of(table, frame_positions(number, len(frame)), spec.task, columns)
     return rows, Figures.of_read(len(frame), rows.errors.column("error")), frame.index
 
@@ -44,8 +45,7 @@ def frame_tail_of(read: tuple[PromptRows, Figures, pd.Index]) -> tuple[pa.Table,
     return read[0].errors, read[2]
 
 
-def frame_merge_task(tail: tuple[pa.Table, pd.Index], number: int, out_columns: list[str],
-                     *answers: pa.Table | None):
+def frame_merge_task(tail: tuple[pa.Table, pd.Index], number: int, out_columns: list[str], *answers: pa.Table | None):
     """Partition ``number``'s output: its rows that failed reading and its answers from every
     bucket (``kept_piece``), in the input's row order, with the input's index (``tail``:
     ``frame_tail_of`` its read)."""
@@ -56,8 +56,10 @@ def frame_merge_task(tail: tuple[pa.Table, pd.Index], number: int, out_columns: 
     table = table.take(pc.sort_indices(table, [("position", "ascending")]))
     expected = frame_positions(number, len(index)).to_numpy()
     if not np.array_equal(table.column("position").to_numpy(), expected):
-        raise RuntimeError(f"partition {number}: {len(index)} rows but {table.num_rows} results, or results for "
-                           f"other rows; no answer is returned for it")
+        raise RuntimeError(
+            f"partition {number}: {len(index)} rows but {table.num_rows} results, or results for "
+            f"other rows; no answer is returned for it"
+        )
     out = table.select(out_columns).to_pandas().astype({n: PANDAS_TYPES[n] for n in out_columns})
     out.index = index
     return out

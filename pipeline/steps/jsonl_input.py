@@ -12,6 +12,7 @@ requests (``/v1/score``, ``/v1/rerank``: pipeline/data/scoring_lines.py) a row p
 document) pair: its positions number the block's rows, its carry says which line each belongs to
 (pipeline/data/fanned_lines.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,10 @@ def block_lines(source, block: ByteBlock) -> list[bytes]:
         with source.open() as f:
             data = read_block(f, block.offset, block.length, delimiter=b"\n")
     except OSError as exc:
-        raise JobError(f"cannot read {source.path}: {exc.strerror or exc}. The rows of its other blocks are "
-                       f"answered and kept; run the same command again to resume") from None
+        raise JobError(
+            f"cannot read {source.path}: {exc.strerror or exc}. The rows of its other blocks are "
+            f"answered and kept; run the same command again to resume"
+        ) from None
     return [line for line in data.split(b"\n") if line.strip()]
 
 
@@ -66,8 +69,11 @@ def fanned_rows(source, block: ByteBlock) -> list[tuple]:
     """A block's rows, of a file whose lines are answered as several rows each (``FANNED``): each
     line's rows, ``(row or None, error or None, carry)``."""
     line_rows = FANNED[source.endpoint]
-    return [row for k, (request, error) in enumerate(block_requests(source, block))
-            for row in line_rows(k, request, error, source.adapters)]
+    return [
+        row
+        for k, (request, error) in enumerate(block_requests(source, block))
+        for row in line_rows(k, request, error, source.adapters)
+    ]
 
 
 def block_carry(source, block: ByteBlock) -> pa.Table:
@@ -100,9 +106,12 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
         keep = pc.invert(pc.is_in(positions, value_set=done))
         requests = [r for r, k in zip(requests, keep.to_pylist()) if k]
         positions = positions.filter(keep)
-    rows = prompt_rows_of_dicts([request_row(r, endpoint, source.adapters) if e is None else (None, e)
-                                 for r, e in requests], positions, task,
-                                all_sampling=True)
+    rows = prompt_rows_of_dicts(
+        [request_row(r, endpoint, source.adapters) if e is None else (None, e) for r, e in requests],
+        positions,
+        task,
+        all_sampling=True,
+    )
     rows.read = read
     return rows
 

@@ -3,6 +3,7 @@ part of the output, in input order, with the input's own columns (``merge_task``
 made from the parts (``finish_task``: Parquet, or OpenAI batch JSONL). The tasks before them:
 pipeline/steps/cluster_tasks.py.
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -16,8 +17,8 @@ from pipeline.steps.prompt_table import read_partition
 
 def merge_task(spec: JobSpec, part: Partition | ByteBlock) -> int:
     source = spec.source
-    assert isinstance(source, (ParquetSource, OpenAIBatchSource))   # (only a file job's parts are merged)
-    if isinstance(part, ByteBlock):   # (an OpenAI batch file's block of bytes: its source's format "openai")
+    assert isinstance(source, (ParquetSource, OpenAIBatchSource))  # (only a file job's parts are merged)
+    if isinstance(part, ByteBlock):  # (an OpenAI batch file's block of bytes: its source's format "openai")
         from pipeline.steps.jsonl_input import block_carry
 
         carry = block_carry(source, part)

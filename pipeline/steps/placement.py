@@ -25,6 +25,7 @@ A document's cost is its prefix once plus each row's suffix and expected answer,
 Each shard's documents are then cut into buckets of at most ``bucket_rows`` rows (a document, or
 chunk, is never cut there): a bucket is one answer task, its rows answered grouped by document.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -44,11 +45,11 @@ class Bucket:
 
 @dataclass
 class Placement:
-    digests: np.ndarray      # uint64, sorted: every document of the job
-    bucket: np.ndarray       # int32: each document's bucket (a split document's first chunk's)
+    digests: np.ndarray  # uint64, sorted: every document of the job
+    bucket: np.ndarray  # int32: each document's bucket (a split document's first chunk's)
     buckets: list[Bucket]
-    first: np.ndarray | None = None   # int64: each document's first row in the job (its text travels with it)
-    split: dict[int, np.ndarray] = field(default_factory=dict)   # digest -> its chunks' buckets (few documents)
+    first: np.ndarray | None = None  # int64: each document's first row in the job (its text travels with it)
+    split: dict[int, np.ndarray] = field(default_factory=dict)  # digest -> its chunks' buckets (few documents)
 
     def bucket_of(self, digests: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
         """The bucket of each row, given its document's digest (each must be one of the job's
@@ -74,10 +75,18 @@ class Placement:
 SPLIT_ROWS = 1024
 
 
-def place_documents(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, shards: Sequence[str],
-                    held: Mapping[int, str] | None = None, bucket_rows: int = 50_000,
-                    balance: float = 1.25, prefix_cost: np.ndarray | None = None,
-                    adapters: np.ndarray | None = None, max_loras: int = 0) -> Placement:
+def place_documents(
+    digests: np.ndarray,
+    rows: np.ndarray,
+    cost: np.ndarray,
+    shards: Sequence[str],
+    held: Mapping[int, str] | None = None,
+    bucket_rows: int = 50_000,
+    balance: float = 1.25,
+    prefix_cost: np.ndarray | None = None,
+    adapters: np.ndarray | None = None,
+    max_loras: int = 0,
+) -> Placement:
     """``digests``, ``rows``, ``cost``: one entry per distinct document (digests unique).
     ``shards``: the live shards. ``held``: digest -> the shard whose engine holds it.
     A document with more rows than a bucket, or than both a shard's fair share and ``SPLIT_ROWS``
@@ -100,34 +109,62 @@ def place_documents(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, sha
     unit_doc = np.repeat(np.arange(len(digests)), chunks)
     unit_chunk = np.arange(len(unit_doc)) - np.repeat(np.cumsum(chunks) - chunks, chunks)
     unit_rows = rows[unit_doc] // chunks[unit_doc] + (unit_chunk < rows[unit_doc] % chunks[unit_doc])
-    unit_cost = np.where(chunks[unit_doc] > 1, (cost[unit_doc] - prefix_cost[unit_doc]) / chunks[unit_doc] +
-                         prefix_cost[unit_doc], cost[unit_doc])
-    unit_bucket, buckets = _pack(digests[unit_doc], unit_rows, unit_cost, shards, held, bucket_rows, balance,
-                                 None if adapters is None else adapters[unit_doc], max_loras)
+    unit_cost = np.where(
+        chunks[unit_doc] > 1,
+        (cost[unit_doc] - prefix_cost[unit_doc]) / chunks[unit_doc] + prefix_cost[unit_doc],
+        cost[unit_doc],
+    )
+    unit_bucket, buckets = _pack(
+        digests[unit_doc],
+        unit_rows,
+        unit_cost,
+        shards,
+        held,
+        bucket_rows,
+        balance,
+        None if adapters is None else adapters[unit_doc],
+        max_loras,
+    )
     first_unit = np.cumsum(chunks) - chunks
-    split = {int(digests[d]): unit_bucket[first_unit[d]:first_unit[d] + chunks[d]].copy()
-             for d in np.flatnonzero(chunks > 1).tolist()}
+    split = {
+        int(digests[d]): unit_bucket[first_unit[d] : first_unit[d] + chunks[d]].copy()
+        for d in np.flatnonzero(chunks > 1).tolist()
+    }
     return Placement(digests, unit_bucket[first_unit], buckets, split=split)
 
 
-def _pack(digests: np.ndarray, rows: np.ndarray, cost: np.ndarray, shards: Sequence[str],
-          held: Mapping[int, str] | None, bucket_rows: int, balance: float, adapter: np.ndarray | None = None,
-          max_loras: int = 0) -> tuple[np.ndarray, list[Bucket]]:
+def _pack(
+    digests: np.ndarray,
+    rows: np.ndarray,
+    cost: np.ndarray,
+    shards: Sequence[str],
+    held: Mapping[int, str] | None,
+    bucket_rows: int,
+    balance: float,
+    adapter: np.ndarray | None = None,
+    max_loras: int = 0,
+) -> tuple[np.ndarray, list[Bucket]]:
     """Each unit's bucket (units in digest order, a split document's chunks together), and the
     buckets: each unit's shard (``_least_loaded``, or where the units' adapters are more than an
     engine applies at once, ``adapter_shards``), then each shard's units cut into buckets."""
     index = {s: i for i, s in enumerate(shards)}
     held_shard = {d: index[s] for d, s in held.items() if s in index} if held and len(digests) else {}
-    if adapter is not None and max_loras > 0 and len(shards) > 1 and \
-            np.count_nonzero(np.unique(adapter)) > max_loras:
+    if adapter is not None and max_loras > 0 and len(shards) > 1 and np.count_nonzero(np.unique(adapter)) > max_loras:
         shard_of = adapter_shards(digests, cost, adapter, len(shards), held_shard, max_loras, balance)
     else:
         shard_of = _least_loaded(digests, cost, len(shards), held_shard, balance)
     return _cut(digests, rows, shard_of, shards, bucket_rows, adapter)
 
 
-def _least_loaded(digests: np.ndarray, cost: np.ndarray, n_shards: int, held_shard: dict[int, int],
-                  balance: float, shard_of: np.ndarray | None = None, load: np.ndarray | None = None) -> np.ndarray:
+def _least_loaded(
+    digests: np.ndarray,
+    cost: np.ndarray,
+    n_shards: int,
+    held_shard: dict[int, int],
+    balance: float,
+    shard_of: np.ndarray | None = None,
+    load: np.ndarray | None = None,
+) -> np.ndarray:
     """Each unit's shard: held units stay on their shard within ``balance`` × the fair share,
     the rest largest first onto the least loaded shard. ``shard_of``, ``load``: units already
     placed (-1: not yet) and the shards' loads from them."""
@@ -135,7 +172,7 @@ def _least_loaded(digests: np.ndarray, cost: np.ndarray, n_shards: int, held_sha
     shard_of = np.full(n, -1, dtype=np.int64) if shard_of is None else shard_of
     load = np.zeros(n_shards) if load is None else load
     cap = balance * cost.sum() / n_shards if n else 0.0
-    if held_shard:   # (the held documents are few: what the engines' caches hold)
+    if held_shard:  # (the held documents are few: what the engines' caches hold)
         held_keys = np.fromiter(held_shard, np.uint64, len(held_shard))
         for k in np.flatnonzero(np.isin(digests, held_keys) & (shard_of < 0)).tolist():
             s = held_shard[int(digests[k])]
@@ -153,8 +190,14 @@ def _least_loaded(digests: np.ndarray, cost: np.ndarray, n_shards: int, held_sha
     return shard_of
 
 
-def _cut(digests: np.ndarray, rows: np.ndarray, shard_of: np.ndarray, shards: Sequence[str], bucket_rows: int,
-         adapter: np.ndarray | None) -> tuple[np.ndarray, list[Bucket]]:
+def _cut(
+    digests: np.ndarray,
+    rows: np.ndarray,
+    shard_of: np.ndarray,
+    shards: Sequence[str],
+    bucket_rows: int,
+    adapter: np.ndarray | None,
+) -> tuple[np.ndarray, list[Bucket]]:
     """Each shard's units cut into buckets of at most ``bucket_rows`` rows: consecutive units in
     digest order (by adapter first, where units have one: each adapter's documents together)."""
     bucket = np.zeros(len(digests), dtype=np.int32)
@@ -181,8 +224,15 @@ def _cut(digests: np.ndarray, rows: np.ndarray, shard_of: np.ndarray, shards: Se
     return bucket, buckets
 
 
-def adapter_shards(digests: np.ndarray, cost: np.ndarray, adapter: np.ndarray, n_shards: int,
-                   held_shard: dict[int, int], max_loras: int, balance: float) -> np.ndarray:
+def adapter_shards(
+    digests: np.ndarray,
+    cost: np.ndarray,
+    adapter: np.ndarray,
+    n_shards: int,
+    held_shard: dict[int, int],
+    max_loras: int,
+    balance: float,
+) -> np.ndarray:
     """Each unit's shard where its adapters (``adapter``: each unit's code, 0 for the base model)
     are more than ``max_loras``: each shard serves at most ``max_loras`` of them where there are
     no more than ``n_shards × max_loras``, else at most ``ceil(adapters / n_shards)`` (the fewest
@@ -198,8 +248,9 @@ def adapter_shards(digests: np.ndarray, cost: np.ndarray, adapter: np.ndarray, n
     held_units = np.flatnonzero(np.isin(digests, np.fromiter(held_shard, np.uint64, len(held_shard))))
     for k in held_units.tolist():
         held_load[group[k], held_shard[int(digests[k])]] += cost[k]
-    share = spread(np.bincount(group, weights=cost, minlength=len(names))[lora], n_shards, slots, fair,
-                   held_load[lora], balance)
+    share = spread(
+        np.bincount(group, weights=cost, minlength=len(names))[lora], n_shards, slots, fair, held_load[lora], balance
+    )
     shard_of = np.full(len(digests), -1, dtype=np.int64)
     load = np.zeros(n_shards)
     for g, quota in zip(lora.tolist(), share):
@@ -216,8 +267,14 @@ def adapter_shards(digests: np.ndarray, cost: np.ndarray, adapter: np.ndarray, n
     return _least_loaded(digests, cost, n_shards, held_shard, balance, shard_of, load)
 
 
-def spread(costs: np.ndarray, n_shards: int, slots: int, fair: float, held_load: np.ndarray | None = None,
-           balance: float = 1.25) -> list[dict[int, float]]:
+def spread(
+    costs: np.ndarray,
+    n_shards: int,
+    slots: int,
+    fair: float,
+    held_load: np.ndarray | None = None,
+    balance: float = 1.25,
+) -> list[dict[int, float]]:
     """Per adapter (``costs``: each one's total): its shards and the cost each takes, at most
     ``slots`` adapters a shard (``len(costs) <= n_shards × slots``). Each adapter is cut into
     pieces of equal cost, one a shard, packed largest first (``_pack_pieces``); while slots are
@@ -250,14 +307,16 @@ def _top(share: list[dict[int, float]], n_shards: int) -> float:
     return float(load.max())
 
 
-def _pack_pieces(costs: np.ndarray, pieces: np.ndarray, n_shards: int, slots: int, held_load: np.ndarray | None,
-                 cap: float) -> list[dict[int, float]] | None:
+def _pack_pieces(
+    costs: np.ndarray, pieces: np.ndarray, n_shards: int, slots: int, held_load: np.ndarray | None, cap: float
+) -> list[dict[int, float]] | None:
     """Adapter ``a`` as ``pieces[a]`` pieces of ``costs[a] / pieces[a]``, largest first, each
     onto the least loaded shard with a free slot that does not serve ``a`` yet, preferring one
     that holds ``a``'s documents from an earlier job (``held_load``) while within ``cap``. None
     where the slots run out (pieces of one adapter left on a shard that serves it)."""
-    order = sorted(((costs[a] / pieces[a], a) for a in range(len(costs)) for _ in range(pieces[a])),
-                   key=lambda p: (-p[0], p[1]))
+    order = sorted(
+        ((costs[a] / pieces[a], a) for a in range(len(costs)) for _ in range(pieces[a])), key=lambda p: (-p[0], p[1])
+    )
     load, used = np.zeros(n_shards), np.zeros(n_shards, np.int64)
     share: list[dict[int, float]] = [{} for _ in costs]
     for size, a in order:

@@ -27,6 +27,7 @@ A file job's read of a one-column prefix (``texts=False``) keeps no text: its ``
 row's position and digest only, and the split reads the partition again (``PartitionTexts``)
 once the job's documents are placed, so reads hold a few bytes a row while they wait.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,10 +57,19 @@ from pipeline.steps.template_pieces import (
 )
 from tasks import PromptTemplate, RowError
 
-ROWS_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(),
-                         "suffix": pa.large_string()})
-DOCUMENTS_SCHEMA = pa.schema({"digest": pa.uint64(), "rows": pa.int64(), "prefix_bytes": pa.int64(),
-                              "suffix_bytes": pa.int64(), "first": pa.int64(), "adapter": pa.uint64()})
+ROWS_SCHEMA = pa.schema(
+    {"position": pa.int64(), "digest": pa.uint64(), "prefix": pa.large_string(), "suffix": pa.large_string()}
+)
+DOCUMENTS_SCHEMA = pa.schema(
+    {
+        "digest": pa.uint64(),
+        "rows": pa.int64(),
+        "prefix_bytes": pa.int64(),
+        "suffix_bytes": pa.int64(),
+        "first": pa.int64(),
+        "adapter": pa.uint64(),
+    }
+)
 ERRORS_SCHEMA = pa.schema({"position": pa.int64(), "error": pa.string()})
 INDEX_SCHEMA = pa.schema({"position": pa.int64(), "digest": pa.uint64()})
 
@@ -69,9 +79,9 @@ class PromptRows:
     rows: pa.Table
     documents: pa.Table
     errors: pa.Table
-    read: int | None = None   # rows of the partition read, those answered by an earlier run too (JSONL)
-    texts: bool = True        # False: ``rows`` holds position and digest only (``INDEX_SCHEMA``); the
-                              # split reads the partition again for their texts (``PartitionTexts``)
+    read: int | None = None  # rows of the partition read, those answered by an earlier run too (JSONL)
+    texts: bool = True  # False: ``rows`` holds position and digest only (``INDEX_SCHEMA``); the
+    # split reads the partition again for their texts (``PartitionTexts``)
 
 
 @sizeof.register(PromptRows)
@@ -88,8 +98,10 @@ def read_partition(source, part: Partition, columns: list[str] | None = None) ->
     try:
         table = pq.ParquetFile(path, filesystem=source.fs).read_row_groups(list(part.row_groups), columns=columns)
     except (pa.ArrowException, OSError) as exc:
-        raise JobError(f"cannot read {path}: {' '.join(str(exc).split())}. The rows of its other partitions are "
-                       f"answered and kept; fix or replace the file and run the same command again to resume") from None
+        raise JobError(
+            f"cannot read {path}: {' '.join(str(exc).split())}. The rows of its other partitions are "
+            f"answered and kept; fix or replace the file and run the same command again to resume"
+        ) from None
     return table.slice(part.skip, part.rows)
 
 
@@ -120,15 +132,26 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
 
 
 # The rows' own sampling columns as Arrow types (``prompt_rows_of_dicts``: each row's checked settings)
-SAMPLING_TYPES = {"max_tokens": pa.int64(), "temperature": pa.float64(), "top_p": pa.float64(),
-                  "top_k": pa.int64(), "stop": pa.list_(pa.string()), "seed": pa.int64(),
-                  "json_schema": pa.string(), "choice": pa.list_(pa.string()), "n": pa.int64(),
-                  "logprobs": pa.bool_(), "top_logprobs": pa.int64(), "adapter": pa.string()}
+SAMPLING_TYPES = {
+    "max_tokens": pa.int64(),
+    "temperature": pa.float64(),
+    "top_p": pa.float64(),
+    "top_k": pa.int64(),
+    "stop": pa.list_(pa.string()),
+    "seed": pa.int64(),
+    "json_schema": pa.string(),
+    "choice": pa.list_(pa.string()),
+    "n": pa.int64(),
+    "logprobs": pa.bool_(),
+    "top_logprobs": pa.int64(),
+    "adapter": pa.string(),
+}
 assert tuple(SAMPLING_TYPES) == ROW_COLUMNS
 
 
-def prompt_rows_of_dicts(rows: list[tuple[dict | None, str | None]], positions: pa.Array, task,
-                         all_sampling: bool = False) -> PromptRows:
+def prompt_rows_of_dicts(
+    rows: list[tuple[dict | None, str | None]], positions: pa.Array, task, all_sampling: bool = False
+) -> PromptRows:
     """Rows given as Python values, each ``(row, None)`` or ``(None, why it cannot be read)``,
     as prompt rows: the task's own split and each row's own sampling settings (checked), row by
     row (an OpenAI batch file's requests, a Python iterable's rows). The sampling columns come
@@ -149,14 +172,27 @@ def prompt_rows_of_dicts(rows: list[tuple[dict | None, str | None]], positions: 
         settings_of.append(settings)
     columns = {}
     if all_sampling or any(s is not None for s in settings_of):
-        columns = {name: pa.array([None if s is None else getattr(s, name) for s in settings_of], SAMPLING_TYPES[name])
-                   for name in ROW_COLUMNS}
-    return prompt_rows_from(pa.array(prefixes, pa.large_string()), pa.array(suffixes, pa.large_string()),
-                            pa.array(errors, pa.string()), positions, columns)
+        columns = {
+            name: pa.array([None if s is None else getattr(s, name) for s in settings_of], SAMPLING_TYPES[name])
+            for name in ROW_COLUMNS
+        }
+    return prompt_rows_from(
+        pa.array(prefixes, pa.large_string()),
+        pa.array(suffixes, pa.large_string()),
+        pa.array(errors, pa.string()),
+        positions,
+        columns,
+    )
 
 
-def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positions: pa.Array,
-                     sampling: dict[str, pa.Array], digests: np.ndarray | None = None) -> PromptRows:
+def prompt_rows_from(
+    prefix: pa.Array,
+    suffix: pa.Array,
+    error: pa.Array,
+    positions: pa.Array,
+    sampling: dict[str, pa.Array],
+    digests: np.ndarray | None = None,
+) -> PromptRows:
     """Prompt rows from each row's prefix, suffix, error (null where the row is fine), position
     and own sampling columns: the rows that failed apart, each distinct prefix digested once.
     ``prefix`` as plain text, or as a dictionary array with each dictionary value's digest in
@@ -169,11 +205,11 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
         prefix = pa.DictionaryArray.from_arrays(codes, prefix.take(pa.array(first)))
     elif digests is None:
         digests = text_digests(prefix.dictionary)
-    if error.null_count < len(error):   # (no row failed, the usual case: nothing to copy)
+    if error.null_count < len(error):  # (no row failed, the usual case: nothing to copy)
         prefix, suffix, positions = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
         sampling = {name: column.filter(ok) for name, column in sampling.items()}
     kept = positions
-    adapter_of = None   # (each dictionary value's adapter code, where rows name adapters)
+    adapter_of = None  # (each dictionary value's adapter code, where rows name adapters)
     if "adapter" in sampling:
         prefix, digests, adapter_of = adapter_digests(prefix, digests, sampling["adapter"])
     # each distinct prefix (document) once: its text, its digest, the first of its rows here
@@ -185,15 +221,20 @@ def prompt_rows_from(prefix: pa.Array, suffix: pa.Array, error: pa.Array, positi
     digest_of = np.zeros(len(prefix.dictionary), np.uint64)
     digest_of[used] = digests
     digest = pa.array(digest_of[index])
-    out = {"position": kept, "digest": digest, "prefix": on_first_rows(distinct, first, len(index)),
-           "suffix": suffix}
+    out = {"position": kept, "digest": digest, "prefix": on_first_rows(distinct, first, len(index)), "suffix": suffix}
     schema = ROWS_SCHEMA
     for name, column in sampling.items():
         out[name] = column
         schema = schema.append(pa.field(name, column.type))
     rows = pa.table(out, schema=schema)
-    documents = _documents(digest, pc.binary_length(suffix), digests, pc.binary_length(distinct),
-                           kept.take(pa.array(first)), None if adapter_of is None else adapter_of[used])
+    documents = _documents(
+        digest,
+        pc.binary_length(suffix),
+        digests,
+        pc.binary_length(distinct),
+        kept.take(pa.array(first)),
+        None if adapter_of is None else adapter_of[used],
+    )
     return PromptRows(rows, documents, errors)
 
 
@@ -203,34 +244,56 @@ def _prompt_index(fields: FieldValues, positions: pa.Array) -> PromptRows:
     error = fields.error()
     failed = pc.is_valid(error)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
-    assert fields.codes is not None and fields.digests is not None   # (a one-field prefix: coded, prompt_rows_of)
+    assert fields.codes is not None and fields.digests is not None  # (a one-field prefix: coded, prompt_rows_of)
     codes, suffix_bytes = fields.codes, pa.array(fields.suffix_bytes())
-    if error.null_count < len(error):   # (a row whose document is null failed: no code is null after this)
+    if error.null_count < len(error):  # (a row whose document is null failed: no code is null after this)
         ok = pc.invert(failed)
         codes, suffix_bytes, positions = codes.filter(ok), suffix_bytes.filter(ok), positions.filter(ok)
     index = codes.to_numpy(zero_copy_only=False)
     used, first = np.unique(index, return_index=True)
     digest = pa.array(fields.digests[index], pa.uint64())
     rows = pa.table({"position": positions, "digest": digest}, schema=INDEX_SCHEMA)
-    documents = _documents(digest, suffix_bytes, fields.digests[used], pa.array(fields.prefix_bytes()[used]),
-                           positions.take(pa.array(first)))
+    documents = _documents(
+        digest,
+        suffix_bytes,
+        fields.digests[used],
+        pa.array(fields.prefix_bytes()[used]),
+        positions.take(pa.array(first)),
+    )
     return PromptRows(rows, documents, errors, texts=False)
 
 
-def _documents(digest: pa.Array, suffix_bytes: pa.Array, digests: np.ndarray, prefix_bytes: pa.Array,
-               first: pa.Array, adapters: np.ndarray | None = None) -> pa.Table:
+def _documents(
+    digest: pa.Array,
+    suffix_bytes: pa.Array,
+    digests: np.ndarray,
+    prefix_bytes: pa.Array,
+    first: pa.Array,
+    adapters: np.ndarray | None = None,
+) -> pa.Table:
     """Per document: its rows here and their suffix bytes (from each row's ``digest`` and
     ``suffix_bytes``), its prefix bytes, first position and adapter code (per distinct digest,
     ``digests``; ``adapters`` None: the base model's)."""
-    counts = pa.table({"digest": digest, "suffix_bytes": suffix_bytes}).group_by("digest").aggregate(
-        [("digest", "count"), ("suffix_bytes", "sum")])
+    counts = (
+        pa.table({"digest": digest, "suffix_bytes": suffix_bytes})
+        .group_by("digest")
+        .aggregate([("digest", "count"), ("suffix_bytes", "sum")])
+    )
     adapters = np.zeros(len(digests), np.uint64) if adapters is None else adapters
-    lengths = pa.table({"digest": pa.array(digests, pa.uint64()), "prefix_bytes": prefix_bytes, "first": first,
-                        "adapter": pa.array(adapters, pa.uint64())})
-    documents = counts.join(lengths, "digest").select(["digest", "digest_count", "prefix_bytes", "suffix_bytes_sum",
-                                                       "first", "adapter"])
-    return pa.table(documents.columns, schema=DOCUMENTS_SCHEMA) if documents.num_rows else \
-        DOCUMENTS_SCHEMA.empty_table()
+    lengths = pa.table(
+        {
+            "digest": pa.array(digests, pa.uint64()),
+            "prefix_bytes": prefix_bytes,
+            "first": first,
+            "adapter": pa.array(adapters, pa.uint64()),
+        }
+    )
+    documents = counts.join(lengths, "digest").select(
+        ["digest", "digest_count", "prefix_bytes", "suffix_bytes_sum", "first", "adapter"]
+    )
+    return (
+        pa.table(documents.columns, schema=DOCUMENTS_SCHEMA) if documents.num_rows else DOCUMENTS_SCHEMA.empty_table()
+    )
 
 
 class PartitionTexts:
@@ -241,10 +304,12 @@ class PartitionTexts:
     def __init__(self, source, task: PromptTemplate, part: Partition, positions: np.ndarray):
         table = read_partition(source, part)
         if table.num_rows != part.rows:
-            raise JobError(f"{source.files[part.file]} changed while the job ran (rows {part.start}-{part.stop - 1} "
-                           f"now {table.num_rows} rows); run the same command again to resume")
+            raise JobError(
+                f"{source.files[part.file]} changed while the job ran (rows {part.start}-{part.stop - 1} "
+                f"now {table.num_rows} rows); run the same command again to resume"
+            )
         self.task, self.source, self.part = task, source, part
-        self._local = positions - part.start   # (each row's place in the partition)
+        self._local = positions - part.start  # (each row's place in the partition)
         every = len(self._local) == table.num_rows
         take = None if every else pa.array(self._local)
         values = field_texts(task, table)
@@ -258,7 +323,9 @@ class PartitionTexts:
         a length did; a digest of each would cost a fifth of the split)."""
         texts = joined(self.task.prefix_pieces, [self._documents.take(pa.array(self._local[rows]))], len(rows))
         if not np.array_equal(pc.binary_length(texts).to_numpy(zero_copy_only=False), lengths):
-            raise JobError(f"{self.source.files[self.part.file]} changed while the job ran (a document of rows "
-                           f"{self.part.start}-{self.part.stop - 1} is not the one read); run the same command "
-                           f"again to resume")
+            raise JobError(
+                f"{self.source.files[self.part.file]} changed while the job ran (a document of rows "
+                f"{self.part.start}-{self.part.stop - 1} is not the one read); run the same command "
+                f"again to resume"
+            )
         return texts

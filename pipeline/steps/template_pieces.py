@@ -5,6 +5,7 @@ error made in a few column operations, with the same texts and checks as
 that is one column (a document) is coded by its distinct values, so each document is checked and
 joined once.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,8 +39,7 @@ def plain_text(table: pa.Table, task: PromptTemplate) -> bool:
     return True
 
 
-def joined_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array,
-                                                                      np.ndarray | None]:
+def joined_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray | None]:
     """Prefix, suffix and error (null where the row is fine) joined column-wise, with the same
     checks and texts as ``PromptTemplate.split``: the first field that fails names the error.
     A prefix of one field (a document) is dictionary-encoded: each distinct value is checked and
@@ -49,13 +49,13 @@ def joined_columns(task: PromptTemplate, table: pa.Table) -> tuple[pa.Array, pa.
     fields = FieldValues(task, table)
     values, codes, first = fields.values, fields.codes, fields.first
     error = fields.error()
-    if codes is not None:   # (the join copies each distinct document once; the rest are views)
-        assert first is not None   # (made with codes: digest_codes)
-        only_first = only_on(values[0], first)   # each distinct document on its first row only
+    if codes is not None:  # (the join copies each distinct document once; the rest are views)
+        assert first is not None  # (made with codes: digest_codes)
+        only_first = only_on(values[0], first)  # each distinct document on its first row only
         prefix = pa.DictionaryArray.from_arrays(codes, packed(joined(task.prefix_pieces, [only_first], n), first))
     else:
-        prefix = joined(task.prefix_pieces, values[:fields.cut], n)
-    suffix = joined(task.suffix_pieces, values[fields.cut:], n)
+        prefix = joined(task.prefix_pieces, values[: fields.cut], n)
+    suffix = joined(task.suffix_pieces, values[fields.cut :], n)
     return prefix, suffix, error, fields.digests
 
 
@@ -73,7 +73,7 @@ class FieldValues:
         self.task, self.cut, self.rows = task, len(task.prefix_pieces) - 1, table.num_rows
         self.values = field_texts(task, table)
         self.codes = self.digests = self.first = None
-        if self.cut == 1:   # (each row's prefix digested as read: the digest tells the documents apart)
+        if self.cut == 1:  # (each row's prefix digested as read: the digest tells the documents apart)
             head, tail = task.prefix_pieces
             self.codes, self.digests, self.first = digest_codes(self.values[0], head, tail)
 
@@ -83,26 +83,32 @@ class FieldValues:
         error = pa.nulls(self.rows, pa.string())
         for i, (field, value) in enumerate(zip(task.fields, self.values)):
             coded = i == 0 and codes is not None
-            reason = pc.if_else(pc.is_null(codes if coded else value),
-                                pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None)
-            if task.strict_text:   # (a document checked once, on its first row)
-                empty = blank(only_on(value, self.first)).take(pa.array(self.first)).take(codes) \
-                    if coded and self.first is not None else blank(value)
-                reason = pc.coalesce(reason, pc.if_else(pc.fill_null(empty, False),
-                                                        pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None))
+            reason = pc.if_else(
+                pc.is_null(codes if coded else value), pa.scalar(f"{ErrorKind.INPUT}: {field} is null"), None
+            )
+            if task.strict_text:  # (a document checked once, on its first row)
+                empty = (
+                    blank(only_on(value, self.first)).take(pa.array(self.first)).take(codes)
+                    if coded and self.first is not None
+                    else blank(value)
+                )
+                reason = pc.coalesce(
+                    reason,
+                    pc.if_else(pc.fill_null(empty, False), pa.scalar(f"{ErrorKind.INPUT}: {field} is empty"), None),
+                )
             error = pc.coalesce(error, reason)
         return error.cast(pa.string())
 
     def suffix_bytes(self) -> np.ndarray:
         """Each row's suffix length in UTF-8 bytes, as ``joined`` would make it (0 where a field is null)."""
         total = np.full(self.rows, utf8_bytes(self.task.suffix_pieces), np.int64)
-        for value in self.values[self.cut:]:
+        for value in self.values[self.cut :]:
             total += pc.fill_null(pc.binary_length(value), 0).to_numpy(zero_copy_only=False)
         return total
 
     def prefix_bytes(self) -> np.ndarray:
         """Each code's prefix length in UTF-8 bytes (template head + document + tail)."""
-        assert self.first is not None   # (asked only of a coded prefix: _prompt_index)
+        assert self.first is not None  # (asked only of a coded prefix: _prompt_index)
         bounds = value_bounds(self.values[0])
         return bounds[self.first + 1] - bounds[self.first] + utf8_bytes(self.task.prefix_pieces)
 

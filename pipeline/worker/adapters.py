@@ -5,6 +5,7 @@ fetched once into the cache folder and kept there; each is checked before any re
 readable), so a missing or broken adapter is the row's error and never reaches the engine (vLLM
 0.32 stops its engine core on an adapter it cannot load).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,10 +28,10 @@ class Adapters:
     def __init__(self, named: dict[str, str], cache_dir: Path, max_rank: int, storage_options: dict | None = None):
         self.named, self.cache_dir, self.max_rank = dict(named), Path(cache_dir), max_rank
         self.storage_options = storage_options or {}
-        self._ready: dict[str, str] = {}          # adapter -> its checked local folder
-        self._failed: dict[str, str] = {}         # adapter -> why it cannot be used
+        self._ready: dict[str, str] = {}  # adapter -> its checked local folder
+        self._failed: dict[str, str] = {}  # adapter -> why it cannot be used
         self._fetching: dict[str, asyncio.Future] = {}
-        self.ids: dict[str, int] = {}             # adapter -> a number of its own (vLLM's lora_int_id)
+        self.ids: dict[str, int] = {}  # adapter -> a number of its own (vLLM's lora_int_id)
         self._fetch_lock = threading.Lock()
 
     async def folder(self, adapter: str) -> str:
@@ -65,7 +66,7 @@ class Adapters:
         return check_adapter(adapter, folder, self.max_rank)
 
     def _fetch(self, adapter: str, url: str) -> str:
-        with self._fetch_lock:   # (two names for one URL: fetched once)
+        with self._fetch_lock:  # (two names for one URL: fetched once)
             return self._fetch_once(adapter, url)
 
     def _fetch_once(self, adapter: str, url: str) -> str:
@@ -84,7 +85,7 @@ class Adapters:
             raise AdapterError(f"adapter {adapter!r}: {url} has no adapter_config.json (a PEFT adapter's folder)")
         try:
             os.replace(partial, folder)
-        except OSError:   # (another worker on this machine fetched it meanwhile)
+        except OSError:  # (another worker on this machine fetched it meanwhile)
             if not (folder / "adapter_config.json").is_file():
                 raise
             shutil.rmtree(partial, ignore_errors=True)
@@ -97,8 +98,9 @@ def check_adapter(adapter: str, folder: str, max_rank: int) -> str:
     try:
         settings = json.loads(config.read_text())
     except FileNotFoundError:
-        raise AdapterError(f"adapter {adapter!r}: {folder} has no adapter_config.json (a PEFT adapter's folder)") \
-            from None
+        raise AdapterError(
+            f"adapter {adapter!r}: {folder} has no adapter_config.json (a PEFT adapter's folder)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise AdapterError(f"adapter {adapter!r}: {config} cannot be read: {exc}") from None
     rank = settings.get("r") if isinstance(settings, dict) else None
@@ -111,7 +113,7 @@ def check_adapter(adapter: str, folder: str, max_rank: int) -> str:
         if (Path(folder) / "adapter_model.bin").is_file():
             return str(Path(folder).resolve())
         raise AdapterError(f"adapter {adapter!r}: {folder} has no adapter_model.safetensors")
-    try:   # (its header: a file vLLM cannot read would stop the engine, not fail the row)
+    try:  # (its header: a file vLLM cannot read would stop the engine, not fail the row)
         from safetensors import safe_open
 
         with safe_open(str(weights), "numpy") as f:

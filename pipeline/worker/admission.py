@@ -12,6 +12,7 @@ priority``, lower first; pipeline/worker/vllm_engine.py), so a new job's request
 requests that wait inside the engine for a seat. With one job the counts rise with arrival,
 and the order is exactly first come, first served.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,10 +33,10 @@ class FairAdmission:
     def __init__(self, slots: int):
         self.slots = slots
         self.in_engine = 0
-        self._held: dict[str, int] = {}      # job -> its requests in the engine
+        self._held: dict[str, int] = {}  # job -> its requests in the engine
         self._waiting: dict[str, collections.deque[asyncio.Future]] = {}
-        self._served: dict[str, int] = {}    # job -> requests admitted while it was active
-        self._active: dict[str, int] = {}    # job -> its requests waiting or admitted
+        self._served: dict[str, int] = {}  # job -> requests admitted while it was active
+        self._active: dict[str, int] = {}  # job -> its requests waiting or admitted
 
     @property
     def free(self) -> int:
@@ -52,19 +53,20 @@ class FairAdmission:
     async def acquire(self, job: str) -> int:
         self._active[job] = self._active.get(job, 0) + 1
         self._served.setdefault(job, 0)
-        if not self._waiting.get(job) and ((self.in_engine < self.slots and not self._waiting)
-                                           or self._below_share(job)):
+        if not self._waiting.get(job) and (
+            (self.in_engine < self.slots and not self._waiting) or self._below_share(job)
+        ):
             return self._admit(job)
         place = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(job, collections.deque()).append(place)
         try:
             return await place
         except asyncio.CancelledError:
-            if place.done() and not place.cancelled():   # (admitted as it was cancelled: pass the place on)
+            if place.done() and not place.cancelled():  # (admitted as it was cancelled: pass the place on)
                 self.release(job)
             else:
                 queue = self._waiting.get(job)
-                if queue is not None and place in queue:   # (``release`` may have dropped it already)
+                if queue is not None and place in queue:  # (``release`` may have dropped it already)
                     queue.remove(place)
                     if not queue:
                         del self._waiting[job]
@@ -82,7 +84,7 @@ class FairAdmission:
             ready = [j for j in self._waiting if self.in_engine < self.slots or self._below_share(j)]
             if not ready:
                 return
-            nxt = min(ready, key=self._served.__getitem__)   # (ties: the job that waited first)
+            nxt = min(ready, key=self._served.__getitem__)  # (ties: the job that waited first)
             queue = self._waiting[nxt]
             place = queue.popleft()
             if not queue:
@@ -99,7 +101,7 @@ class FairAdmission:
 
     def _left(self, job: str) -> None:
         self._active[job] -= 1
-        if not self._active[job]:   # (a job that comes back starts again from nothing)
+        if not self._active[job]:  # (a job that comes back starts again from nothing)
             del self._active[job], self._served[job]
 
 

@@ -1,5 +1,6 @@
 """The fake engine: the engine interface (pipeline/worker/engine.py) answered at once, for the
 pipeline's plumbing figures and fast tests of routing and transport."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,11 +23,17 @@ class FakeEngine:
     block_size = 16
     settings: dict = {}
     tasks: tuple[str, ...] = ("generate", "embed")
-    embedding_size: int | None = 4   # an embedding: the prompt's tokens, and its first three code points, over 1000
+    embedding_size: int | None = 4  # an embedding: the prompt's tokens, and its first three code points, over 1000
     special_tokens = 0
 
-    def __init__(self, latency_s: float = 0.0, kv_cache_tokens: int = 0, max_model_len: int = 2048,
-                 adapters: Adapters | None = None, labels: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        latency_s: float = 0.0,
+        kv_cache_tokens: int = 0,
+        max_model_len: int = 2048,
+        adapters: Adapters | None = None,
+        labels: tuple[str, ...] | None = None,
+    ):
         self.latency_s = latency_s
         self.labels = labels
         if labels:
@@ -43,8 +50,9 @@ class FakeEngine:
         ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
         return ids
 
-    async def generate(self, prompt_ids: TokenIds, request_id: str, sampling: Sampling,
-                       priority: int = 0) -> Generation:
+    async def generate(
+        self, prompt_ids: TokenIds, request_id: str, sampling: Sampling, priority: int = 0
+    ) -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         text = ""
@@ -54,8 +62,9 @@ class FakeEngine:
         choices = [Choice(text, 0, "stop", [] if sampling.keeps_logprobs else None)] * sampling.choices
         return Generation.of(choices, len(prompt_ids), self.cache.serve(prompt_ids))
 
-    async def embed(self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None,
-                    priority: int = 0) -> Embedding:
+    async def embed(
+        self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None, priority: int = 0
+    ) -> Embedding:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         import numpy as np
@@ -66,8 +75,9 @@ class FakeEngine:
             vector /= max(float(np.linalg.norm(vector)), 1e-12)
         return Embedding(vector, len(prompt_ids))
 
-    async def label_logprobs(self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str,
-                             priority: int = 0) -> Labelled:
+    async def label_logprobs(
+        self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str, priority: int = 0
+    ) -> Labelled:
         """A label's token weighs by how often the prompt holds it: log((1 + count) / (sum over the
         labels of 1 + count)) -- deterministic, and the likeliest label is the one the prompt names most."""
         if self.latency_s:
@@ -86,7 +96,7 @@ class FakeEngine:
             await asyncio.sleep(self.latency_s)
         import math
 
-        assert self.labels is not None   # (it serves task classify only with labels: ``tasks``)
+        assert self.labels is not None  # (it serves task classify only with labels: ``tasks``)
         text = "".join(map(chr, prompt_ids))
         counts = [text.count(label) for label in self.labels]
         weights = [math.exp(c - max(counts)) for c in counts]

@@ -1,4 +1,5 @@
 """Garbage-collector pause tracking through ``gc.callbacks`` (one per process)."""
+
 from __future__ import annotations
 
 import gc
@@ -52,6 +53,11 @@ class GcPauses:
         if not p:
             return {"collections": 0, "max_ms": 0.0, "p99_ms": 0.0, "max_cpu_ms": 0.0, "max_generation": None}
         worst = max(range(len(self.pauses_ms)), key=self.pauses_ms.__getitem__)
-        return {"collections": len(p), "max_ms": p[-1], "p99_ms": p[min(len(p) - 1, int(0.99 * len(p)))],
-                "max_cpu_ms": max(self.cpu_ms), "max_generation": self.generations[worst],
-                "per_generation": {g: self.generations.count(g) for g in sorted(set(self.generations))}}
+        return {
+            "collections": len(p),
+            "max_ms": p[-1],
+            "p99_ms": p[min(len(p) - 1, int(0.99 * len(p)))],
+            "max_cpu_ms": max(self.cpu_ms),
+            "max_generation": self.generations[worst],
+            "per_generation": {g: self.generations.count(g) for g in sorted(set(self.generations))},
+        }

@@ -8,6 +8,7 @@ The engine takes the worker's ``intake.max_in_flight`` requests at a time. A buc
 is bounded besides: (``TokenGate``) no new document while the requests in flight hold
 ``intake.kv_budget_share`` of the engine's KV cache. Progress goes to the job's event topic as rows complete.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,11 +34,20 @@ HAND_OVER_S = 0.25
 T = TypeVar("T")
 
 
-async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool,
-                         progress=None, commit=None, first_rows: int = 0,
-                         prefixes: dict[int, str] | None = None,
-                         job: str | None = None, embed: bool = False,
-                         labels: tuple[str, ...] | None = None) -> list[RowResult]:
+async def answer_grouped(
+    plugin,
+    rows: pa.Table,
+    bucket_id: str,
+    sampling,
+    truncate: bool,
+    progress=None,
+    commit=None,
+    first_rows: int = 0,
+    prefixes: dict[int, str] | None = None,
+    job: str | None = None,
+    embed: bool = False,
+    labels: tuple[str, ...] | None = None,
+) -> list[RowResult]:
     """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
     sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
     digest (default: from the rows that carry it, ``prefixes_of``).
@@ -56,13 +66,24 @@ async def answer_grouped(plugin, rows: pa.Table, bucket_id: str, sampling, trunc
     (their prefix and suffix; ``plugin.embed_row``), not prompts to answer (``plugin.answer_row``);
     ``labels``: the rows' prompts weigh these labels (task classify / score; ``plugin.classify_row``)."""
     book = Bookkeeping(rows.num_rows, progress, commit)
-    admission = Admission(plugin, rows, bucket_id, job or bucket_id, sampling, truncate, first_rows,
-                          prefixes if prefixes is not None else prefixes_of(rows), book, embed, labels)
+    admission = Admission(
+        plugin,
+        rows,
+        bucket_id,
+        job or bucket_id,
+        sampling,
+        truncate,
+        first_rows,
+        prefixes if prefixes is not None else prefixes_of(rows),
+        book,
+        embed,
+        labels,
+    )
     try:
         await admission.run()
-    except BaseException:   # (cancelled: Dask released the task; the rows started stop too)
+    except BaseException:  # (cancelled: Dask released the task; the rows started stop too)
         book.stop()
-        await book.settle()   # (what was handed to commit is written, or not, before the task ends)
+        await book.settle()  # (what was handed to commit is written, or not, before the task ends)
         raise
     return await book.finish()
 
@@ -84,13 +105,13 @@ class Bookkeeping:
         self.progress, self.commit = progress, commit
         self.results: list[RowResult | None] = [None] * n
         self.done = self.errors = 0
-        self.tokens = [0, 0, 0]   # the rows done: prompt, cached and completion tokens
+        self.tokens = [0, 0, 0]  # the rows done: prompt, cached and completion tokens
         self.failure: list[BaseException] = []
         self.answered_one = asyncio.Event()
-        self.tasks: set[asyncio.Task] = set()   # rows waiting for the engine
+        self.tasks: set[asyncio.Task] = set()  # rows waiting for the engine
         self.stopped = False
         self._loop = asyncio.get_running_loop()
-        self._ready: list[RowResult] = []       # answered, not yet handed to commit
+        self._ready: list[RowResult] = []  # answered, not yet handed to commit
         self._commits: list[asyncio.Future] = []
         self._committed_at = self._progress_at = time.monotonic()
 
@@ -143,7 +164,7 @@ class Bookkeeping:
         await asyncio.gather(*self._commits)
         if self.progress is not None:
             self.progress(self.done, self.errors, self.tokens)
-        return cast("list[RowResult]", self.results)   # (every row answered: else a failure, raised above)
+        return cast("list[RowResult]", self.results)  # (every row answered: else a failure, raised above)
 
     def _hand_over(self) -> None:
         if self.commit is not None and self._ready and not self.failure:
@@ -175,9 +196,20 @@ class Admission:
     KV cache is spoken for; at most ``2 x intake.max_in_flight`` rows waiting; until the first
     answer, ``first_rows`` of them. Each result goes to ``book``."""
 
-    def __init__(self, plugin, rows: pa.Table, bucket_id: str, job: str, sampling, truncate: bool,
-                 first_rows: int, prefixes: dict[int, str], book: Bookkeeping, embed: bool = False,
-                 labels: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        plugin,
+        rows: pa.Table,
+        bucket_id: str,
+        job: str,
+        sampling,
+        truncate: bool,
+        first_rows: int,
+        prefixes: dict[int, str],
+        book: Bookkeeping,
+        embed: bool = False,
+        labels: tuple[str, ...] | None = None,
+    ):
         self.embed, self.labels = embed, labels
         self.plugin, self.bucket_id, self.job, self.sampling, self.truncate = plugin, bucket_id, job, sampling, truncate
         self.first_rows, self.prefixes, self.book = first_rows, prefixes, book
@@ -197,8 +229,8 @@ class Admission:
             suffix_tokens = estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n))[self.order]
             asked = np.add.reduceat(suffix_tokens + decode, starts).tolist()
         self.documents = list(zip(starts.tolist(), np.append(starts[1:], n).tolist(), asked))
-        self.window = 2 * plugin.config.intake.max_in_flight   # rows started, not yet answered
-        self.waiting = 0          # rows started that wait for the engine
+        self.window = 2 * plugin.config.intake.max_in_flight  # rows started, not yet answered
+        self.waiting = 0  # rows started that wait for the engine
         self.room = asyncio.Event()
 
     async def run(self) -> None:
@@ -210,7 +242,7 @@ class Admission:
                 break
             digest = int(self.digests[self.order[lo]])
             prefix_ids = self.plugin.engine.encode(self.prefixes[digest])
-            if self.plugin.prefixes is not None:   # (the rows' digest is the prefix's)
+            if self.plugin.prefixes is not None:  # (the rows' digest is the prefix's)
                 self.plugin.prefixes.served_digest(digest, len(prefix_ids))
             tokens = len(prefix_ids) + questions
             if gate is not None:
@@ -231,14 +263,14 @@ class Admission:
             while self.waiting >= self.window:
                 self.room.clear()
                 await self.room.wait()
-            if book.failure:   # (a commit failed meanwhile)
+            if book.failure:  # (a commit failed meanwhile)
                 break
             s = self.own[k] if self.own is not None else None
             try:
                 sampling = s.over(self.sampling) if s is not None else self.sampling
                 task, r = start_eagerly(self._request(k, prefix_ids, sampling))
                 if task is None:
-                    assert r is not None   # (finished at once: its result)
+                    assert r is not None  # (finished at once: its result)
                     book.answered(k, r)
                     continue
             except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
@@ -257,8 +289,9 @@ class Admission:
         if self.embed:
             return plugin.embed_row(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
         if self.labels:
-            return plugin.classify_row(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate,
-                                       self.labels)
+            return plugin.classify_row(
+                self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, self.labels
+            )
         return plugin.answer_row(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
 
     def _settled(self, k: int, task: asyncio.Task) -> None:
@@ -317,6 +350,7 @@ def _release_when_done(gate: TokenGate, tokens: float, job: str, tasks: list[asy
     async def wait() -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         await gate.release(tokens, job)
+
     asyncio.ensure_future(wait())
 
 
@@ -341,4 +375,3 @@ def _row_sampling(rows: pa.Table) -> list | None:
     if not names:
         return None
     return [checked(dict(zip(names, values))) for values in zip(*(rows.column(c).to_pylist() for c in names))]
-

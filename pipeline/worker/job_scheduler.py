@@ -17,6 +17,7 @@ A request's job is read from its request id (``<job id>-b<bucket>-<position>``, 
 ``<job id>-batch-<n>-<position>``). GPU engines keep vLLM's own scheduler: there a step's time
 barely grows with the batch, and this class would turn async scheduling off.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,8 +39,8 @@ class JobFairScheduler(Scheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._seats = self.max_num_active_reqs
-        self._small = max(1, self.max_num_running_reqs // 4)   # a job with at most this many requests here
-        self._reserve = max(1, self.max_num_running_reqs // 16)   # seats the bigger jobs keep meanwhile
+        self._small = max(1, self.max_num_running_reqs // 4)  # a job with at most this many requests here
+        self._reserve = max(1, self.max_num_running_reqs // 16)  # seats the bigger jobs keep meanwhile
 
     def schedule(self, *args, **kwargs):
         held = self._make_way()

@@ -6,6 +6,7 @@ run and finish. ``snapshot()`` is what the worker sends to the scheduler every s
 worker's own ``/metrics`` (Dask's HTTP server already serves prometheus_client's
 default registry there), so an existing Prometheus can scrape every worker.
 """
+
 from __future__ import annotations
 
 import time
@@ -19,11 +20,11 @@ class ShardMetrics:
     def __init__(self, shard: str, gc_pauses: GcPauses, clock=time.perf_counter):
         self.shard = shard
         self.gc = gc_pauses
-        self.clock = clock              # seconds, for the engine's busy time (tests give their own)
-        self.queued = 0                 # requests of running batches waiting for intake
-        self.in_flight = 0              # requests admitted to the engine, not finished
-        self.prefill_outstanding = 0    # prompt tokens of queued + in-flight requests
-        self.requests = 0               # finished requests (answered or failed)
+        self.clock = clock  # seconds, for the engine's busy time (tests give their own)
+        self.queued = 0  # requests of running batches waiting for intake
+        self.in_flight = 0  # requests admitted to the engine, not finished
+        self.prefill_outstanding = 0  # prompt tokens of queued + in-flight requests
+        self.requests = 0  # finished requests (answered or failed)
         self.errors = 0
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -31,7 +32,7 @@ class ShardMetrics:
         self.batches = 0
         self.engine_builds = 0
         self.engine_start_s = 0.0
-        self._busy_s = 0.0              # finished busy stretches (see engine_busy_s)
+        self._busy_s = 0.0  # finished busy stretches (see engine_busy_s)
         self._busy_since = 0.0
 
     def queue(self, prompt_tokens: int) -> None:
@@ -71,13 +72,24 @@ class ShardMetrics:
 
     def snapshot(self) -> dict:
         return {
-            "shard": self.shard, "time": time.time(), "queued": self.queued, "in_flight": self.in_flight,
-            "prefill_outstanding": self.prefill_outstanding, "requests": self.requests, "errors": self.errors,
-            "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
-            "output_tokens": self.output_tokens, "batches": self.batches, "cache_hit_share": self.cache_hit_share,
-            "gc_collections": self.gc.collections_total, "gc_pause_s": self.gc.pause_ms_total / 1000,
-            "gc_max_pause_s": self.gc.max_ms_total / 1000, "engine_builds": self.engine_builds,
-            "engine_start_s": self.engine_start_s, "engine_busy_s": self.engine_busy_s,
+            "shard": self.shard,
+            "time": time.time(),
+            "queued": self.queued,
+            "in_flight": self.in_flight,
+            "prefill_outstanding": self.prefill_outstanding,
+            "requests": self.requests,
+            "errors": self.errors,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "output_tokens": self.output_tokens,
+            "batches": self.batches,
+            "cache_hit_share": self.cache_hit_share,
+            "gc_collections": self.gc.collections_total,
+            "gc_pause_s": self.gc.pause_ms_total / 1000,
+            "gc_max_pause_s": self.gc.max_ms_total / 1000,
+            "engine_builds": self.engine_builds,
+            "engine_start_s": self.engine_start_s,
+            "engine_busy_s": self.engine_busy_s,
         }
 
 
@@ -106,10 +118,12 @@ class ShardCollector:
 
         yield gauge("requests_queued", "Requests of running batches waiting to be admitted to the engine", s["queued"])
         yield gauge("requests_in_flight", "Requests admitted to the engine and not finished", s["in_flight"])
-        yield gauge("prefill_tokens_outstanding", "Prompt tokens of queued and in-flight requests",
-                    s["prefill_outstanding"])
-        yield gauge("prefix_cache_hit_ratio", "Share of prompt tokens served from the prefix cache",
-                    s["cache_hit_share"])
+        yield gauge(
+            "prefill_tokens_outstanding", "Prompt tokens of queued and in-flight requests", s["prefill_outstanding"]
+        )
+        yield gauge(
+            "prefix_cache_hit_ratio", "Share of prompt tokens served from the prefix cache", s["cache_hit_share"]
+        )
         yield counter("requests", "Requests finished (answered or failed)", s["requests"])
         yield counter("request_errors", "Requests that failed in the engine", s["errors"])
         yield counter("prompt_tokens", "Prompt tokens of finished requests", s["prompt_tokens"])

@@ -9,6 +9,7 @@ collector's way. A cluster job's answer task hands its bucket's rows to ``answer
 (pipeline/worker/admission.py). Each row's request is the plugin's ``RowRequests`` part
 (pipeline/worker/row_requests.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,7 +45,7 @@ class TaskReleased(RuntimeError):
     """Dask released a task while its rows were being answered: they were stopped."""
 
 
-LET_GO = ("released", "cancelled", "forgotten")   # a Dask task's states once nobody waits for it
+LET_GO = ("released", "cancelled", "forgotten")  # a Dask task's states once nobody waits for it
 
 
 class EnginePlugin(RowRequests, WorkerPlugin):
@@ -56,14 +57,14 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         self.model = model
         self.engine_kind = engine_kind
         self.engine: Engine | None = None
-        self.worker: Worker | None = None   # the Dask worker (set up)
+        self.worker: Worker | None = None  # the Dask worker (set up)
         self.info: dict = {}
-        self.prefixes: PrefixMemory | None = None   # what the engine has served (set once it runs)
-        self.phase = "waiting"       # starting -> ready -> stopped (or failed)
+        self.prefixes: PrefixMemory | None = None  # what the engine has served (set once it runs)
+        self.phase = "waiting"  # starting -> ready -> stopped (or failed)
         self.phase_since = time.time()
-        self.error: str | None = None   # why the engine did not start
-        self._answering: dict[str, asyncio.Task] = {}   # a Dask task's key -> its rows being answered
-        self._label_ids: dict[tuple[str, ...], list[int]] = {}   # labels -> each one's first token (task classify)
+        self.error: str | None = None  # why the engine did not start
+        self._answering: dict[str, asyncio.Task] = {}  # a Dask task's key -> its rows being answered
+        self._label_ids: dict[tuple[str, ...], list[int]] = {}  # labels -> each one's first token (task classify)
 
     def _set_phase(self, phase: str) -> None:
         self.phase, self.phase_since = phase, time.time()
@@ -88,12 +89,18 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         start_s = time.perf_counter() - t0
         self._guard_exit(engine_stopped=False)
         # What does not change while the engine runs; the counters live in self.metrics.
-        self.info = {"shard": self.shard, "pid": os.getpid(), "block_size": self.engine.block_size,
-                     "kv_cache_tokens": self.engine.kv_cache_tokens, "engine_settings": self.engine.settings,
-                     "tasks": list(self.engine.tasks), "embedding_size": self.engine.embedding_size}
-        self._intake = FairAdmission(self.config.intake.max_in_flight)   # shared fairly by the jobs
+        self.info = {
+            "shard": self.shard,
+            "pid": os.getpid(),
+            "block_size": self.engine.block_size,
+            "kv_cache_tokens": self.engine.kv_cache_tokens,
+            "engine_settings": self.engine.settings,
+            "tasks": list(self.engine.tasks),
+            "embedding_size": self.engine.embedding_size,
+        }
+        self._intake = FairAdmission(self.config.intake.max_in_flight)  # shared fairly by the jobs
         budget = self.config.intake.kv_budget_share * (self.engine.kv_cache_tokens or 0)
-        self.token_gate = TokenGate(budget) if budget else None   # cluster jobs' grouped answering
+        self.token_gate = TokenGate(budget) if budget else None  # cluster jobs' grouped answering
         self.prefixes = self._prefix_memory(self.engine)
         gc.collect()
         gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
@@ -139,7 +146,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         same = {k: v for k, v in snap.items() if k != "time"}
         if snap["queued"] or snap["in_flight"] or same != getattr(self, "_published", None):
             self._published = same
-            assert self.worker is not None   # (published from ``setup`` on)
+            assert self.worker is not None  # (published from ``setup`` on)
             self.worker.log_event(SNAPSHOT_TOPIC, snap)
 
     async def teardown(self, worker) -> None:
@@ -166,18 +173,18 @@ class EnginePlugin(RowRequests, WorkerPlugin):
             sys.stderr.flush()
             os._exit(0)
 
-    async def answer_grouped(self, rows, bucket_id: str, sampling: Sampling, truncate: bool,
-                             progress=None, task: str | None = None, **commit) -> list[RowResult]:
+    async def answer_grouped(
+        self, rows, bucket_id: str, sampling: Sampling, truncate: bool, progress=None, task: str | None = None, **commit
+    ) -> list[RowResult]:
         """Rows answered grouped by document (pipeline/worker/grouped_answers.py): a cluster
         job's bucket. ``task``: the key of the Dask task asking; if Dask
         releases it meanwhile (its client cancelled it or is gone), the rows stop there: the
         requests in flight are aborted and no more start (``transition``)."""
         self._running()
-        answering = asyncio.ensure_future(answer_grouped(self, rows, bucket_id, sampling, truncate, progress,
-                                                         **commit))
+        answering = asyncio.ensure_future(answer_grouped(self, rows, bucket_id, sampling, truncate, progress, **commit))
         if task is not None:
             self._answering[task] = answering
-            if self._released(task):   # (released before it got here: ``transition`` found nothing to stop)
+            if self._released(task):  # (released before it got here: ``transition`` found nothing to stop)
                 answering.cancel()
         try:
             results = await answering
@@ -185,10 +192,12 @@ class EnginePlugin(RowRequests, WorkerPlugin):
             self._engine_died(exc)
             raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
         except asyncio.CancelledError:
-            if (current := asyncio.current_task()) is not None and current.cancelling():   # (this worker is closing)
+            if (current := asyncio.current_task()) is not None and current.cancelling():  # (this worker is closing)
                 raise
-            raise TaskReleased(f"shard {self.shard}: stopped answering {bucket_id}: Dask released task {task} "
-                               f"(its client cancelled it or is gone)") from None
+            raise TaskReleased(
+                f"shard {self.shard}: stopped answering {bucket_id}: Dask released task {task} "
+                f"(its client cancelled it or is gone)"
+            ) from None
         finally:
             if task is not None and self._answering.get(task) is answering:
                 del self._answering[task]
@@ -207,7 +216,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
     def _released(self, key: str) -> bool:
         """Dask has let task ``key`` go on this worker (cancelled while it was starting, or gone)."""
         tasks = getattr(getattr(self.worker, "state", None), "tasks", None)
-        if tasks is None:   # (no Dask worker: nothing to ask)
+        if tasks is None:  # (no Dask worker: nothing to ask)
             return False
         ts = tasks.get(key)
         return ts is None or ts.state in LET_GO
@@ -221,7 +230,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
             return
         self._dead = True
         logger.error("shard %s: engine died (%s); restarting the worker", self.shard, exc)
-        assert self.worker is not None   # (set up: the engine ran)
+        assert self.worker is not None  # (set up: the engine ran)
         self.worker.log_event(ENGINE_DIED_TOPIC, {"shard": self.shard, "error": str(exc)})
         self.worker.loop.add_callback(self.worker.close, nanny=False, reason=f"pipeline: engine died: {exc}")
 
@@ -235,14 +244,19 @@ def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | Non
         from pipeline.classifier_model import classifier_labels
         from pipeline.worker.fake_engine import FakeEngine
 
-        return FakeEngine(config.engine.null_latency_s, config.engine.null_kv_cache_tokens,
-                          config.engine.max_model_len, adapters_of(config), classifier_labels(model))
+        return FakeEngine(
+            config.engine.null_latency_s,
+            config.engine.null_kv_cache_tokens,
+            config.engine.max_model_len,
+            adapters_of(config),
+            classifier_labels(model),
+        )
     raise ValueError(f"unknown engine kind {kind!r}; use vllm or fake")
 
 
 def shard_plugin() -> EnginePlugin:
     worker = get_worker()
     try:
-        return cast(EnginePlugin, worker.plugins[PLUGIN_NAME])   # (registered by pipeline/cluster/engines.py)
+        return cast(EnginePlugin, worker.plugins[PLUGIN_NAME])  # (registered by pipeline/cluster/engines.py)
     except KeyError:
         raise RuntimeError(f"worker {worker.name} has no engine plugin; was the pipeline started?") from None

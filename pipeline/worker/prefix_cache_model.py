@@ -10,6 +10,7 @@ evicts the least recently used one first; a request's own blocks are used from i
 first, so a document's head stays longest, as in vLLM, which frees a request's blocks tail
 first. Unlike vLLM, nothing is pinned by requests in flight (the fake engine has none waiting).
 """
+
 from __future__ import annotations
 
 from array import array
@@ -22,22 +23,23 @@ class PrefixCacheModel:
             raise ValueError("capacity_blocks >= 0 and block_size >= 1")
         self.capacity_blocks = capacity_blocks
         self.block_size = block_size
-        self._blocks: OrderedDict[int, None] = OrderedDict()   # block hash, least recently used first
+        self._blocks: OrderedDict[int, None] = OrderedDict()  # block hash, least recently used first
 
     def serve(self, prompt_ids) -> int:
         """The prompt tokens the cache serves for this request; the request's blocks are then
         the most recently used."""
         if not self.capacity_blocks:
             return 0
-        data = (prompt_ids if isinstance(prompt_ids, array) and prompt_ids.typecode == "I"
-                else array("I", prompt_ids)).tobytes()
+        data = (
+            prompt_ids if isinstance(prompt_ids, array) and prompt_ids.typecode == "I" else array("I", prompt_ids)
+        ).tobytes()
         step = 4 * self.block_size
         hashes, h = [], 0
         for start in range(0, len(prompt_ids) // self.block_size * step, step):
-            h = hash((h, data[start:start + step]))
+            h = hash((h, data[start : start + step]))
             hashes.append(h)
         hit = 0
-        limit = (len(prompt_ids) - 1) // self.block_size   # blocks that leave a token to compute
+        limit = (len(prompt_ids) - 1) // self.block_size  # blocks that leave a token to compute
         while hit < limit and hashes[hit] in self._blocks:
             hit += 1
         blocks = self._blocks

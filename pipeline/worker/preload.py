@@ -10,6 +10,7 @@ pipeline up``) registers the engine plugin there, and Dask installs it on every 
 joins, including one a nanny restarts. The scheduler has its own preload,
 ``pipeline.scheduler.preload``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,13 +39,14 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     shard = config.shard(shard_name)
     if shard is None:
         raise click.UsageError(f"--shard {shard_name}: not in the config's shards ({', '.join(config.shard_names)})")
-    os.environ.update(shard.worker_env())   # read when the engine starts, after this
+    os.environ.update(shard.worker_env())  # read when the engine starts, after this
     # Before the worker registers: the scheduler sees the resource from the start.
     worker.state.total_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     slots = answer_slots(worker.state.nthreads)
-    worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = \
-        worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = slots
+    worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = (
+        slots
+    )
     reads = config.jobs.reads_per_worker
     worker.state.total_resources[READ_SLOTS_RESOURCE] = worker.state.available_resources[READ_SLOTS_RESOURCE] = reads
     logger.info("pipeline: this worker serves shard %s", shard.name)
@@ -63,13 +65,16 @@ def write_output_to(path: str) -> None:
 
 @click.command()
 @click.option("--shard", default=None, help="the shard (a name under `shards:` in the config) this worker serves")
-@click.option("--pipeline-config", "config_path", default=None,
-              help="the pipeline's cluster.yaml (default: the repository's)")
+@click.option(
+    "--pipeline-config", "config_path", default=None, help="the pipeline's cluster.yaml (default: the repository's)"
+)
 def dask_setup(server, shard, config_path):
     if not isinstance(server, Worker):
-        raise click.UsageError("pipeline.worker.preload is the workers' preload; "
-                               "start the scheduler with --preload pipeline.scheduler.preload")
-    log_file = os.environ.pop(LOG_FILE_ENV, None)   # the engine need not see it
+        raise click.UsageError(
+            "pipeline.worker.preload is the workers' preload; "
+            "start the scheduler with --preload pipeline.scheduler.preload"
+        )
+    log_file = os.environ.pop(LOG_FILE_ENV, None)  # the engine need not see it
     for key in os.environ.pop(LOG_ENV_ADDED, "").split(","):
         os.environ.pop(key, None)
     if log_file:

@@ -5,15 +5,17 @@ new token). Truncation cuts the end of the row's shareable prefix (for document-
 the end of the document; for a chat, the end of the conversation before the last user
 turn) and keeps the row's own part whole, leaving room for ``max_tokens`` new tokens.
 """
+
 from __future__ import annotations
 
 from pipeline.worker.engine import TokenIds
 
-TOO_LONG = "prompt too long"   # an ErrorKind.INPUT error
+TOO_LONG = "prompt too long"  # an ErrorKind.INPUT error
 
 
-def fit_prompt(prefix: TokenIds, suffix: TokenIds, max_model_len: int, max_tokens: int,
-               truncate: bool) -> tuple[TokenIds, str | None]:
+def fit_prompt(
+    prefix: TokenIds, suffix: TokenIds, max_model_len: int, max_tokens: int, truncate: bool
+) -> tuple[TokenIds, str | None]:
     """The prompt's token ids (of the engine's own kind: ``Engine.encode``), and None; or ``[]``
     and the row's error."""
     total = len(prefix) + len(suffix)
@@ -25,8 +27,10 @@ def fit_prompt(prefix: TokenIds, suffix: TokenIds, max_model_len: int, max_token
     target = max(max_model_len - max_tokens, 1) if max_tokens < max_model_len else max_model_len - 1
     keep = target - len(suffix)
     if keep <= 0:
-        return [], (f"{TOO_LONG} ({context}); the row's own part alone is {len(suffix)} tokens, "
-                    f"so truncating the shared part cannot make it fit")
+        return [], (
+            f"{TOO_LONG} ({context}); the row's own part alone is {len(suffix)} tokens, "
+            f"so truncating the shared part cannot make it fit"
+        )
     return prefix[:keep] + suffix, None
 
 
@@ -36,6 +40,8 @@ def fit_text(ids: TokenIds, room: int, truncate: bool) -> tuple[TokenIds, str | 
     if len(ids) <= room:
         return ids, None
     if not truncate:
-        return [], (f"{TOO_LONG} ({len(ids)} tokens; the embedding model takes {room}); shorten it, or ask for "
-                    f"truncation (--truncate)")
+        return [], (
+            f"{TOO_LONG} ({len(ids)} tokens; the embedding model takes {room}); shorten it, or ask for "
+            f"truncation (--truncate)"
+        )
     return ids[:room], None

@@ -1,6 +1,7 @@
 """What a client asks each worker through ``client.run``: its engine's phase, its figures, the
 prefixes its engine holds; and stopping or resetting its engine. They run on the worker, reading
 its engine plugin (pipeline/worker/plugin.py)."""
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,16 @@ def worker_stats(dask_worker) -> dict:
     if plugin is None or not plugin.info:
         return {}
     m = plugin.metrics
-    return {**plugin.info, "engine_builds": m.engine_builds, "engine_start_s": m.engine_start_s,
-            "batches": m.batches, "requests": m.requests, "gc": plugin.gc_pauses.summary(), "metrics": m.snapshot(),
-            "documents": len(plugin.prefixes or ())}
+    return {
+        **plugin.info,
+        "engine_builds": m.engine_builds,
+        "engine_start_s": m.engine_start_s,
+        "batches": m.batches,
+        "requests": m.requests,
+        "gc": plugin.gc_pauses.summary(),
+        "metrics": m.snapshot(),
+        "documents": len(plugin.prefixes or ()),
+    }
 
 
 async def stop_engine(dask_worker) -> float:
@@ -51,9 +59,14 @@ def engine_phase(dask_worker) -> dict:
     if plugin is None:
         return {"shard": shard, "phase": "waiting", "since": None, "pid": os.getpid()} if shard else {}
     m = getattr(plugin, "metrics", None)
-    return {"shard": getattr(plugin, "shard", shard), "phase": plugin.phase, "since": plugin.phase_since,
-            "pid": os.getpid(), "error": plugin.error,
-            "start_s": m.engine_start_s if m is not None else None}
+    return {
+        "shard": getattr(plugin, "shard", shard),
+        "phase": plugin.phase,
+        "since": plugin.phase_since,
+        "pid": os.getpid(),
+        "error": plugin.error,
+        "start_s": m.engine_start_s if m is not None else None,
+    }
 
 
 def held_prefixes(dask_worker) -> dict:

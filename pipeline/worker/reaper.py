@@ -8,6 +8,7 @@ start time is checked, so a reused pid is left alone) and exits.
 
     python -m pipeline.worker.reaper WORKER_PID CHILD_PID...
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -24,8 +25,11 @@ def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
     # Only this module and psutil are imported in the watchdog (pipeline/__init__.py and
     # pipeline/worker/__init__.py import nothing eagerly).
     code = "import sys; from pipeline.worker.reaper import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def engine_children() -> list[int]:

@@ -4,6 +4,7 @@ handed to the engine at its job's turn (pipeline/worker/admission.py), as an ans
 embedding, or labels weighed; what the engine answers becomes the row's result, and a request
 the engine refuses or fails becomes the row's error, not its batch's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -20,11 +21,12 @@ from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from pipeline.worker.row_results import answer_text, choice_entry, labelled
 from tasks.classify import head_probs, label_probs
 
-Out = TypeVar("Out")   # an engine call's output
+Out = TypeVar("Out")  # an engine call's output
 
 
 class RowRequests:
     """What the plugin's row methods need of it, set when its engine starts."""
+
     config: Config
     engine: Engine | None
     shard: str
@@ -38,32 +40,54 @@ class RowRequests:
             raise RuntimeError(f"shard {self.shard}: engine is not running")
         return self.engine
 
-    async def answer_row(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str,
-                         truncate: bool, sampling: Sampling) -> RowResult:
+    async def answer_row(
+        self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, sampling: Sampling
+    ) -> RowResult:
         """Row ``index`` (its position in the job): its prompt is its prefix's tokens, then its
         suffix's. It waits for ``job``'s turn at the engine (pipeline/worker/admission.py)."""
         engine = self._running()
-        ids, error = fit_prompt(prefix_ids, engine.encode(suffix), engine.max_model_len,
-                                sampling.max_tokens or self.config.sampling.max_tokens, truncate)
+        ids, error = fit_prompt(
+            prefix_ids,
+            engine.encode(suffix),
+            engine.max_model_len,
+            sampling.max_tokens or self.config.sampling.max_tokens,
+            truncate,
+        )
         if error is not None:
             return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
-        gen, t0 = await self._at_engine(job, ids, lambda priority: self._running().generate(
-            ids, request_id=f"{batch_id}-{index}", sampling=sampling, priority=priority))
+        gen, t0 = await self._at_engine(
+            job,
+            ids,
+            lambda priority: self._running().generate(
+                ids, request_id=f"{batch_id}-{index}", sampling=sampling, priority=priority
+            ),
+        )
         if isinstance(gen, RowResult):
             gen.index = index
             return gen
         answer = answer_text(gen.text, sampling)
-        result = RowResult(index, answer=answer, prompt_tokens=gen.prompt_tokens,
-                           cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens, shard=self.shard,
-                           latency_s=time.perf_counter() - t0, finish_reason=gen.finish_reason, logprobs=gen.logprobs)
+        result = RowResult(
+            index,
+            answer=answer,
+            prompt_tokens=gen.prompt_tokens,
+            cached_tokens=gen.cached_tokens,
+            completion_tokens=gen.completion_tokens,
+            shard=self.shard,
+            latency_s=time.perf_counter() - t0,
+            finish_reason=gen.finish_reason,
+            logprobs=gen.logprobs,
+        )
         if gen.choices is not None:
-            checked = [(c, *check_answer(answer_text(c.text, sampling), sampling, c.finish_reason == "length"))
-                       for c in gen.choices]
-            result.choices = [choice_entry(c, answer_text(c.text, sampling), parsed, problem)
-                              for c, parsed, problem in checked]
+            checked = [
+                (c, *check_answer(answer_text(c.text, sampling), sampling, c.finish_reason == "length"))
+                for c in gen.choices
+            ]
+            result.choices = [
+                choice_entry(c, answer_text(c.text, sampling), parsed, problem) for c, parsed, problem in checked
+            ]
             result.answer_json = result.choices[0]["answer_json"]
             problems = [problem for _, _, problem in checked if problem is not None]
-            if len(problems) == len(checked):   # (a row fails when no answer is usable)
+            if len(problems) == len(checked):  # (a row fails when no answer is usable)
                 result.fail(ErrorKind.OUTPUT, problems[0])
         elif sampling.json_schema is not None:
             result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
@@ -71,22 +95,44 @@ class RowRequests:
                 result.fail(ErrorKind.OUTPUT, problem)
         return result
 
-    async def embed_row(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool,
-                        sampling: Sampling) -> RowResult:
+    async def embed_row(
+        self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, sampling: Sampling
+    ) -> RowResult:
         """Row ``index``'s embedding: its text is its prefix's tokens, then its suffix's (a template's
         text after its prefix column), cut to what the model takes when ``truncate``; it waits for
         ``job``'s turn at the engine, as ``answer_row`` does."""
-        out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
-                                      self._running().embed(ids, request_id=rid, normalize=sampling.normalize,
-                                                            priority=priority))
+        out, t0 = await self._on_text(
+            job,
+            batch_id,
+            index,
+            prefix_ids,
+            suffix,
+            truncate,
+            lambda ids, rid, priority: self._running().embed(
+                ids, request_id=rid, normalize=sampling.normalize, priority=priority
+            ),
+        )
         if isinstance(out, RowResult):
             return out
-        assert t0 is not None   # (None only with a failed result)
-        return RowResult(index, embedding=out.vector, prompt_tokens=out.prompt_tokens, shard=self.shard,
-                         latency_s=time.perf_counter() - t0)
+        assert t0 is not None  # (None only with a failed result)
+        return RowResult(
+            index,
+            embedding=out.vector,
+            prompt_tokens=out.prompt_tokens,
+            shard=self.shard,
+            latency_s=time.perf_counter() - t0,
+        )
 
-    async def classify_row(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str,
-                           truncate: bool, labels: tuple[str, ...]) -> RowResult:
+    async def classify_row(
+        self,
+        job: str,
+        batch_id: str,
+        index: int,
+        prefix_ids: TokenIds,
+        suffix: str,
+        truncate: bool,
+        labels: tuple[str, ...],
+    ) -> RowResult:
         """Row ``index``'s labels weighed (task classify / score): the probability of each label's first
         token as the answer's first token after the row's prompt, normalised over the labels -- or, on a
         classification model, its head's probabilities (``_head``); the likeliest label, and the first
@@ -100,26 +146,52 @@ class RowRequests:
         ids, error = fit_prompt(prefix_ids, engine.encode(suffix), engine.max_model_len, 1, truncate)
         if error is not None:
             return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
-        out, t0 = await self._at_engine(job, ids, lambda priority: engine.label_logprobs(
-            ids, label_ids, request_id=f"{batch_id}-{index}", priority=priority))
+        out, t0 = await self._at_engine(
+            job,
+            ids,
+            lambda priority: engine.label_logprobs(ids, label_ids, request_id=f"{batch_id}-{index}", priority=priority),
+        )
         if isinstance(out, RowResult):
             out.index = index
             return out
         return labelled(index, labels, label_probs(out.logprobs), out, self.shard, t0)
 
-    async def _head(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool,
-                    labels: tuple[str, ...]) -> RowResult:
+    async def _head(
+        self,
+        job: str,
+        batch_id: str,
+        index: int,
+        prefix_ids: TokenIds,
+        suffix: str,
+        truncate: bool,
+        labels: tuple[str, ...],
+    ) -> RowResult:
         """Row ``index``'s text (as ``embed_row``'s) classified by the model's own head: ``labels``' probabilities."""
-        out, t0 = await self._on_text(job, batch_id, index, prefix_ids, suffix, truncate, lambda ids, rid, priority:
-                                      self._running().classify(ids, request_id=rid, priority=priority))
+        out, t0 = await self._on_text(
+            job,
+            batch_id,
+            index,
+            prefix_ids,
+            suffix,
+            truncate,
+            lambda ids, rid, priority: self._running().classify(ids, request_id=rid, priority=priority),
+        )
         if isinstance(out, RowResult):
             return out
         head = self._running().labels
-        assert head is not None and t0 is not None   # (a classification model has labels; t0 is None only on failure)
+        assert head is not None and t0 is not None  # (a classification model has labels; t0 is None only on failure)
         return labelled(index, labels, head_probs(out.probs, head, labels), out, self.shard, t0)
 
-    async def _on_text(self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool,
-                       call: Callable[[TokenIds, str, int], Awaitable[Out]]) -> tuple[Out | RowResult, float | None]:
+    async def _on_text(
+        self,
+        job: str,
+        batch_id: str,
+        index: int,
+        prefix_ids: TokenIds,
+        suffix: str,
+        truncate: bool,
+        call: Callable[[TokenIds, str, int], Awaitable[Out]],
+    ) -> tuple[Out | RowResult, float | None]:
         """Row ``index``'s text -- its prefix's tokens, then its suffix's, cut to what the model takes
         when ``truncate`` -- handed to ``call(ids, request_id, priority)`` at ``job``'s turn at the
         engine: (the engine's output, its start time), or (the row's failed result, None)."""
@@ -133,8 +205,9 @@ class RowRequests:
             out.index = index
         return out, t0
 
-    async def _at_engine(self, job: str, ids: TokenIds,
-                         request: Callable[[int], Awaitable[Out]]) -> tuple[Out | RowResult, float]:
+    async def _at_engine(
+        self, job: str, ids: TokenIds, request: Callable[[int], Awaitable[Out]]
+    ) -> tuple[Out | RowResult, float]:
         """``request(priority)`` (an engine call for prompt ``ids``) once it is ``job``'s turn at
         the engine (pipeline/worker/admission.py), counted in the shard's figures: its output and
         when it started; or, where the engine refused or failed the request, the row's failed
@@ -154,16 +227,17 @@ class RowRequests:
         try:
             out = await request(priority)
         except asyncio.CancelledError:
-            aborted = True   # (its task was released: vLLM aborts the request)
+            aborted = True  # (its task was released: vLLM aborts the request)
             raise
         except EngineDead:
             raise
         except Exception as exc:  # one failed request must not fail its batch
             # vLLM checks sampling values when the request is made: a bad one is the row's
             kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
-            why = str(exc) if isinstance(exc, BadSampling) else f"{type(exc).__name__}: {exc}"   # (ours says it all)
-            return RowResult.failed(-1, kind, why, prompt_tokens=len(ids),
-                                    shard=self.shard, latency_s=time.perf_counter() - t0), t0
+            why = str(exc) if isinstance(exc, BadSampling) else f"{type(exc).__name__}: {exc}"  # (ours says it all)
+            return RowResult.failed(
+                -1, kind, why, prompt_tokens=len(ids), shard=self.shard, latency_s=time.perf_counter() - t0
+            ), t0
         finally:
             self._intake.release(job)
             if aborted:

@@ -1,6 +1,7 @@
 """A row's result from what the engine answered: a classified row's (``labelled``), an answer's
 text (``answer_text``), and each of a row's several answers (``choice_entry``). Used by the
 plugin's row methods (pipeline/worker/plugin.py)."""
+
 from __future__ import annotations
 
 import time
@@ -10,12 +11,20 @@ from pipeline.sampling import Sampling
 from pipeline.worker.engine import Choice, Classified, Labelled
 
 
-def labelled(index: int, labels: tuple[str, ...], probs: list[float], out: Labelled | Classified, shard: str,
-             t0: float) -> RowResult:
+def labelled(
+    index: int, labels: tuple[str, ...], probs: list[float], out: Labelled | Classified, shard: str, t0: float
+) -> RowResult:
     """A classified row's result: the likeliest label, every label's probability, the first one's as its score."""
-    return RowResult(index, label=labels[probs.index(max(probs))], label_probs=probs, score=probs[0],
-                     prompt_tokens=out.prompt_tokens, cached_tokens=getattr(out, "cached_tokens", 0), shard=shard,
-                     latency_s=time.perf_counter() - t0)
+    return RowResult(
+        index,
+        label=labels[probs.index(max(probs))],
+        label_probs=probs,
+        score=probs[0],
+        prompt_tokens=out.prompt_tokens,
+        cached_tokens=getattr(out, "cached_tokens", 0),
+        shard=shard,
+        latency_s=time.perf_counter() - t0,
+    )
 
 
 def answer_text(text: str, sampling: Sampling) -> str:
@@ -26,6 +35,11 @@ def answer_text(text: str, sampling: Sampling) -> str:
 def choice_entry(c: Choice, text: str, parsed: str | None, problem: str | None) -> dict:
     """One of a row's several answers (its ``text``: ``answer_text``), with its own check's outcome
     (``check_answer``): its ``answer_json`` and ``error``."""
-    return {"answer": text, "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens,
-            "answer_json": parsed, "error": None if problem is None else f"{ErrorKind.OUTPUT}: {problem}",
-            "logprobs": c.logprobs}
+    return {
+        "answer": text,
+        "finish_reason": c.finish_reason,
+        "completion_tokens": c.completion_tokens,
+        "answer_json": parsed,
+        "error": None if problem is None else f"{ErrorKind.OUTPUT}: {problem}",
+        "logprobs": c.logprobs,
+    }

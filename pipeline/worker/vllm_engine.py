@@ -1,5 +1,6 @@
 """vLLM behind the engine interface (pipeline/worker/engine.py): the engine's arguments from the
 config, the sampling settings as vLLM's, and ``VllmEngine`` over vLLM's ``AsyncLLM``."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence, cast
@@ -35,7 +36,7 @@ def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
         with open(cpuinfo) as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     except OSError:
-        return True   # (not Linux: leave it to vLLM)
+        return True  # (not Linux: leave it to vLLM)
     return any(flag in flags for flag in BF16_CPU_FLAGS)
 
 
@@ -84,8 +85,12 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
     if e.block_size is not None:
         kwargs["block_size"] = e.block_size
     if config.lora_slots:
-        kwargs.update(enable_lora=True, max_loras=config.lora_slots, max_lora_rank=e.max_lora_rank,
-                      max_cpu_loras=max(config.lora_slots, len(config.model.adapters)))
+        kwargs.update(
+            enable_lora=True,
+            max_loras=config.lora_slots,
+            max_lora_rank=e.max_lora_rank,
+            max_cpu_loras=max(config.lora_slots, len(config.model.adapters)),
+        )
     kwargs.update(e.extra)
     return kwargs
 
@@ -109,10 +114,17 @@ def fitted_kwargs(kwargs: dict) -> dict:
 
 # The engine settings the bench compares between the pipeline's engines and plain vLLM's
 # (pipeline/bench/report.py): those vLLM fills in by itself, which the same arguments may not fix.
-SETTINGS = (("scheduler_config", "max_num_batched_tokens"), ("scheduler_config", "max_num_seqs"),
-            ("scheduler_config", "enable_chunked_prefill"), ("scheduler_config", "async_scheduling"),
-            ("cache_config", "block_size"), ("cache_config", "num_gpu_blocks"),
-            ("cache_config", "enable_prefix_caching"), ("model_config", "dtype"), ("scheduler_config", "policy"))
+SETTINGS = (
+    ("scheduler_config", "max_num_batched_tokens"),
+    ("scheduler_config", "max_num_seqs"),
+    ("scheduler_config", "enable_chunked_prefill"),
+    ("scheduler_config", "async_scheduling"),
+    ("cache_config", "block_size"),
+    ("cache_config", "num_gpu_blocks"),
+    ("cache_config", "enable_prefix_caching"),
+    ("model_config", "dtype"),
+    ("scheduler_config", "policy"),
+)
 
 
 def engine_settings(vllm_config) -> dict:
@@ -137,9 +149,12 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
         structured = StructuredOutputsParams(json=json.loads(sampling.json_schema))
     elif sampling.choice is not None:
         structured = StructuredOutputsParams(choice=list(sampling.choice))
-    fields = {k: getattr(sampling, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")
-              if getattr(sampling, k) is not None}
-    if sampling.keeps_logprobs:   # (vLLM: the k likeliest tokens at each place, and the one chosen)
+    fields = {
+        k: getattr(sampling, k)
+        for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")
+        if getattr(sampling, k) is not None
+    }
+    if sampling.keeps_logprobs:  # (vLLM: the k likeliest tokens at each place, and the one chosen)
         fields["logprobs"] = sampling.top_logprobs or 0
     # FINAL_ONLY: one output per request instead of one per generated token, which would
     # wake the worker's event loop for every token of every request.
@@ -153,8 +168,13 @@ def label_params(label_ids: Sequence[int]) -> SamplingParams:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    return SamplingParams(max_tokens=1, temperature=0.0, logprobs=len(label_ids), logprob_token_ids=list(label_ids),
-                          output_kind=RequestOutputKind.FINAL_ONLY)
+    return SamplingParams(
+        max_tokens=1,
+        temperature=0.0,
+        logprobs=len(label_ids),
+        logprob_token_ids=list(label_ids),
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
 
 
 def read_labels(output, label_ids: Sequence[int]) -> list[float]:
@@ -203,9 +223,9 @@ class VllmEngine:
         self._tokenizer = AutoTokenizer.from_pretrained(model)
         self._head, self._tail = special_tokens(self._tokenizer) if pooling else ([], [])
         self.special_tokens = len(self._head) + len(self._tail)
-        self._pooling: dict[bool | str | None, PoolingParams] = {}   # normalize (or "classify") -> its PoolingParams
-        self._params: dict[bytes, SamplingParams] = {}   # encoded Sampling -> its SamplingParams
-        self._labels: dict[tuple[int, ...], SamplingParams] = {}    # label token ids -> their SamplingParams
+        self._pooling: dict[bool | str | None, PoolingParams] = {}  # normalize (or "classify") -> its PoolingParams
+        self._params: dict[bytes, SamplingParams] = {}  # encoded Sampling -> its SamplingParams
+        self._labels: dict[tuple[int, ...], SamplingParams] = {}  # label token ids -> their SamplingParams
         self.adapters = adapters_of(config)
         self._key = msgspec.msgpack.Encoder().encode
 
@@ -227,38 +247,47 @@ class VllmEngine:
             self._params[key] = params
         return params
 
-    async def generate(self, prompt_ids: TokenIds, request_id: str, sampling: Sampling,
-                       priority: int = 0) -> Generation:
+    async def generate(
+        self, prompt_ids: TokenIds, request_id: str, sampling: Sampling, priority: int = 0
+    ) -> Generation:
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
 
         final = None
-        params = self.params(sampling)   # (a bad value raises here: the row's error)
+        params = self.params(sampling)  # (a bad value raises here: the row's error)
         lora = None
         if sampling.adapter is not None:
             from vllm.lora.request import LoRARequest
 
             folder = await adapter_folder(self.adapters, sampling.adapter)
-            assert self.adapters is not None   # (``adapter_folder`` raised BadSampling otherwise)
+            assert self.adapters is not None  # (``adapter_folder`` raised BadSampling otherwise)
             lora = LoRARequest(sampling.adapter, self.adapters.ids[sampling.adapter], folder)
         # (``prompt_ids`` is a list: this engine's ``encode`` gives lists, and ``fit_prompt`` joins and cuts them)
         prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))
         try:
-            async for out in self._llm.generate(prompt, params, request_id=request_id, priority=priority,
-                                                lora_request=lora):
+            async for out in self._llm.generate(
+                prompt, params, request_id=request_id, priority=priority, lora_request=lora
+            ):
                 final = out
         except EngineDeadError as exc:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
         if final is None or not final.outputs:
             raise RuntimeError("engine returned no output")
         top = sampling.top_logprobs or 0
-        choices = [Choice(c.text, len(c.token_ids), c.finish_reason,
-                          token_logprobs(c.token_ids, c.logprobs, top) if c.logprobs is not None else None)
-                   for c in sorted(final.outputs, key=lambda c: c.index)]
+        choices = [
+            Choice(
+                c.text,
+                len(c.token_ids),
+                c.finish_reason,
+                token_logprobs(c.token_ids, c.logprobs, top) if c.logprobs is not None else None,
+            )
+            for c in sorted(final.outputs, key=lambda c: c.index)
+        ]
         return Generation.of(choices, len(prompt_ids), int(final.num_cached_tokens or 0))
 
-    async def embed(self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None,
-                    priority: int = 0) -> Embedding:
+    async def embed(
+        self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None, priority: int = 0
+    ) -> Embedding:
         from vllm.pooling_params import PoolingParams
 
         params = self._pooling.get(normalize)
@@ -283,8 +312,9 @@ class VllmEngine:
 
         final = None
         try:
-            async for out in self._llm.encode(TokensPrompt(prompt_token_ids=ids), params, request_id=request_id,
-                                              priority=priority):
+            async for out in self._llm.encode(
+                TokensPrompt(prompt_token_ids=ids), params, request_id=request_id, priority=priority
+            ):
                 final = out
         except EngineDeadError as exc:
             raise EngineDead(f"vLLM engine core died: {exc}") from exc
@@ -292,8 +322,9 @@ class VllmEngine:
             raise RuntimeError("engine returned no output")
         return final.outputs.data
 
-    async def label_logprobs(self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str,
-                             priority: int = 0) -> Labelled:
+    async def label_logprobs(
+        self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str, priority: int = 0
+    ) -> Labelled:
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -304,7 +335,7 @@ class VllmEngine:
                 self._labels.clear()
             params = self._labels[key] = label_params(label_ids)
         final = None
-        prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))   # (a list, as ``generate``'s)
+        prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))  # (a list, as ``generate``'s)
         try:
             async for out in self._llm.generate(prompt, params, request_id=request_id, priority=priority):
                 final = out
@@ -336,10 +367,10 @@ def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
     """The tokens ``tokenizer`` puts before and after a text's own (BERT's [CLS] and [SEP])."""
     plain = tokenizer.encode("a", add_special_tokens=False)
     marked = tokenizer.encode("a", add_special_tokens=True)
-    at = next((i for i in range(len(marked) - len(plain) + 1) if marked[i:i + len(plain)] == plain), None)
+    at = next((i for i in range(len(marked) - len(plain) + 1) if marked[i : i + len(plain)] == plain), None)
     if at is None:
         return [], []
-    return marked[:at], marked[at + len(plain):]
+    return marked[:at], marked[at + len(plain) :]
 
 
 def token_logprobs(token_ids, logprobs, top: int) -> list[dict]:
@@ -348,9 +379,14 @@ def token_logprobs(token_ids, logprobs, top: int) -> list[dict]:
     out = []
     for token_id, place in zip(token_ids, logprobs):
         chosen = place[token_id]
-        likeliest = sorted((lp for lp in place.values() if lp.rank is not None and lp.rank <= top),
-                           key=lambda lp: lp.rank)[:top]
-        out.append({"token": chosen.decoded_token or "", "logprob": float(chosen.logprob),
-                    "top_logprobs": [{"token": lp.decoded_token or "", "logprob": float(lp.logprob)}
-                                     for lp in likeliest]})
+        likeliest = sorted(
+            (lp for lp in place.values() if lp.rank is not None and lp.rank <= top), key=lambda lp: lp.rank
+        )[:top]
+        out.append(
+            {
+                "token": chosen.decoded_token or "",
+                "logprob": float(chosen.logprob),
+                "top_logprobs": [{"token": lp.decoded_token or "", "logprob": float(lp.logprob)} for lp in likeliest],
+            }
+        )
     return out

@@ -1,4 +1,5 @@
 """Real vLLM on CPU: the embedded cluster from cluster.yaml, started once per test session."""
+
 import pytest
 
 from pipeline import Pipeline, load_config

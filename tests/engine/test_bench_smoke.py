@@ -1,5 +1,6 @@
 """A tiny `bench` run: every contender answers every request and the report is well formed.
 (Real figures come from full runs of `python -m pipeline bench`, never from tests.)"""
+
 import json
 
 from pipeline.bench.report import write_report
@@ -7,14 +8,14 @@ from pipeline.bench.run import CONTENDERS, BenchOptions, run_bench
 
 
 def test_bench_smoke(pipeline, tmp_path):
-    opts = BenchOptions(pairs=1, docs=4, questions_per_doc=2, skewed_requests=8, filler_sentences=4,
-                        null_questions=400)
+    opts = BenchOptions(pairs=1, docs=4, questions_per_doc=2, skewed_requests=8, filler_sentences=4, null_questions=400)
     report = run_bench(pipeline.config, opts, pipeline=pipeline, progress=False)
     paths = write_report(report, tmp_path, "python -m pipeline bench (smoke)")
 
     runs = report["runs"]
     assert sorted((r["burst"], r["contender"]) for r in runs) == sorted(
-        (b, c) for b in ("no_reuse", "reuse", "skewed") for c in CONTENDERS)
+        (b, c) for b in ("no_reuse", "reuse", "skewed") for c in CONTENDERS
+    )
     expected = {"no_reuse": 4, "reuse": 8, "skewed": 8}
     for r in runs:
         assert r["requests"] == expected[r["burst"]]

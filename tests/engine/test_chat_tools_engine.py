@@ -1,6 +1,7 @@
 """Tools in chat lines on the real engine: every "required" and named-function answer is a tool
 call whose arguments parse as JSON valid against its tool's schema, in OpenAI's ChatCompletion
 with ``tool_calls`` and ``finish_reason`` "tool_calls"; "none" answers as text."""
+
 import json
 
 import jsonschema
@@ -8,25 +9,53 @@ from openai.types.chat import ChatCompletion
 
 from pipeline.jobs.job import run_job
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
-           "required": ["city", "unit"], "additionalProperties": False}
-CLOCK = {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"],
-         "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "weather", "description": "Today's weather in a city",
-                                           "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "clock", "description": "The time in a time zone",
-                                           "parameters": CLOCK}}]
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+CLOCK = {
+    "type": "object",
+    "properties": {"zone": {"type": "string"}},
+    "required": ["zone"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "weather", "description": "Today's weather in a city", "parameters": WEATHER},
+    },
+    {"type": "function", "function": {"name": "clock", "description": "The time in a time zone", "parameters": CLOCK}},
+]
 SCHEMAS = {"weather": WEATHER, "clock": CLOCK}
 
 
 def test_tool_calls_on_the_real_engine(pipeline, tmp_path):
-    questions = ["What is the weather in Paris?", "Is it raining in Oslo?", "What time is it in Tokyo?",
-                 "Weather in Lima, in Fahrenheit?", "What time is it in UTC?", "How warm is Cairo?"]
+    questions = [
+        "What is the weather in Paris?",
+        "Is it raining in Oslo?",
+        "What time is it in Tokyo?",
+        "Weather in Lima, in Fahrenheit?",
+        "What time is it in UTC?",
+        "How warm is Cairo?",
+    ]
     choices = ["required"] * 6 + [{"type": "function", "function": {"name": "weather"}}] * 3 + ["none"]
-    lines = [{"custom_id": f"t{k}", "method": "POST", "url": "/v1/chat/completions",
-              "body": {"messages": [{"role": "user", "content": questions[k % 6]}], "tools": TOOLS,
-                       "tool_choice": choice, "max_tokens": 96, "temperature": 0}}
-             for k, choice in enumerate(choices)]
+    lines = [
+        {
+            "custom_id": f"t{k}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "messages": [{"role": "user", "content": questions[k % 6]}],
+                "tools": TOOLS,
+                "tool_choice": choice,
+                "max_tokens": 96,
+                "temperature": 0,
+            },
+        }
+        for k, choice in enumerate(choices)
+    ]
     src = tmp_path / "tools.jsonl"
     src.write_text("".join(json.dumps(x) + "\n" for x in lines))
     run_job(pipeline, src, tmp_path / "out.jsonl", progress=False)

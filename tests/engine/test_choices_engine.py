@@ -2,6 +2,7 @@
 answer's tokens carry their log-probabilities, the likeliest first, and the answer is the same
 as without them; ``n`` answers per row come back as ``choices``, the prompt counted once, from
 Parquet, OpenAI batch JSONL and ``Pipeline.run`` alike."""
+
 import json
 import math
 
@@ -26,7 +27,7 @@ def test_log_probabilities_of_greedy_answers(pipeline, tmp_path):
     kept = pq.read_table(tmp_path / "kept.parquet").to_pylist()
     assert "logprobs" not in plain.column_names and "choices" not in plain.column_names
     for before, row in zip(plain.to_pylist(), kept):
-        assert row["error"] is None and row["answer"] == before["answer"]   # (asking for them changes nothing)
+        assert row["error"] is None and row["answer"] == before["answer"]  # (asking for them changes nothing)
         tokens = row["logprobs"]
         assert len(tokens) == row["completion_tokens"] > 0
         # (an answer that ended has the end-of-turn token last, counted as vLLM counts it)
@@ -52,8 +53,14 @@ def test_several_answers_per_request_from_an_openai_batch(pipeline, tmp_path):
     for k, r in enumerate(rows):
         content = f"{INSTRUCTION}\n\nDocument:\n{r['document']}\n\nQuestion: {r['question']}"
         body = {"messages": [{"role": "user", "content": content}], "max_tokens": 12, "temperature": 1.0, "seed": k}
-        lines.append({"custom_id": f"q{k}", "method": "POST", "url": "/v1/chat/completions",
-                      "body": {**body, "n": 4, "logprobs": True, "top_logprobs": 2} if k % 2 == 0 else body})
+        lines.append(
+            {
+                "custom_id": f"q{k}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {**body, "n": 4, "logprobs": True, "top_logprobs": 2} if k % 2 == 0 else body,
+            }
+        )
     src = tmp_path / "batch.jsonl"
     src.write_text("".join(json.dumps(x) + "\n" for x in lines))
     run_job(pipeline, src, tmp_path / "out.jsonl", progress=False)
@@ -66,7 +73,7 @@ def test_several_answers_per_request_from_an_openai_batch(pipeline, tmp_path):
         choices = body["choices"]
         assert [c["index"] for c in choices] == [0, 1, 2, 3]
         answers = [c["message"]["content"] for c in choices]
-        assert all(answers) and len(set(answers)) > 1   # (sampled: not one answer four times)
+        assert all(answers) and len(set(answers)) > 1  # (sampled: not one answer four times)
         tokens = [len(c["logprobs"]["content"]) for c in choices]
         assert body["usage"]["completion_tokens"] == sum(tokens)
         for c in choices:

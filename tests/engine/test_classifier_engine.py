@@ -3,6 +3,7 @@ BertForSequenceClassification built from all-MiniLM-L6-v2 with a seeded 3-label 
 ``classifier_model`` fixture, tests/conftest.py) on vLLM's pooling engine. Each row's label
 probabilities are the model's own head's -- softmax of its logits, computed without vLLM
 (transformers, float32) -- and its label the likeliest; a generation job is refused."""
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -28,8 +29,9 @@ def _reference(path: str, texts: list[str]) -> list[list[float]]:
 
 
 def test_label_probabilities_are_the_models_heads(classifier_model, tmp_path):
-    config = load_config().replace(scheduler={"dashboard_address": None}, model={"path": classifier_model},
-                                   task="classify")
+    config = load_config().replace(
+        scheduler={"dashboard_address": None}, model={"path": classifier_model}, task="classify"
+    )
     docs = [r["document"] for r in document_questions(12, 1, seed=44)]
     texts = [d[: 30 + 25 * k] for k, d in enumerate(docs)]
     texts += ["I loved it.", "Terrible film; I walked out.", "It was fine, I guess.", "The best pasta in years!"]
@@ -39,8 +41,14 @@ def test_label_probabilities_are_the_models_heads(classifier_model, tmp_path):
         assert p.engine_tasks == {"classify"}
         run_job(p, src, tmp_path / "out.parquet", progress=False)
         with pytest.raises(JobError, match="a classification model, which serves only tasks classify and score"):
-            run_job(p, src, tmp_path / "gen.parquet", progress=False, task="template",
-                    prompt={"template": "Summarize: {text}"})
+            run_job(
+                p,
+                src,
+                tmp_path / "gen.parquet",
+                progress=False,
+                task="template",
+                prompt={"template": "Summarize: {text}"},
+            )
     rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [r["id"] for r in rows] == [f"t{k}" for k in range(len(texts))]
     ref = _reference(classifier_model, texts)
@@ -49,8 +57,8 @@ def test_label_probabilities_are_the_models_heads(classifier_model, tmp_path):
         assert row["error"] is None and sum(row["label_probs"]) == pytest.approx(1, abs=1e-4)
         worst = max(worst, max(abs(a - b) for a, b in zip(row["label_probs"], want)))
         assert row["label"] == LABELS[row["label_probs"].index(max(row["label_probs"]))]
-        if sorted(want)[-1] - sorted(want)[-2] > 0.02:   # (where the reference is clear, its label)
+        if sorted(want)[-1] - sorted(want)[-2] > 0.02:  # (where the reference is clear, its label)
             assert row["label"] == LABELS[want.index(max(want))]
     print(f"largest difference from the reference: {worst:.5f}; labels {[r['label'] for r in rows]}")
     assert worst <= 0.01
-    assert len({r["label"] for r in rows}) >= 2   # (the head tells the rows apart)
+    assert len({r["label"] for r in rows}) >= 2  # (the head tells the rows apart)

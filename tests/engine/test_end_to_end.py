@@ -1,4 +1,5 @@
 """The walking skeleton, end to end on the real engine."""
+
 from collections import defaultdict
 
 import pyarrow as pa
@@ -18,8 +19,9 @@ def test_every_row_answered_once_on_its_own_row(pipeline):
     assert [r.id for r in results] == [row["id"] for row in rows]
     assert all(r.error is None for r in results), [r.error for r in results if r.error]
     right = sum(_contains(row["expected"], r.answer) for row, r in zip(rows, results))
-    assert right >= 0.9 * len(rows), [(row["expected"], r.answer) for row, r in zip(rows, results)
-                                      if not _contains(row["expected"], r.answer)]
+    assert right >= 0.9 * len(rows), [
+        (row["expected"], r.answer) for row, r in zip(rows, results) if not _contains(row["expected"], r.answer)
+    ]
 
     by_doc = defaultdict(list)
     for row, r in zip(rows, results):
@@ -69,8 +71,16 @@ def test_parquet_job_keeps_ids_and_extra_columns(pipeline, tmp_path):
     assert summary.rows == len(out) == len(rows) and summary.errors == 0
     assert [o["id"] for o in out] == [r["id"] for r in rows]
     assert [o["expected"] for o in out] == [r["expected"] for r in rows]  # passthrough column
-    assert set(out[0]) >= {"id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens",
-                           "shard", "latency_s"}
+    assert set(out[0]) >= {
+        "id",
+        "answer",
+        "error",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "shard",
+        "latency_s",
+    }
     assert "document" not in out[0]
 
 
@@ -83,8 +93,11 @@ def test_scattered_questions_share_their_document_on_one_shard(pipeline):
     by_doc = defaultdict(list)
     for row, r in zip(rows, results):
         by_doc[row["doc_id"]].append((row, r))
-    spread = max(max(i for i, row in enumerate(rows) if row["doc_id"] == d) -
-                 min(i for i, row in enumerate(rows) if row["doc_id"] == d) for d in by_doc)
+    spread = max(
+        max(i for i, row in enumerate(rows) if row["doc_id"] == d)
+        - min(i for i, row in enumerate(rows) if row["doc_id"] == d)
+        for d in by_doc
+    )
     assert spread >= 15  # the input really scatters them
     for doc_id, pairs in by_doc.items():
         assert len({r.shard for _, r in pairs}) == 1, doc_id

@@ -1,6 +1,7 @@
 """The engines' real environment, read from /proc/<pid>/environ: none of the variables Dask's
 nanny writes for its workers (MALLOC_TRIM_THRESHOLD_ made plain vLLM ~35 % slower), all of the
 shard's own. The Dask worker process keeps Dask's variables."""
+
 import os
 
 from pipeline import engine_env
@@ -30,8 +31,9 @@ def test_engine_processes_start_without_dasks_worker_variables(pipeline):
             if name.startswith("VLLM::Worker"):
                 # vLLM's engine core sets this for its model runners itself: one thread per
                 # pinned core (vllm/utils/ompmultiprocessing.py), as it does in plain vLLM.
-                assert (env.get("OMP_NUM_THREADS")
-                        == str(len(shard.worker_env()["VLLM_CPU_OMP_THREADS_BIND"].split(","))))
+                assert env.get("OMP_NUM_THREADS") == str(
+                    len(shard.worker_env()["VLLM_CPU_OMP_THREADS_BIND"].split(","))
+                )
                 leaked = [k for k in leaked if k != "OMP_NUM_THREADS"]
             assert not leaked, f"{shard.name} {name} (pid {pid}) inherited Dask's {leaked}"
             # Whatever its value, this one turns off glibc's dynamic mmap threshold (~35 % slower).
@@ -41,4 +43,3 @@ def test_engine_processes_start_without_dasks_worker_variables(pipeline):
         # The Dask worker process itself keeps what its nanny gave it.
         worker = engine_env.read_environ(worker_pid)
         assert worker.get("MALLOC_TRIM_THRESHOLD_") == "65536"
-

@@ -2,6 +2,7 @@
 within a fraction of the big one's time (fair admission, vLLM's priority policy, and the big
 job's requests preempted while the small one runs: pipeline/worker/admission.py,
 pipeline/worker/job_scheduler.py), and no answer of either suffers from the preemption."""
+
 import threading
 import time
 
@@ -25,13 +26,17 @@ def test_a_small_job_beside_a_big_one_ends_long_before_it_with_right_answers(pip
     summaries = {}
 
     def run(name):
-        summaries[name] = prepare_job(tmp_path / f"{name}.parquet", tmp_path / f"{name}.out.parquet",
-                                      config=pipeline.config, notify=lambda m: None).run(pipeline, progress=False)
+        summaries[name] = prepare_job(
+            tmp_path / f"{name}.parquet",
+            tmp_path / f"{name}.out.parquet",
+            config=pipeline.config,
+            notify=lambda m: None,
+        ).run(pipeline, progress=False)
 
     t0 = time.perf_counter()
     long = threading.Thread(target=run, args=("big",))
     long.start()
-    time.sleep(4.0)   # the big job's rows fill both engines
+    time.sleep(4.0)  # the big job's rows fill both engines
     run("small")
     small_ended = time.perf_counter() - t0
     big_running = long.is_alive()

@@ -3,6 +3,7 @@ file is answered through the chat template.
 
 (The chat test once also asked for the planted fact in the answer; the model misses it on
 this row, with the document-question task's identical prompt too, so that check is gone.)"""
+
 import json
 
 import pyarrow as pa
@@ -39,8 +40,12 @@ def test_openai_batch_file_answered_through_the_chat_template(pipeline, tmp_path
     rows = document_questions(1, 1, seed=32)
     # the document-question task's own user message, sent as a chat
     content = f"{INSTRUCTION}\n\nDocument:\n{rows[0]['document']}\n\nQuestion: {rows[0]['question']}"
-    request = {"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions",
-               "body": {"model": "SmolLM2", "messages": [{"role": "user", "content": content}]}}
+    request = {
+        "custom_id": "q1",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "SmolLM2", "messages": [{"role": "user", "content": content}]},
+    }
     src = tmp_path / "batch.jsonl"
     src.write_text(json.dumps(request) + "\n")
     run_job(pipeline, src, tmp_path / "out.jsonl", progress=False)
@@ -66,13 +71,16 @@ def test_a_file_job_answers_every_row_from_the_tasks_prompts(pipeline, tmp_path)
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     summary = prepare_job(src, tmp_path / "out.parquet", config=pipeline.config, notify=lambda m: None).run(
-        pipeline, progress=False)
+        pipeline, progress=False
+    )
     assert summary.rows == len(rows) and summary.errors == 0
     cluster = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [o["id"] for o in cluster] == [r["id"] for r in rows]
     assert all(o["answer"] for o in cluster)
-    tokens = [sum(len(pipeline.tokenizer.encode(t, add_special_tokens=False)) for t in (p.prefix, p.suffix))
-              for p in map(pipeline.task.split, rows)]
+    tokens = [
+        sum(len(pipeline.tokenizer.encode(t, add_special_tokens=False)) for t in (p.prefix, p.suffix))
+        for p in map(pipeline.task.split, rows)
+    ]
     assert [o["prompt_tokens"] for o in cluster] == tokens
     shards = defaultdict(set)
     for r, o in zip(rows, cluster):

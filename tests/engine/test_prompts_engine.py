@@ -1,5 +1,6 @@
 """The user's own prompts and sampling on the real engine: templates, per-row settings,
 JSON-schema and choice answers, the generate task, and OpenAI batch bodies."""
+
 import json
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ def _contains(expected, answer):
 
 
 def _job(pipeline, tmp_path, name, src=SAMPLE, **settings):
-    pipeline.reset_cache()   # each job starts with empty prefix caches: cached shares compare
+    pipeline.reset_cache()  # each job starts with empty prefix caches: cached shares compare
     summary = run_job(pipeline, src, tmp_path / f"{name}.parquet", progress=False, **settings)
     return summary, pq.read_table(tmp_path / f"{name}.parquet").to_pylist()
 
@@ -41,7 +42,7 @@ def test_template_job_answers_the_planted_facts_and_reuses_documents(pipeline, t
 
     table = pq.read_table(SAMPLE)
     first_docs = sorted(set(table.column("doc_id").to_pylist()))[:8]
-    rows = [r for r in table.to_pylist() if r["doc_id"] in first_docs]   # 8 documents, 4 questions each
+    rows = [r for r in table.to_pylist() if r["doc_id"] in first_docs]  # 8 documents, 4 questions each
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     default, _ = _job(pipeline, tmp_path, "default", src=src)
@@ -58,15 +59,17 @@ def test_template_job_answers_the_planted_facts_and_reuses_documents(pipeline, t
     reuse = summary.cached_tokens / _ideal_cached_tokens(pipeline, template_task, rows)
     default_reuse = default.cached_tokens / _ideal_cached_tokens(pipeline, pipeline.task, rows)
     assert reuse >= 0.95 and default_reuse >= 0.95, (reuse, default_reuse)
-    assert "document" not in out[0] and "expected" in out[0]   # prompt columns are not copied
+    assert "document" not in out[0] and "expected" in out[0]  # prompt columns are not copied
 
 
 def test_per_row_max_tokens_and_bad_values(pipeline, tmp_path):
     rows = pq.read_table(SAMPLE).slice(0, 6).to_pylist()
     limits = [1, 3, 8, None, 2, "many"]
     src = tmp_path / "in.parquet"
-    pq.write_table(pa.Table.from_pylist([{**r, "max_tokens": str(m) if m is not None else None} for r, m in
-                                         zip(rows, limits)]), src)   # a string column: "many" is a bad value
+    pq.write_table(
+        pa.Table.from_pylist([{**r, "max_tokens": str(m) if m is not None else None} for r, m in zip(rows, limits)]),
+        src,
+    )  # a string column: "many" is a bad value
     _, out = _job(pipeline, tmp_path, "bad", src=src)
     assert out[5]["error"] == "input: max_tokens must be an integer >= 1 (got 'many')"
     pq.write_table(pa.Table.from_pylist([{**r, "max_tokens": m} for r, m in zip(rows[:5], limits[:5])]), src)
@@ -76,8 +79,12 @@ def test_per_row_max_tokens_and_bad_values(pipeline, tmp_path):
     assert out[0]["completion_tokens"] == 1 and out[0]["finish_reason"] == "length"
 
 
-SCHEMA = {"type": "object", "properties": {"person": {"type": "string"}, "answer": {"type": "string"}},
-          "required": ["person", "answer"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"person": {"type": "string"}, "answer": {"type": "string"}},
+    "required": ["person", "answer"],
+    "additionalProperties": False,
+}
 
 
 def test_json_schema_job_every_answer_parses_and_validates(pipeline, tmp_path):
@@ -88,7 +95,7 @@ def test_json_schema_job_every_answer_parses_and_validates(pipeline, tmp_path):
     for o in out:
         value = json.loads(o["answer_json"])
         validate(value, SCHEMA)
-        assert json.loads(o["answer"]) == value   # the raw text is kept too
+        assert json.loads(o["answer"]) == value  # the raw text is kept too
 
 
 def test_choice_constrained_classification(pipeline, tmp_path):
@@ -96,18 +103,31 @@ def test_choice_constrained_classification(pipeline, tmp_path):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist([{"id": r["id"], "text": r["question"]} for r in rows]), src)
     choices = ["colour", "sport", "pet", "instrument", "other"]
-    summary, out = _job(pipeline, tmp_path, "choice", src=src,
-                        prompt={"template": "Which topic does this question ask about? {text}"},
-                        sampling={"choice": choices})
+    summary, out = _job(
+        pipeline,
+        tmp_path,
+        "choice",
+        src=src,
+        prompt={"template": "Which topic does this question ask about? {text}"},
+        sampling={"choice": choices},
+    )
     assert summary.errors == 0 and all(o["answer"] in choices for o in out), [o["answer"] for o in out]
     assert "answer_json" not in out[0]
 
 
 def test_generate_task_with_a_shared_prefix(pipeline, tmp_path):
     doc = pq.read_table(SAMPLE).slice(0, 1).to_pylist()[0]
-    rows = [{"id": f"r{i}", "prefix": f"Document:\n{doc['document']}\n\n", "prompt": q} for i, q in
-            enumerate(["What is the favourite colour of Jorkel Lodunpel?", "Who owns the bakery?",
-                       "What does the museum display?", "What is the pet of Jorfir Norhesros?"])]
+    rows = [
+        {"id": f"r{i}", "prefix": f"Document:\n{doc['document']}\n\n", "prompt": q}
+        for i, q in enumerate(
+            [
+                "What is the favourite colour of Jorkel Lodunpel?",
+                "Who owns the bakery?",
+                "What does the museum display?",
+                "What is the pet of Jorfir Norhesros?",
+            ]
+        )
+    ]
     rows.append({"id": "plain", "prefix": None, "prompt": "Say hello."})
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
@@ -115,8 +135,8 @@ def test_generate_task_with_a_shared_prefix(pipeline, tmp_path):
     assert summary.errors == 0 and all(o["answer"] for o in out)
     assert "silver" in out[0]["answer"].lower()
     shared = out[:4]
-    assert len({o["shard"] for o in shared}) == 1          # one document: one shard
-    assert sum(o["cached_tokens"] > 0 for o in shared) >= 3   # its later questions reuse it
+    assert len({o["shard"] for o in shared}) == 1  # one document: one shard
+    assert sum(o["cached_tokens"] > 0 for o in shared) >= 3  # its later questions reuse it
 
 
 def test_openai_batch_bodies_per_request_settings(pipeline, tmp_path):
@@ -124,14 +144,30 @@ def test_openai_batch_bodies_per_request_settings(pipeline, tmp_path):
     content = f"Document:\n{doc['document']}\n\nQuestion: {doc['question']}"
 
     def request(cid, **body):
-        return {"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
-                "body": {"model": "m", "messages": [{"role": "user", "content": content}], **body}}
+        return {
+            "custom_id": cid,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "m", "messages": [{"role": "user", "content": content}], **body},
+        }
 
-    lines = [request("short", max_tokens=2), request("long", max_completion_tokens=24),
-             request("json", max_tokens=64, response_format={"type": "json_schema", "json_schema": {
-                 "name": "a", "schema": {"type": "object", "properties": {"colour": {"type": "string"}},
-                                         "required": ["colour"]}}}),
-             request("bad", temperature=-1), request("tools", tools=[{"type": "function"}])]
+    lines = [
+        request("short", max_tokens=2),
+        request("long", max_completion_tokens=24),
+        request(
+            "json",
+            max_tokens=64,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "a",
+                    "schema": {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]},
+                },
+            },
+        ),
+        request("bad", temperature=-1),
+        request("tools", tools=[{"type": "function"}]),
+    ]
     src = tmp_path / "batch.jsonl"
     src.write_text("".join(json.dumps(x) + "\n" for x in lines))
     run_job(pipeline, src, tmp_path / "out.jsonl", progress=False)

@@ -2,6 +2,7 @@
 second, on the same documents in another order, finds warm engines and its documents cached),
 `status`, a third job whose client is killed mid-way and run again, `down` (no engine process
 left)."""
+
 import json
 import os
 import random
@@ -28,8 +29,14 @@ pytestmark = pytest.mark.own_cluster
 
 
 def cli(env, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def engine_processes(state):
@@ -37,8 +44,11 @@ def engine_processes(state):
     out = {}
     for name, (pid, _) in state["processes"].items():
         if name != "scheduler":
-            out[name] = sorted(p.pid for p in psutil.Process(pid).children(recursive=True)
-                               if "VLLM" in " ".join(p.cmdline()) or p.name().startswith("VLLM"))
+            out[name] = sorted(
+                p.pid
+                for p in psutil.Process(pid).children(recursive=True)
+                if "VLLM" in " ".join(p.cmdline()) or p.name().startswith("VLLM")
+            )
     return out
 
 
@@ -48,8 +58,9 @@ def ideal_cached_share(rows, config):
     prompts = []
     for r in rows:
         parts = task.split(r)
-        prompts.append(tok.encode(parts.prefix, add_special_tokens=False) +
-                       tok.encode(parts.suffix, add_special_tokens=False))
+        prompts.append(
+            tok.encode(parts.prefix, add_special_tokens=False) + tok.encode(parts.suffix, add_special_tokens=False)
+        )
     total = sum(map(len, prompts))
     return 1 - block_ideal(prompts, config.engine.block_size, shards=len(config.shards)) / total
 
@@ -73,8 +84,11 @@ def test_up_two_jobs_from_two_processes_status_down(tmp_path, run_killed_once_an
     state = json.loads((tmp_path / "cluster" / "state.json").read_text())
     procs = []
     try:
-        procs = [p for pid, _ in state["processes"].values() for p in
-                 [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]]
+        procs = [
+            p
+            for pid, _ in state["processes"].values()
+            for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        ]
         engines = engine_processes(state)
         assert all(engines.values()), engines
         first = cli(env, "run", tmp_path / "one.parquet", tmp_path / "one-out.parquet", "--config", config_file)
@@ -84,7 +98,7 @@ def test_up_two_jobs_from_two_processes_status_down(tmp_path, run_killed_once_an
             assert f"using the local cluster at {state['address']}" in job.stderr
         print(first.stderr, first.stdout, second.stderr, second.stdout, sep="\n")
 
-        assert engine_processes(state) == engines   # the same engines answered both jobs
+        assert engine_processes(state) == engines  # the same engines answered both jobs
         status = json.loads(cli(env, "status", "--json", "--config", config_file).stdout)
         for shard in ("cpu0", "cpu1"):
             s = status["shards"][shard]
@@ -92,7 +106,7 @@ def test_up_two_jobs_from_two_processes_status_down(tmp_path, run_killed_once_an
         assert sum(status["shards"][s]["requests"] for s in ("cpu0", "cpu1")) == 2 * len(rows)
 
         expected = {r["id"]: r["expected"] for r in rows}
-        for name in ("one-out", "two-out"):   # the right answer on the right row, no row lost
+        for name in ("one-out", "two-out"):  # the right answer on the right row, no row lost
             out = pq.read_table(tmp_path / f"{name}.parquet").to_pylist()
             assert sorted(o["id"] for o in out) == sorted(expected)
             right = sum(o["answer"] is not None and expected[o["id"]].lower() in o["answer"].lower() for o in out)
@@ -122,7 +136,7 @@ def _client_killed_mid_job_and_run_again(env, config_file, tmp_path, kill_run):
     answers = tmp_path / "three-out.parquet.partial" / "answers"
     kill_run([src, out, "--part-rows", "4", "--config", config_file], env, answers, files=2, timeout=300)
     assert not out.exists()
-    time.sleep(2)   # (the killed client's answer tasks stop on the cluster: its requests are aborted)
+    time.sleep(2)  # (the killed client's answer tasks stop on the cluster: its requests are aborted)
     committed = pq.read_table(answers, columns=["position"]).num_rows
     again = cli(env, "run", src, out, "--config", config_file)
     assert again.returncode == 0, again.stderr
@@ -145,6 +159,8 @@ def test_a_config_the_engine_rejects_is_one_clear_line(tmp_path):
     assert job.returncode == 1
     errors = [line for line in job.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and len(job.stderr.splitlines()) <= 3, job.stderr
-    assert ("error: shard cpu0, cpu1: the engine did not start: ValidationError: User-specified max_model_len "
-            "(999999) is greater than the derived max_model_len") in errors[0]
+    assert (
+        "error: shard cpu0, cpu1: the engine did not start: ValidationError: User-specified max_model_len "
+        "(999999) is greater than the derived max_model_len"
+    ) in errors[0]
     assert "the whole error is in the workers' logs" in errors[0]

@@ -1,6 +1,7 @@
 """OpenAI batch /v1/score and /v1/rerank lines on the real engine (issue 44): a line's scores are
 the same pairs' scores from a Parquet score job, each on its index, and a rerank line's
 documents come highest score first."""
+
 import json
 
 import pyarrow as pa
@@ -12,7 +13,7 @@ from pipeline.jobs.job import run_job
 
 
 def test_a_score_lines_scores_are_a_parquet_score_jobs(pipeline, tmp_path):
-    found = pairs_of(2, 2, seed=7)   # (2 documents x 2 queries each, ~700-token prompts)
+    found = pairs_of(2, 2, seed=7)  # (2 documents x 2 queries each, ~700-token prompts)
     documents = sorted({r["document"] for r in found})
     queries = [r["query"] for r in found]
     rows = [{"id": k, "document": d, "query": q} for k, (q, d) in enumerate((q, d) for q in queries for d in documents)]
@@ -23,10 +24,23 @@ def test_a_score_lines_scores_are_a_parquet_score_jobs(pipeline, tmp_path):
     want = {(r["query"], r["document"]): s["score"] for r, s in zip(rows, scored)}
     tokens = {(r["query"], r["document"]): s["prompt_tokens"] for r, s in zip(rows, scored)}
     # a line per query, over every document (1:N); a rerank line
-    lines = [{"custom_id": f"s{k}", "method": "POST", "url": "/v1/score",
-              "body": {"model": "any", "text_1": q, "text_2": documents}} for k, q in enumerate(queries)]
-    lines.append({"custom_id": "r", "method": "POST", "url": "/v1/rerank",
-                  "body": {"query": queries[0], "documents": documents, "top_n": 1}})
+    lines = [
+        {
+            "custom_id": f"s{k}",
+            "method": "POST",
+            "url": "/v1/score",
+            "body": {"model": "any", "text_1": q, "text_2": documents},
+        }
+        for k, q in enumerate(queries)
+    ]
+    lines.append(
+        {
+            "custom_id": "r",
+            "method": "POST",
+            "url": "/v1/rerank",
+            "body": {"query": queries[0], "documents": documents, "top_n": 1},
+        }
+    )
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(json.dumps(x) + "\n" for x in lines))
     run_job(pipeline, batch, tmp_path / "out.jsonl", progress=False)

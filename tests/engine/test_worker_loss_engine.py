@@ -8,6 +8,7 @@ Starts its own 2-shard cluster with enforce_eager (about 25 s per engine instead
 minutes of compilation) and small batches, so the kill lands while rows are in flight;
 runs before the session cluster starts (see conftest.py), so engines never overlap.
 """
+
 import logging
 import os
 import signal
@@ -29,11 +30,13 @@ pytestmark = pytest.mark.own_cluster
 
 
 def test_real_worker_and_engine_kills_answer_every_row_once_and_reap_the_engine(tmp_path):
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"enforce_eager": True, "max_num_seqs": 16},
-                                   intake={"max_in_flight": 8},
-                                   jobs={"bucket_rows": 4})   # (answers come back bucket by bucket: the kill
-                                                              # lands mid-job)
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"enforce_eager": True, "max_num_seqs": 16},
+        intake={"max_in_flight": 8},
+        jobs={"bucket_rows": 4},
+    )  # (answers come back bucket by bucket: the kill
+    # lands mid-job)
     rows = document_questions(12, 4, seed=31, order="shuffled")
     p = Pipeline(config).start()
     try:
@@ -72,8 +75,10 @@ def test_real_worker_and_engine_kills_answer_every_row_once_and_reap_the_engine(
             time.sleep(0.5)
         _engine_killed_mid_cluster_job(p, tmp_path)
     finally:
-        engine_processes = {addr: [c.pid for c in psutil.Process(pid).children(recursive=True)]
-                            for addr, pid in p.client.run(os.getpid).items()}
+        engine_processes = {
+            addr: [c.pid for c in psutil.Process(pid).children(recursive=True)]
+            for addr, pid in p.client.run(os.getpid).items()
+        }
         nanny_log = _Messages()
         logging.getLogger("distributed.nanny").addHandler(nanny_log)
         try:
@@ -122,7 +127,7 @@ def _engine_killed_mid_cluster_job(p, tmp_path):
     died = p.client.get_events("pipeline-engine-died")
     assert any(e["shard"] == "cpu0" for _, e in died), died
     addr = next(a for a, w in current_workers(p.client).items() if "shard-cpu0" in (w.get("resources") or {}))
-    assert p.client.run(os.getpid, workers=[addr])[addr] != worker_pid   # restarted, with a fresh engine
+    assert p.client.run(os.getpid, workers=[addr])[addr] != worker_pid  # restarted, with a fresh engine
     out = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [o["id"] for o in out] == [r["id"] for r in rows] and summary.rows == len(rows)
     assert all(o["error"] is None for o in out), [o["error"] for o in out if o["error"]][:3]

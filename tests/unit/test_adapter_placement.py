@@ -4,6 +4,7 @@ engine's LoRA slots (``max_loras``), each shard serves at most ``max_loras`` of 
 shards × ``max_loras``, ``ceil(adapters / shards)``), loads stay within the balance bound, an
 adapter too costly for one shard is cut across shards, the base model's rows level the loads, a
 shard's buckets take its adapters one after another; without adapters nothing changes."""
+
 import hashlib
 
 import numpy as np
@@ -16,7 +17,7 @@ from pipeline.steps.cluster_tasks import place_task
 from pipeline.steps.placement import place_documents, spread
 from pipeline.steps.prompt_table import prompt_rows_from
 
-BALANCE = 1.25   # place_documents' default bound: no shard above this × its fair share
+BALANCE = 1.25  # place_documents' default bound: no shard above this × its fair share
 
 
 def _job(n_adapters: int, n: int = 600, seed: int = 1, weights=None, base: float = 0.0):
@@ -89,7 +90,7 @@ def test_base_model_rows_take_no_slot_and_level_the_loads():
     load, served = _per_shard(p, digests, cost, adapters)
     assert all(len(s) <= 2 for s in served.values())
     fair = cost.sum() / 3
-    assert max(load.values()) / fair < 1.05   # (the base model's rows fill what the adapters leave)
+    assert max(load.values()) / fair < 1.05  # (the base model's rows fill what the adapters leave)
 
 
 def test_a_shards_buckets_take_its_adapters_one_after_another():
@@ -100,11 +101,11 @@ def test_a_shards_buckets_take_its_adapters_one_after_another():
     for shard in ("a", "b"):
         numbers = [b.index for b in p.buckets if b.shard == shard]
         assert len(numbers) > 4
-        sequence = []   # the shard's adapters, bucket after bucket
+        sequence = []  # the shard's adapters, bucket after bucket
         for n in numbers:
             sequence += sorted(set(adapter_of[p.bucket == n].tolist()))
         runs = [a for k, a in enumerate(sequence) if k == 0 or sequence[k - 1] != a]
-        assert len(runs) == len(set(runs))   # each adapter's documents in consecutive buckets
+        assert len(runs) == len(set(runs))  # each adapter's documents in consecutive buckets
         assert all(len(set(adapter_of[p.bucket == n].tolist())) <= 2 for n in numbers)
 
 
@@ -114,10 +115,11 @@ def test_a_held_document_stays_on_the_shard_that_serves_its_adapter():
     _, served = _per_shard(free, digests, cost, adapters)
     k = int(np.flatnonzero(adapters == 1)[0])
     there = next(s for s, a in served.items() if 1 in a)
-    held = place_documents(digests, rows, cost, ["a", "b"], {int(digests[k]): there}, bucket_rows=200,
-                           adapters=adapters, max_loras=2)
+    held = place_documents(
+        digests, rows, cost, ["a", "b"], {int(digests[k]): there}, bucket_rows=200, adapters=adapters, max_loras=2
+    )
     shard = {b.index: b.shard for b in held.buckets}
-    assert shard[int(held.bucket_of(digests[k:k + 1])[0])] == there
+    assert shard[int(held.bucket_of(digests[k : k + 1])[0])] == there
 
 
 def _fingerprint(p) -> str:
@@ -140,14 +142,13 @@ def test_without_adapters_placement_is_unchanged_byte_for_byte():
     n = 3000
     digests = rng.permutation(np.arange(n, dtype=np.uint64) * np.uint64(2**40 + 7) + np.uint64(99))
     rows = rng.integers(1, 6, n)
-    rows[:3] = 5000   # (split documents)
+    rows[:3] = 5000  # (split documents)
     cost = rows * 90.0 + rng.integers(500, 3000, n)
     held = {int(digests[10]): "b", int(digests[11]): "c", int(digests[12]): "gone"}
     args = (digests, rows, cost, ["a", "b", "c"], held)
     kw = {"bucket_rows": 700, "prefix_cost": cost - rows * 90.0}
     assert _fingerprint(place_documents(*args, **kw)) == BEFORE_ADAPTERS
-    assert _fingerprint(place_documents(*args, **kw, adapters=np.zeros(n, np.uint64), max_loras=2)) == \
-        BEFORE_ADAPTERS
+    assert _fingerprint(place_documents(*args, **kw, adapters=np.zeros(n, np.uint64), max_loras=2)) == BEFORE_ADAPTERS
     # adapters no more than an engine's slots: placed as without them (each shard may serve all)
     two = place_documents(*args, **kw, adapters=np.where(rng.random(n) < 0.5, 1, 2).astype(np.uint64), max_loras=2)
     plain = place_documents(*args, **kw)
@@ -157,8 +158,13 @@ def test_without_adapters_placement_is_unchanged_byte_for_byte():
 def _rows(adapter):
     prefix = pa.array(["doc one", "doc one", "doc two", "doc one", "doc two"], pa.large_string())
     suffix = pa.array(["q0", "q1", "q2", "q3", "q4"], pa.large_string())
-    return prompt_rows_from(prefix, suffix, pa.nulls(5, pa.string()), pa.array(np.arange(5, dtype=np.int64)),
-                            {} if adapter is None else {"adapter": adapter})
+    return prompt_rows_from(
+        prefix,
+        suffix,
+        pa.nulls(5, pa.string()),
+        pa.array(np.arange(5, dtype=np.int64)),
+        {} if adapter is None else {"adapter": adapter},
+    )
 
 
 def test_a_document_under_each_adapter_is_a_placement_key_of_its_own():
@@ -169,7 +175,7 @@ def test_a_document_under_each_adapter_is_a_placement_key_of_its_own():
     got = _rows(pa.array(["x", None, "x", "y", None]))
     digest = got.rows.column("digest").to_pylist()
     one, two = prefix_digest("doc one"), prefix_digest("doc two")
-    assert digest[1] == one and digest[4] == two   # (no adapter: the prefix's digest, as before)
+    assert digest[1] == one and digest[4] == two  # (no adapter: the prefix's digest, as before)
     assert len({digest[0], digest[1], digest[3]}) == 3 and digest[2] not in (two, digest[0])
     assert got.rows.column("prefix").to_pylist() == ["doc one"] * 2 + ["doc two", "doc one", "doc two"]
     codes = dict(zip(got.documents.column("digest").to_pylist(), got.documents.column("adapter").to_pylist()))
@@ -182,8 +188,9 @@ def test_a_document_under_each_adapter_is_a_placement_key_of_its_own():
     shards_of = {}
     for d, a in codes.items():
         if a:
-            shards_of.setdefault(placement.buckets[int(placement.bucket_of(np.array([d], np.uint64))[0])].shard,
-                                 set()).add(a)
+            shards_of.setdefault(
+                placement.buckets[int(placement.bucket_of(np.array([d], np.uint64))[0])].shard, set()
+            ).add(a)
     assert all(len(s) == 1 for s in shards_of.values()) and len(shards_of) == 2
 
 

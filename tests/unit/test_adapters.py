@@ -2,6 +2,7 @@
 a missing or broken adapter is that row's error; rows start adapter by adapter; a job with an
 adapter column on engines without LoRA is refused up front). The real engine's answers with
 adapters: tests/engine/test_adapters_engine.py."""
+
 import json
 
 import numpy as np
@@ -32,16 +33,21 @@ def _adapter(folder, rank: int = 8, weights: bool = True):
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
-    return {"terse": _adapter(root / "terse"), "other": _adapter(root / "other"),
-            "wide": _adapter(root / "wide", rank=64), "empty": root / "empty",
-            "torn": _adapter(root / "torn", weights=False)}
+    return {
+        "terse": _adapter(root / "terse"),
+        "other": _adapter(root / "other"),
+        "wide": _adapter(root / "wide", rank=64),
+        "empty": root / "empty",
+        "torn": _adapter(root / "torn", weights=False),
+    }
 
 
 @pytest.fixture(scope="module")
 def fake_pipeline(adapters):
     (adapters["empty"]).mkdir()
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   model={"adapters": {"terse": str(adapters["terse"])}})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None}, model={"adapters": {"terse": str(adapters["terse"])}}
+    )
     with Pipeline(config, engine="fake") as p:
         yield p
 
@@ -51,14 +57,22 @@ def test_each_rows_adapter_answers_its_row_and_bad_adapters_are_row_errors(fake_
     torn = str(adapters["torn"])
     names = ["terse", other, None, "nosuch", wide, "terse", empty, other, torn]
     src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"document": [f"doc {k % 3}" for k in range(len(names))],
-                             "question": [f"q{k}" for k in range(len(names))], "adapter": names}), src)
+    pq.write_table(
+        pa.table(
+            {
+                "document": [f"doc {k % 3}" for k in range(len(names))],
+                "question": [f"q{k}" for k in range(len(names))],
+                "adapter": names,
+            }
+        ),
+        src,
+    )
     run_job(fake_pipeline, src, tmp_path / "out.parquet", progress=False)
     rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [r["id"] for r in rows] == list(range(len(names)))
     for name, row in zip(names, rows):
         if name in ("terse", other):
-            assert row["error"] is None and row["answer"] == name   # (the fake engine answers with the adapter)
+            assert row["error"] is None and row["answer"] == name  # (the fake engine answers with the adapter)
         elif name is None:
             assert row["error"] is None and row["answer"] == ""
     assert rows[3]["error"] == "input: adapter 'nosuch' is not a name in model.adapters (terse) nor a folder"
@@ -71,8 +85,8 @@ def test_rows_start_adapter_by_adapter_each_adapters_documents_in_order():
     digests = np.array([5, 5, 5, 9, 9, 2], np.uint64)
     rows = pa.table({"adapter": ["b", "a", "b", None, "a", "b"]})
     order, group = adapter_order(rows, digests)
-    assert order.tolist() == [0, 2, 5, 1, 4, 3]   # b: documents 5, 2; a: 5, 9; none: 9
-    assert group.tolist() == [0, 0, 2, 3, 4, 7]   # five groups: (b, 5), (b, 2), (a, 5), (a, 9), (none, 9)
+    assert order.tolist() == [0, 2, 5, 1, 4, 3]  # b: documents 5, 2; a: 5, 9; none: 9
+    assert group.tolist() == [0, 0, 2, 3, 4, 7]  # five groups: (b, 5), (b, 2), (a, 5), (a, 9), (none, 9)
     plain, groups = adapter_order(pa.table({"x": [1] * 6}), digests)
     assert plain.tolist() == list(range(6)) and groups.tolist() == [0, 0, 0, 1, 1, 2]
 
@@ -90,11 +104,21 @@ def test_an_adapter_column_on_engines_without_lora_is_refused_up_front(tmp_path)
 
 def test_an_openai_batch_requests_model_naming_an_adapter_answers_with_it(fake_pipeline, tmp_path):
     def line(custom_id, model):
-        return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-                           "body": {"model": model, "messages": [{"role": "user", "content": "hi"}]}}) + "\n"
+        return (
+            json.dumps(
+                {
+                    "custom_id": custom_id,
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                }
+            )
+            + "\n"
+        )
+
     src = tmp_path / "batch.jsonl"
     src.write_text(line("a", "terse") + line("b", "SmolLM2-135M-Instruct") + line("c", "terse"))
     run_job(fake_pipeline, src, tmp_path / "out.jsonl", progress=False)
     out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     answers = {o["custom_id"]: o["response"]["body"]["choices"][0]["message"]["content"] for o in out}
-    assert answers == {"a": "terse", "b": "", "c": "terse"}   # (the fake engine answers with the adapter's name)
+    assert answers == {"a": "terse", "b": "", "c": "terse"}  # (the fake engine answers with the adapter's name)

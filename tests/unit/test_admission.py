@@ -1,4 +1,5 @@
 """Jobs sharing one engine: who goes next (pipeline/worker/admission.py), without a cluster."""
+
 import asyncio
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ def test_a_job_that_arrives_beside_a_queued_one_goes_in_at_once_up_to_its_share_
     (its share: 4 places / 2 jobs) go in at once, over the limit, without waiting for a big
     request to end; its 3rd takes the first place that frees below the limit, before the big
     job's 5th. Its priorities are below every one of the big job's (vLLM seats them first)."""
+
     async def run():
         admission, log = FairAdmission(4), []
         big = [asyncio.ensure_future(_take(admission, "big", log)) for _ in range(54)]
@@ -48,7 +50,7 @@ def test_a_job_that_arrives_beside_a_queued_one_goes_in_at_once_up_to_its_share_
 
     steps, in_engine = asyncio.run(run())
     assert steps[0] == [("big", p) for p in range(4)] + [("small", 0), ("small", 1)]
-    assert steps[1] == steps[2] == steps[0]           # 5, then 4 in the engine: nothing handed on
+    assert steps[1] == steps[2] == steps[0]  # 5, then 4 in the engine: nothing handed on
     assert steps[3][:7] == steps[0] + [("small", 2)]  # 3: below the limit, the small job's 3rd
     assert in_engine <= 4 + 2
 
@@ -58,7 +60,7 @@ def test_two_long_jobs_take_turns_once_the_later_one_has_caught_up():
         admission, log = FairAdmission(1), []
         first = [asyncio.ensure_future(_take(admission, "a", log)) for _ in range(10)]
         await asyncio.sleep(0)
-        admission.release("a")   # a has had 2 admitted
+        admission.release("a")  # a has had 2 admitted
         await asyncio.sleep(0)
         second = [asyncio.ensure_future(_take(admission, "b", log)) for _ in range(10)]
         await asyncio.sleep(0)
@@ -79,9 +81,9 @@ def test_a_cancelled_request_gives_its_place_back_and_nothing_leaks():
         waiting = asyncio.ensure_future(_take(admission, "b", log))
         later = asyncio.ensure_future(_take(admission, "c", log))
         await asyncio.sleep(0)
-        waiting.cancel()          # gone while it waits: never admitted
+        waiting.cancel()  # gone while it waits: never admitted
         await asyncio.sleep(0)
-        admission.release("a")   # the place goes to c
+        admission.release("a")  # the place goes to c
         await later
         admission.release("c")
         return held, log, admission.free, admission.jobs()
@@ -94,6 +96,7 @@ def test_a_cancelled_request_gives_its_place_back_and_nothing_leaks():
 def test_the_token_gate_lets_a_new_job_start_a_document_while_another_fills_it():
     """Budget 100: a job holding nothing always starts a document; past the budget, a job may go
     while it holds less than its share (100 / the jobs holding or asking)."""
+
     async def run():
         gate, steps = TokenGate(100), []
 
@@ -104,16 +107,16 @@ def test_the_token_gate_lets_a_new_job_start_a_document_while_another_fills_it()
 
         await gate.acquire(60, "big")
         await gate.acquire(30, "big")
-        big_more = asyncio.ensure_future(gate.acquire(50, "big"))   # 140 > 100: waits
+        big_more = asyncio.ensure_future(gate.acquire(50, "big"))  # 140 > 100: waits
         small_more = None
-        await asyncio.wait_for(gate.acquire(50, "small"), 1)        # holds nothing: goes at once
+        await asyncio.wait_for(gate.acquire(50, "small"), 1)  # holds nothing: goes at once
         small_more = asyncio.ensure_future(gate.acquire(40, "small"))  # over the budget and its share: waits
         await settle()
-        await gate.release(50, "small")   # small holds nothing again: its next document goes
+        await gate.release(50, "small")  # small holds nothing again: its next document goes
         await settle()
-        await gate.release(60, "big")     # 70 held; big's 50 more is over the budget and over its share
+        await gate.release(60, "big")  # 70 held; big's 50 more is over the budget and over its share
         await settle()
-        await gate.release(40, "small")   # 30 held: 80 fits
+        await gate.release(40, "small")  # 30 held: 80 fits
         await settle()
         return steps, gate.held
 
@@ -143,10 +146,14 @@ def test_a_small_job_beside_a_big_one_on_one_engine_is_answered_before_the_big_o
                 self.done.append(request_id.split("-")[0])
 
     def table(n, digest, first):
-        return pa.table({"position": pa.array(range(first, first + n), pa.int64()),
-                         "digest": pa.array([digest] * n, pa.uint64()),
-                         "prefix": pa.array([f"doc {digest} "] * n, pa.large_string()),
-                         "suffix": pa.array([f"q{i}" for i in range(n)], pa.large_string())})
+        return pa.table(
+            {
+                "position": pa.array(range(first, first + n), pa.int64()),
+                "digest": pa.array([digest] * n, pa.uint64()),
+                "prefix": pa.array([f"doc {digest} "] * n, pa.large_string()),
+                "suffix": pa.array([f"q{i}" for i in range(n)], pa.large_string()),
+            }
+        )
 
     config = load_config().replace(intake={"max_in_flight": 4})
     plugin = EnginePlugin(config, "x", "fake")
@@ -157,7 +164,7 @@ def test_a_small_job_beside_a_big_one_on_one_engine_is_answered_before_the_big_o
     async def run():
         plugin._intake = FairAdmission(config.intake.max_in_flight)
         big = asyncio.ensure_future(plugin.answer_grouped(table(48, 1, 0), "big", sampling, False, job="big"))
-        await asyncio.sleep(0.015)   # the big job is answering: 4 rows in the engine, 4 more waiting
+        await asyncio.sleep(0.015)  # the big job is answering: 4 rows in the engine, 4 more waiting
         arrived = len(plugin.engine.done)
         small = await plugin.answer_grouped(table(4, 2, 100), "small", sampling, False, job="small")
         await big
@@ -171,5 +178,5 @@ def test_a_small_job_beside_a_big_one_on_one_engine_is_answered_before_the_big_o
     # job's requests already in the engine end before them (first come, first served: its 44
     # waiting ones too); its others took the next places, beside at most a share of the big job's
     share = config.intake.max_in_flight // 2
-    assert order[:order.index("small")].count("big") <= arrived + config.intake.max_in_flight, order
+    assert order[: order.index("small")].count("big") <= arrived + config.intake.max_in_flight, order
     assert order[:last_small].count("big") <= arrived + config.intake.max_in_flight + share, order

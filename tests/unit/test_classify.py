@@ -2,6 +2,7 @@
 Parquet, a DataFrame and Python rows; bad rows are error rows; bad labels and a classify job without
 its template or labels are refused up front). The real model's probabilities:
 tests/engine/test_classify_engine.py."""
+
 import asyncio
 import math
 
@@ -44,14 +45,36 @@ def test_classify_each_rows_label_and_probabilities_on_its_row(fake_pipeline, tm
     # (the fake engine weighs a label by how often its first character is in the prompt)
     texts = ["p" * 40 + " good", "n" * 40 + " bad", None, "p" * 40 + " good", "", "n" * 40]
     src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"id": [f"r{k}" for k in range(len(texts))], "text": texts,
-                             "label": [f"truth{k}" for k in range(len(texts))]}), src)
-    summary = run_job(fake_pipeline, src, tmp_path / "out.parquet", progress=False, task="classify",
-                      prompt={"template": TEMPLATE, "labels": LABELS})
+    pq.write_table(
+        pa.table(
+            {
+                "id": [f"r{k}" for k in range(len(texts))],
+                "text": texts,
+                "label": [f"truth{k}" for k in range(len(texts))],
+            }
+        ),
+        src,
+    )
+    summary = run_job(
+        fake_pipeline,
+        src,
+        tmp_path / "out.parquet",
+        progress=False,
+        task="classify",
+        prompt={"template": TEMPLATE, "labels": LABELS},
+    )
     out = pq.read_table(tmp_path / "out.parquet")
     # (the input's own label column is the job's label: not copied, and said so)
-    assert out.column_names == ["id", "label", "label_probs", "error", "prompt_tokens", "cached_tokens", "shard",
-                                "latency_s"]
+    assert out.column_names == [
+        "id",
+        "label",
+        "label_probs",
+        "error",
+        "prompt_tokens",
+        "cached_tokens",
+        "shard",
+        "latency_s",
+    ]
     rows = out.to_pylist()
     assert [r["id"] for r in rows] == [f"r{k}" for k in range(len(texts))] and summary.rows == len(texts)
     config = fake_pipeline.config.for_job("classify", {"template": TEMPLATE, "labels": LABELS}, None)
@@ -74,8 +97,12 @@ def test_a_generation_job_keeps_an_input_column_named_label(fake_pipeline, tmp_p
 
 
 def test_score_pairs_from_a_dataframe_and_python_rows(fake_pipeline):
-    rows = [{"document": "y" * 40, "query": "q1"}, {"document": "n" * 40, "query": "q2"},
-            {"document": "y" * 40, "query": "q3"}, {"document": "d", "query": None}]
+    rows = [
+        {"document": "y" * 40, "query": "q1"},
+        {"document": "n" * 40, "query": "q2"},
+        {"document": "y" * 40, "query": "q3"},
+        {"document": "d", "query": None},
+    ]
     config = fake_pipeline.config.for_job("score", None, None)
     df = fake_pipeline.map_dataframe(pd.DataFrame(rows), task="score").compute()
     assert list(df.columns) == ["score", "error", "prompt_tokens", "cached_tokens", "shard", "latency_s"]
@@ -91,8 +118,10 @@ def test_score_pairs_from_a_dataframe_and_python_rows(fake_pipeline):
 
 def test_labels_must_differ_in_their_first_token_and_classify_needs_template_and_labels(fake_pipeline, tmp_path):
     tokenizer = fake_pipeline.tokenizer
+
     def encode(text):
         return tokenizer.encode(text, add_special_tokens=False)
+
     assert label_problem(["positive", "negative"], encode) is None
     assert "begin with the same token" in label_problem(["yes", "yes please"], encode)
     assert label_problem(["yes"], encode) == "give at least two labels"
@@ -112,8 +141,28 @@ def test_cli_refuses_bad_labels_before_any_engine_starts(tmp_path):
 
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": ["a"]}), src)
-    out = subprocess.run([sys.executable, "-m", "pipeline", "run", str(src), str(tmp_path / "out.parquet"),
-                          "--engine", "fake", "--task", "classify", "--template", "{text}", "--label", "yes",
-                          "--label", "yes please"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            str(src),
+            str(tmp_path / "out.parquet"),
+            "--engine",
+            "fake",
+            "--task",
+            "classify",
+            "--template",
+            "{text}",
+            "--label",
+            "yes",
+            "--label",
+            "yes please",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "begin with the same token" in out.stderr, out.stderr
     assert not (tmp_path / "out.parquet").exists()

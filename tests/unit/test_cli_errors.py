@@ -1,4 +1,5 @@
 """Up-front failures of `python -m pipeline run`: a clear message, exit code 2, no engine started."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def test_missing_column_names_what_exists(tmp_path):
@@ -76,11 +78,11 @@ def test_bad_config_and_missing_model_path(tmp_path):
 
 
 def test_duplicate_ids_refused_up_front(tmp_path):
-    src = write_rows(tmp_path / "in.parquet", id=["a", "b", "a", "c", "c", "c"], document=["d"] * 6,
-                     question=["q"] * 6)
+    src = write_rows(tmp_path / "in.parquet", id=["a", "b", "a", "c", "c", "c"], document=["d"] * 6, question=["q"] * 6)
     proc = run_cli("run", src, tmp_path / "out.parquet")
-    assert_refused(proc, "2 id value(s) used by more than one row", "'c' (3 times)", "'a' (2 times)",
-                   "--allow-duplicate-ids")
+    assert_refused(
+        proc, "2 id value(s) used by more than one row", "'c' (3 times)", "'a' (2 times)", "--allow-duplicate-ids"
+    )
 
 
 def test_corrupt_or_disagreeing_files_in_a_folder(tmp_path):
@@ -107,7 +109,7 @@ def test_output_over_the_input_refused_and_input_intact(tmp_path):
         proc = run_cli("run", src, output, "--engine", "fake", "--quiet")
         assert_refused(proc, f"error: OUTPUT {output} is the job's input ({src})", "choose another output path")
     assert src.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet", "link.parquet"]   # no OUTPUT.partial
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet", "link.parquet"]  # no OUTPUT.partial
 
 
 def test_output_inside_an_input_folder_or_glob_refused(tmp_path):
@@ -122,7 +124,7 @@ def test_output_inside_an_input_folder_or_glob_refused(tmp_path):
     proc = run_cli("run", str(tmp_path / "*" / "*.parquet"), folder / "answers.parquet", "--engine", "fake", "--quiet")
     assert_refused(proc, f"is matched by the input glob {tmp_path}/*/*.parquet", "choose another output path")
     proc = run_cli("run", folder, tmp_path / "in.parquet", "--engine", "fake", "--quiet")
-    assert proc.returncode == 0, proc.stderr   # beside the folder (and OUTPUT.partial too), not in it: answered
+    assert proc.returncode == 0, proc.stderr  # beside the folder (and OUTPUT.partial too), not in it: answered
     assert a.read_bytes() == before
     assert sorted(p.name for p in folder.iterdir()) == ["a.parquet"]
 
@@ -138,13 +140,17 @@ def test_output_apart_from_the_input_from_python(tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
     write_rows(folder / "a.parquet", document=["d"], question=["q"])
-    cases = {(folder, tmp_path / "in" / "sub" / "answers.parquet"): "is inside the input folder",
-             (folder / "a.parquet", tmp_path / "in" / ".." / "in" / "a.parquet"): "is the job's input",
-             (str(folder / "*.parquet"), folder / "new.parquet"): "is matched by the input glob",
-             (str(tmp_path / "**" / "*.parquet"), tmp_path / "out.parquet"): "is matched by the input glob",
-             (str(tmp_path / "**" / "*.parquet"), tmp_path / "out.json"):
-                 "partial results folder",   # its parts would be read as input
-             (tmp_path / "out.parquet.partial", tmp_path / "out.parquet"): "holding the job's input"}
+    cases = {
+        (folder, tmp_path / "in" / "sub" / "answers.parquet"): "is inside the input folder",
+        (folder / "a.parquet", tmp_path / "in" / ".." / "in" / "a.parquet"): "is the job's input",
+        (str(folder / "*.parquet"), folder / "new.parquet"): "is matched by the input glob",
+        (str(tmp_path / "**" / "*.parquet"), tmp_path / "out.parquet"): "is matched by the input glob",
+        (
+            str(tmp_path / "**" / "*.parquet"),
+            tmp_path / "out.json",
+        ): "partial results folder",  # its parts would be read as input
+        (tmp_path / "out.parquet.partial", tmp_path / "out.parquet"): "holding the job's input",
+    }
     (tmp_path / "out.parquet.partial").mkdir()
     write_rows(tmp_path / "out.parquet.partial" / "b.parquet", document=["d"], question=["q"])
     for (src, out), phrase in cases.items():
@@ -158,14 +164,16 @@ def test_output_apart_from_the_input_from_python(tmp_path):
     for src, out in ((folder, tmp_path / "answers.parquet"), (str(folder / "*.parquet"), folder / "sub" / "x.parquet")):
         if out.parent != tmp_path:
             out.parent.mkdir()
-        prepare_job(src, out, config=config, notify=lambda _: None)   # refused only where they meet
+        prepare_job(src, out, config=config, notify=lambda _: None)  # refused only where they meet
 
     import fsspec
+
     with fsspec.open("memory://bucket42/in.parquet", "wb") as f:
         pq.write_table(pa.table({"document": ["d"], "question": ["q"]}), f)
     try:
-        prepare_job("memory://bucket42/in.parquet", "memory://bucket42/./in.parquet", config=config,
-                    notify=lambda _: None)
+        prepare_job(
+            "memory://bucket42/in.parquet", "memory://bucket42/./in.parquet", config=config, notify=lambda _: None
+        )
     except JobError as exc:
         assert "is the job's input (memory:///bucket42/in.parquet)" in str(exc)
     else:
@@ -177,7 +185,7 @@ def test_output_apart_from_the_input_from_python(tmp_path):
 def test_a_task_the_configured_model_cannot_serve_stops_before_any_engine_starts(tmp_path):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"document": ["d"], "question": ["q"]}), src)
-    proc = run_cli("run", src, tmp_path / "out.parquet", "--task", "embed")   # (the default model generates)
+    proc = run_cli("run", src, tmp_path / "out.parquet", "--task", "embed")  # (the default model generates)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "task embed needs an embedding model, and this cluster's engines run SmolLM2-135M-Instruct" in proc.stderr
     assert "engine ready" not in proc.stderr
@@ -186,5 +194,5 @@ def test_a_task_the_configured_model_cannot_serve_stops_before_any_engine_starts
     proc = run_cli("run", src, tmp_path / "out2.parquet", "--config", config)
     assert proc.returncode == 2 and "an embedding model, which serves only task embed" in proc.stderr
     assert "(this job's task is document_question)" in proc.stderr and "engine ready" not in proc.stderr
-    proc = run_cli("run", src, tmp_path / "out3.parquet", "--model", "all-MiniLM-L6-v2")   # (the same, as an option)
+    proc = run_cli("run", src, tmp_path / "out3.parquet", "--model", "all-MiniLM-L6-v2")  # (the same, as an option)
     assert proc.returncode == 2 and "an embedding model, which serves only task embed" in proc.stderr

@@ -2,6 +2,7 @@
 and write. The output is ``Pipeline.run``'s on the same rows, row for row; every document is
 answered on one shard; an interrupted or partly unreadable job resumes to the same output,
 answering only what is missing."""
+
 import json
 import re
 from pathlib import Path
@@ -21,17 +22,21 @@ COMPARED = ("answer", "error", "prompt_tokens", "completion_tokens", "finish_rea
 
 @pytest.fixture(scope="module")
 def null_pipeline():
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"max_model_len": 1000, "null_kv_cache_tokens": 3000},
-                                   sampling={"max_tokens": 32}, intake={"read_ahead_rows": 50},
-                                   jobs={"partition_rows": 16, "bucket_rows": 20})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"max_model_len": 1000, "null_kv_cache_tokens": 3000},
+        sampling={"max_tokens": 32},
+        intake={"read_ahead_rows": 50},
+        jobs={"partition_rows": 16, "bucket_rows": 20},
+    )
     with Pipeline(config, engine="fake") as p:
         yield p
 
 
 def rows_with_bad_ones(n_docs=12, per_doc=4):
-    rows = [{**r, "document": r["document"][:300]} for r in document_questions(n_docs, per_doc, seed=5,
-                                                                                  order="shuffled")]
+    rows = [
+        {**r, "document": r["document"][:300]} for r in document_questions(n_docs, per_doc, seed=5, order="shuffled")
+    ]
     rows[3] = {**rows[3], "document": None}
     rows[10] = {**rows[10], "question": " "}
     return rows
@@ -80,7 +85,7 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     files = AnswerFiles(first.sink.dir)
     answers = whole.select([n for n in ANSWER_SCHEMA.names[1:] if n in whole.column_names])
     answers = answers.add_column(0, "position", pa.array(range(len(rows))))
-    for f in ANSWER_SCHEMA:   # (no JSON, log-probabilities or several answers asked for)
+    for f in ANSWER_SCHEMA:  # (no JSON, log-probabilities or several answers asked for)
         if f.name not in answers.column_names:
             answers = answers.append_column(f.name, pa.nulls(len(rows), f.type))
     answers = answers.select(ANSWER_SCHEMA.names)
@@ -91,14 +96,15 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     (Path(files.folder.path("answers", "p000001")) / ".old-b000002.parquet.tmp").write_bytes(b"PAR1 torn")
 
     notes = []
-    again = prepare_job(src, tmp_path / "out.parquet", config=null_pipeline.config,
-                        notify=notes.append)
-    assert again.done == 20 and notes == [f"resuming: 20 of {len(rows)} rows are already in {again.sink.dir}; "
-                                          f"answering the rest"]
+    again = prepare_job(src, tmp_path / "out.parquet", config=null_pipeline.config, notify=notes.append)
+    assert again.done == 20 and notes == [
+        f"resuming: 20 of {len(rows)} rows are already in {again.sink.dir}; answering the rest"
+    ]
     assert not list(Path(files.folder.path("answers", "p000001")).glob(".*.tmp"))
     summary = again.run(null_pipeline, progress=False)
     assert summary.rows == len(rows) - 20 and summary.resumed == 20
-    def without(rows):   # (where two runs may differ)
+
+    def without(rows):  # (where two runs may differ)
         return [{k: v for k, v in r.items() if k not in ("latency_s", "shard", "cached_tokens")} for r in rows]
 
     assert without(pq.read_table(tmp_path / "out.parquet").to_pylist()) == without(whole.to_pylist())
@@ -113,7 +119,7 @@ def test_unreadable_file_stops_the_job_after_committing_the_rest(null_pipeline, 
     with pytest.raises(JobError, match=r"cannot read .*b\.parquet: .*run the same command again to resume"):
         first.run(null_pipeline, progress=False)
     assert not (tmp_path / "out.parquet").exists() and first.done == 24
-    (folder / "b.parquet").write_bytes(good)   # fixed
+    (folder / "b.parquet").write_bytes(good)  # fixed
     summary = job(null_pipeline, folder, tmp_path / "out.parquet").run(null_pipeline, progress=False)
     assert summary.rows == len(rows) - 24
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
@@ -123,17 +129,21 @@ def test_ids_used_twice_are_refused_by_the_workers_before_any_answer(null_pipeli
     """A job larger than a partition has its ids checked on the workers: refused with the ids
     and their counts, nothing answered or left behind (not even the rows that failed reading);
     allowed, every row is answered."""
-    rows = rows_with_bad_ones(10, 4)   # 40 rows, 3 partitions of 16
+    rows = rows_with_bad_ones(10, 4)  # 40 rows, 3 partitions of 16
     rows[37] = {**rows[37], "id": rows[1]["id"]}
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     refused = job(null_pipeline, src, tmp_path / "out.parquet")
-    with pytest.raises(JobError, match=rf"1 id value\(s\) used by more than one row: {rows[1]['id']!r} \(2 times\)"
-                                       r".*--allow-duplicate-ids"):
+    with pytest.raises(
+        JobError,
+        match=rf"1 id value\(s\) used by more than one row: {rows[1]['id']!r} \(2 times\)"
+        r".*--allow-duplicate-ids",
+    ):
         refused.run(null_pipeline, progress=False)
     assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "out.parquet.partial").exists()
     summary = job(null_pipeline, src, tmp_path / "out.parquet", allow_duplicate_ids=True).run(
-        null_pipeline, progress=False)
+        null_pipeline, progress=False
+    )
     assert summary.rows == 40
     assert pq.read_table(tmp_path / "out.parquet").column("id").to_pylist() == [r["id"] for r in rows]
 
@@ -152,8 +162,14 @@ def test_a_folder_in_the_partial_outputs_place_is_not_taken_over(null_pipeline, 
 
 
 def chat_line(custom_id, content, **body):
-    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-                       "body": {"messages": [{"role": "user", "content": content}], **body}})
+    return json.dumps(
+        {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": content}], **body},
+        }
+    )
 
 
 def batch_file(path, n=24):
@@ -185,7 +201,7 @@ def test_openai_batch_jsonl_on_the_cluster_line_for_line(null_pipeline, tmp_path
     assert errors[2].startswith("input: line is not valid JSON") and "temperature" in errors[5]
     assert errors[7] == "input: messages is missing" and errors[9] == "input: n must be an integer >= 1 (got 0)"
     assert errors[13] == "input: body.tools[0].function is missing" and "UTF-8" in errors[3]
-    assert errors[11].startswith("output: answer is not valid JSON")   # (its response_format went with it)
+    assert errors[11].startswith("output: answer is not valid JSON")  # (its response_format went with it)
     assert {o["error"]["code"] for o in cluster if o["error"]} == {"input", "output"}
     assert sum(e is not None for e in errors) == summary.errors
     assert summary.rows == 24 and not (tmp_path / "cluster.jsonl.partial").exists()
@@ -207,14 +223,25 @@ def test_openai_batch_jsonl_on_the_cluster_resumes_and_refuses_repeated_custom_i
     config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
     first = prepare_job(src, tmp_path / "out.jsonl", config=config, notify=lambda m: None)
     block = first.sink.partitions[0]
-    n0 = len(block_lines(first.steps.source, block))   # a run that committed block 0's answers, then was killed
+    n0 = len(block_lines(first.steps.source, block))  # a run that committed block 0's answers, then was killed
     assert n0 > 0 and len(first.sink.partitions) > 4
-    kept = pa.table({"position": pa.array(range(block.start, block.start + n0), pa.int64()),
-                     "answer": ["kept"] * n0, "prompt_tokens": [1] * n0, "cached_tokens": [0] * n0,
-                     "completion_tokens": [0] * n0})
-    AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", pa.Table.from_arrays(
-        [kept.column(f.name) if f.name in kept.column_names else pa.nulls(n0, f.type) for f in ANSWER_SCHEMA],
-        schema=ANSWER_SCHEMA))
+    kept = pa.table(
+        {
+            "position": pa.array(range(block.start, block.start + n0), pa.int64()),
+            "answer": ["kept"] * n0,
+            "prompt_tokens": [1] * n0,
+            "cached_tokens": [0] * n0,
+            "completion_tokens": [0] * n0,
+        }
+    )
+    AnswerFiles(first.sink.dir).write(
+        0,
+        "old-b000000-00000",
+        pa.Table.from_arrays(
+            [kept.column(f.name) if f.name in kept.column_names else pa.nulls(n0, f.type) for f in ANSWER_SCHEMA],
+            schema=ANSWER_SCHEMA,
+        ),
+    )
     notes = []
     again = prepare_job(src, tmp_path / "out.jsonl", config=config, notify=notes.append)
     assert notes == [f"resuming: {n0} rows are already in {again.sink.dir}; answering the rest"]
@@ -223,20 +250,24 @@ def test_openai_batch_jsonl_on_the_cluster_resumes_and_refuses_repeated_custom_i
     out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [o["id"] for o in out] == [f"pipeline-{i}" for i in range(24)]
     assert [o["response"]["body"]["choices"][0]["message"]["content"] for o in out[:n0]] == ["kept"] * n0
-    assert all(o["error"] is not None or o["response"]["body"]["choices"][0]["message"]["content"] == ""
-               for o in out[n0:])
+    assert all(
+        o["error"] is not None or o["response"]["body"]["choices"][0]["message"]["content"] == "" for o in out[n0:]
+    )
 
     lines = src.read_bytes().splitlines()
     src.write_bytes(b"\n".join(lines + [chat_line("r1", "again").encode(), chat_line("r20", "again").encode()]))
-    with pytest.raises(JobError, match=r"2 custom_id value\(s\) used by more than one row: 'r1' \(2 times\), "
-                                       r"'r20' \(2 times\)"):
-        prepare_job(src, tmp_path / "twice.jsonl", config=config, notify=lambda m: None).run(null_pipeline,
-                                                                                            progress=False)
+    with pytest.raises(
+        JobError,
+        match=r"2 custom_id value\(s\) used by more than one row: 'r1' \(2 times\), "
+        r"'r20' \(2 times\)",
+    ):
+        prepare_job(src, tmp_path / "twice.jsonl", config=config, notify=lambda m: None).run(
+            null_pipeline, progress=False
+        )
     assert not (tmp_path / "twice.jsonl.partial").exists()
 
 
-def test_a_resumed_openai_batch_job_knows_its_total_from_the_run_that_counted_it(null_pipeline, tmp_path,
-                                                                                  monkeypatch):
+def test_a_resumed_openai_batch_job_knows_its_total_from_the_run_that_counted_it(null_pipeline, tmp_path, monkeypatch):
     """A JSONL file's rows are counted as its blocks are read; the partial output records the
     count, so a resumed run's note and progress bar have the total from the start."""
     import pipeline.jobs.file_steps as file_steps
@@ -244,7 +275,7 @@ def test_a_resumed_openai_batch_job_knows_its_total_from_the_run_that_counted_it
     src = batch_file(tmp_path / "batch.jsonl")
     config = null_pipeline.config.replace(jobs={"partition_bytes": 700})
     first = prepare_job(src, tmp_path / "out.jsonl", config=config, notify=lambda m: None)
-    assert first.rows_total is None   # (not read yet)
+    assert first.rows_total is None  # (not read yet)
 
     def stopped(*args):
         raise RuntimeError("stopped before OUTPUT was written")
@@ -258,8 +289,9 @@ def test_a_resumed_openai_batch_job_knows_its_total_from_the_run_that_counted_it
     assert notes == [f"resuming: 24 of 24 rows are already in {again.sink.dir}; answering the rest"]
     assert again.rows_total == 24
     again.run(null_pipeline, progress=False)
-    assert [json.loads(x)["id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()] == \
-        [f"pipeline-{i}" for i in range(24)]
+    assert [json.loads(x)["id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()] == [
+        f"pipeline-{i}" for i in range(24)
+    ]
 
 
 def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_split_rows(tmp_path):
@@ -271,9 +303,12 @@ def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_spli
     rows = document_questions(60, 4, seed=8, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "fake", "null_latency_s": 0.05},
-                                   intake={"max_in_flight": 2}, jobs={"partition_rows": 60})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"kind": "fake", "null_latency_s": 0.05},
+        intake={"max_in_flight": 2},
+        jobs={"partition_rows": 60},
+    )
     planning = ("-read-", "-split-", "-piece-", "-figures-", "-documents-", "-place")
     seen: list[dict] = []
     done = threading.Event()
@@ -285,8 +320,9 @@ def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_spli
         while not done.is_set():
             now = client.run_on_scheduler(states)
             answering = any("-answer-" in k and s == "processing" for k, s in now.items())
-            planned = not any(p in k and s in ("waiting", "processing", "no-worker") for k, s in now.items()
-                              for p in planning)
+            planned = not any(
+                p in k and s in ("waiting", "processing", "no-worker") for k, s in now.items() for p in planning
+            )
             if answering and planned:
                 seen.append(now)
                 return
@@ -297,7 +333,8 @@ def test_while_buckets_are_answered_the_workers_no_longer_hold_the_read_and_spli
         watcher.start()
         try:
             summary = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None).run(
-                p, progress=False)
+                p, progress=False
+            )
         finally:
             done.set()
             watcher.join()
@@ -326,7 +363,8 @@ def test_each_worker_reads_one_partition_at_a_time(null_pipeline, tmp_path):
     for t in stream.data:
         if re.search(r"-read-\d+$", str(t["key"])):
             reads.setdefault(t["worker"], []).extend(
-                (s["start"], s["stop"]) for s in t["startstops"] if s["action"] == "compute")
+                (s["start"], s["stop"]) for s in t["startstops"] if s["action"] == "compute"
+            )
     assert sum(map(len, reads.values())) == 10
     for spans in reads.values():
         spans.sort()
@@ -341,9 +379,11 @@ def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_
     rows = document_questions(60, 4, seed=10, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "fake"},
-                                   jobs={"partition_rows": 40, "bucket_rows": 40,
-                                         "worker_memory": "64kB"})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"kind": "fake"},
+        jobs={"partition_rows": 40, "bucket_rows": 40, "worker_memory": "64kB"},
+    )
 
     def written(dask_worker):
         metrics = getattr(dask_worker.data, "cumulative_metrics", {})
@@ -351,7 +391,8 @@ def test_a_job_larger_than_the_workers_memory_for_it_spills_to_disk_and_answers_
 
     with Pipeline(config) as p:
         summary = prepare_job(src, tmp_path / "out.parquet", config=config, notify=lambda m: None).run(
-            p, progress=False)
+            p, progress=False
+        )
         spilled = p.client.run(written)
     assert sum(w for w, _ in spilled.values()) > 64_000 and sum(r for _, r in spilled.values()) > 0, spilled
     out = pq.read_table(tmp_path / "out.parquet").to_pylist()
@@ -365,9 +406,12 @@ def slow_null_job(tmp_path, seed: int):
     rows = document_questions(60, 4, seed=seed, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=60)
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "fake", "null_latency_s": 0.05},
-                                   intake={"max_in_flight": 2}, jobs={"partition_rows": 60})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"kind": "fake", "null_latency_s": 0.05},
+        intake={"max_in_flight": 2},
+        jobs={"partition_rows": 60},
+    )
     return rows, src, config
 
 
@@ -396,7 +440,7 @@ def test_killed_worker_mid_job_loses_and_repeats_no_row(tmp_path):
         summary = job.run(p, progress=False)
         killer.join()
         addr = shard_worker(p, "cpu1")
-        assert p.client.run(os.getpid, workers=[addr])[addr] != pid   # a new worker process
+        assert p.client.run(os.getpid, workers=[addr])[addr] != pid  # a new worker process
     out = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [o["id"] for o in out] == [r["id"] for r in rows]
     assert all(o["error"] is None and o["answer"] == "" for o in out)
@@ -441,10 +485,12 @@ def test_resume_refuses_an_input_file_changed_under_its_committed_answers(null_p
     pq.write_table(pa.Table.from_pylist(rows), src)
     first = job(null_pipeline, src, tmp_path / "out.parquet")
     answers = pa.table({"position": [0], "answer": ["kept"]})
-    full = pa.Table.from_arrays([answers.column(f.name) if f.name in answers.column_names else pa.nulls(1, f.type)
-                                 for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
+    full = pa.Table.from_arrays(
+        [answers.column(f.name) if f.name in answers.column_names else pa.nulls(1, f.type) for f in ANSWER_SCHEMA],
+        schema=ANSWER_SCHEMA,
+    )
     AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", full)
-    pq.write_table(pa.Table.from_pylist(list(reversed(rows))), src)   # same rows, another order
+    pq.write_table(pa.Table.from_pylist(list(reversed(rows))), src)  # same rows, another order
     with pytest.raises(JobError, match=r"in\.parquet changed since this job started.*holds answers for its rows"):
         job(null_pipeline, src, tmp_path / "out.parquet")
 
@@ -462,15 +508,18 @@ def test_a_shard_gone_for_good_has_its_buckets_answered_by_the_others(tmp_path):
     rows = document_questions(60, 4, seed=11, order="shuffled")
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "fake", "null_latency_s": 0.05}, intake={"max_in_flight": 2},
-                                   recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": 1.0},
-                                   jobs={"bucket_rows": 40})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"kind": "fake", "null_latency_s": 0.05},
+        intake={"max_in_flight": 2},
+        recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": 1.0},
+        jobs={"bucket_rows": 40},
+    )
     with Pipeline(config) as p:
         nanny = p._cluster.workers["cpu1"]
 
         def lose_cpu1():
-            nanny.close_gracefully()   # so it does not start a new worker
+            nanny.close_gracefully()  # so it does not start a new worker
             os.kill(nanny.pid, signal.SIGKILL)
 
         job = prepare_job(src, tmp_path / "out.parquet", config=config, part_rows=10, notify=lambda m: None)
@@ -482,7 +531,7 @@ def test_a_shard_gone_for_good_has_its_buckets_answered_by_the_others(tmp_path):
     assert [o["id"] for o in out] == [r["id"] for r in rows]
     assert all(o["error"] is None for o in out)
     assert (GONE, "cpu1") in [(e.kind, e.shard) for e in summary.events]
-    assert summary.per_shard["cpu0"] > len(rows) / 2   # cpu0 answered what cpu1 left
+    assert summary.per_shard["cpu0"] > len(rows) / 2  # cpu0 answered what cpu1 left
 
 
 def test_a_second_job_beside_a_long_one_is_answered_before_it_ends(tmp_path):
@@ -495,22 +544,27 @@ def test_a_second_job_beside_a_long_one_is_answered_before_it_ends(tmp_path):
     short_rows = document_questions(3, 2, seed=13, order="shuffled")
     for name, rows in (("long", long_rows), ("short", short_rows)):
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{name}.parquet")
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   engine={"kind": "fake", "null_latency_s": 0.25},
-                                   jobs={"bucket_rows": 8})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None}, engine={"kind": "fake", "null_latency_s": 0.25}, jobs={"bucket_rows": 8}
+    )
     with Pipeline(config) as p:
         # ~60 buckets of 8 rows per shard, 3 at a time, 0.25 s each: ~5 s
-        long_job = prepare_job(tmp_path / "long.parquet", tmp_path / "long.out.parquet", config=config,
-                               notify=lambda m: None)
+        long_job = prepare_job(
+            tmp_path / "long.parquet", tmp_path / "long.out.parquet", config=config, notify=lambda m: None
+        )
         ran = threading.Thread(target=long_job.run, args=(p,), kwargs={"progress": False})
         ran.start()
         answers = tmp_path / "long.out.parquet.partial" / "answers"
-        while ran.is_alive() and not any(answers.rglob("*.parquet")):   # the long job is answering
+        while ran.is_alive() and not any(answers.rglob("*.parquet")):  # the long job is answering
             ran.join(0.05)
-        short = prepare_job(tmp_path / "short.parquet", tmp_path / "short.out.parquet", config=config,
-                            notify=lambda m: None).run(p, progress=False)
-        long_answered = sum(pq.ParquetFile(f).metadata.num_rows for f in answers.rglob("*.parquet")) \
-            if ran.is_alive() else len(long_rows)
+        short = prepare_job(
+            tmp_path / "short.parquet", tmp_path / "short.out.parquet", config=config, notify=lambda m: None
+        ).run(p, progress=False)
+        long_answered = (
+            sum(pq.ParquetFile(f).metadata.num_rows for f in answers.rglob("*.parquet"))
+            if ran.is_alive()
+            else len(long_rows)
+        )
         ran.join()
     # (first come, first served, it ended with the long job's last buckets: 97-100 % answered)
     assert long_answered < 0.75 * len(long_rows), f"the short job ended after {long_answered} of the long job's rows"
@@ -534,6 +588,6 @@ def test_a_job_stopped_after_its_last_merge_writes_output_on_rerun(null_pipeline
         job(null_pipeline, src, out).run(null_pipeline, progress=False)
     monkeypatch.undo()
     again = job(null_pipeline, src, out)
-    assert again.done == len(rows) and not again.steps.partitions()   # every partition merged already
+    assert again.done == len(rows) and not again.steps.partitions()  # every partition merged already
     again.run(null_pipeline, progress=False)
     assert [o["id"] for o in pq.read_table(out).to_pylist()] == [r["id"] for r in rows]

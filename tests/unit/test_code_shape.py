@@ -1,6 +1,7 @@
 """The package's shape, as docs/architecture.md states it: imports go one way (no module imports
 another that imports it back, directly or round a circle, counting imports inside functions too),
 no module over 400 lines and no function over 60 outside pipeline/bench."""
+
 import ast
 import re
 from pathlib import Path
@@ -96,6 +97,7 @@ CLIENT_SIDE = ("pipeline.client", "pipeline.jobs", "pipeline.service", "pipeline
 
 def _side_crossings(graph: dict[str, set[str]]) -> list[str]:
     """Imports from the workers' code into the client's, and from ``data`` into either side."""
+
     def within(module, packages):
         return any(module == p or module.startswith(p + ".") for p in packages)
 
@@ -109,9 +111,13 @@ def _side_crossings(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_side_check_sees_a_crossing():
-    assert _side_crossings({"pipeline.steps.a": {"pipeline.jobs.b"}, "pipeline.jobs.b": {"pipeline.steps.a"},
-                            "pipeline.data.c": {"pipeline.worker.d"}}) == \
-        ["pipeline.data.c -> pipeline.worker.d", "pipeline.steps.a -> pipeline.jobs.b"]
+    assert _side_crossings(
+        {
+            "pipeline.steps.a": {"pipeline.jobs.b"},
+            "pipeline.jobs.b": {"pipeline.steps.a"},
+            "pipeline.data.c": {"pipeline.worker.d"},
+        }
+    ) == ["pipeline.data.c -> pipeline.worker.d", "pipeline.steps.a -> pipeline.jobs.b"]
 
 
 def test_worker_code_never_imports_client_code():
@@ -126,7 +132,7 @@ def test_worker_code_never_imports_client_code():
 # workers; ``data``, the base modules (config, names, results, ...) and the task kinds (tasks/) are
 # for everyone.
 FLOORS = [
-    ("pipeline", "pipeline.__main__", "pipeline.cli"),   # the public face and the command line
+    ("pipeline", "pipeline.__main__", "pipeline.cli"),  # the public face and the command line
     ("pipeline.service", "pipeline.bench"),
     ("pipeline.client",),
     ("pipeline.jobs",),
@@ -135,8 +141,8 @@ FLOORS = [
     ("pipeline.steps",),
     ("pipeline.worker",),
     ("pipeline.data",),
-    (),   # the base: every other module of pipeline/ (pipeline.config, pipeline.names, ...)
-    ("tasks",),   # the task kinds and their registry: they import nothing of pipeline/
+    (),  # the base: every other module of pipeline/ (pipeline.config, pipeline.names, ...)
+    ("tasks",),  # the task kinds and their registry: they import nothing of pipeline/
 ]
 BASE = len(FLOORS) - 2
 # Imports that climb, each for the reason docs/architecture.md gives.
@@ -155,28 +161,39 @@ def _floor(module: str) -> int:
 
 def _climbs(graph: dict[str, set[str]]) -> list[str]:
     """Imports from a floor to one above it."""
-    return sorted(f"{m} -> {i}" for m, imports in graph.items() for i in imports
-                  if _floor(i) < _floor(m) and (m, i) not in CLIMBS_EXPLAINED)
+    return sorted(
+        f"{m} -> {i}"
+        for m, imports in graph.items()
+        for i in imports
+        if _floor(i) < _floor(m) and (m, i) not in CLIMBS_EXPLAINED
+    )
 
 
 def test_climb_check_sees_a_climb():
-    assert _climbs({"pipeline.jobs.a": {"pipeline.client.b", "pipeline.data.c"}, "tasks.x": {"pipeline.names"},
-                    "pipeline.cli.run": {"pipeline.jobs.a"}, "pipeline.names": {"tasks.x"}}) == \
-        ["pipeline.jobs.a -> pipeline.client.b", "tasks.x -> pipeline.names"]
+    assert _climbs(
+        {
+            "pipeline.jobs.a": {"pipeline.client.b", "pipeline.data.c"},
+            "tasks.x": {"pipeline.names"},
+            "pipeline.cli.run": {"pipeline.jobs.a"},
+            "pipeline.names": {"tasks.x"},
+        }
+    ) == ["pipeline.jobs.a -> pipeline.client.b", "tasks.x -> pipeline.names"]
 
 
 def test_no_import_climbs_back_up_the_house():
     modules = _modules(OURS)
     graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
     assert _climbs(graph) == []
-    assert all(i in graph.get(m, ()) for m, i in CLIMBS_EXPLAINED)   # (each exception still there)
+    assert all(i in graph.get(m, ()) for m, i in CLIMBS_EXPLAINED)  # (each exception still there)
 
 
 # A task's name compared outside tasks/ (``config.task == "embed"``, ``task in ("classify", "score")``):
 # what a task reads, writes and needs is its ``TaskSpec``'s to say (tasks/registry.py).
-TASK_NAME_COMPARED = re.compile(r"""(\btask\w*\b(\([^)]*\))?|getattr\([^)]*"name"[^)]*\))\s*"""
-                                r"""(==|!=|\bnot in\b|\bin\b)\s*\(?\s*"""
-                                r"""["'](document_question|template|generate|chat|embed|classify|score)["']""")
+TASK_NAME_COMPARED = re.compile(
+    r"""(\btask\w*\b(\([^)]*\))?|getattr\([^)]*"name"[^)]*\))\s*"""
+    r"""(==|!=|\bnot in\b|\bin\b)\s*\(?\s*"""
+    r"""["'](document_question|template|generate|chat|embed|classify|score)["']"""
+)
 
 
 def _task_name_comparisons(text: str) -> list[str]:
@@ -184,15 +201,20 @@ def _task_name_comparisons(text: str) -> list[str]:
 
 
 def test_task_name_check_sees_a_comparison():
-    found = _task_name_comparisons('if config.task in ("classify", "score"):\n'
-                                   'x = getattr(task, "name", None) == "embed"\nif job.steps.task_name(c) != "chat":\n'
-                                   'if "classify" in engine.tasks:\nif spec(config.task).reads_labels:')
+    found = _task_name_comparisons(
+        'if config.task in ("classify", "score"):\n'
+        'x = getattr(task, "name", None) == "embed"\nif job.steps.task_name(c) != "chat":\n'
+        'if "classify" in engine.tasks:\nif spec(config.task).reads_labels:'
+    )
     assert len(found) == 3
 
 
 def test_no_task_name_is_compared_outside_tasks():
-    found = [f"{path.relative_to(PACKAGE.parent)}: {line}" for path in sorted(PACKAGE.rglob("*.py"))
-             for line in _task_name_comparisons(path.read_text())]
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}: {line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line in _task_name_comparisons(path.read_text())
+    ]
     assert found == []
 
 

@@ -3,6 +3,7 @@ answered as a row of the completion task and gathered back into one ``text_compl
 that the ``openai`` package's own type reads; the prompts of a line share the document they
 begin with (one group, one shard); bad lines are error lines naming the field. The real model's
 answers: tests/engine/test_completion_lines_engine.py."""
+
 import json
 
 import pytest
@@ -19,13 +20,16 @@ def request(custom_id, url="/v1/completions", **body):
     return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
 
 
-@pytest.mark.parametrize("prompts, shared", [
-    ([DOC + "\n\nQ: How long is it?\nA:", DOC + "\n\nQ: Where does it end?\nA:"], DOC.rstrip()),
-    ([DOC + "\n\nQ: How long is it?\nA:"], DOC.rstrip()),                  # one prompt: its last blank line
-    (["Context: " + DOC + "\nQ: How long?\nA:", "Context: " + DOC + "\nQ: Why?\nA:"], "Context: " + DOC.rstrip()),
-    (["Translate: cat", "Translate: dog"], ""),                             # no line end in common: none
-    (["Q: How long is the Nile?\nA:"], ""),                                 # one line, no blank line: none
-])
+@pytest.mark.parametrize(
+    "prompts, shared",
+    [
+        ([DOC + "\n\nQ: How long is it?\nA:", DOC + "\n\nQ: Where does it end?\nA:"], DOC.rstrip()),
+        ([DOC + "\n\nQ: How long is it?\nA:"], DOC.rstrip()),  # one prompt: its last blank line
+        (["Context: " + DOC + "\nQ: How long?\nA:", "Context: " + DOC + "\nQ: Why?\nA:"], "Context: " + DOC.rstrip()),
+        (["Translate: cat", "Translate: dog"], ""),  # no line end in common: none
+        (["Q: How long is the Nile?\nA:"], ""),  # one line, no blank line: none
+    ],
+)
 def test_a_lines_prompts_share_the_text_they_begin_with_cut_before_its_line_end(prompts, shared):
     cut = shared_length(prompts)
     assert prompts[0][:cut] == shared
@@ -34,7 +38,7 @@ def test_a_lines_prompts_share_the_text_they_begin_with_cut_before_its_line_end(
     for (row, error, carry), prompt in zip(rows, prompts):
         parts = task.split(row)
         assert error is None and parts.prefix + parts.suffix == prompt and row["max_tokens"] == 4
-        assert parts.prefix == (shared or prompt)   # no shared part: the whole prompt is its own group
+        assert parts.prefix == (shared or prompt)  # no shared part: the whole prompt is its own group
     assert [c["index"] for _, _, c in rows] == list(range(len(prompts)))
 
 
@@ -61,8 +65,12 @@ def fake_pipeline():
 def test_completion_lines_answer_as_openais_text_completion(fake_pipeline, tmp_path):
     src = tmp_path / "batch.jsonl"
     src.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in LINES))
-    job = prepare_job(src, tmp_path / "out.jsonl", config=fake_pipeline.config.replace(jobs={"partition_bytes": 900}),
-                      notify=lambda m: None)
+    job = prepare_job(
+        src,
+        tmp_path / "out.jsonl",
+        config=fake_pipeline.config.replace(jobs={"partition_bytes": 900}),
+        notify=lambda m: None,
+    )
     summary = job.run(fake_pipeline, progress=False)
     out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [o["custom_id"] for o in out] == ["one", "four", "ids", "echo", "nothing", "empty", "stream", None, "hot"]
@@ -86,5 +94,6 @@ def test_completion_lines_answer_as_openais_text_completion(fake_pipeline, tmp_p
         "empty": "input: prompt 1: prompt is empty",
         "stream": "input: body asks for stream; a batch's answers are not streamed",
         None: "input: line is not valid JSON (Expecting value at column 1)",
-        "hot": "input: temperature must be a number >= 0 (got -1)"}
+        "hot": "input: temperature must be a number >= 0 (got -1)",
+    }
     assert all(o["response"]["status_code"] == 400 and o["response"]["body"] is None for o in out[2:])

@@ -2,6 +2,7 @@
 once, round-trips the buffers Dask hands it, used by Dask's own serialization when
 ``distributed.comm.compression`` names it, and between two worker processes on a cluster.
 """
+
 import os
 import socket
 import sys
@@ -29,8 +30,11 @@ def rows_table(n_docs: int = 64, questions: int = 4, doc_chars: int = 3000) -> p
     words = "alpha beta gamma delta river stone cloud paper window garden bridge market".split()
     rng = np.random.default_rng(0)
     docs = [f"Document {d}. " + " ".join(rng.choice(words, size=doc_chars // 6))[:doc_chars] for d in range(n_docs)]
-    rows = [{"document": docs[d], "question": f"What is said about item {q} of document {d}?", "id": f"r{d}-{q}"}
-            for d in range(n_docs) for q in range(questions)]
+    rows = [
+        {"document": docs[d], "question": f"What is said about item {q} of document {d}?", "id": f"r{d}-{q}"}
+        for d in range(n_docs)
+        for q in range(questions)
+    ]
     return pa.Table.from_pylist(rows)
 
 
@@ -45,10 +49,10 @@ def test_register_is_idempotent():
     before = dict(dask_compression.compressions)
     compression.register()
     compression.register()
-    assert dask_compression.compressions == before            # registered on import; nothing added twice
+    assert dask_compression.compressions == before  # registered on import; nothing added twice
     entry = dask_compression.compressions[NAME]
     assert entry.name == NAME and entry.compress is compression.compress
-    compression.dask_setup(object())                            # the preload hook: same entry
+    compression.dask_setup(object())  # the preload hook: same entry
     assert dask_compression.compressions[NAME] is entry
 
 
@@ -90,7 +94,7 @@ def _frame_compressions(frames) -> list:
 def test_dask_serialization_uses_it_when_configured():
     table = rows_table()
     with dask.config.set({CONFIG_KEY: NAME}):
-        chosen = dask_compression.get_compression_settings(CONFIG_KEY)   # what a comm's handshake offers
+        chosen = dask_compression.get_compression_settings(CONFIG_KEY)  # what a comm's handshake offers
     assert chosen == NAME
 
     # One object: the frames a pyarrow Table serializes to, compressed and marked per frame
@@ -100,7 +104,7 @@ def test_dask_serialization_uses_it_when_configured():
     packed_bytes = b"".join(bytes(f) for f in packed)
     assert len(packed_bytes) < sum(memoryview(f).nbytes for f in raw) / 2
     assert deserialize_bytes(packed_bytes).equals(table)
-    assert unpack_frames(packed_bytes)   # a well-formed byte stream
+    assert unpack_frames(packed_bytes)  # a well-formed byte stream
 
     # A message as a comm sends it (the context carries the handshake's choice)
     msg = {"op": "pieces", "table": Serialize(table), "blob": Serialize(ipc(table).to_pybytes())}
@@ -114,8 +118,9 @@ def test_dask_serialization_uses_it_when_configured():
 
 # --- end to end: two worker processes -----------------------------------------------------------
 
+
 def make_table() -> pa.Table:
-    return rows_table(n_docs=96, questions=4, doc_chars=2500)   # ~1 MB of Arrow
+    return rows_table(n_docs=96, questions=4, doc_chars=2500)  # ~1 MB of Arrow
 
 
 def len_of(table: pa.Table) -> tuple[int, int]:
@@ -124,6 +129,7 @@ def len_of(table: pa.Table) -> tuple[int, int]:
 
 def stats() -> dict:
     from pipeline import compression as c
+
     return dict(c.STATS)
 
 
@@ -142,10 +148,9 @@ def test_workers_on_different_addresses_move_a_table_compressed():
     would; the scheduler on 127.0.0.1. Each worker registers the compressor in its preload."""
     if not (_loopback_ok("127.0.0.2") and _loopback_ok("127.0.0.3")):
         pytest.skip("127.0.0.2/127.0.0.3 are not usable loopback addresses here")
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # (the tasks run on the workers)
-    worker = {"nthreads": 1, "dashboard": False, "preload": ["pipeline.compression"],
-              "memory_limit": 0}
-    environ = dict(os.environ)   # (Dask's nannies write into this process's environment: put back below)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # (the tasks run on the workers)
+    worker = {"nthreads": 1, "dashboard": False, "preload": ["pipeline.compression"], "memory_limit": 0}
+    environ = dict(os.environ)  # (Dask's nannies write into this process's environment: put back below)
     try:
         result, before, after, b, a = _move_a_table(worker)
     finally:
@@ -166,10 +171,17 @@ def _move_a_table(worker: dict):
     """A table made on worker a and its length taken on b: (length, stats before, stats after, b, a)."""
     with dask.config.set({CONFIG_KEY: NAME, "distributed.worker.daemon": False}):
         # registered in this process too (the client and the nannies): imported above
-        with SpecCluster(scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}},
-                         workers={"a": {"cls": Nanny, "options": {**worker, "host": "127.0.0.2"}},
-                                  "b": {"cls": Nanny, "options": {**worker, "host": "127.0.0.3"}}},
-                         asynchronous=False) as cluster, Client(cluster) as client:
+        with (
+            SpecCluster(
+                scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}},
+                workers={
+                    "a": {"cls": Nanny, "options": {**worker, "host": "127.0.0.2"}},
+                    "b": {"cls": Nanny, "options": {**worker, "host": "127.0.0.3"}},
+                },
+                asynchronous=False,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             client.wait_for_workers(2, timeout=30)
             by_name = {w["name"]: addr for addr, w in client.scheduler_info()["workers"].items()}
             a, b = by_name["a"], by_name["b"]

@@ -1,6 +1,7 @@
 """The vLLM plugin that keeps CPU rows without an adapter free of the last slot's adapter
 (pipeline/cpu_lora_fix.py): vLLM's own torch ops give a row of index -1 the last adapter's
 delta; wrapped, that row gets none and the other rows' results are unchanged bit for bit."""
+
 from importlib.metadata import entry_points
 
 import torch
@@ -10,6 +11,7 @@ from pipeline.cpu_lora_fix import install, skip_rows_without_adapter
 
 def _ops():
     from vllm.lora.ops.torch_ops import lora_ops
+
     return lora_ops
 
 
@@ -30,7 +32,7 @@ def test_rows_without_adapter_get_no_delta_and_the_others_theirs():
     skip_rows_without_adapter(_original("bgmv_shrink"))(x, a, shrunk, indices, 0.5)
     _original("bgmv_shrink")(x, a, plain, indices, 0.5)
     assert torch.equal(shrunk[1], torch.zeros(rank))
-    assert not torch.equal(plain[1], torch.zeros(rank))       # vLLM's own op: the last slot's adapter
+    assert not torch.equal(plain[1], torch.zeros(rank))  # vLLM's own op: the last slot's adapter
     assert torch.equal(shrunk[[0, 2]], plain[[0, 2]])
 
     base = torch.randn(3, out)
@@ -50,8 +52,9 @@ def test_rows_without_adapter_get_no_delta_and_the_others_theirs():
 def test_vllm_loads_it_and_prefill_ops_go_through_it():
     assert "pipeline.cpu_lora_fix:install" in {e.value for e in entry_points(group="vllm.general_plugins")}
     install()
-    install()                                               # (loaded in each process: wrapping once)
+    install()  # (loaded in each process: wrapping once)
     from vllm.lora.ops import torch_ops
+
     ops = _ops()
     for name in ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice"):
         assert getattr(ops, name).skips_rows_without_adapter

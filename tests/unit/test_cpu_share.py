@@ -1,4 +1,5 @@
 """The benchmark's CPU-by-role accounting (pipeline/bench/cpu_share.py)."""
+
 import subprocess
 import sys
 import time
@@ -45,6 +46,6 @@ def test_minor_faults_count_pages_a_child_touches():
         before = roles.snapshot()
         time.sleep(2.0)
         faults = minor_faults(before, roles.snapshot())
-        assert faults["pipeline other"] >= 64 * 2**20 // 4096 * 0.9, faults   # 16,384 pages of 4 KiB
+        assert faults["pipeline other"] >= 64 * 2**20 // 4096 * 0.9, faults  # 16,384 pages of 4 KiB
     finally:
         child.kill()

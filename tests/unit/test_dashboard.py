@@ -1,4 +1,5 @@
 """The dashboard page's figures from the workers' snapshots (no cluster)."""
+
 import json
 import time
 
@@ -19,14 +20,22 @@ class _SchedulerState:
 
 
 def _snap(shard, t, requests, output_tokens, in_flight=1, busy_s=0.0):
-    return {"shard": shard, "time": t, "requests": requests, "output_tokens": output_tokens,
-            "queued": 0, "in_flight": in_flight, "engine_busy_s": busy_s}
+    return {
+        "shard": shard,
+        "time": t,
+        "requests": requests,
+        "output_tokens": output_tokens,
+        "queued": 0,
+        "in_flight": in_flight,
+        "engine_busy_s": busy_s,
+    }
 
 
 def test_rates_over_the_recent_window_and_zero_when_idle():
     now = time.time()
-    busy = [_snap("cpu0", now - 30, 0, 0)] + [_snap("cpu0", now - 4 + i, 10 * i, 200 * i, busy_s=0.75 * i)
-                                                for i in range(5)]
+    busy = [_snap("cpu0", now - 30, 0, 0)] + [
+        _snap("cpu0", now - 4 + i, 10 * i, 200 * i, busy_s=0.75 * i) for i in range(5)
+    ]
     idle = [_snap("cpu1", now - 20, 5, 50), _snap("cpu1", now - 19, 9, 90, in_flight=0)]
     view = {"job": None}
     st = status(_SchedulerState({"pipeline-shard": busy + idle}, view))
@@ -36,14 +45,15 @@ def test_rates_over_the_recent_window_and_zero_when_idle():
     assert cpu0["requests"] == 40
     assert cpu1["requests_per_s"] == 0.0 and cpu1["engine_busy_share"] == 0.0
     page = render(st)
-    assert ("<th>cpu0</th>" in page and "<td>10.0</td>" in page and "<td>0.75</td>" in page
-            and "No job has run yet" in page)
+    assert (
+        "<th>cpu0</th>" in page and "<td>10.0</td>" in page and "<td>0.75</td>" in page and "No job has run yet" in page
+    )
 
 
 def test_a_restarted_workers_counters_do_not_make_negative_rates():
     now = time.time()
     old = [_snap("cpu0", now - 3, 500, 9000), _snap("cpu0", now - 2, 510, 9200)]
-    new = [_snap("cpu0", now - 1, 0, 0), _snap("cpu0", now, 4, 80)]   # a fresh worker counts from 0
+    new = [_snap("cpu0", now - 1, 0, 0), _snap("cpu0", now, 4, 80)]  # a fresh worker counts from 0
     st = status(_SchedulerState({"pipeline-shard": old + new}))
     assert st["shards"]["cpu0"]["requests_per_s"] == 4.0 and st["shards"]["cpu0"]["requests"] == 4
 
@@ -65,8 +75,13 @@ def _scheduler_pages(dashboard: bool, paths=("/pipeline", "/pipeline/table", "/p
             return e.code, ""
 
     async def main():
-        async with Scheduler(host="127.0.0.1", port=0, dashboard=dashboard, dashboard_address="127.0.0.1:0",
-                             preload=["pipeline.scheduler.preload"]) as s:
+        async with Scheduler(
+            host="127.0.0.1",
+            port=0,
+            dashboard=dashboard,
+            dashboard_address="127.0.0.1:0",
+            preload=["pipeline.scheduler.preload"],
+        ) as s:
             bound = [sock.getsockname()[:2] for sock in s.http_server._sockets.values()]
             port = bound[0][1]
             loop = asyncio.get_running_loop()
@@ -78,10 +93,10 @@ def _scheduler_pages(dashboard: bool, paths=("/pipeline", "/pipeline/table", "/p
 
 def test_the_plots_page_is_served_with_the_dashboard_and_linked_from_dasks_pages():
     hosts, pages, plugins = _scheduler_pages(dashboard=True)
-    assert hosts == {"127.0.0.1"}   # the page adds no server of its own
+    assert hosts == {"127.0.0.1"}  # the page adds no server of its own
     code, page = pages["/pipeline"]
-    assert code == 200 and "Bokeh.embed.embed_items" in page   # a Bokeh server page (its plots come over a websocket)
-    assert 'href="pipeline"' in page                 # the navigation bar: Dask's, with the pipeline's entry
+    assert code == 200 and "Bokeh.embed.embed_items" in page  # a Bokeh server page (its plots come over a websocket)
+    assert 'href="pipeline"' in page  # the navigation bar: Dask's, with the pipeline's entry
     assert 'href="pipeline"' in pages["/status"][1]  # and on Dask's own pages
     assert pages["/pipeline/table"][0] == 200 and "<h1>Pipeline shards</h1>" in pages["/pipeline/table"][1]
     assert json.loads(pages["/pipeline/status.json"][1])["shards"] == {}

@@ -2,6 +2,7 @@
 tens of seconds while headless Chromium loads the page, reads its Bokeh document and
 reloads it. Skipped, saying what to install, where Chromium, its driver or selenium is
 missing (docs/operating.md, "The dashboard")."""
+
 import sys
 import threading
 import time
@@ -16,8 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import chromium  # noqa: E402
 
 SHARDS = ("cpu0", "cpu1")
-FIGURES = ["pipeline-cache-hits", "pipeline-engine-busy", "pipeline-load", "pipeline-output-tokens",
-           "pipeline-progress", "pipeline-requests"]
+FIGURES = [
+    "pipeline-cache-hits",
+    "pipeline-engine-busy",
+    "pipeline-load",
+    "pipeline-output-tokens",
+    "pipeline-progress",
+    "pipeline-requests",
+]
 # 2 shards x 2 requests in flight x 0.1 s each: at most 40 rows/s, so 960 rows take 24 s or more
 ROWS = document_questions(240, 4, seed=11, order="shuffled")
 
@@ -34,9 +41,9 @@ def browser():
 
 @pytest.fixture(scope="module")
 def slow_pipeline():
-    config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
-                                   engine={"null_latency_s": 0.1},
-                                   intake={"max_in_flight": 2})
+    config = load_config().replace(
+        scheduler={"dashboard_address": "127.0.0.1:0"}, engine={"null_latency_s": 0.1}, intake={"max_in_flight": 2}
+    )
     with Pipeline(config, engine="fake") as p:
         yield p
 
@@ -69,14 +76,16 @@ def test_the_plots_render_advance_during_a_job_and_keep_their_history_over_a_rel
     browser.get(url)
     first = _wait_for(read, shows_job, 30, "the page did not show the job and both shards")
     assert first["figures"] == FIGURES
-    assert first["canvases"] >= len(FIGURES), first   # Bokeh drew every figure
+    assert first["canvases"] >= len(FIGURES), first  # Bokeh drew every figure
     assert first["job"]["rows_total_last"] == len(ROWS)
 
     # the plots advance while the job runs: new points, later times, more rows answered
     def advanced(s):
-        return (s["job"]["last"] > first["job"]["last"] + 1500
-                and s["job"]["rows_done_last"] > first["job"]["rows_done_last"]
-                and all(s["shards"][n]["n"] > first["shards"][n]["n"] for n in SHARDS))
+        return (
+            s["job"]["last"] > first["job"]["last"] + 1500
+            and s["job"]["rows_done_last"] > first["job"]["rows_done_last"]
+            and all(s["shards"][n]["n"] > first["shards"][n]["n"] for n in SHARDS)
+        )
 
     later = _wait_for(read, advanced, 15, "the plots did not advance")
     for n in SHARDS:
@@ -86,8 +95,12 @@ def test_the_plots_render_advance_during_a_job_and_keep_their_history_over_a_rel
     # a reload mid-job starts with the history kept on the scheduler, not from nothing
     reload_ms = time.time() * 1000
     browser.refresh()
-    again = _wait_for(read, lambda s: shows_job(s) and s["job"]["n"] >= later["job"]["n"], 30,
-                      "the reloaded page did not show the job's history")
+    again = _wait_for(
+        read,
+        lambda s: shows_job(s) and s["job"]["n"] >= later["job"]["n"],
+        30,
+        "the reloaded page did not show the job's history",
+    )
     assert job.is_alive(), "the job ended during the reload: make it longer"
     assert again["job"]["first"] <= first["job"]["first"] < reload_ms - 1500
     for n in SHARDS:
@@ -98,6 +111,7 @@ def test_the_plots_render_advance_during_a_job_and_keep_their_history_over_a_rel
     job.join(120)
     assert not job.is_alive() and len(answered) == len(ROWS)
     # the progress plot ends at the input's rows, all answered, none with an error
-    done = _wait_for(read, lambda s: s["job"]["rows_done_last"] == len(ROWS), 10,
-                     "the progress plot did not reach the job's end")
+    done = _wait_for(
+        read, lambda s: s["job"]["rows_done_last"] == len(ROWS), 10, "the progress plot did not reach the job's end"
+    )
     assert done["job"]["rows_total_last"] == len(ROWS) and done["job"]["rows_with_error_last"] == 0

@@ -1,25 +1,40 @@
 """The dashboard's history (pipeline/scheduler/history.py) fed synthetic snapshots, and the plots
 page drawn from it: no cluster."""
+
 import math
 
 from pipeline.scheduler.history import History, window_rates
 
 
 def snap(shard, t, requests, output_tokens=0, *, prompt=0, cached=0, busy_s=0.0, queued=0, in_flight=0):
-    return {"shard": shard, "time": t, "requests": requests, "output_tokens": output_tokens, "prompt_tokens": prompt,
-            "cached_tokens": cached, "engine_busy_s": busy_s, "queued": queued, "in_flight": in_flight}
+    return {
+        "shard": shard,
+        "time": t,
+        "requests": requests,
+        "output_tokens": output_tokens,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "engine_busy_s": busy_s,
+        "queued": queued,
+        "in_flight": in_flight,
+    }
 
 
 def view(rows, total=None, errors=0, job="job-1", shards=("s0",)):
-    return {"job": {"job": job, "rows": rows, "rows_total": total, "rows_read": rows, "rows_with_error": errors},
-            "shards": {s: {} for s in shards}}
+    return {
+        "job": {"job": job, "rows": rows, "rows_total": total, "rows_read": rows, "rows_with_error": errors},
+        "shards": {s: {} for s in shards},
+    }
 
 
 def test_window_rates_over_the_first_and_last_snapshot():
-    r = window_rates([snap("s0", 100, 10, 100, prompt=1000, cached=0, busy_s=1.0),
-                      snap("s0", 102, 14, 180, prompt=1400, cached=300, busy_s=2.5)])
-    assert r == {"requests_per_s": 2.0, "output_tokens_per_s": 40.0, "engine_busy_share": 0.75,
-                 "cache_hit_share": 0.75}
+    r = window_rates(
+        [
+            snap("s0", 100, 10, 100, prompt=1000, cached=0, busy_s=1.0),
+            snap("s0", 102, 14, 180, prompt=1400, cached=300, busy_s=2.5),
+        ]
+    )
+    assert r == {"requests_per_s": 2.0, "output_tokens_per_s": 40.0, "engine_busy_share": 0.75, "cache_hit_share": 0.75}
     # no prompt tokens finished in the window: no hit share (a gap in its line), not 0
     assert window_rates([snap("s0", 100, 10), snap("s0", 101, 10)])["cache_hit_share"] is None
     assert window_rates([snap("s0", 100, 10)])["requests_per_s"] == 0.0
@@ -28,8 +43,10 @@ def test_window_rates_over_the_first_and_last_snapshot():
 def test_each_sample_is_one_point_per_shard_and_one_for_the_job():
     h = History(window_s=10, stale_after_s=3)
     for i in range(6):
-        h.add(snap("s0", 100 + i, 5 * i, 50 * i, prompt=100 * i, cached=60 * i, busy_s=0.5 * i, queued=3, in_flight=2),
-              received=100 + i)
+        h.add(
+            snap("s0", 100 + i, 5 * i, 50 * i, prompt=100 * i, cached=60 * i, busy_s=0.5 * i, queued=3, in_flight=2),
+            received=100 + i,
+        )
         h.add(snap("s1", 100 + i, 2 * i, 10 * i), received=100 + i)
         h.sample(100.5 + i, view(7 * i, total=100, errors=i // 2, shards=("s0", "s1")))
     p = h.points()
@@ -71,7 +88,7 @@ def test_a_worker_that_stopped_sending_is_idle_and_a_new_one_starts_its_counters
         h.add(snap("s0", 100 + i, 10 * i, in_flight=0 if i == 3 else 4), received=100 + i)
     h.sample(103.5)
     assert h.points()["shards"]["s0"]["requests_per_s"] == [10.0]
-    h.sample(110)   # nothing since 103: idle
+    h.sample(110)  # nothing since 103: idle
     assert h.points(after=1)["shards"]["s0"]["requests_per_s"] == [0.0]
     assert h.points(after=1)["shards"]["s0"]["in_flight"] == [0]
     # a restarted worker counts from 0: its rate is not the difference with the old one's counters
@@ -87,7 +104,7 @@ def test_a_shard_known_only_from_the_clients_view_has_zero_points_and_no_job_mea
     p = h.points()
     assert p["shards"]["s0"]["requests_per_s"] == [0.0] and p["shards"]["s0"]["queued"] == [0]
     assert p["job"]["seq"] == []
-    h.sample(101, None)   # no view any more, and s0 never published: no point for it
+    h.sample(101, None)  # no view any more, and s0 never published: no point for it
     assert h.points()["seq"] == 2 and h.points()["shards"]["s0"]["seq"] == [1]
 
 
@@ -98,10 +115,10 @@ def test_the_plots_page_starts_with_the_history_and_streams_only_newer_points():
     for i in range(3):
         h.add(snap("s0", 100 + i, 4 * i, prompt=10 * i, cached=5 * i, in_flight=2), received=100 + i)
         h.sample(100 + i, view(i, total=10))
-    page = PipelinePlots(h)     # a page opened (or reloaded) now: the history so far
+    page = PipelinePlots(h)  # a page opened (or reloaded) now: the history so far
     s0 = page.sources["s0"].data
-    assert s0["time"] == [100_000, 101_000, 102_000]          # Bokeh's datetimes: ms
-    assert math.isnan(s0["cache_hit_share"][0]) and s0["cache_hit_share"][-1] == 0.5   # no share yet: a gap
+    assert s0["time"] == [100_000, 101_000, 102_000]  # Bokeh's datetimes: ms
+    assert math.isnan(s0["cache_hit_share"][0]) and s0["cache_hit_share"][-1] == 0.5  # no share yet: a gap
     assert page.job_source.data["rows_done"] == [0, 1, 2] and "2</b> of 10 rows answered (20.0 %)" in page.summary.text
     # a shard that starts later gets its lines on every shard plot, with a legend entry
     h.add(snap("s1", 103, 1), received=103)
@@ -110,5 +127,5 @@ def test_the_plots_page_starts_with_the_history_and_streams_only_newer_points():
     assert len(page.sources["s0"].data["time"]) == 4 and page.sources["s1"].data["time"] == [103_000]
     labels = [item.label["value"] for item in page.figures["requests"].legend[0].items]
     assert labels == ["s0", "s1"]
-    page.update()   # nothing new: nothing streamed twice
+    page.update()  # nothing new: nothing streamed twice
     assert len(page.sources["s0"].data["time"]) == 4 and len(page.job_source.data["time"]) == 4

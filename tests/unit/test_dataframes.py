@@ -1,5 +1,6 @@
 """``Pipeline.map_dataframe`` with the fake engine: output aligned with the input's index and
 partitions, pandas input, up-front errors, and a Dask DataFrame from and to an object store."""
+
 import dask
 import dask.dataframe as dd
 import pandas as pd
@@ -12,8 +13,7 @@ from pipeline.client.dataframes import DataFrameInputError
 
 @pytest.fixture(scope="module")
 def null_pipeline():
-    config = load_config().replace(scheduler={"dashboard_address": None},
-                                   intake={"read_ahead_rows": 40})
+    config = load_config().replace(scheduler={"dashboard_address": None}, intake={"read_ahead_rows": 40})
     with Pipeline(config, engine="fake") as p:
         yield p
 
@@ -42,6 +42,7 @@ def test_output_partitions_and_index_match_the_input(null_pipeline):
 def _job_view(pipeline) -> dict:
     """The last job's figures as the dashboard's job plot gets them."""
     from pipeline.names import VIEW_METADATA_KEY
+
     return pipeline.client.get_metadata(VIEW_METADATA_KEY)["job"]
 
 
@@ -54,8 +55,9 @@ def test_pandas_input_bad_rows_and_missing_columns(null_pipeline):
     assert out["error"].iloc[1] == "input: question is null" and out["error"].drop(frame.index[1]).isna().all()
     with pytest.raises(DataFrameInputError, match="lacks required column"):
         null_pipeline.map_dataframe(frame.drop(columns=["question"]))
-    tpl = null_pipeline.map_dataframe(frame.rename(columns={"question": "q"}),
-                                      prompt={"template": "{document}\n\nQ: {q}"}, sampling={"max_tokens": 4})
+    tpl = null_pipeline.map_dataframe(
+        frame.rename(columns={"question": "q"}), prompt={"template": "{document}\n\nQ: {q}"}, sampling={"max_tokens": 4}
+    )
     assert tpl.compute()["error"].iloc[1] == "input: q is null"
 
 
@@ -65,15 +67,17 @@ def _values(column) -> list:
 
 def _run(pipeline, frame, **options) -> dict:
     """``Pipeline.run`` on the frame's rows: each result field's values in row order."""
-    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")   # (pandas' NaN: None)
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")  # (pandas' NaN: None)
     results = pipeline.run(rows, **options)
-    return {name: [getattr(r, name) for r in results]
-            for name in ("answer", "error", "prompt_tokens", "completion_tokens", "finish_reason")}
+    return {
+        name: [getattr(r, name) for r in results]
+        for name in ("answer", "error", "prompt_tokens", "completion_tokens", "finish_reason")
+    }
 
 
 def test_a_dataframe_gives_pipeline_runs_rows_and_no_row_passes_the_client(null_pipeline, monkeypatch):
     frame = _frame(10, 3)
-    frame.loc[frame.index[4], "document"] = "   "                 # an input error, kept on its row
+    frame.loc[frame.index[4], "document"] = "   "  # an input error, kept on its row
     frame["max_tokens"] = [3 + i % 4 for i in range(len(frame))]  # a row's own sampling: the per-row path
     ddf = dd.from_pandas(frame, npartitions=4, sort=False)
 
@@ -82,9 +86,9 @@ def test_a_dataframe_gives_pipeline_runs_rows_and_no_row_passes_the_client(null_
 
     monkeypatch.setattr(null_pipeline, "stream", no_rows_through_the_client)
     on_cluster = null_pipeline.map_dataframe(ddf).compute()
-    assert _job_view(null_pipeline)["rows_total"] == len(frame)   # counted by the workers as they read
+    assert _job_view(null_pipeline)["rows_total"] == len(frame)  # counted by the workers as they read
     monkeypatch.undo()
-    on_client = _run(null_pipeline, frame)   # the same rows from Python
+    on_client = _run(null_pipeline, frame)  # the same rows from Python
     assert list(on_cluster.index) == list(frame.index)
     for column in ("answer", "error", "prompt_tokens", "completion_tokens", "finish_reason"):
         assert _values(on_cluster[column]) == on_client[column], column
@@ -93,17 +97,20 @@ def test_a_dataframe_gives_pipeline_runs_rows_and_no_row_passes_the_client(null_
 
 def test_generate_on_a_dataframe_gives_pipeline_runs_rows(null_pipeline):
     prompts = pd.DataFrame({"prompt": ["Say hi", "Say bye", None, "Say hi"] * 3})
-    chats = pd.DataFrame({"messages": [[{"role": "user", "content": f"Count to {i}"}] for i in range(6)]
-                          + [[{"role": "assistant", "content": "no user turn"}]]})
-    for frame, failed in ((prompts, 3), (chats, 1)):   # prompts; chat messages (a list column)
-        with dask.config.set({"dataframe.convert-string": False}):   # (else Dask makes the lists text)
+    chats = pd.DataFrame(
+        {
+            "messages": [[{"role": "user", "content": f"Count to {i}"}] for i in range(6)]
+            + [[{"role": "assistant", "content": "no user turn"}]]
+        }
+    )
+    for frame, failed in ((prompts, 3), (chats, 1)):  # prompts; chat messages (a list column)
+        with dask.config.set({"dataframe.convert-string": False}):  # (else Dask makes the lists text)
             ddf = dd.from_pandas(frame, npartitions=2, sort=False)
         on_cluster = null_pipeline.map_dataframe(ddf, task="generate").compute()
         on_client = _run(null_pipeline, frame, task="generate")
         assert list(on_cluster.index) == list(frame.index)
         for column in ("answer", "error", "prompt_tokens", "finish_reason"):
-            assert _values(on_cluster[column]) == on_client[column], \
-                (list(frame.columns), column)
+            assert _values(on_cluster[column]) == on_client[column], (list(frame.columns), column)
         assert on_cluster["error"].notna().sum() == failed
     # a pandas frame's lists of messages stay lists
     assert null_pipeline.map_dataframe(chats, task="generate").compute()["error"].notna().sum() == 1

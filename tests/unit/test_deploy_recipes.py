@@ -3,6 +3,7 @@ Dask operator), rendered and checked here without systemd, Slurm or Kubernetes: 
 command line is one that ``python -m pipeline scheduler|worker`` accepts, and what it hands to
 its tool is what that tool takes. Fast: no engine; the Slurm tests start only an in-process
 scheduler."""
+
 from __future__ import annotations
 
 import copy
@@ -41,6 +42,7 @@ def pipeline_argv(words: list[str], python: str) -> list[str]:
 
 
 # -- systemd -----------------------------------------------------------------------------------
+
 
 def unit_entries(path: Path) -> dict[str, list[tuple[str, str]]]:
     """A unit file's sections as (key, value) lists: systemd allows a key more than once."""
@@ -94,14 +96,15 @@ def unit_env(entries: list[tuple[str, str]]) -> dict[str, str]:
     return {**env, **env_file(DEPLOY / "systemd" / "pipeline.env")}
 
 
-@pytest.mark.parametrize("unit, command", [("pipeline-scheduler.service", "scheduler"),
-                                           ("pipeline-worker@.service", "worker")])
+@pytest.mark.parametrize(
+    "unit, command", [("pipeline-scheduler.service", "scheduler"), ("pipeline-worker@.service", "worker")]
+)
 def test_systemd_unit_restarts_and_runs_a_command_the_parser_accepts(unit, command):
     sections = unit_entries(DEPLOY / "systemd" / unit)
     service, before = sections["Service"], sections["Unit"]
     assert unit_value(service, "Restart") == "always"
     assert int(unit_value(service, "RestartSec")) > 0
-    assert unit_value(service, "RestartPreventExitStatus") == "2"   # a usage error is not retried
+    assert unit_value(service, "RestartPreventExitStatus") == "2"  # a usage error is not retried
     assert unit_value(service, "KillMode") == "mixed"
     assert int(unit_value(service, "TimeoutStopSec")) >= (120 if command == "worker" else 30)
     assert unit_value(service, "User") not in ("", "root")
@@ -116,8 +119,11 @@ def test_systemd_unit_restarts_and_runs_a_command_the_parser_accepts(unit, comma
         assert (args.scheduler_address, args.shard, args.host) == ("tls://10.0.0.1:8786", "gpu0", "10.0.0.2")
         assert args.dask_args == []
         # without the EnvironmentFile the address is left out: the command reads $DASK_SCHEDULER_ADDRESS
-        bare = exec_start_words(service, "gpu1", dict(assignment.split("=", 1) for k, v in service
-                                                      if k == "Environment" for assignment in shlex.split(v)))
+        bare = exec_start_words(
+            service,
+            "gpu1",
+            dict(assignment.split("=", 1) for k, v in service if k == "Environment" for assignment in shlex.split(v)),
+        )
         assert parse(pipeline_argv(bare, VENV_PYTHON)).scheduler_address is None
 
 
@@ -127,8 +133,13 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path):
     for unit in ("pipeline-scheduler.service", "pipeline-worker@.service"):
         text = (DEPLOY / "systemd" / unit).read_text()
         (tmp_path / unit).write_text(text.replace(VENV_PYTHON, sys.executable))
-    out = subprocess.run(["systemd-analyze", "verify", "--man=no", "./pipeline-scheduler.service",
-                          "./pipeline-worker@gpu0.service"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", "./pipeline-scheduler.service", "./pipeline-worker@gpu0.service"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     # a bad key or value is only a warning ("Unknown key ..., ignoring"): none may be printed
     assert not re.search(r"ignoring|unknown|failed", out.stdout + out.stderr, re.I), out.stdout + out.stderr
@@ -136,9 +147,10 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path):
 
 # -- Slurm (dask-jobqueue) ---------------------------------------------------------------------
 
+
 @pytest.fixture
 def slurm():
-    saved = copy.deepcopy(dask.config.config)   # make_cluster sets the pipeline's Dask settings
+    saved = copy.deepcopy(dask.config.config)  # make_cluster sets the pipeline's Dask settings
     spec = importlib.util.spec_from_file_location("slurm_cluster", DEPLOY / "slurm" / "slurm_cluster.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -148,8 +160,13 @@ def slurm():
 
 
 def write_config(folder: Path, shards="list", security: dict | None = None) -> str:
-    data = {"shards": [{"name": f"gpu{i}", "kind": "gpu", "devices": [0]} for i in range(3)] if shards == "list"
-            else shards, "engine": {"kind": "fake"}, "advanced": {"intake": {"concurrent_batches": 3}}}
+    data = {
+        "shards": [{"name": f"gpu{i}", "kind": "gpu", "devices": [0]} for i in range(3)]
+        if shards == "list"
+        else shards,
+        "engine": {"kind": "fake"},
+        "advanced": {"intake": {"concurrent_batches": 3}},
+    }
     if security:
         data["security"] = security
     path = folder / "cluster.yaml"
@@ -167,14 +184,14 @@ def check_job_script(script: str, config_path: str, address: str):
     """The job asks one GPU and runs ``pipeline worker --shard auto`` with jobqueue's options passed
     through to dask worker; returns the parsed command line."""
     assert "#SBATCH --gres=gpu:1" in script.splitlines()
-    assert "#SBATCH --cpus-per-task=8" in script and "#SBATCH --mem=60G" in script   # the 64GB default
+    assert "#SBATCH --cpus-per-task=8" in script and "#SBATCH --mem=60G" in script  # the 64GB default
     args = parse(pipeline_argv(job_command(script), sys.executable))
     assert (args.command, args.scheduler_address, args.shard) == ("worker", address, "auto")
     assert (args.config, args.log_file, args.host) == (config_path, "-", "$(hostname)")
     rest = args.dask_args
     for option in ("--name", "--nthreads", "--memory-limit", "--death-timeout"):
         assert option in rest, rest
-    assert rest[rest.index("--nthreads") + 1] == "3"   # the config's advanced.intake.concurrent_batches
+    assert rest[rest.index("--nthreads") + 1] == "3"  # the config's advanced.intake.concurrent_batches
     return args
 
 
@@ -183,7 +200,7 @@ def test_slurm_cluster_renders_one_gpu_worker_jobs_for_the_pipelines_scheduler(s
     config_path = write_config(tmp_path, security=write_certs(tmp_path) if tls else None)
     cluster = slurm.make_cluster(config_path, 0, host="127.0.0.1", port=0, dashboard_address="127.0.0.1:0")
     try:
-        assert not cluster.workers   # nothing submitted (n_gpus=0): no Slurm needed
+        assert not cluster.workers  # nothing submitted (n_gpus=0): no Slurm needed
         address = cluster.scheduler_address
         assert address.startswith("tls://127.0.0.1:" if tls else "tcp://127.0.0.1:")
         # the scheduler is the pipeline's: its preload's handlers, no work stealing
@@ -191,7 +208,7 @@ def test_slurm_cluster_renders_one_gpu_worker_jobs_for_the_pipelines_scheduler(s
         assert "stealing" not in cluster.scheduler.extensions
         args = check_job_script(cluster.job_script(), config_path, address)
         assert not args.insecure
-        if tls:   # jobqueue's TLS options, passed through to dask worker
+        if tls:  # jobqueue's TLS options, passed through to dask worker
             assert {"--tls-ca-file", "--tls-cert", "--tls-key"} <= set(args.dask_args)
     finally:
         cluster.close()
@@ -202,8 +219,8 @@ def test_slurm_job_script_for_a_scheduler_started_elsewhere(slurm, tmp_path):
     script = slurm.worker_job_script(config_path, "tcp://10.0.0.1:8786", insecure=True)
     args = check_job_script(script, config_path, "tcp://10.0.0.1:8786")
     assert args.insecure
-    assert args.dask_args[args.dask_args.index("--name") + 1] == "pipeline-${SLURM_JOB_ID}"   # one per job
-    with pytest.raises(Exception, match="must start with tcp://"):   # the config has no security:
+    assert args.dask_args[args.dask_args.index("--name") + 1] == "pipeline-${SLURM_JOB_ID}"  # one per job
+    with pytest.raises(Exception, match="must start with tcp://"):  # the config has no security:
         slurm.worker_job_script(config_path, "tls://10.0.0.1:8786", insecure=True)
 
 
@@ -234,10 +251,14 @@ def closed(schema):
         return [closed(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: ({name: closed(s) for name, s in v.items()} if k == "properties" else closed(v))
-           for k, v in schema.items()}
-    if "properties" in out and "additionalProperties" not in out \
-            and not out.get("x-kubernetes-preserve-unknown-fields"):
+    out = {
+        k: ({name: closed(s) for name, s in v.items()} if k == "properties" else closed(v)) for k, v in schema.items()
+    }
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -272,7 +293,7 @@ def test_daskcluster_ports_and_service_are_the_operators(crd_validator):
 
     theirs = make_cluster_spec(name="pipeline", image="x")["spec"]["scheduler"]
     ours = manifest()[1]["spec"]["scheduler"]
-    names = lambda ports: sorted((p["name"], p["containerPort"]) for p in ports)   # noqa: E731
+    names = lambda ports: sorted((p["name"], p["containerPort"]) for p in ports)  # noqa: E731
     assert names(ours["spec"]["containers"][0]["ports"]) == names(theirs["spec"]["containers"][0]["ports"])
     assert ours["service"] == theirs["service"]
 
@@ -288,8 +309,11 @@ def pod_config(config_map: dict, container: dict, volumes: list[dict]):
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
     config = parse_config(yaml.safe_load(config_map["data"][mount["subPath"]]))
     # the TLS files the config names are under the container's mount of the Secret
-    secret_mounts = [m["mountPath"] for m in container["volumeMounts"]
-                     if "secret" in next(v for v in volumes if v["name"] == m["name"])]
+    secret_mounts = [
+        m["mountPath"]
+        for m in container["volumeMounts"]
+        if "secret" in next(v for v in volumes if v["name"] == m["name"])
+    ]
     for tls_file in (config.security.tls_ca_file, config.security.tls_cert, config.security.tls_key):
         assert any(tls_file.startswith(m + "/") for m in secret_mounts), tls_file
     return path, config
@@ -309,15 +333,20 @@ def test_daskcluster_worker_group_one_gpu_pod_per_shard(crd_validator):
     assert env["DASK_WORKER_NAME"] == "pipeline-default-worker-0123456789"
     path, config = pod_config(config_map, container, worker["spec"]["volumes"])
     assert env["DASK_SCHEDULER_ADDRESS"] == config.scheduler.address
-    check_protocol(env["DASK_SCHEDULER_ADDRESS"], config)   # tls:// with the config's security:
+    check_protocol(env["DASK_SCHEDULER_ADDRESS"], config)  # tls:// with the config's security:
     assert worker["replicas"] == len(config.shards)
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert all(s.kind == "gpu" and s.devices == [0] for s in config.shards)   # each pod's one GPU
-    env["POD_IP"] = "10.244.1.7"   # from the Downward API (status.podIP)
+    assert all(s.kind == "gpu" and s.devices == [0] for s in config.shards)  # each pod's one GPU
+    env["POD_IP"] = "10.244.1.7"  # from the Downward API (status.podIP)
     words = [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], w) for w in container["command"]]
     args = parse(pipeline_argv(words, "python"))
-    assert (args.command, args.shard, args.config, args.host, args.log_file) == \
-        ("worker", "auto", path, "10.244.1.7", "-")
+    assert (args.command, args.shard, args.config, args.host, args.log_file) == (
+        "worker",
+        "auto",
+        path,
+        "10.244.1.7",
+        "-",
+    )
     assert args.scheduler_address is None and args.dask_args == ["--name", env["DASK_WORKER_NAME"]]
     assert exposure_error(args.host, config, args.insecure) is None
 
@@ -330,9 +359,8 @@ def test_daskcluster_scheduler_command(crd_validator):
     container = pod["containers"][0]
     path, config = pod_config(config_map, container, pod["volumes"])
     args = parse(pipeline_argv(container["command"], "python"))
-    assert (args.command, args.config, args.host, args.port, args.log_file) == \
-        ("scheduler", path, "0.0.0.0", 8786, "-")
-    assert args.dashboard_address == "0.0.0.0:8787"   # the probes' /health, on the pod's address
+    assert (args.command, args.config, args.host, args.port, args.log_file) == ("scheduler", path, "0.0.0.0", 8786, "-")
+    assert args.dashboard_address == "0.0.0.0:8787"  # the probes' /health, on the pod's address
     assert not args.insecure and exposure_error(args.host, config, args.insecure) is None
 
 

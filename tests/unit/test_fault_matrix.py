@@ -18,6 +18,7 @@ killed, the scheduler killed) run ``python -m pipeline run`` against a resident 
 (``python -m pipeline up``) in a folder of the module's own. The real engine's faults (its engine
 core and its worker SIGKILLed mid-job) are tests/engine/test_worker_loss_engine.py's.
 """
+
 from __future__ import annotations
 
 import errno
@@ -47,35 +48,41 @@ from pipeline.bench.workloads import document_questions
 from pipeline.jobs import file_steps
 from pipeline.worker.queries import worker_stats
 
-pytestmark = pytest.mark.own_cluster   # every case runs on a cluster of this module's own
+pytestmark = pytest.mark.own_cluster  # every case runs on a cluster of this module's own
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = 1200          # 600 a shard; 4 at a time, 0.02 s each: ~3 s a shard
-PART_ROWS = 50       # rows per answer file (one input partition's)
-AT_FILES = 3         # the fault comes once this many answer files are committed
-STOP_WITHIN_S = 60   # a first run that neither ends nor stops by then hangs
-SETTINGS = dict(scheduler={"dashboard_address": None}, engine={"kind": "fake", "null_latency_s": 0.02},
-                intake={"max_in_flight": 4}, jobs={"partition_rows": 300})
+ROWS = 1200  # 600 a shard; 4 at a time, 0.02 s each: ~3 s a shard
+PART_ROWS = 50  # rows per answer file (one input partition's)
+AT_FILES = 3  # the fault comes once this many answer files are committed
+STOP_WITHIN_S = 60  # a first run that neither ends nor stops by then hangs
+SETTINGS = dict(
+    scheduler={"dashboard_address": None},
+    engine={"kind": "fake", "null_latency_s": 0.02},
+    intake={"max_in_flight": 4},
+    jobs={"partition_rows": 300},
+)
 RESUME_AGAIN = r"run the same command again to resume"
 
 
 # -- what a run left ------------------------------------------------------------------------
 
+
 @dataclass
 class Outcome:
     """A run of the job: how it ended and what it committed."""
+
     completed: bool = False
-    error: str | None = None            # its one error message (a JobError's, the CLI's `error:` lines)
-    exit_code: int | None = None        # the CLI's
-    stderr: str = ""                    # the CLI's
-    killed: bool = False                # the run's own process was killed (no message to check)
-    committed_before: list[int] = field(default_factory=list)   # answer-file positions just before the fault
-    committed_after: list[int] = field(default_factory=list)    # ... once the run had ended
-    done_at_start: int = 0              # rows the run found committed (resumed)
-    answered: int | None = None         # rows the run answered (its summary)
-    requests: int | None = None         # engine requests finished while it ran
-    answer_positions: list[int] | None = None   # every answer file's positions just before the merges
-    output_written: bool = False        # OUTPUT exists when the run has ended
+    error: str | None = None  # its one error message (a JobError's, the CLI's `error:` lines)
+    exit_code: int | None = None  # the CLI's
+    stderr: str = ""  # the CLI's
+    killed: bool = False  # the run's own process was killed (no message to check)
+    committed_before: list[int] = field(default_factory=list)  # answer-file positions just before the fault
+    committed_after: list[int] = field(default_factory=list)  # ... once the run had ended
+    done_at_start: int = 0  # rows the run found committed (resumed)
+    answered: int | None = None  # rows the run answered (its summary)
+    requests: int | None = None  # engine requests finished while it ran
+    answer_positions: list[int] | None = None  # every answer file's positions just before the merges
+    output_written: bool = False  # OUTPUT exists when the run has ended
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -87,7 +94,7 @@ def committed_positions(partial: Path) -> list[int]:
     for f in sorted(partial.glob("answers/p*/*.parquet")):
         try:
             positions += pq.read_table(f, columns=["position"]).column(0).to_pylist()
-        except (FileNotFoundError, pa.ArrowException, OSError):   # (going as we look: the folder removed)
+        except (FileNotFoundError, pa.ArrowException, OSError):  # (going as we look: the folder removed)
             pass
     return positions
 
@@ -108,20 +115,26 @@ def check(fault: "Fault", rows: list[dict], out: Path, first: Outcome, resumed: 
             problems.append(f"{stage}: no {out.name}")
             return
         got = pq.read_table(out, columns=["id", "error"]).to_pylist()
-        expect([g["id"] for g in got] == ids,
-               f"{stage}: output ids are not the input's, each once in order "
-               f"({len(got)} rows, {len(set(g['id'] for g in got))} distinct, of {len(ids)})")
+        expect(
+            [g["id"] for g in got] == ids,
+            f"{stage}: output ids are not the input's, each once in order "
+            f"({len(got)} rows, {len(set(g['id'] for g in got))} distinct, of {len(ids)})",
+        )
         errors = [g["error"] for g in got if g["error"] is not None]
         expect(not errors, f"{stage}: {len(errors)} rows answered with an error, e.g. {errors[:2]}")
 
     def answered_once(stage, run: Outcome):
-        expect(fault.where != "python" or run.answer_positions is not None,
-               f"{stage}: the answer files were not seen before the merges (FileSteps.complete not called?)")
+        expect(
+            fault.where != "python" or run.answer_positions is not None,
+            f"{stage}: the answer files were not seen before the merges (FileSteps.complete not called?)",
+        )
         if run.answer_positions is not None:
             twice = sorted(p for p, n in Counter(run.answer_positions).items() if n > 1)
             expect(not twice, f"{stage}: {len(twice)} rows committed in two answer files, e.g. positions {twice[:5]}")
-            expect(set(run.answer_positions) == set(range(len(rows))),
-                   f"{stage}: the answer files hold {len(set(run.answer_positions))} of {len(rows)} rows")
+            expect(
+                set(run.answer_positions) == set(range(len(rows))),
+                f"{stage}: the answer files hold {len(set(run.answer_positions))} of {len(rows)} rows",
+            )
 
     # (i) completes, or one clear error with nothing committed lost
     if first.completed:
@@ -133,15 +146,21 @@ def check(fault: "Fault", rows: list[dict], out: Path, first: Outcome, resumed: 
         if not first.killed:
             if first.exit_code is not None:
                 expect(first.exit_code in (1, 2), f"(i) exit code {first.exit_code}, not 1 or 2")
-                expect("Traceback" not in first.stderr,
-                       f"(i) a traceback on stderr besides the error:\n{first.stderr[-3000:]}")
+                expect(
+                    "Traceback" not in first.stderr,
+                    f"(i) a traceback on stderr besides the error:\n{first.stderr[-3000:]}",
+                )
                 lines = [ln for ln in first.stderr.splitlines() if ln.startswith("error:")]
                 expect(len(lines) == 1, f"(i) {len(lines)} `error:` lines on stderr:\n{first.stderr[-3000:]}")
             message = first.error or ""
-            expect(re.search(fault.message, message, re.S),
-                   f"(i) the error does not name what happened (/{fault.message}/): {message!r}")
-            expect(re.search(fault.advice, message),
-                   f"(i) the error does not say what to do (/{fault.advice}/): {message!r}")
+            expect(
+                re.search(fault.message, message, re.S),
+                f"(i) the error does not name what happened (/{fault.message}/): {message!r}",
+            )
+            expect(
+                re.search(fault.advice, message),
+                f"(i) the error does not say what to do (/{fault.advice}/): {message!r}",
+            )
         if fault.keeps_committed:
             lost = set(first.committed_before) - set(first.committed_after)
             expect(not lost, f"(i) {len(lost)} rows committed before the fault are no longer committed")
@@ -156,13 +175,17 @@ def check(fault: "Fault", rows: list[dict], out: Path, first: Outcome, resumed: 
             expect(any(re.search(note, n) for n in resumed.notes), f"(ii) no note /{note}/ in {resumed.notes}")
         # (iii) every row once, in order, none answered twice
         output_is_whole("(iii)")
-        expect(resumed.answered == len(rows) - resumed.done_at_start,
-               f"(iii) the rerun answered {resumed.answered} rows; {len(rows) - resumed.done_at_start} were not "
-               f"committed ({resumed.done_at_start} were)")
+        expect(
+            resumed.answered == len(rows) - resumed.done_at_start,
+            f"(iii) the rerun answered {resumed.answered} rows; {len(rows) - resumed.done_at_start} were not "
+            f"committed ({resumed.done_at_start} were)",
+        )
         if resumed.requests is not None:
-            expect(resumed.requests == len(rows) - resumed.done_at_start,
-                   f"(iii) {resumed.requests} engine requests in the rerun for "
-                   f"{len(rows) - resumed.done_at_start} rows not committed")
+            expect(
+                resumed.requests == len(rows) - resumed.done_at_start,
+                f"(iii) {resumed.requests} engine requests in the rerun for "
+                f"{len(rows) - resumed.done_at_start} rows not committed",
+            )
         answered_once("(iii)", resumed)
     else:
         expect(first.completed, "(ii) not run")
@@ -171,20 +194,21 @@ def check(fault: "Fault", rows: list[dict], out: Path, first: Outcome, resumed: 
 
 # -- the faults -------------------------------------------------------------------------------
 
+
 @dataclass
 class Fault:
     name: str
-    where: str                              # "python": a job run in this process; "cli": `python -m pipeline run`
-    expect: str                             # "complete", "error" (one clear error), "killed" (no message possible)
-    inject: Callable | None = None          # (ctx) once AT_FILES answer files are committed
-    prepare: Callable | None = None         # (ctx) before the first run
-    between: Callable | None = None         # (ctx) after the first run, before the rerun
-    cleanup: Callable | None = None         # (ctx) always, at the end
-    happened: Callable | None = None        # (ctx) after the first run: a reason if the fault did not take effect
-    message: str = ""                       # the error names what happened
-    advice: str = RESUME_AGAIN              # ... and says what to do
-    keeps_committed: bool = True            # (a removed OUTPUT.partial takes its answers with it)
-    resume_notes: tuple = ()                # what the rerun says
+    where: str  # "python": a job run in this process; "cli": `python -m pipeline run`
+    expect: str  # "complete", "error" (one clear error), "killed" (no message possible)
+    inject: Callable | None = None  # (ctx) once AT_FILES answer files are committed
+    prepare: Callable | None = None  # (ctx) before the first run
+    between: Callable | None = None  # (ctx) after the first run, before the rerun
+    cleanup: Callable | None = None  # (ctx) always, at the end
+    happened: Callable | None = None  # (ctx) after the first run: a reason if the fault did not take effect
+    message: str = ""  # the error names what happened
+    advice: str = RESUME_AGAIN  # ... and says what to do
+    keeps_committed: bool = True  # (a removed OUTPUT.partial takes its answers with it)
+    resume_notes: tuple = ()  # what the rerun says
 
 
 class Ctx:
@@ -203,6 +227,7 @@ class Ctx:
 
 
 # python faults: on the module's embedded pipeline
+
 
 def shard_worker(p, shard: str) -> str:
     from pipeline.jobs.recovery import current_workers
@@ -229,7 +254,7 @@ def kill_engine(ctx):
 
 
 def engine_died(ctx):
-    died = ctx.p.client.get_events("pipeline-engine-died")[ctx.engine_deaths:]
+    died = ctx.p.client.get_events("pipeline-engine-died")[ctx.engine_deaths :]
     if not (died and died[0][1]["shard"] == "cpu1" and "engine core died" in died[0][1]["error"]):
         return f"no pipeline-engine-died event for shard cpu1 (events: {died})"
 
@@ -249,11 +274,12 @@ def chattr(flag):
     def run(ctx):
         if ctx.partial.exists():
             subprocess.run(["chattr", "-R", flag, str(ctx.partial)], check=True)
+
     return run
 
 
 def remove_partial(ctx):
-    while ctx.partial.exists():   # (a write under way may add a file while it goes)
+    while ctx.partial.exists():  # (a write under way may add a file while it goes)
         shutil.rmtree(ctx.partial, ignore_errors=True)
 
 
@@ -265,6 +291,7 @@ def _fail_writes(dask_worker, exc: BaseException) -> None:
 
     def write(self, *args):
         raise exc
+
     write.original = original
     answer_files.AnswerFiles.write = write
 
@@ -272,8 +299,7 @@ def _fail_writes(dask_worker, exc: BaseException) -> None:
 def _heal_writes(dask_worker) -> None:
     from pipeline.data import answer_files
 
-    answer_files.AnswerFiles.write = getattr(answer_files.AnswerFiles.write, "original",
-                                             answer_files.AnswerFiles.write)
+    answer_files.AnswerFiles.write = getattr(answer_files.AnswerFiles.write, "original", answer_files.AnswerFiles.write)
 
 
 def disk_full(ctx):
@@ -294,9 +320,16 @@ def disk_freed_then_a_file_damaged(ctx):
 
 # cli faults: `python -m pipeline run` on the module's resident cluster
 
+
 def cli(env, *args, timeout=120, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def cluster_state(env) -> dict:
@@ -321,35 +354,74 @@ def down_then_up(ctx):
 FAULTS = [
     Fault("worker-killed", "python", "complete", inject=kill_worker, happened=worker_restarted),
     Fault("engine-core-died", "python", "complete", inject=kill_engine, happened=engine_died),
-    Fault("corrupt-input-file", "python", "error", prepare=corrupt_input, between=fix_input,
-          message=r"cannot read .*b\.parquet: "),
-    Fault("output-immutable", "python", "error", inject=chattr("+i"), between=chattr("-i"), cleanup=chattr("-i"),
-          message=r"cannot write answers to .*out\.parquet\.partial: PermissionError: .*Operation not permitted"
-                  r".*the answers committed so far are kept",
-          advice=r"make it writable .*run the same command again to resume"),
-    Fault("output-disk-full", "python", "error", inject=disk_full, between=heal_writes, cleanup=heal_writes,
-          message=r"cannot write answers to .*: OSError: \[Errno 28\] No space left on device; "
-                  r"the answers committed so far are kept"),
-    Fault("output-partial-removed", "python", "error", inject=remove_partial, keeps_committed=False,
-          message=r"out\.parquet\.partial was removed while the job ran; the answers it held are gone",
-          advice=r"run the same command again to start over"),
-    Fault("answer-file-damaged-before-resume", "python", "error", inject=disk_full,
-          between=disk_freed_then_a_file_damaged, cleanup=heal_writes,
-          message=r"No space left on device; the answers committed so far are kept",
-          resume_notes=(r"^dropped the damaged file .*\.parquet \(.*\); its rows are answered again$",)),
+    Fault(
+        "corrupt-input-file",
+        "python",
+        "error",
+        prepare=corrupt_input,
+        between=fix_input,
+        message=r"cannot read .*b\.parquet: ",
+    ),
+    Fault(
+        "output-immutable",
+        "python",
+        "error",
+        inject=chattr("+i"),
+        between=chattr("-i"),
+        cleanup=chattr("-i"),
+        message=r"cannot write answers to .*out\.parquet\.partial: PermissionError: .*Operation not permitted"
+        r".*the answers committed so far are kept",
+        advice=r"make it writable .*run the same command again to resume",
+    ),
+    Fault(
+        "output-disk-full",
+        "python",
+        "error",
+        inject=disk_full,
+        between=heal_writes,
+        cleanup=heal_writes,
+        message=r"cannot write answers to .*: OSError: \[Errno 28\] No space left on device; "
+        r"the answers committed so far are kept",
+    ),
+    Fault(
+        "output-partial-removed",
+        "python",
+        "error",
+        inject=remove_partial,
+        keeps_committed=False,
+        message=r"out\.parquet\.partial was removed while the job ran; the answers it held are gone",
+        advice=r"run the same command again to start over",
+    ),
+    Fault(
+        "answer-file-damaged-before-resume",
+        "python",
+        "error",
+        inject=disk_full,
+        between=disk_freed_then_a_file_damaged,
+        cleanup=heal_writes,
+        message=r"No space left on device; the answers committed so far are kept",
+        resume_notes=(r"^dropped the damaged file .*\.parquet \(.*\); its rows are answered again$",),
+    ),
     Fault("client-killed", "cli", "killed", inject=kill_client),
-    Fault("scheduler-killed", "cli", "error", inject=kill_scheduler, between=down_then_up,
-          # names what happened: the cluster's scheduler is gone (or the connection to it lost)
-          message=r"scheduler\b.{0,60}\b(gone|lost|died|killed|no longer|not running|unreachable|closed|stopped)"
-                  r"|connection to the (scheduler|cluster)"),
+    Fault(
+        "scheduler-killed",
+        "cli",
+        "error",
+        inject=kill_scheduler,
+        between=down_then_up,
+        # names what happened: the cluster's scheduler is gone (or the connection to it lost)
+        message=r"scheduler\b.{0,60}\b(gone|lost|died|killed|no longer|not running|unreachable|closed|stopped)"
+        r"|connection to the (scheduler|cluster)",
+    ),
 ]
 
 
 # -- the clusters -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def embedded():
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # (the fault injectors run on the workers)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # (the fault injectors run on the workers)
     config = load_config().replace(**SETTINGS)
     with Pipeline(config) as p:
         yield p
@@ -373,20 +445,24 @@ def resident(tmp_path_factory):
 
 # -- the runner -------------------------------------------------------------------------------
 
-def when_committed(partial: Path, files: int, fault: Callable[[], None], seen: dict,
-                   running: Callable[[], bool]) -> threading.Thread:
+
+def when_committed(
+    partial: Path, files: int, fault: Callable[[], None], seen: dict, running: Callable[[], bool]
+) -> threading.Thread:
     """A thread that runs ``fault()`` once ``files`` answer files are committed, noting in ``seen``
     what was committed just before it."""
+
     def watch():
         deadline = time.monotonic() + STOP_WITHIN_S
         while len(list(partial.glob("answers/p*/*.parquet"))) < files:
             if not running() or time.monotonic() > deadline:
-                seen["missed"] = True   # (the run ended first: the fault never came)
+                seen["missed"] = True  # (the run ended first: the fault never came)
                 return
             time.sleep(0.01)
         seen["before"] = committed_positions(partial)
         fault()
         seen["at"] = time.monotonic()
+
     return threading.Thread(target=watch, daemon=True)
 
 
@@ -400,9 +476,10 @@ def run_in_process(fault: Fault, ctx: Ctx, monkeypatch, first_run: bool) -> Outc
     seen: dict = {}
     original = getattr(file_steps.FileSteps.complete, "original", file_steps.FileSteps.complete)
 
-    def complete(self, *args, **kwargs):   # every answer task has ended: what the answer files hold
+    def complete(self, *args, **kwargs):  # every answer task has ended: what the answer files hold
         outcome.answer_positions = committed_positions(ctx.partial)
         return original(self, *args, **kwargs)
+
     complete.original = original
     monkeypatch.setattr(file_steps.FileSteps, "complete", complete)
     t0 = time.monotonic()
@@ -430,7 +507,7 @@ def run_in_process(fault: Fault, ctx: Ctx, monkeypatch, first_run: bool) -> Outc
     outcome.committed_before = seen.get("before", [])
     outcome.output_written = ctx.out.exists()
     if not outcome.completed:
-        settled(ctx.p)   # (a stopped job's cancelled answer tasks end on the workers: none commits later)
+        settled(ctx.p)  # (a stopped job's cancelled answer tasks end on the workers: none commits later)
         outcome.committed_after = committed_positions(ctx.partial)
     if not first_run and outcome.completed:
         outcome.requests = engine_requests(ctx.p) - requests
@@ -462,8 +539,14 @@ def run_cli(fault: Fault, ctx: Ctx, first_run: bool) -> Outcome:
     args = [ctx.src, ctx.out, "--part-rows", PART_ROWS, "--quiet", "--config", ctx.config_file]
     requests = None if first_run else cluster_requests(ctx.env, ctx.config_file)
     t0 = time.monotonic()
-    proc = ctx.client_proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", *map(str, args)], cwd=ROOT,
-                                              env=ctx.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = ctx.client_proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", *map(str, args)],
+        cwd=ROOT,
+        env=ctx.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     watcher = None
     if first_run and fault.inject is not None:
         watcher = when_committed(ctx.partial, AT_FILES, lambda: fault.inject(ctx), seen, lambda: proc.poll() is None)
@@ -473,8 +556,9 @@ def run_cli(fault: Fault, ctx: Ctx, first_run: bool) -> Outcome:
     except subprocess.TimeoutExpired:
         proc.kill()
         stdout, stderr = proc.communicate()
-        pytest.fail(f"{fault.name}: `run` neither ended nor stopped within {STOP_WITHIN_S} s (a hang):\n"
-                    f"{stderr[-3000:]}")
+        pytest.fail(
+            f"{fault.name}: `run` neither ended nor stopped within {STOP_WITHIN_S} s (a hang):\n{stderr[-3000:]}"
+        )
     finally:
         if watcher is not None:
             watcher.join()
@@ -512,10 +596,10 @@ def run_with_fault(fault: Fault, tmp_path: Path, request, monkeypatch) -> tuple[
     ctx = Ctx(tmp_path, request)
     if fault.where == "python":
         ctx.p = request.getfixturevalue("embedded")
-        run = lambda first_run: run_in_process(fault, ctx, monkeypatch, first_run)   # noqa: E731
+        run = lambda first_run: run_in_process(fault, ctx, monkeypatch, first_run)  # noqa: E731
     else:
         ctx.env, ctx.config_file = request.getfixturevalue("resident")
-        run = lambda first_run: run_cli(fault, ctx, first_run)   # noqa: E731
+        run = lambda first_run: run_cli(fault, ctx, first_run)  # noqa: E731
     pq.write_table(pa.Table.from_pylist(ctx.rows), ctx.src, row_group_size=300)
     try:
         if fault.prepare:
@@ -538,9 +622,15 @@ def run_with_fault(fault: Fault, tmp_path: Path, request, monkeypatch) -> tuple[
 def test_fault(fault, tmp_path, request, monkeypatch):
     t0 = time.monotonic()
     ctx, first, resumed = run_with_fault(fault, tmp_path, request, monkeypatch)
-    print(f"\n{fault.name}: first run {'completed' if first.completed else 'stopped'} in {first.seconds:.1f} s"
-          f" (exit {first.exit_code}; {first.error!r}); rerun "
-          + (f"{'completed' if resumed.completed else 'failed'} in {resumed.seconds:.1f} s, answered "
-             f"{resumed.answered} of {ROWS - resumed.done_at_start} not committed" if resumed else "not needed")
-          + f"; {time.monotonic() - t0:.1f} s in all")
+    print(
+        f"\n{fault.name}: first run {'completed' if first.completed else 'stopped'} in {first.seconds:.1f} s"
+        f" (exit {first.exit_code}; {first.error!r}); rerun "
+        + (
+            f"{'completed' if resumed.completed else 'failed'} in {resumed.seconds:.1f} s, answered "
+            f"{resumed.answered} of {ROWS - resumed.done_at_start} not committed"
+            if resumed
+            else "not needed"
+        )
+        + f"; {time.monotonic() - t0:.1f} s in all"
+    )
     check(fault, ctx.rows, ctx.out, first, resumed)

@@ -1,6 +1,7 @@
 """`python -m pipeline scheduler` / `worker`: what they refuse and why, the shard a `--shard auto`
 worker is given, the supervisor's restarts, and the compression every process must agree on.
 The commands across real network hosts: test_hosts_netns.py; on loopback: test_multinode.py."""
+
 import subprocess
 import sys
 import time
@@ -35,12 +36,12 @@ def test_a_shard_is_claimed_once_and_a_rejoining_host_gets_its_own_back():
     shards = ["gpu0", "gpu1", "gpu2"]
     assert choose_shard(shards, served=set(), claimed={}, claimant="a") == "gpu0"
     assert choose_shard(shards, served={"gpu0"}, claimed={"gpu1": "b"}, claimant="a") == "gpu2"
-    assert choose_shard(shards, served={"gpu0"}, claimed={"gpu1": "a"}, claimant="a") == "gpu1"   # its own claim
+    assert choose_shard(shards, served={"gpu0"}, claimed={"gpu1": "a"}, claimant="a") == "gpu1"  # its own claim
     assert choose_shard(shards, served=set(), claimed={}, claimant="a", prefer="gpu2") == "gpu2"
     assert choose_shard(shards, served={"gpu2"}, claimed={}, claimant="a", prefer="gpu2") == "gpu0"
     assert choose_shard(shards, served={"gpu0", "gpu1"}, claimed={"gpu2": "b"}, claimant="a") is None
     claims = Claims({"gpu0": ("a", 10.0), "gpu1": ("b", 30.0)})
-    assert claims.live(now=20.0) == {"gpu1": "b"}   # a claim nobody made good on expires
+    assert claims.live(now=20.0) == {"gpu1": "b"}  # a claim nobody made good on expires
 
 
 def test_a_gpu_shard_indexes_the_gpus_its_host_gave_the_worker():
@@ -71,7 +72,7 @@ def test_the_worker_command_says_what_is_missing():
     assert done.returncode == 2 and "--shard gpu9: not in the config's shards (cpu0, cpu1)" in done.stderr
     done = command("worker", "tls://127.0.0.1:8786", "--shard", "cpu0")
     assert done.returncode == 2 and "must start with tcp://" in done.stderr
-    done = command("run", "in.parquet", "out.parquet", "--nthreads", "4")   # only `worker` passes options on
+    done = command("run", "in.parquet", "out.parquet", "--nthreads", "4")  # only `worker` passes options on
     assert done.returncode == 2 and "unrecognized arguments: --nthreads 4" in done.stderr
 
 
@@ -95,23 +96,42 @@ def test_the_supervisor_restarts_its_child_until_stopped_and_not_after_a_usage_e
 @pytest.mark.own_cluster
 def test_a_compression_setting_that_differs_from_the_schedulers_is_an_error(tmp_path):
     def config_file(name, compression):
-        cfg = {"shards": [{"name": "cpu0", "devices": [0]}], "engine": {"kind": "fake"},
-               "network": {"compression": compression}}
+        cfg = {
+            "shards": [{"name": "cpu0", "devices": [0]}],
+            "engine": {"kind": "fake"},
+            "network": {"compression": compression},
+        }
         path = tmp_path / name
         path.write_text(yaml.safe_dump(cfg))
         return path
 
     raw = config_file("raw.yaml", "none")
-    scheduler = subprocess.Popen([*PIPELINE, "scheduler", "--port", "0", "--dashboard-address", "127.0.0.1:0",
-                                  "--config", raw, "--log-file", tmp_path / "scheduler.log"],
-                                 cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    scheduler = subprocess.Popen(
+        [
+            *PIPELINE,
+            "scheduler",
+            "--port",
+            "0",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            "--config",
+            raw,
+            "--log-file",
+            tmp_path / "scheduler.log",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         address, _ = printed_address(scheduler)
         compressed = config_file("compressed.yaml", "auto")
         done = command("worker", address, "--shard", "cpu0", "--config", compressed, timeout=120)
         assert done.returncode == 2
-        assert "network.compression differs: the scheduler " + address + " runs none, this worker's config says " \
-               "auto (zlib-ng between hosts)" in done.stderr
+        assert (
+            "network.compression differs: the scheduler " + address + " runs none, this worker's config says "
+            "auto (zlib-ng between hosts)" in done.stderr
+        )
         with pytest.raises(ConfigError, match="network.compression differs"):
             Pipeline(load_config(compressed).replace(scheduler={"address": address})).start()
     finally:
@@ -121,16 +141,37 @@ def test_a_compression_setting_that_differs_from_the_schedulers_is_an_error(tmp_
 
 @pytest.mark.own_cluster
 def test_a_scheduler_whose_port_is_taken_says_so_and_one_killed_takes_its_dask_process_along(tmp_path):
-    first = subprocess.Popen([*PIPELINE, "scheduler", "--port", "0", "--log-file", tmp_path / "first.log",
-                              "--dashboard-address", "127.0.0.1:0"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [
+            *PIPELINE,
+            "scheduler",
+            "--port",
+            "0",
+            "--log-file",
+            tmp_path / "first.log",
+            "--dashboard-address",
+            "127.0.0.1:0",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         address, _ = printed_address(first)
         port = address.rsplit(":", 1)[1]
-        second = command("scheduler", "--port", port, "--log-file", tmp_path / "second.log", "--dashboard-address",
-                         "127.0.0.1:0", timeout=120)
+        second = command(
+            "scheduler",
+            "--port",
+            port,
+            "--log-file",
+            tmp_path / "second.log",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            timeout=120,
+        )
         assert second.returncode == 1 and "pipeline: error: the scheduler exited at start" in second.stderr
         dask_scheduler = psutil.Process(first.pid).children()[0]
-        first.kill()   # the command dies without a word: its Dask scheduler must not outlive it
+        first.kill()  # the command dies without a word: its Dask scheduler must not outlive it
         dask_scheduler.wait(30)
     finally:
         first.kill()
@@ -142,9 +183,23 @@ def test_a_scheduler_without_the_pipelines_preload_cannot_say_its_settings_or_ha
     """Dask answers an operation it has no handler for with None, not an error: a client is not
     checked against such a scheduler, and a `--shard auto` worker is told what is missing."""
     scheduler_file = tmp_path / "scheduler.json"
-    plain = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
-                              "0", "--no-dashboard", "--scheduler-file", scheduler_file], cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    plain = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--scheduler-file",
+            scheduler_file,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not scheduler_file.exists() or not scheduler_file.read_text():
@@ -155,6 +210,7 @@ def test_a_scheduler_without_the_pipelines_preload_cannot_say_its_settings_or_ha
         from distributed import Client
 
         from pipeline.cluster.local import check_scheduler_settings
+
         with Client(address, timeout=30) as client:
             check_scheduler_settings(client, load_config().replace(scheduler={"address": address}))
         done = command("worker", address, "--shard", "auto", timeout=120)

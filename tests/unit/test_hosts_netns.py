@@ -6,6 +6,7 @@ network's part (rows, rejoin, compression, TLS). A worker host cut for 40 s and 
 registered again and its engine answering the next job: tests/engine/test_hosts_netns_engine.py,
 with real vLLM engines.
 """
+
 import time
 from collections import Counter
 
@@ -36,6 +37,7 @@ def cluster(netns_hosts, tmp_path):
         c = RigCluster(netns_hosts(hosts), tmp_path, config or rig_config(["cpu0", "cpu1"]))
         made.append(c)
         return c.start() if start else c
+
     yield make
     for c in made:
         c.stop()
@@ -63,7 +65,7 @@ def test_a_host_cut_for_good_has_its_buckets_answered_by_the_others(cluster, tmp
     rejoin_s = config["advanced"]["recovery"]["rejoin_timeout_s"]
     print(f"the job ended {took:.1f} s after the cut (TCP timeout 30 s + rejoin_timeout_s {rejoin_s} s)")
     assert took < 30 + rejoin_s + 30
-    assert "gone" in stdout + stderr and "cpu1" in stdout + stderr     # the summary says what happened
+    assert "gone" in stdout + stderr and "cpu1" in stdout + stderr  # the summary says what happened
     # (the cut host's worker goes on writing to the shared output while cut: rows it committed stay
     # its own, the first answer of each row is kept, and the rest were answered on cpu0)
     assert {r["shard"] for r in got} <= {"cpu0", "cpu1"}
@@ -83,12 +85,15 @@ def test_the_scheduler_restarted_workers_rejoin_and_the_rerun_resumes(cluster, t
         proc.kill()
         proc.wait()
     c.start_scheduler()
-    served = c.wait_for(lambda: (s := c.served()) and set(s) == {"cpu0", "cpu1"} and s, 90,
-                        "both workers to register with the new scheduler")
-    assert not set(served.values()) & set(before.values())   # new Dask workers, started by their supervisors
+    served = c.wait_for(
+        lambda: (s := c.served()) and set(s) == {"cpu0", "cpu1"} and s,
+        90,
+        "both workers to register with the new scheduler",
+    )
+    assert not set(served.values()) & set(before.values())  # new Dask workers, started by their supervisors
     done = c.run([tmp_path / "in.parquet", out])
     assert done.returncode == 0, done.stderr
-    assert "already written before this run" in done.stdout + done.stderr   # it resumed
+    assert "already written before this run" in done.stdout + done.stderr  # it resumed
     check_rows(out, rows)
 
 
@@ -115,8 +120,11 @@ def test_a_job_across_three_hosts_on_a_slow_link_with_and_without_compression(cl
         moved = [sum(h.link_bytes()) - b for h, b in zip(c.rig.hosts, before)]
         figures[setting] = (sum(moved[1:]), took)
         c.stop()
-    print("10 Mbit/s, worker links' bytes and job seconds:", figures,
-          f"ratio {figures['none'][0] / figures['auto'][0]:.1f}x")
+    print(
+        "10 Mbit/s, worker links' bytes and job seconds:",
+        figures,
+        f"ratio {figures['none'][0] / figures['auto'][0]:.1f}x",
+    )
     assert figures["auto"][0] <= figures["none"][0] / 2
 
 
@@ -135,8 +143,9 @@ def test_tls_across_hosts_a_worker_without_the_clusters_certificate_cannot_join(
         # a worker whose certificate another CA signed: the scheduler refuses its handshake
         rogue = {**config, "security": write_certs(tmp_path / "rogue", [rig[1].address], name="another CA")}
         (tmp_path / "rogue.yaml").write_text(__import__("yaml").safe_dump(rogue))
-        intruder = c.start_worker(1, shard="auto", config=tmp_path / "rogue.yaml", name="intruder",
-                                  extra=["--no-restart"])
+        intruder = c.start_worker(
+            1, shard="auto", config=tmp_path / "rogue.yaml", name="intruder", extra=["--no-restart"]
+        )
         code = intruder.wait(60)
         said = (tmp_path / "supervisor-h1.log").read_text()
         print(said[-600:])

@@ -1,5 +1,6 @@
 """A job killed midway (SIGKILL to the CLI and its workers) and run again ends with the same
 output as an uninterrupted run: no row lost, none twice, in input order."""
+
 import os
 import signal
 import subprocess
@@ -20,10 +21,28 @@ DETERMINISTIC = ["doc_id", "expected", "id", "answer", "error", "prompt_tokens",
 
 
 def cli(src, out, config):
-    return subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(src), str(out), "--engine", "fake",
-                             "--part-rows", "50", "--quiet", "--config", str(config)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group: the kill reaches the workers too
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            str(src),
+            str(out),
+            "--engine",
+            "fake",
+            "--part-rows",
+            "50",
+            "--quiet",
+            "--config",
+            str(config),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group: the kill reaches the workers too
 
 
 def test_killed_job_resumes_to_the_uninterrupted_output(tmp_path):
@@ -31,8 +50,10 @@ def test_killed_job_resumes_to_the_uninterrupted_output(tmp_path):
     config, slow = tmp_path / "cluster.yaml", tmp_path / "slow.yaml"
     config.write_text(yaml.safe_dump(base.model_dump()))
     slow.write_text(yaml.safe_dump(base.replace(engine={"null_latency_s": 1.0}).model_dump()))
-    rows = [{**r, "question": f"{r['question']} ({i})"} for i, r in
-            enumerate(document_questions(ROWS // 4, 4, seed=5, order="shuffled"))]
+    rows = [
+        {**r, "question": f"{r['question']} ({i})"}
+        for i, r in enumerate(document_questions(ROWS // 4, 4, seed=5, order="shuffled"))
+    ]
     src = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     killed, partial = tmp_path / "killed.parquet", tmp_path / "killed.parquet.partial"
@@ -54,7 +75,7 @@ def test_killed_job_resumes_to_the_uninterrupted_output(tmp_path):
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
     assert f"resuming: {len(committed)} of {ROWS} rows are already in" in err
-    assert f"rows: {ROWS - len(committed)} " in out   # only the rest answered
+    assert f"rows: {ROWS - len(committed)} " in out  # only the rest answered
     reference = cli(src, tmp_path / "reference.parquet", config)
     _, err = reference.communicate(timeout=300)
     assert reference.returncode == 0, err
@@ -86,12 +107,14 @@ def test_a_partial_output_removed_mid_job_stops_it_and_the_advised_rerun_starts_
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no answers committed in time"
         time.sleep(0.1)
-    while partial.exists():   # (a write under way may add a file while it goes)
+    while partial.exists():  # (a write under way may add a file while it goes)
         shutil.rmtree(partial, ignore_errors=True)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
-    assert err.strip().splitlines()[-1] == (f"error: {partial} was removed while the job ran; the answers it held "
-                                            f"are gone; run the same command again to start over")
+    assert err.strip().splitlines()[-1] == (
+        f"error: {partial} was removed while the job ran; the answers it held "
+        f"are gone; run the same command again to start over"
+    )
     assert not partial.exists()
 
     again = cli(src, out, config)

@@ -1,5 +1,6 @@
 """A million rows from a Python generator go through ``Pipeline.stream`` in bounded client
 memory, each answered once with its id (fake engine; the cluster path of a file job)."""
+
 import json
 import os
 import subprocess
@@ -11,9 +12,14 @@ ROWS = 1_000_000
 
 
 def test_million_rows_stream_through_in_bounded_memory():
-    proc = subprocess.run([sys.executable, str(ROOT / "tests/unit/helpers/bounded_stream.py"), str(ROWS)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests/unit/helpers/bounded_stream.py"), str(ROWS)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["once"] == ROWS and report["wrong_id"] == 0 and report["errors"] == 0, report

@@ -1,6 +1,7 @@
 """The CPU engines' scheduler (pipeline/worker/job_scheduler.py): its decision before each
 step, on vLLM's own waiting queue, without an engine (vLLM's preemption replaced by its effect
 on the queues). Its effect on a real engine: tests/engine/test_fair_share_engine.py."""
+
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -38,9 +39,10 @@ def scheduler(running: list, waiting: list) -> JobFairScheduler:
         s.waiting.add_request(r)
     s.preempted = []
 
-    def preempt(request, timestamp):   # (vLLM's: frees its blocks, keeps its output, re-queues it)
+    def preempt(request, timestamp):  # (vLLM's: frees its blocks, keeps its output, re-queues it)
         s.preempted.append(request)
         s.waiting.prepend_request(request)
+
     s._preempt_request = preempt
     return s
 

@@ -1,5 +1,6 @@
 """Every job kind implements ``JobSteps`` (pipeline/jobs/job_steps.py), and only a file job has a
 partial output (``FileJob.sink``). No cluster: the kinds are built, not run."""
+
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -19,8 +20,9 @@ def test_every_job_kind_is_a_job_steps_and_only_a_file_job_has_a_sink(tmp_path):
     pq.write_table(pa.table({"document": ["d"], "question": ["q"]}), tmp_path / "in.parquet")
     job = prepare_job(tmp_path / "in.parquet", tmp_path / "out.parquet", config=load_config(), notify=lambda m: None)
     assert isinstance(job, FileJob) and isinstance(job.steps, FileSteps) and job.sink.partitions
-    frame = FrameSteps([], RowColumns.of(Columns(required=("document", "question")), ["document", "question"]),
-                       ["answer"], 0)
+    frame = FrameSteps(
+        [], RowColumns.of(Columns(required=("document", "question")), ["document", "question"]), ["answer"], 0
+    )
     stream = IterableSteps(SimpleNamespace(parts=[], sizes=[], rows=0), None, print, None)
     for steps in (job.steps, frame, stream):
         assert isinstance(steps, JobSteps), type(steps).__name__

@@ -1,6 +1,7 @@
 """Parquet and OpenAI batch jobs through the whole client/Dask/worker path with the fake engine
 (it answers "" and counts one token per character): one output row per input row, in input
 order, each bad row with its error, refusals with their reasons."""
+
 import json
 
 import pyarrow as pa
@@ -16,17 +17,21 @@ MAX_TOKENS = 32
 
 @pytest.fixture(scope="module")
 def null_pipeline():
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"max_model_len": MAX_MODEL_LEN},
-                                   sampling={"max_tokens": MAX_TOKENS},
-                                   intake={"read_ahead_rows": 50})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"max_model_len": MAX_MODEL_LEN},
+        sampling={"max_tokens": MAX_TOKENS},
+        intake={"read_ahead_rows": 50},
+    )
     with Pipeline(config, engine="fake") as p:
         yield p
 
 
 def short_rows(n_docs=10, per_doc=3, seed=1):
     """Workload rows with documents cut to fit the small test context."""
-    return [{**r, "document": r["document"][:300]} for r in document_questions(n_docs, per_doc, seed=seed,
-                                                                                  order="shuffled")]
+    return [
+        {**r, "document": r["document"][:300]} for r in document_questions(n_docs, per_doc, seed=seed, order="shuffled")
+    ]
 
 
 def run(null_pipeline, rows_or_table, tmp_path, name="out.parquet", **options):
@@ -56,13 +61,22 @@ def test_bad_rows_get_their_error_and_the_job_goes_on(null_pipeline, tmp_path):
     rows[2]["document"] = ""
     rows[3]["question"] = None
     summary, out, _ = run(null_pipeline, rows, tmp_path)
-    assert [o["error"] for o in out] == ["input: document is null", "input: question is empty",
-                                         "input: document is empty", "input: question is null", None, None]
+    assert [o["error"] for o in out] == [
+        "input: document is null",
+        "input: question is empty",
+        "input: document is empty",
+        "input: question is null",
+        None,
+        None,
+    ]
     assert [o["id"] for o in out] == [r["id"] for r in rows]
     assert all(o["answer"] is None for o in out[:4])
     assert summary.errors == 4 and summary.errors_by_kind == {
-        "input: document is null": 1, "input: question is empty": 1, "input: document is empty": 1,
-        "input: question is null": 1}
+        "input: document is null": 1,
+        "input: question is empty": 1,
+        "input: document is empty": 1,
+        "input: question is null": 1,
+    }
     assert "input: document is null: 1" in summary.render()
 
 
@@ -70,11 +84,14 @@ def test_non_text_and_undecodable_values(null_pipeline, tmp_path):
     bad_utf8 = pa.array([b"caf\xc3\xa9 ok", b"\xff\xfe broken", b"fine"], pa.binary()).view(pa.string())
     table = pa.table({"id": ["a", "b", "c"], "document": bad_utf8, "question": pa.array([1, 2, None], pa.int64())})
     _, out, _ = run(null_pipeline, table, tmp_path)
-    assert [o["error"] for o in out] == ["input: question is not text (got int)",
-                                         "input: document is not valid UTF-8 text (byte 0)",
-                                         "input: question is null"]
-    raw = pa.table({"id": ["x", "y"], "document": pa.array([b"bytes doc", b"\xc3("], pa.binary()),
-                    "question": ["q1", "q2"]})
+    assert [o["error"] for o in out] == [
+        "input: question is not text (got int)",
+        "input: document is not valid UTF-8 text (byte 0)",
+        "input: question is null",
+    ]
+    raw = pa.table(
+        {"id": ["x", "y"], "document": pa.array([b"bytes doc", b"\xc3("], pa.binary()), "question": ["q1", "q2"]}
+    )
     _, out, _ = run(null_pipeline, raw, tmp_path, name="out2.parquet")
     assert [o["error"] for o in out] == [None, "input: document is not valid UTF-8 text (byte 0)"]
 
@@ -131,14 +148,25 @@ def test_folder_and_glob_inputs_read_as_one_dataset_in_name_order(null_pipeline,
 
 def test_openai_batch_jsonl_in_and_out(null_pipeline, tmp_path):
     lines = [
-        {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": "any", "messages": [{"role": "system", "content": "Be brief."},
-                                                {"role": "user", "content": "What is 2+2?"}], "max_tokens": 8}},
+        {
+            "custom_id": "r1",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "any",
+                "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
+                "max_tokens": 8,
+            },
+        },
         "this is not json",
         {"custom_id": "r3", "method": "POST", "url": "/v1/chat/completions", "body": {"input": "x"}},
         {"custom_id": "r4", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}},
-        {"custom_id": "r5", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]}},
+        {
+            "custom_id": "r5",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]},
+        },
     ]
     src = tmp_path / "batch.jsonl"
     src.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n\n")
@@ -149,8 +177,7 @@ def test_openai_batch_jsonl_in_and_out(null_pipeline, tmp_path):
     ok = out[0]
     assert ok["error"] is None and ok["response"]["status_code"] == 200
     body = ok["response"]["body"]
-    assert body["object"] == "chat.completion" and body["choices"][0]["message"] == {"role": "assistant",
-                                                                                      "content": ""}
+    assert body["object"] == "chat.completion" and body["choices"][0]["message"] == {"role": "assistant", "content": ""}
     assert body["usage"]["prompt_tokens"] > len("What is 2+2?")  # rendered with the chat template
     assert out[4]["error"] is None
     assert out[1]["response"]["status_code"] == 400
@@ -210,23 +237,34 @@ def test_template_naming_a_missing_column_is_refused_before_anything_runs(null_p
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": ["a"], "text": ["t"]}), src)
     with pytest.raises(JobError) as err:
-        run_job(null_pipeline, src, tmp_path / "out.parquet", progress=False,
-                prompt={"template": "{title}: {text}"})
+        run_job(null_pipeline, src, tmp_path / "out.parquet", progress=False, prompt={"template": "{title}: {text}"})
     assert str(err.value) == f"input {src} lacks required column(s) title; it has: id, text"
     assert not (tmp_path / "out.parquet.partial").exists()
 
 
 def test_template_job_row_settings_and_json_columns(null_pipeline, tmp_path):
-    table = pa.table({"id": ["a", "b", "c"], "text": ["one", "two", "three"], "temperature": [0.5, -1.0, None],
-                      "max_tokens": [4, None, 2]})
+    table = pa.table(
+        {
+            "id": ["a", "b", "c"],
+            "text": ["one", "two", "three"],
+            "temperature": [0.5, -1.0, None],
+            "max_tokens": [4, None, 2],
+        }
+    )
     summary, out, _ = run(null_pipeline, table, tmp_path, prompt={"template": "Summarize: {text}"})
     assert [o["error"] for o in out] == [None, "input: temperature must be a number >= 0 (got -1.0)", None]
     assert [o["id"] for o in out] == ["a", "b", "c"] and out[0]["finish_reason"] == "stop"
-    assert "text" not in out[0] and out[0]["max_tokens"] == 4   # the prompt's column is not copied; the rest is
+    assert "text" not in out[0] and out[0]["max_tokens"] == 4  # the prompt's column is not copied; the rest is
     assert "answer_json" not in out[0]
     # a JSON job: the fake engine's empty answer is not JSON, and the row says so
-    _, out, _ = run(null_pipeline, table.drop(["temperature"]), tmp_path, name="json.parquet",
-                    prompt={"template": "Summarize: {text}"}, sampling={"json_schema": {"type": "object"}})
+    _, out, _ = run(
+        null_pipeline,
+        table.drop(["temperature"]),
+        tmp_path,
+        name="json.parquet",
+        prompt={"template": "Summarize: {text}"},
+        sampling={"json_schema": {"type": "object"}},
+    )
     assert all(o["answer_json"] is None for o in out)
     assert out[0]["error"].startswith("output: answer is not valid JSON (Expecting value")
 
@@ -235,8 +273,9 @@ def one_document_rows(n):
     """Rows whose prompts differ only in their question's length (the fake engine counts one
     token per character): row i's prompt is i tokens longer than row 0's."""
     document = short_rows(1, 1)[0]["document"]
-    return [{"id": f"r{i}", "document": document, "question": "Why" + "?" * (i + 1), "expected": f"e{i}"}
-            for i in range(n)]
+    return [
+        {"id": f"r{i}", "document": document, "question": "Why" + "?" * (i + 1), "expected": f"e{i}"} for i in range(n)
+    ]
 
 
 def assert_answered_in_place(out, rows):
@@ -249,13 +288,20 @@ def assert_answered_in_place(out, rows):
 def test_file_urls_name_local_input_and_output(null_pipeline, tmp_path):
     rows = one_document_rows(12)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
-    summary = run_job(null_pipeline, f"file://{tmp_path}/in.parquet", tmp_path / "a.parquet", progress=False,
-                      notify=lambda m: None)
+    summary = run_job(
+        null_pipeline, f"file://{tmp_path}/in.parquet", tmp_path / "a.parquet", progress=False, notify=lambda m: None
+    )
     assert summary.rows == len(rows) and summary.errors == 0
     assert_answered_in_place(pq.read_table(tmp_path / "a.parquet").to_pylist(), rows)
 
-    summary = run_job(null_pipeline, tmp_path / "in.parquet", f"file://{tmp_path}/b.parquet", progress=False,
-                      part_rows=5, notify=lambda m: None)
+    summary = run_job(
+        null_pipeline,
+        tmp_path / "in.parquet",
+        f"file://{tmp_path}/b.parquet",
+        progress=False,
+        part_rows=5,
+        notify=lambda m: None,
+    )
     assert summary.rows == len(rows) and summary.errors == 0
     assert_answered_in_place(pq.read_table(tmp_path / "b.parquet").to_pylist(), rows)
     assert not (tmp_path / "b.parquet.partial").exists()
@@ -263,9 +309,20 @@ def test_file_urls_name_local_input_and_output(null_pipeline, tmp_path):
 
 def test_file_urls_for_openai_batch_jsonl(null_pipeline, tmp_path):
     src = tmp_path / "batch.jsonl"
-    src.write_text("".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                                       "body": {"messages": [{"role": "user", "content": "Say" + "!" * i}]}}) + "\n"
-                           for i in range(6)))
+    src.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "custom_id": f"r{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {"messages": [{"role": "user", "content": "Say" + "!" * i}]},
+                }
+            )
+            + "\n"
+            for i in range(6)
+        )
+    )
     run_job(null_pipeline, f"file://{src}", f"file://{tmp_path}/out.jsonl", progress=False, notify=lambda m: None)
     out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [o["custom_id"] for o in out] == [f"r{i}" for i in range(6)]

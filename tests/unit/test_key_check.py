@@ -1,6 +1,7 @@
 """The id check's pieces as the workers run them (pipeline/jobs/key_check.py), without a
 cluster: hashes cut into ranges find every repeated id, whichever range and partition its
 copies fall in, and only those."""
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,8 +21,11 @@ from tasks import task_columns
 
 def source_of(tmp_path, ids, row_group_size=7):
     path = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"id": ids, "document": ["d"] * len(ids), "question": ["q"] * len(ids)}), path,
-                   row_group_size=row_group_size)
+    pq.write_table(
+        pa.table({"id": ids, "document": ["d"] * len(ids), "question": ["q"] * len(ids)}),
+        path,
+        row_group_size=row_group_size,
+    )
     source = open_source(path, "auto", task_columns(load_config()))
     return source, plan_partitions(source.row_groups, 7)
 
@@ -35,7 +39,7 @@ def check(source, partitions, ranges):
 
 def test_ranges_find_each_repeated_id_across_partitions(tmp_path):
     ids = [f"row-{i}" for i in range(40)]
-    ids[33], ids[38], ids[20] = ids[2], ids[2], ids[9]   # row-2 three times (partitions 0, 4, 5), row-9 twice
+    ids[33], ids[38], ids[20] = ids[2], ids[2], ids[9]  # row-2 three times (partitions 0, 4, 5), row-9 twice
     source, partitions = source_of(tmp_path, ids)
     assert len(partitions) == 6
     for ranges in (1, 3, 16):
@@ -46,11 +50,11 @@ def test_ranges_find_each_repeated_id_across_partitions(tmp_path):
 
 
 def test_unique_ids_and_nulls_pass(tmp_path):
-    ids = [None if i % 5 == 0 else i for i in range(30)]   # (a null id is not a key)
+    ids = [None if i % 5 == 0 else i for i in range(30)]  # (a null id is not a key)
     source, partitions = source_of(tmp_path, pa.array(ids, pa.int64()))
     hashes = [partition_key_hashes(source, p, 4) for p in partitions]
     assert sum(len(r) for h in hashes for r in h) == 24
-    for k in range(4):   # each range holds only its own hash values
+    for k in range(4):  # each range holds only its own hash values
         for h in hashes:
-            assert np.all(h[k] >= np.uint64(2 ** 64 // 4 * k))
+            assert np.all(h[k] >= np.uint64(2**64 // 4 * k))
     assert check(source, partitions, 4) == (0, [])

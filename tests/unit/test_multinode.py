@@ -4,6 +4,7 @@ pipeline worker` per shard, each its own OS process tree (Dask's scheduler; a su
 cluster.yaml. Across real network hosts: tests/unit/test_hosts_netns.py. The last test kills a
 worker together with its nanny (a host lost for good): its rows go to the survivor.
 """
+
 import json
 import os
 import signal
@@ -33,8 +34,10 @@ def _config(tmp, address):
     cfg = yaml.safe_load((ROOT / "cluster.yaml").read_text())
     cfg["scheduler"]["address"] = address
     # workers on other hosts: the shards are listed (`auto` would lay out the client's machine)
-    cfg["shards"] = [{"name": "cpu0", "devices": [0], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
-                     {"name": "cpu1", "devices": [1], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}]
+    cfg["shards"] = [
+        {"name": "cpu0", "devices": [0], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+        {"name": "cpu1", "devices": [1], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+    ]
     cfg["engine"].update(kind="fake", null_latency_s=0.05)
     cfg["advanced"]["intake"].update(max_in_flight=2, concurrent_batches=2)
     cfg["advanced"]["recovery"] = {"poll_interval_s": 0.2, "rejoin_timeout_s": 5.0}
@@ -49,17 +52,46 @@ def _config(tmp, address):
 def processes(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("multinode")
     config_path = _config(tmp, "tcp://127.0.0.1:0")
-    procs = {"scheduler": subprocess.Popen(
-        [*PIPELINE, "scheduler", "--port", "0", "--dashboard-address", "127.0.0.1:0", "--config", str(config_path),
-         "--log-file", str(tmp / "scheduler.log")], env=ENV, cwd=tmp, stderr=subprocess.PIPE, text=True)}
+    procs = {
+        "scheduler": subprocess.Popen(
+            [
+                *PIPELINE,
+                "scheduler",
+                "--port",
+                "0",
+                "--dashboard-address",
+                "127.0.0.1:0",
+                "--config",
+                str(config_path),
+                "--log-file",
+                str(tmp / "scheduler.log"),
+            ],
+            env=ENV,
+            cwd=tmp,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    }
     try:
         address, port = printed_address(procs["scheduler"])
         info = {"address": address, "services": {"dashboard": port}}
         config_path = _config(tmp, address)
         for shard in ("cpu0", "cpu1"):
             procs[shard] = subprocess.Popen(
-                [*PIPELINE, "worker", address, "--shard", shard, "--config", str(config_path),
-                 "--log-file", str(tmp / f"{shard}.log")], env=ENV, cwd=tmp)
+                [
+                    *PIPELINE,
+                    "worker",
+                    address,
+                    "--shard",
+                    shard,
+                    "--config",
+                    str(config_path),
+                    "--log-file",
+                    str(tmp / f"{shard}.log"),
+                ],
+                env=ENV,
+                cwd=tmp,
+            )
         yield procs, config_path, info
     finally:
         for p in procs.values():
@@ -106,7 +138,7 @@ def test_workers_started_by_dask_worker_serve_their_shards(processes, pipeline):
         page = r.read().decode()
     assert "cpu0" in page and "cpu1" in page
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/pipeline", timeout=10) as r:
-        assert "Bokeh.embed.embed_items" in r.read().decode()   # the plots (its dashboard is on)
+        assert "Bokeh.embed.embed_items" in r.read().decode()  # the plots (its dashboard is on)
 
 
 def test_engines_of_dask_worker_processes_start_without_dasks_worker_variables(processes, pipeline):
@@ -127,11 +159,14 @@ def test_engines_of_dask_worker_processes_start_without_dasks_worker_variables(p
     dask_only = engine_env.added_by_dask(os.environ)
     assert "MALLOC_TRIM_THRESHOLD_" in dask_only
     for shard in pipeline.config.shards:
-        addr = next(a for a, w in current_workers(pipeline.client).items()
-                    if f"shard-{shard.name}" in (w.get("resources") or {}))
+        addr = next(
+            a
+            for a, w in current_workers(pipeline.client).items()
+            if f"shard-{shard.name}" in (w.get("resources") or {})
+        )
         child, worker = pipeline.client.run(child_env_as_engine_gets_it, shard.worker_env(), workers=[addr])[addr]
-        assert worker["MALLOC_TRIM_THRESHOLD_"] == "65536"   # the `dask worker` nanny gave it to its worker
-        assert engine_env.ADDED_RECORD in worker              # `pipeline worker` records which are Dask's
+        assert worker["MALLOC_TRIM_THRESHOLD_"] == "65536"  # the `dask worker` nanny gave it to its worker
+        assert engine_env.ADDED_RECORD in worker  # `pipeline worker` records which are Dask's
         assert not [k for k in dask_only if k in child], sorted(k for k in dask_only if k in child)
         assert all(child.get(k) == v for k, v in shard.worker_env().items())
 

@@ -3,6 +3,7 @@ address and reaches the others over TCP, a cut host is unreachable while its pro
 and is reachable again once healed, a shaped link runs at its rate, close() leaves no namespace
 or process behind, and the root namespace never gains an address. Skipped where namespaces
 cannot be made (not root, no iproute2)."""
+
 import json
 import subprocess
 import sys
@@ -51,8 +52,7 @@ print(answer.decode(), time.perf_counter() - t0)
 
 
 def serve(host, mode: str = "echo") -> subprocess.Popen:
-    server = host.popen([sys.executable, "-c", SERVER, mode, host.address, PORT],
-                        stdout=subprocess.PIPE, text=True)
+    server = host.popen([sys.executable, "-c", SERVER, mode, host.address, PORT], stdout=subprocess.PIPE, text=True)
     assert server.stdout.readline().strip() == "ready"
     return server
 

@@ -1,4 +1,5 @@
 """The whole client/Dask/worker path with the fake engine (no vLLM): plumbing only."""
+
 import gc
 import json
 import re
@@ -14,8 +15,7 @@ from pipeline.bench.workloads import document_questions
 
 @pytest.fixture(scope="module")
 def null_pipeline():
-    config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"},
-                                   intake={"read_ahead_rows": 50})
+    config = load_config().replace(scheduler={"dashboard_address": "127.0.0.1:0"}, intake={"read_ahead_rows": 50})
     with Pipeline(config, engine="fake") as p:
         yield p
 
@@ -58,7 +58,7 @@ def test_the_client_lets_go_of_each_window_once_it_is_answered(null_pipeline):
 
     most_windows = most_rows = 0
     for n, _ in enumerate(null_pipeline.stream(document_questions(100, 4, seed=3, order="shuffled"))):
-        if n % 20 == 0:   # (8 windows of 50 rows)
+        if n % 20 == 0:  # (8 windows of 50 rows)
             most_windows, most_rows = max(most_windows, live(Window)), max(most_rows, live(PromptRows))
     gc.collect()
     # the window answered and the next, read meanwhile (a moment three, as one replaces the other)
@@ -67,12 +67,20 @@ def test_the_client_lets_go_of_each_window_once_it_is_answered(null_pipeline):
 
 
 def test_rows_without_id_get_their_position_and_bad_rows_an_error(null_pipeline):
-    rows = [{"document": "d1", "question": "q1"}, {"document": None, "question": "q"},
-            {"document": "d1", "question": 7}, {"document": "d2", "question": "q2"}]
+    rows = [
+        {"document": "d1", "question": "q1"},
+        {"document": None, "question": "q"},
+        {"document": "d1", "question": 7},
+        {"document": "d2", "question": "q2"},
+    ]
     results = null_pipeline.run(rows)
     assert [r.id for r in results] == [0, 1, 2, 3]
-    assert [r.error for r in results] == [None, "input: document is null", "input: question is not text (got int)",
-                                          None]
+    assert [r.error for r in results] == [
+        None,
+        "input: document is null",
+        "input: question is not text (got int)",
+        None,
+    ]
 
 
 def _documents_stay_on_one_shard(p, seed):
@@ -107,8 +115,12 @@ def test_dashboard_page_shows_each_shard_and_the_job(null_pipeline):
     while True:  # workers publish their figures every second, and once more when idle
         status = json.loads(_get(base + "/pipeline/status.json")[1])
         shards = status["shards"]
-        settled = all(shards.get(s, {}).get("requests", 0) > 0 and shards[s].get("queued") == 0
-                      and shards[s].get("in_flight") == 0 for s in ("cpu0", "cpu1"))
+        settled = all(
+            shards.get(s, {}).get("requests", 0) > 0
+            and shards[s].get("queued") == 0
+            and shards[s].get("in_flight") == 0
+            for s in ("cpu0", "cpu1")
+        )
         if settled or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -119,8 +131,16 @@ def test_dashboard_page_shows_each_shard_and_the_job(null_pipeline):
     assert status["job"]["rows"] == len(rows) and status["job"]["job"] == null_pipeline.last_report.job
     code, page = _get(base + "/pipeline/table")
     assert code == 200
-    for text in ("cpu0", "cpu1", "prefill tokens outstanding", "prefix-cache hit share", "requests/s",
-                 "output tokens/s", "GC max pause", null_pipeline.last_report.job):
+    for text in (
+        "cpu0",
+        "cpu1",
+        "prefill tokens outstanding",
+        "prefix-cache hit share",
+        "requests/s",
+        "output tokens/s",
+        "GC max pause",
+        null_pipeline.last_report.job,
+    ):
         assert text in page
 
 
@@ -145,9 +165,15 @@ def test_workers_expose_shard_metrics_to_prometheus(null_pipeline):
     for url in urls.values():
         assert url.startswith("http://127.0.0.1:")
         text = _get(url)[1]
-        for name in ("pipeline_requests_queued", "pipeline_requests_in_flight", "pipeline_prefill_tokens_outstanding",
-                     "pipeline_prefix_cache_hit_ratio", "pipeline_output_tokens_total",
-                     "pipeline_gc_pause_seconds_total", "pipeline_engine_busy_seconds_total"):
+        for name in (
+            "pipeline_requests_queued",
+            "pipeline_requests_in_flight",
+            "pipeline_prefill_tokens_outstanding",
+            "pipeline_prefix_cache_hit_ratio",
+            "pipeline_output_tokens_total",
+            "pipeline_gc_pause_seconds_total",
+            "pipeline_engine_busy_seconds_total",
+        ):
             assert name in text, name
         m = re.search(r'^pipeline_requests_total\{shard="(\w+)"\} (\S+)$', text, re.M)
         seen[m.group(1)] = float(m.group(2))
@@ -193,8 +219,9 @@ def test_the_null_engine_reports_what_a_prefix_cache_of_its_size_serves():
     rows = document_questions(16, 3, seed=6, order="shuffled")
     shares = {}
     for kv_tokens in (200_000, 32):
-        config = load_config().replace(scheduler={"dashboard_address": None},
-                                       engine={"null_kv_cache_tokens": kv_tokens})
+        config = load_config().replace(
+            scheduler={"dashboard_address": None}, engine={"null_kv_cache_tokens": kv_tokens}
+        )
         with Pipeline(config, engine="fake") as p:
             results = p.run(rows)
         assert [r.id for r in results] == [row["id"] for row in rows]
@@ -204,26 +231,30 @@ def test_the_null_engine_reports_what_a_prefix_cache_of_its_size_serves():
             by_doc = {}
             for row, r in zip(rows, results):
                 by_doc.setdefault(row["doc_id"], []).append((r.cached_tokens, r.prompt_tokens))
-            for served in by_doc.values():   # one document's three rows, the least served first
+            for served in by_doc.values():  # one document's three rows, the least served first
                 first, *later = sorted(served)
                 # the first finds only what every prompt shares (the chat template's start, ~1/4
                 # of these prompts); the two later ones find the whole document too
                 assert first[0] < 0.4 * first[1] and all(c > 0.8 * n for c, n in later), served
     assert shares[200_000] > 0.6
-    assert shares[32] < 0.05    # two blocks: the chat template's first 32 tokens
+    assert shares[32] < 0.05  # two blocks: the chat template's first 32 tokens
 
 
 def test_a_stream_left_early_stops_its_tasks_on_the_workers():
     """A caller that stops iterating ``stream`` (a break, an exception) leaves no work behind:
     its tasks still on the cluster are cancelled and the workers stop answering them, rather
     than hold the engines for rows nobody will read."""
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"null_latency_s": 2.0},
-                                   intake={"max_in_flight": 4}, jobs={"bucket_rows": 4})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        engine={"null_latency_s": 2.0},
+        intake={"max_in_flight": 4},
+        jobs={"bucket_rows": 4},
+    )
     rows = document_questions(50, 4, seed=3, order="shuffled")
     with Pipeline(config, engine="fake") as p:
-        for _ in p.stream(rows):   # (buckets of 4 rows, 4 requests at once per shard, 2 s each)
+        for _ in p.stream(rows):  # (buckets of 4 rows, 4 requests at once per shard, 2 s each)
             break
-        deadline = time.monotonic() + 3.0   # (without the cancel: busy for another ~90 s)
+        deadline = time.monotonic() + 3.0  # (without the cancel: busy for another ~90 s)
         while any(s["metrics"]["in_flight"] or s["metrics"]["queued"] for s in p.worker_stats()):
             assert time.monotonic() < deadline, [s["metrics"] for s in p.worker_stats()]
             time.sleep(0.1)

@@ -1,6 +1,7 @@
 """Jobs on an object store: a real S3-compatible server (moto's server mode) on 127.0.0.1,
 reached through s3fs. s3:// to s3://, resume after a kill, and clear errors for a missing bucket
 and bad credentials."""
+
 import json
 import os
 import signal
@@ -59,8 +60,10 @@ def store_pipeline(s3):
 
 
 def _rows(n_docs, seed):
-    return [{**r, "document": r["document"][:300], "question": f"{r['question']} ({i})"}
-            for i, r in enumerate(document_questions(n_docs, 4, seed=seed, order="shuffled"))]
+    return [
+        {**r, "document": r["document"][:300], "question": f"{r['question']} ({i})"}
+        for i, r in enumerate(document_questions(n_docs, 4, seed=seed, order="shuffled"))
+    ]
 
 
 def _put_two_files(fs, folder, rows, cut):
@@ -90,8 +93,10 @@ def test_job_from_s3_to_s3_runs_on_the_cluster(store_pipeline, s3):
     assert not fs.exists(f"{BUCKET}/out/answers.parquet.partial")
 
     first = prepare_job(f"s3://{BUCKET}/in/", dest, config=store_pipeline.config, notify=lambda m: None)
-    kept = pa.Table.from_arrays([pa.array([0], f.type) if f.name == "position" else pa.nulls(1, f.type)
-                                 for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
+    kept = pa.Table.from_arrays(
+        [pa.array([0], f.type) if f.name == "position" else pa.nulls(1, f.type) for f in ANSWER_SCHEMA],
+        schema=ANSWER_SCHEMA,
+    )
     AnswerFiles(first.sink.folder).write(0, "old-b000000-00000", kept)
     fs.pipe_file(f"{BUCKET}/other/in.parquet", _parquet_bytes(rows[:5]))
     with pytest.raises(JobError, match=r"answers\.parquet\.partial holds partial results of another job"):
@@ -111,15 +116,26 @@ def test_missing_bucket_and_bad_credentials_are_clear_errors(store_pipeline, s3,
         run_job(store_pipeline, src, "s3://no-such-bucket/out.parquet", progress=False, notify=lambda m: None)
     assert "s3://no-such-bucket/out.parquet: the bucket does not exist" in str(err.value)
     with pytest.raises(JobError) as err:
-        run_job(store_pipeline, "s3://no-such-bucket/in.parquet", tmp_path / "out.parquet", progress=False,
-                notify=lambda m: None)
+        run_job(
+            store_pipeline,
+            "s3://no-such-bucket/in.parquet",
+            tmp_path / "out.parquet",
+            progress=False,
+            notify=lambda m: None,
+        )
     assert "no-such-bucket" in str(err.value) and ("does not exist" in str(err.value) or "not found" in str(err.value))
 
-    def auth(count: str) -> None:   # the server checks credentials after this many more requests ("inf": never)
+    def auth(count: str) -> None:  # the server checks credentials after this many more requests ("inf": never)
         import urllib.request
 
-        urllib.request.urlopen(urllib.request.Request(f"{s3['endpoint_url']}/moto-api/reset-auth", data=count.encode(),
-                                                      headers={"Content-Type": "text/plain"}, method="POST")).read()
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"{s3['endpoint_url']}/moto-api/reset-auth",
+                data=count.encode(),
+                headers={"Content-Type": "text/plain"},
+                method="POST",
+            )
+        ).read()
 
     bad = load_config().replace(storage_options={**s3, "key": "not-a-key", "secret": "nope"})
     from pipeline.jobs.job import prepare_job
@@ -146,14 +162,33 @@ def test_killed_job_on_s3_resumes_to_the_whole_output(s3, tmp_path):
     src, out = f"s3://{BUCKET}/resume/in.parquet", f"s3://{BUCKET}/resume/out.parquet"
 
     def cli(cfg):
-        return subprocess.Popen([sys.executable, "-m", "pipeline", "run", src, out, "--engine", "fake",
-                                 "--part-rows", "50", "--quiet", "--config", str(cfg)], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pipeline",
+                "run",
+                src,
+                out,
+                "--engine",
+                "fake",
+                "--part-rows",
+                "50",
+                "--quiet",
+                "--config",
+                str(cfg),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
     proc = cli(slow)
     answers = f"{BUCKET}/resume/out.parquet.partial/answers"
 
-    def committed() -> int:   # rows in the answer objects the workers wrote (each written whole)
+    def committed() -> int:  # rows in the answer objects the workers wrote (each written whole)
         fs.invalidate_cache()
         return sum(pq.ParquetFile(fs.open(f)).metadata.num_rows for f in fs.glob(f"{answers}/*/*.parquet"))
 
@@ -166,7 +201,7 @@ def test_killed_job_on_s3_resumes_to_the_whole_output(s3, tmp_path):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(1.0)   # (an upload the server had whole when the workers died lands meanwhile)
+    time.sleep(1.0)  # (an upload the server had whole when the workers died lands meanwhile)
     fs.invalidate_cache()
     assert not fs.exists(f"{BUCKET}/resume/out.parquet")
     done = committed()
@@ -189,7 +224,7 @@ def test_dask_dataframe_from_s3_back_to_s3(store_pipeline, s3):
 
     rows = _rows(10, seed=6)
     fs = _fs(s3)
-    for i, (lo, hi) in enumerate(((0, 7), (7, 30), (30, 40))):   # three files of uneven size
+    for i, (lo, hi) in enumerate(((0, 7), (7, 30), (30, 40))):  # three files of uneven size
         with fs.open(f"{BUCKET}/frame/in/part-{i}.parquet", "wb") as f:
             pq.write_table(pa.Table.from_pylist(rows[lo:hi]), f)
     ddf = dd.read_parquet(f"s3://{BUCKET}/frame/in/", storage_options=s3).set_index("id", sort=False)
@@ -201,8 +236,15 @@ def test_dask_dataframe_from_s3_back_to_s3(store_pipeline, s3):
 
 
 def _chat_lines(n):
-    return [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-             "body": {"messages": [{"role": "user", "content": f"Say {i}"}], "max_tokens": 4}} for i in range(n)]
+    return [
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": f"Say {i}"}], "max_tokens": 4},
+        }
+        for i in range(n)
+    ]
 
 
 def test_openai_batch_jsonl_on_s3(store_pipeline, s3):
@@ -210,11 +252,13 @@ def test_openai_batch_jsonl_on_s3(store_pipeline, s3):
 
     fs = _fs(s3)
     lines = _chat_lines(9) + ["not json"]
-    fs.pipe_file(f"{BUCKET}/batch/in.jsonl", "".join((x if isinstance(x, str) else json.dumps(x)) + "\n"
-                                                   for x in lines).encode())
+    fs.pipe_file(
+        f"{BUCKET}/batch/in.jsonl", "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines).encode()
+    )
     src = f"s3://{BUCKET}/batch/in.jsonl"
-    summary = run_job(store_pipeline, src, f"s3://{BUCKET}/batch/reference.jsonl", progress=False,
-                      part_rows=3, notify=lambda m: None)
+    summary = run_job(
+        store_pipeline, src, f"s3://{BUCKET}/batch/reference.jsonl", progress=False, part_rows=3, notify=lambda m: None
+    )
     assert summary.rows == 10 and summary.errors == 1
     reference = fs.cat_file(f"{BUCKET}/batch/reference.jsonl").decode().splitlines()
     out = [json.loads(x) for x in reference]
@@ -242,12 +286,14 @@ def test_job_from_s3_to_a_local_file_runs_on_the_cluster(store_pipeline, s3, tmp
 
     out2 = tmp_path / "again.parquet"
     first = prepare_job(f"s3://{BUCKET}/to-local/", out2, config=store_pipeline.config, notify=lambda m: None)
-    kept = pa.Table.from_arrays([pa.array([0], f.type) if f.name == "position" else pa.nulls(1, f.type)
-                                 for f in ANSWER_SCHEMA], schema=ANSWER_SCHEMA)
+    kept = pa.Table.from_arrays(
+        [pa.array([0], f.type) if f.name == "position" else pa.nulls(1, f.type) for f in ANSWER_SCHEMA],
+        schema=ANSWER_SCHEMA,
+    )
     AnswerFiles(first.sink.folder).write(0, "old-b000000-00000", kept)
-    with fs.open(f"{BUCKET}/to-local/part-0.parquet", "wb") as f:   # rewritten: same rows, another order
+    with fs.open(f"{BUCKET}/to-local/part-0.parquet", "wb") as f:  # rewritten: same rows, another order
         pq.write_table(pa.Table.from_pylist(list(reversed(rows[:20]))), f)
-    filesystem(f"s3://{BUCKET}/", s3)[0].invalidate_cache()   # (this process's cached listing, as a new one has none)
+    filesystem(f"s3://{BUCKET}/", s3)[0].invalidate_cache()  # (this process's cached listing, as a new one has none)
     with pytest.raises(JobError, match=r"part-0\.parquet changed since this job started"):
         prepare_job(f"s3://{BUCKET}/to-local/", out2, config=store_pipeline.config, notify=lambda m: None)
 
@@ -265,16 +311,28 @@ def test_an_adapter_at_a_url_is_fetched_once_and_answers_its_rows(s3, tmp_path):
     fs.put(str(local) + "/", f"{BUCKET}/adapters/terse/", recursive=True)
     url = f"s3://{BUCKET}/adapters/terse"
     # (the cache folder a fetched adapter is kept in: this test's; the model named by its path)
-    config = load_config().replace(scheduler={"dashboard_address": None}, storage_options=s3,
-                                   model={"path": resolve_model(load_config()), "cache_dir": str(tmp_path / "cache"),
-                                          "adapters": {"terse": url}})
+    config = load_config().replace(
+        scheduler={"dashboard_address": None},
+        storage_options=s3,
+        model={"path": resolve_model(load_config()), "cache_dir": str(tmp_path / "cache"), "adapters": {"terse": url}},
+    )
     src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"document": ["d1", "d2", "d1"], "question": ["a", "b", "c"],
-                             "adapter": ["terse", f"s3://{BUCKET}/adapters/nosuch", url]}), src)
+    pq.write_table(
+        pa.table(
+            {
+                "document": ["d1", "d2", "d1"],
+                "question": ["a", "b", "c"],
+                "adapter": ["terse", f"s3://{BUCKET}/adapters/nosuch", url],
+            }
+        ),
+        src,
+    )
     with Pipeline(config, engine="fake") as p:
         run_job(p, src, tmp_path / "out.parquet", progress=False)
     rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [r["answer"] for r in rows] == ["terse", None, url] and rows[0]["error"] is None, rows
-    assert rows[1]["error"] == f"input: adapter 's3://{BUCKET}/adapters/nosuch': nothing at s3://{BUCKET}/adapters/nosuch"
+    assert (
+        rows[1]["error"] == f"input: adapter 's3://{BUCKET}/adapters/nosuch': nothing at s3://{BUCKET}/adapters/nosuch"
+    )
     fetched = list((tmp_path / "cache" / "adapters").iterdir())
-    assert len(fetched) == 1 and (fetched[0] / "adapter_config.json").is_file()   # (one fetch for both names)
+    assert len(fetched) == 1 and (fetched[0] / "adapter_config.json").is_file()  # (one fetch for both names)

@@ -2,6 +2,7 @@
 and the service write validate against the ``openai`` package's own types (chat completions,
 embeddings, the error object) and vLLM's (its batch output line, score and rerank responses);
 a request line that is not one is an error row naming the field."""
+
 import json
 import subprocess
 import sys
@@ -20,8 +21,11 @@ from pipeline.service.result_files import error_line
 
 
 def _logprob(token, logprob):
-    return {"token": token, "logprob": logprob, "top_logprobs": [{"token": token, "logprob": logprob},
-                                                                 {"token": "é", "logprob": -3.5}]}
+    return {
+        "token": token,
+        "logprob": logprob,
+        "top_logprobs": [{"token": token, "logprob": logprob}, {"token": "é", "logprob": -3.5}],
+    }
 
 
 def chat_line(**fields) -> dict:
@@ -38,8 +42,13 @@ def scoring_lines() -> list[dict]:
     def row(line, index, kind, score, **more):
         carry = {"line": line, "custom_id": f"s-{line}", "kind": kind, "index": index, "top_n": 1, **more}
         return {"id": json.dumps(carry), "score": score, "error": None, "prompt_tokens": 10, "cached_tokens": 4}
-    rows = [row(0, 0, "score", 0.9), row(0, 1, "score", 0.1),
-            row(1, 0, "rerank", 0.2, document="a"), row(1, 1, "rerank", 0.7, document="b")]
+
+    rows = [
+        row(0, 0, "score", 0.9),
+        row(0, 1, "score", 0.1),
+        row(1, 0, "rerank", 0.2, document="a"),
+        row(1, 1, "rerank", 0.7, document="b"),
+    ]
     return [json.loads(line) for line in lines_of(rows, 0, "smollm2", 1_700_000_000).splitlines()]
 
 
@@ -49,19 +58,32 @@ def keys_known(value: dict, model) -> None:
 
 
 def test_a_chat_answer_is_openais_chat_completion_with_usage_and_logprobs():
-    line = chat_line(finish_reason="stop", logprobs=[_logprob("Paris", -0.1)],
-                     choices=[{"answer": "Paris.", "finish_reason": "stop", "completion_tokens": 3,
-                               "logprobs": [_logprob("Paris", -0.1)]},
-                              {"answer": "Lyon", "finish_reason": None, "completion_tokens": 3, "logprobs": None}])
+    line = chat_line(
+        finish_reason="stop",
+        logprobs=[_logprob("Paris", -0.1)],
+        choices=[
+            {
+                "answer": "Paris.",
+                "finish_reason": "stop",
+                "completion_tokens": 3,
+                "logprobs": [_logprob("Paris", -0.1)],
+            },
+            {"answer": "Lyon", "finish_reason": None, "completion_tokens": 3, "logprobs": None},
+        ],
+    )
     body = line["response"]["body"]
     completion = ChatCompletion.model_validate(body)
     keys_known(body, ChatCompletion)
     assert [c.message.content for c in completion.choices] == ["Paris.", "Lyon"]
-    assert [c.finish_reason for c in completion.choices] == ["stop", "length"]   # (3 of max_tokens 3)
+    assert [c.finish_reason for c in completion.choices] == ["stop", "length"]  # (3 of max_tokens 3)
     assert completion.choices[0].logprobs.content[0].top_logprobs[1].bytes == [195, 169]
     assert completion.choices[1].logprobs is None
-    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens, completion.usage.total_tokens,
-            completion.usage.prompt_tokens_details.cached_tokens) == (20, 3, 23, 16)
+    assert (
+        completion.usage.prompt_tokens,
+        completion.usage.completion_tokens,
+        completion.usage.total_tokens,
+        completion.usage.prompt_tokens_details.cached_tokens,
+    ) == (20, 3, 23, 16)
     assert line["custom_id"] == "q-3" and line["error"] is None and line["response"]["status_code"] == 200
 
 
@@ -78,7 +100,11 @@ def test_the_error_files_line_carries_openais_error_object():
     out = json.loads(encode(error_line(decode(failed))))
     error = ErrorObject.model_validate(out["response"]["body"]["error"])
     assert (error.type, error.message, out["response"]["status_code"], out["custom_id"]) == (
-        "invalid_request_error", "input: messages must be a non-empty list", 400, "q-5")
+        "invalid_request_error",
+        "input: messages must be a non-empty list",
+        400,
+        "q-5",
+    )
     died = output_line(0, "x", RowResult(0, error="engine: the engine died"), "m", 16, 0)
     out = json.loads(encode(error_line(decode(died))))
     assert out["response"]["status_code"] == 500 and out["response"]["body"]["error"]["type"] == "server_error"
@@ -87,48 +113,84 @@ def test_the_error_files_line_carries_openais_error_object():
 def test_the_lines_validate_against_vllms_own_batch_and_scoring_models():
     """vLLM's models, in a process of their own (importing vLLM takes seconds and loads torch)."""
     lines = [chat_line(finish_reason="stop"), embedding_line(), *scoring_lines()]
-    check = ("import json, sys\n"
-             "from vllm.entrypoints.launchers.run_batch import BatchRequestOutput\n"
-             "from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse\n"
-             "lines = json.load(sys.stdin)\n"
-             "for line in lines:\n"
-             "    BatchRequestOutput.model_validate(line)\n"
-             "ScoreResponse.model_validate(lines[2]['response']['body'])\n"
-             "RerankResponse.model_validate(lines[3]['response']['body'])\n"
-             "print('valid', len(lines))\n")
-    done = subprocess.run([sys.executable, "-c", check], input=json.dumps(lines), capture_output=True, text=True,
-                          timeout=300)
+    check = (
+        "import json, sys\n"
+        "from vllm.entrypoints.launchers.run_batch import BatchRequestOutput\n"
+        "from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse\n"
+        "lines = json.load(sys.stdin)\n"
+        "for line in lines:\n"
+        "    BatchRequestOutput.model_validate(line)\n"
+        "ScoreResponse.model_validate(lines[2]['response']['body'])\n"
+        "RerankResponse.model_validate(lines[3]['response']['body'])\n"
+        "print('valid', len(lines))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], input=json.dumps(lines), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and done.stdout.strip() == "valid 4", done.stderr[-2000:]
-    assert [r["relevance_score"] for r in lines[3]["response"]["body"]["results"]] == [0.7]   # (top_n 1)
+    assert [r["relevance_score"] for r in lines[3]["response"]["body"]["results"]] == [0.7]  # (top_n 1)
 
 
-@pytest.mark.parametrize("line, why", [
-    ([1, 2], "line is not a JSON object"),
-    ({"url": "/v1/chat/completions", "body": {}}, "custom_id is missing"),
-    ({"custom_id": 7, "url": "/v1/chat/completions", "body": {}}, "custom_id: expected str, got int"),
-    ({"custom_id": "a", "method": "GET", "url": "/v1/chat/completions", "body": {}},
-     "method: invalid enum value 'GET'"),
-    ({"custom_id": "a", "url": "/v1/chat/completions"}, "body is missing"),
-    ({"custom_id": "a", "url": "/v1/chat/completions", "body": {"messages": [], "temperature": "hot"}},
-     "body.temperature: expected number or null, got str"),
-    ({"custom_id": "a", "url": "/v1/chat/completions",
-      "body": {"messages": [], "response_format": {"type": "xml"}}},
-     "body.response_format.type: invalid value 'xml'"),
-])
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ([1, 2], "line is not a JSON object"),
+        ({"url": "/v1/chat/completions", "body": {}}, "custom_id is missing"),
+        ({"custom_id": 7, "url": "/v1/chat/completions", "body": {}}, "custom_id: expected str, got int"),
+        (
+            {"custom_id": "a", "method": "GET", "url": "/v1/chat/completions", "body": {}},
+            "method: invalid enum value 'GET'",
+        ),
+        ({"custom_id": "a", "url": "/v1/chat/completions"}, "body is missing"),
+        (
+            {"custom_id": "a", "url": "/v1/chat/completions", "body": {"messages": [], "temperature": "hot"}},
+            "body.temperature: expected number or null, got str",
+        ),
+        (
+            {
+                "custom_id": "a",
+                "url": "/v1/chat/completions",
+                "body": {"messages": [], "response_format": {"type": "xml"}},
+            },
+            "body.response_format.type: invalid value 'xml'",
+        ),
+    ],
+)
 def test_a_line_that_is_not_a_request_says_which_field(line, why):
     row, error = request_row(line)
     assert row is None and error.startswith(why), error
 
 
 def test_a_request_written_with_openais_fields_reads_as_the_rows_columns():
-    body = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9,
-            "temperature": 0, "top_p": 0.5, "stop": ["\n"], "seed": 3, "n": 2, "logprobs": True, "top_logprobs": 2,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
-            "user": "someone", "metadata": {"k": "v"}}   # (fields not served are ignored, as OpenAI does)
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 9,
+        "temperature": 0,
+        "top_p": 0.5,
+        "stop": ["\n"],
+        "seed": 3,
+        "n": 2,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
+        "user": "someone",
+        "metadata": {"k": "v"},
+    }  # (fields not served are ignored, as OpenAI does)
     row, error = request_row({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body})
-    assert error is None and row == {"messages": body["messages"], "max_tokens": 9, "temperature": 0, "top_p": 0.5,
-                                     "stop": ["\n"], "seed": 3, "n": 2, "logprobs": True, "top_logprobs": 2,
-                                     "json_schema": {"type": "object"}}
-    scoring, error = scoring_request({"custom_id": "s", "url": "/v1/rerank",
-                                      "body": {"query": "q", "documents": ["a", "b"], "top_n": 1}})
+    assert error is None and row == {
+        "messages": body["messages"],
+        "max_tokens": 9,
+        "temperature": 0,
+        "top_p": 0.5,
+        "stop": ["\n"],
+        "seed": 3,
+        "n": 2,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "json_schema": {"type": "object"},
+    }
+    scoring, error = scoring_request(
+        {"custom_id": "s", "url": "/v1/rerank", "body": {"query": "q", "documents": ["a", "b"], "top_n": 1}}
+    )
     assert error is None and scoring == {"kind": "rerank", "pairs": [("q", "a"), ("q", "b")], "top_n": 1}

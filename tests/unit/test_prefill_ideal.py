@@ -1,4 +1,5 @@
 """The least-prefill reference the benchmark compares against (pipeline/bench/prefill_ideal.py)."""
+
 import random
 
 from pipeline.bench.prefill_ideal import block_ideal, token_ideal

@@ -1,4 +1,5 @@
 """The fake engine's prefix-cache model: what an LRU prefix cache of a given size serves."""
+
 import pytest
 
 from pipeline.worker.prefix_cache_model import PrefixCacheModel
@@ -11,12 +12,12 @@ def ids(tag: int, n: int, start: int = 0) -> list[int]:
 def test_a_repeated_prefix_is_served_in_whole_blocks_and_never_the_last_token():
     cache = PrefixCacheModel(capacity_blocks=100, block_size=16)
     doc = ids(1, 64)
-    assert cache.serve(doc + ids(2, 10)) == 0                 # cold
-    assert cache.serve(doc + ids(3, 10)) == 64                # the document's 4 blocks
-    assert cache.serve(doc + ids(2, 10)) == 64                # 74 tokens: the 5th block is not full
+    assert cache.serve(doc + ids(2, 10)) == 0  # cold
+    assert cache.serve(doc + ids(3, 10)) == 64  # the document's 4 blocks
+    assert cache.serve(doc + ids(2, 10)) == 64  # 74 tokens: the 5th block is not full
     exact = ids(4, 96)
     cache.serve(exact)
-    assert cache.serve(exact) == 80                           # all 6 blocks cached, the last token computed
+    assert cache.serve(exact) == 80  # all 6 blocks cached, the last token computed
 
 
 def test_blocks_are_chained_a_block_elsewhere_is_no_hit():
@@ -31,7 +32,7 @@ def test_least_recently_used_blocks_go_first_a_documents_tail_before_its_head():
     cache = PrefixCacheModel(capacity_blocks=6, block_size=16)
     a, b = ids(1, 64), ids(2, 64)
     cache.serve(a + [7])
-    cache.serve(b + [7])                                      # 8 blocks for 6: two of a's go, its last two
+    cache.serve(b + [7])  # 8 blocks for 6: two of a's go, its last two
     assert len(cache) == 6
     assert cache.serve(a + [8]) == 32
     cache.reset()

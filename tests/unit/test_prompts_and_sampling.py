@@ -1,5 +1,6 @@
 """Prompt templates, per-row sampling settings and their errors, without an engine (the
 real engine's side is tests/engine/test_prompts_engine.py)."""
+
 import json
 
 import pytest
@@ -32,30 +33,37 @@ def test_template_prefix_runs_through_its_first_column_and_the_whitespace_after_
 
 
 def test_template_prefix_column_literal_braces_and_raw_text():
-    t = PromptTemplate(ChatMLTokenizer(), "{{json}} {question} about {document}: end", prefix_column="document",
-                       chat_template=False)
+    t = PromptTemplate(
+        ChatMLTokenizer(), "{{json}} {question} about {document}: end", prefix_column="document", chat_template=False
+    )
     parts = t.split({"question": "Q", "document": "D"})
     assert (parts.prefix, parts.suffix) == ("{json} Q about D", ": end")
 
 
-@pytest.mark.parametrize("template, message", [
-    ("no columns here", "names no input column"),
-    ("{text!r}", "format spec or conversion"),
-    ("{text:>10}", "format spec or conversion"),
-    ("{a.b}", "is not a column name"),
-    ("{0}", "is not a column name"),
-    ("unclosed {text", "not valid"),
-])
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ("no columns here", "names no input column"),
+        ("{text!r}", "format spec or conversion"),
+        ("{text:>10}", "format spec or conversion"),
+        ("{a.b}", "is not a column name"),
+        ("{0}", "is not a column name"),
+        ("unclosed {text", "not valid"),
+    ],
+)
 def test_bad_templates_are_refused_with_the_reason(template, message):
     with pytest.raises(TemplateError, match=message):
         PromptTemplate(ChatMLTokenizer(), template)
 
 
-@pytest.mark.parametrize("row, message", [
-    ({"text": "t"}, "column title is missing (the prompt template names title, text)"),
-    ({"title": None, "text": "t"}, "title is null"),
-    ({"title": ["x"], "text": "t"}, "title is not text (got list)"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"text": "t"}, "column title is missing (the prompt template names title, text)"),
+        ({"title": None, "text": "t"}, "title is null"),
+        ({"title": ["x"], "text": "t"}, "title is not text (got list)"),
+    ],
+)
 def test_bad_rows_for_a_template_are_row_errors(row, message):
     with pytest.raises(RowError, match=message.replace("(", r"\(").replace(")", r"\)")):
         PromptTemplate(ChatMLTokenizer(), "{title}: {text}").split(row)
@@ -69,8 +77,10 @@ def test_generate_rows_prompt_prefix_and_messages():
     assert alone.prefix.endswith("Hello") and "S" in alone.prefix
     chat = g.split({"messages": [{"role": "user", "content": "Hi"}]})
     assert "Hi" in chat.prefix
-    for row, message in (({}, "neither prompt nor messages"),
-                         ({"prompt": "p", "messages": [{"role": "user", "content": "m"}]}, "both prompt and messages")):
+    for row, message in (
+        ({}, "neither prompt nor messages"),
+        ({"prompt": "p", "messages": [{"role": "user", "content": "m"}]}, "both prompt and messages"),
+    ):
         with pytest.raises(RowError, match=message):
             g.split(row)
 
@@ -101,30 +111,37 @@ def test_json_schema_from_a_file_inline_or_refused(tmp_path):
 
 def test_row_sampling_values_checked_with_the_reason():
     assert checked({"document": "d"}) is None
-    s = checked({"max_tokens": 8.0, "temperature": 0, "top_p": 0.5, "top_k": 5, "stop": "\n", "seed": 3,
-                 "choice": ["a", "b"]})
+    s = checked(
+        {"max_tokens": 8.0, "temperature": 0, "top_p": 0.5, "top_k": 5, "stop": "\n", "seed": 3, "choice": ["a", "b"]}
+    )
     assert s == Sampling(max_tokens=8, temperature=0.0, top_p=0.5, top_k=5, stop=["\n"], seed=3, choice=["a", "b"])
     for row, message in (
-            ({"max_tokens": 0}, "max_tokens must be an integer >= 1 (got 0)"),
-            ({"max_tokens": True}, "max_tokens must be an integer >= 1 (got True)"),
-            ({"temperature": "hot"}, "temperature must be a number >= 0 (got 'hot')"),
-            ({"temperature": float("nan")}, "temperature must be a number >= 0 (got nan)"),
-            ({"top_p": 0}, "top_p must be a number in (0, 1] (got 0)"),
-            ({"top_k": -2}, "top_k must be an integer >= -1 (0 or -1: off) (got -2)"),
-            ({"stop": [""]}, "stop must be a non-empty string or a list of them (got [''])"),
-            ({"choice": []}, "choice must be a non-empty list of non-empty strings (got [])"),
-            ({"json_schema": "{nope"},
-             "json_schema is not valid JSON (Expecting property name enclosed in double quotes at position 1)"),
-            ({"json_schema": "[1]"}, "json_schema must be a JSON schema (a JSON object) (got [1])"),
-            ({"json_schema": "{}", "choice": ["a"]}, "json_schema and choice are both set; give one constraint")):
+        ({"max_tokens": 0}, "max_tokens must be an integer >= 1 (got 0)"),
+        ({"max_tokens": True}, "max_tokens must be an integer >= 1 (got True)"),
+        ({"temperature": "hot"}, "temperature must be a number >= 0 (got 'hot')"),
+        ({"temperature": float("nan")}, "temperature must be a number >= 0 (got nan)"),
+        ({"top_p": 0}, "top_p must be a number in (0, 1] (got 0)"),
+        ({"top_k": -2}, "top_k must be an integer >= -1 (0 or -1: off) (got -2)"),
+        ({"stop": [""]}, "stop must be a non-empty string or a list of them (got [''])"),
+        ({"choice": []}, "choice must be a non-empty list of non-empty strings (got [])"),
+        (
+            {"json_schema": "{nope"},
+            "json_schema is not valid JSON (Expecting property name enclosed in double quotes at position 1)",
+        ),
+        ({"json_schema": "[1]"}, "json_schema must be a JSON schema (a JSON object) (got [1])"),
+        ({"json_schema": "{}", "choice": ["a"]}, "json_schema and choice are both set; give one constraint"),
+    ):
         with pytest.raises(SamplingError) as err:
             checked(row)
         assert str(err.value) == message, (row, str(err.value))
 
 
 def test_row_settings_over_the_jobs():
-    job = load_config().replace(sampling={"max_tokens": 16, "json_schema": {"type": "object"}}) \
+    job = (
+        load_config()
+        .replace(sampling={"max_tokens": 16, "json_schema": {"type": "object"}})
         .sampling.as_sampling(engine_seed=7)
+    )
     assert job.seed == 7 and job.max_tokens == 16 and job.json_schema == '{"type":"object"}'
     row = Sampling(max_tokens=4, choice=["x"]).over(job)
     assert (row.max_tokens, row.seed, row.choice, row.json_schema) == (4, 7, ["x"], None)

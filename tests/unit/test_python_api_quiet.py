@@ -1,5 +1,6 @@
 """The Python API is as quiet as the command line: a ``Pipeline`` on an embedded cluster tells
 the user which cluster and each engine's start, not Dask's INFO lines, unless verbose."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,6 @@ def test_a_pipeline_on_an_embedded_cluster_shows_no_dask_info_lines(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "answered ['r1']" in proc.stdout
-    assert " - INFO - " not in proc.stderr, proc.stderr       # e.g. "distributed.nanny - INFO - Start Nanny at"
-    assert "shard cpu0: engine ready" in proc.stderr          # what the user is told
-    assert "level after close 20" in proc.stdout              # Dask's own level (INFO) is back after close
+    assert " - INFO - " not in proc.stderr, proc.stderr  # e.g. "distributed.nanny - INFO - Start Nanny at"
+    assert "shard cpu0: engine ready" in proc.stderr  # what the user is told
+    assert "level after close 20" in proc.stdout  # Dask's own level (INFO) is back after close

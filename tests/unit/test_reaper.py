@@ -1,4 +1,5 @@
 """The watchdog that stops an engine process whose worker was killed outright."""
+
 import os
 import signal
 import subprocess
@@ -31,8 +32,12 @@ def _gone(pid, within_s):
 
 
 def test_engine_child_is_killed_when_its_worker_is_killed():
-    worker = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True,
-                              cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     child = int(worker.stdout.readline())
     try:
         time.sleep(1.0)

@@ -3,6 +3,7 @@ run-batch`` refuse it: a line without a custom_id (or one that is not a string),
 another endpoint than the file's. The message names the line; ``run`` exits 2 and writes nothing.
 A line's other faults stay that line's error row (a url that names no endpoint too, as vLLM
 answers it); vLLM's own run-batch test inputs run. The service's side: tests/unit/test_service.py."""
+
 import json
 import subprocess
 import sys
@@ -26,17 +27,30 @@ def line(custom_id="r", url=CHAT, **body) -> bytes:
     return json.dumps(request).encode()
 
 
-@pytest.mark.parametrize("lines, endpoint, found", [
-    ([line("a"), b"", b"  ", line("b"), line(...)], CHAT, (3, "missing_required_parameter", "custom_id is missing")),
-    ([line("a"), line(7)], CHAT, (2, "missing_required_parameter", "custom_id must be a non-empty string (got 7)")),
-    ([line("")], CHAT, (1, "missing_required_parameter", 'custom_id must be a non-empty string (got "")')),
-    ([line("a"), line("b", "/v1/embeddings", input="x")], CHAT,
-     (2, "mismatched_endpoint", "url '/v1/embeddings' is not this file's endpoint (/v1/chat/completions)")),
-    ([line("a", "/v1/moderations", input="x"), line("b", "/bad_url")], CHAT, None),   # (no endpoint: an error line)
-    ([line("a", "/v1/score", text_1="q", text_2="d"), line("b", "/v1/rerank", query="q", documents=["d"])], SCORING,
-     None),   # (a scoring file may mix the two)
-    ([line("a"), b"not json", b'{"custom_id": "c", "url": "/v1/chat/completions", "body": 3}'], CHAT, None),
-])
+@pytest.mark.parametrize(
+    "lines, endpoint, found",
+    [
+        (
+            [line("a"), b"", b"  ", line("b"), line(...)],
+            CHAT,
+            (3, "missing_required_parameter", "custom_id is missing"),
+        ),
+        ([line("a"), line(7)], CHAT, (2, "missing_required_parameter", "custom_id must be a non-empty string (got 7)")),
+        ([line("")], CHAT, (1, "missing_required_parameter", 'custom_id must be a non-empty string (got "")')),
+        (
+            [line("a"), line("b", "/v1/embeddings", input="x")],
+            CHAT,
+            (2, "mismatched_endpoint", "url '/v1/embeddings' is not this file's endpoint (/v1/chat/completions)"),
+        ),
+        ([line("a", "/v1/moderations", input="x"), line("b", "/bad_url")], CHAT, None),  # (no endpoint: an error line)
+        (
+            [line("a", "/v1/score", text_1="q", text_2="d"), line("b", "/v1/rerank", query="q", documents=["d"])],
+            SCORING,
+            None,
+        ),  # (a scoring file may mix the two)
+        ([line("a"), b"not json", b'{"custom_id": "c", "url": "/v1/chat/completions", "body": 3}'], CHAT, None),
+    ],
+)
 def test_the_first_line_that_fails_the_file_is_named(lines, endpoint, found):
     bad = first_bad_line(lines, endpoint)
     if found is None:
@@ -51,7 +65,12 @@ def test_run_refuses_such_a_file_with_exit_2_and_writes_nothing(tmp_path):
     out = tmp_path / "out.jsonl"
     with pytest.raises(JobError, match=r"batch.jsonl: line 3: custom_id is missing; every request needs its own"):
         prepare_job(src, out, config=load_config(), notify=lambda m: None)
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "run", str(src), str(out), "--engine", "fake"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", str(src), str(out), "--engine", "fake"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "line 3: custom_id is missing" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch.jsonl"]

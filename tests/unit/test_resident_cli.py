@@ -1,6 +1,7 @@
 """`python -m pipeline up / run / status / down` with the fake engine: real Dask processes in
 the background, two jobs from two processes on one cluster, a config mismatch, a job whose
 client is killed, a dead cluster, and nothing left running after `down`."""
+
 import json
 import os
 import subprocess
@@ -26,21 +27,33 @@ def env(tmp_path):
 
 
 def cli(env, *args, timeout=180, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def write_config(path, **engine):
-    cfg = load_config().replace(scheduler={"dashboard_address": None},
-                                engine={"kind": "fake", "null_latency_s": 0.01, **engine})
+    cfg = load_config().replace(
+        scheduler={"dashboard_address": None}, engine={"kind": "fake", "null_latency_s": 0.01, **engine}
+    )
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     return path
 
 
 def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
     config = write_config(tmp_path / "cluster.yaml")
-    rows = pa.table({"id": [f"r{i}" for i in range(40)], "document": [f"Document {i % 8}. " * 20 for i in range(40)],
-                     "question": [f"Question {i}?" for i in range(40)]})
+    rows = pa.table(
+        {
+            "id": [f"r{i}" for i in range(40)],
+            "document": [f"Document {i % 8}. " * 20 for i in range(40)],
+            "question": [f"Question {i}?" for i in range(40)],
+        }
+    )
     pq.write_table(rows, tmp_path / "in.parquet")
     pq.write_table(rows.take(list(range(39, -1, -1))), tmp_path / "reversed.parquet")
 
@@ -61,7 +74,7 @@ def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
         for job in (first, second):
             assert job.returncode == 0, job.stderr
             assert f"using the local cluster at {state['address']}" in job.stderr
-            assert "cluster up in" not in job.stderr      # nothing was started
+            assert "cluster up in" not in job.stderr  # nothing was started
         assert "0 requests served, 0 documents cached" in first.stderr
         assert "40 requests served, 8 documents cached" in second.stderr
         for name in ("out1", "out2"):
@@ -69,7 +82,7 @@ def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
             assert sorted(out.column("id").to_pylist()) == sorted(rows.column("id").to_pylist())
             assert out.column("error").null_count == 40
         after = json.loads(cli(env, "status", "--json", "--config", config).stdout)
-        for shard in ("cpu0", "cpu1"):   # the same workers served both jobs, each engine built once
+        for shard in ("cpu0", "cpu1"):  # the same workers served both jobs, each engine built once
             assert after["shards"][shard]["pid"] == before["shards"][shard]["pid"]
             assert after["shards"][shard]["engine_builds"] == 1 and after["shards"][shard]["phase"] == "ready"
         assert sum(after["shards"][s]["requests"] for s in ("cpu0", "cpu1")) == 80
@@ -98,19 +111,23 @@ def test_up_then_jobs_from_two_processes_then_down(tmp_path, env):
     assert "no local cluster is running" in cli(env, "status", "--config", config).stdout
 
 
-def test_a_job_whose_client_is_killed_stops_on_the_cluster_and_runs_again_from_its_answers(tmp_path, env,
-                                                                                        run_killed_once_answered):
+def test_a_job_whose_client_is_killed_stops_on_the_cluster_and_runs_again_from_its_answers(
+    tmp_path, env, run_killed_once_answered
+):
     config = write_config(tmp_path / "cluster.yaml", null_latency_s=0.5)
-    rows = [{**r, "question": f"{r['question']} ({i})"} for i, r in
-            enumerate(document_questions(100, 4, seed=5, order="shuffled"))]
+    rows = [
+        {**r, "question": f"{r['question']} ({i})"}
+        for i, r in enumerate(document_questions(100, 4, seed=5, order="shuffled"))
+    ]
     src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
     pq.write_table(pa.Table.from_pylist(rows), src)
     answers = tmp_path / "out.parquet.partial" / "answers"
     up = cli(env, "up", "--config", config)
     assert up.returncode == 0, up.stderr
     try:
-        run_killed_once_answered([src, out, "--part-rows", "10", "--quiet", "--config", config], env, answers,
-                                 files=3, timeout=60)
+        run_killed_once_answered(
+            [src, out, "--part-rows", "10", "--quiet", "--config", config], env, answers, files=3, timeout=60
+        )
         # Dask releases a gone client's tasks: the answer tasks stop (requests in flight aborted),
         # they do not answer the rest of the job for nobody (about 10 s more here)
         deadline = time.monotonic() + 5
@@ -160,7 +177,7 @@ def test_down_stops_a_cluster_whose_scheduler_does_not_answer(tmp_path, env):
     scheduler = psutil.Process(state["processes"]["scheduler"][0])
     procs = [psutil.Process(pid) for pid, _ in state["processes"].values()]
     procs += [c for p in procs for c in p.children(recursive=True)]
-    scheduler.suspend()   # alive, but it answers nobody
+    scheduler.suspend()  # alive, but it answers nobody
     try:
         down = cli(env, "down", "--config", config, timeout=120)
     finally:

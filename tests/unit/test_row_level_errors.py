@@ -1,5 +1,6 @@
 """Row-level pieces without a cluster: the chat task kind, the context-length rule, and a
 failing engine request inside a worker batch."""
+
 import asyncio
 
 import pyarrow as pa
@@ -24,7 +25,8 @@ def test_single_turn_chat_is_one_prompt_split_after_the_users_text():
     parts = chat.split({"messages": [{"role": "user", "content": "Hi there"}]})
     assert parts.prefix.endswith("<|im_start|>user\nHi there")
     assert parts.prefix + parts.suffix == ChatMLTokenizer().apply_chat_template(
-        [{"role": "user", "content": "Hi there"}], add_generation_prompt=True)
+        [{"role": "user", "content": "Hi there"}], add_generation_prompt=True
+    )
 
 
 def test_multi_turn_chats_share_the_conversation_before_the_last_user_message():
@@ -36,15 +38,18 @@ def test_multi_turn_chats_share_the_conversation_before_the_last_user_message():
     assert a.suffix.startswith("First question?") and b.suffix.startswith("Second?")
 
 
-@pytest.mark.parametrize("messages, error", [
-    (None, "messages is missing"),
-    ([], "messages must be a non-empty list"),
-    ([{"role": "robot", "content": "x"}], "messages[0].role must be one of"),
-    ([{"role": "system", "content": "x"}], "messages has no user message"),
-    ([{"role": "user", "content": None}], "messages[0].content is null"),
-    ([{"role": "user", "content": 5}], "messages[0].content is not text (got int)"),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "only text parts are supported"),
-])
+@pytest.mark.parametrize(
+    "messages, error",
+    [
+        (None, "messages is missing"),
+        ([], "messages must be a non-empty list"),
+        ([{"role": "robot", "content": "x"}], "messages[0].role must be one of"),
+        ([{"role": "system", "content": "x"}], "messages has no user message"),
+        ([{"role": "user", "content": None}], "messages[0].content is null"),
+        ([{"role": "user", "content": 5}], "messages[0].content is not text (got int)"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "only text parts are supported"),
+    ],
+)
 def test_bad_chat_messages_are_row_errors(messages, error):
     with pytest.raises(RowError) as err:
         Chat(ChatMLTokenizer()).split({"messages": messages})
@@ -65,6 +70,7 @@ def test_context_rule_matches_vllm_and_truncation_keeps_the_rows_own_part():
 class FailingOn:
     """An engine whose request fails when its prompt holds a given token (as vLLM fails one
     request with a validation or runtime error while the others are served)."""
+
     block_size, kv_cache_tokens, max_model_len = 16, 0, 2048
     tasks, embedding_size, special_tokens = ("generate",), None, 0
 
@@ -87,9 +93,13 @@ def test_an_engine_failure_fails_only_its_own_row():
 
     async def run():
         plugin._intake, plugin.token_gate = FairAdmission(4), None
-        rows = prompt_rows_from(pa.array(["doc ", "doc "], pa.large_string()),
-                                pa.array(["fine?", "boom!"], pa.large_string()), pa.nulls(2, pa.string()),
-                                pa.array([7, 8], pa.int64()), {}).rows
+        rows = prompt_rows_from(
+            pa.array(["doc ", "doc "], pa.large_string()),
+            pa.array(["fine?", "boom!"], pa.large_string()),
+            pa.nulls(2, pa.string()),
+            pa.array([7, 8], pa.int64()),
+            {},
+        ).rows
         return await plugin.answer_grouped(rows, "b", Sampling(), False)
 
     results = {r.index: r for r in asyncio.run(run())}
@@ -99,12 +109,18 @@ def test_an_engine_failure_fails_only_its_own_row():
 
 
 def test_errors_are_counted_by_kind_and_reason_without_particulars():
-    groups = [RowResult.failed(0, ErrorKind.INPUT, "prompt too long (3000 tokens; the model's context is 2048)"),
-              RowResult.failed(1, ErrorKind.ENGINE, "ValueError: sampling failed (seed 3)"),
-              RowResult.failed(2, ErrorKind.WORKER, "shard cpu1 lost its worker"),
-              RowResult.failed(3, ErrorKind.OUTPUT, "answer is not JSON; expected an object"),
-              RowResult(4, answer="fine")]
-    assert [r.error_group for r in groups] == ["input: prompt too long", "engine: ValueError",
-                                               "worker: shard cpu1 lost its worker", "output: answer is not JSON",
-                                               None]
+    groups = [
+        RowResult.failed(0, ErrorKind.INPUT, "prompt too long (3000 tokens; the model's context is 2048)"),
+        RowResult.failed(1, ErrorKind.ENGINE, "ValueError: sampling failed (seed 3)"),
+        RowResult.failed(2, ErrorKind.WORKER, "shard cpu1 lost its worker"),
+        RowResult.failed(3, ErrorKind.OUTPUT, "answer is not JSON; expected an object"),
+        RowResult(4, answer="fine"),
+    ]
+    assert [r.error_group for r in groups] == [
+        "input: prompt too long",
+        "engine: ValueError",
+        "worker: shard cpu1 lost its worker",
+        "output: answer is not JSON",
+        None,
+    ]
     assert groups[0].error == "input: prompt too long (3000 tokens; the model's context is 2048)"

@@ -3,6 +3,7 @@
 `python -m pipeline up`: upload, create, poll, download, compared with `python -m pipeline run`
 on the same file; cancel mid-way; the service stopped, and killed, mid-way and started again; OpenAI's error
 shapes over raw HTTP; the API key; the batches in /metrics and `python -m pipeline status`; expiry."""
+
 import asyncio
 import json
 import os
@@ -29,8 +30,14 @@ MAX_REQUESTS = 5_000
 
 
 def cli(env, *args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def free_port() -> int:
@@ -51,9 +58,30 @@ class Service:
     def start(self, timeout_s: float = 60.0) -> "Service":
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline", "serve", "--config", self.config, "--port", str(self.port),
-                 "--store", self.store, "--max-file-bytes", str(MAX_FILE_BYTES), "--max-requests", str(MAX_REQUESTS),
-                 "--part-rows", "25", *self.extra], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "pipeline",
+                    "serve",
+                    "--config",
+                    self.config,
+                    "--port",
+                    str(self.port),
+                    "--store",
+                    self.store,
+                    "--max-file-bytes",
+                    str(MAX_FILE_BYTES),
+                    "--max-requests",
+                    str(MAX_REQUESTS),
+                    "--part-rows",
+                    "25",
+                    *self.extra,
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout_s
         while True:
             assert self.proc.poll() is None, self.log.read_text()
@@ -81,8 +109,11 @@ def cluster(tmp_path_factory):
     folder = tmp_path_factory.mktemp("service")
     env = {**os.environ, "PIPELINE_CLUSTER_DIR": str(folder / "cluster")}
     config = folder / "cluster.yaml"
-    cfg = load_config().replace(scheduler={"dashboard_address": None}, intake={"max_in_flight": 8},
-                                engine={"kind": "fake", "null_latency_s": 0.1})
+    cfg = load_config().replace(
+        scheduler={"dashboard_address": None},
+        intake={"max_in_flight": 8},
+        engine={"kind": "fake", "null_latency_s": 0.1},
+    )
     config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     up = cli(env, "up", "--config", config)
     assert up.returncode == 0, up.stderr
@@ -105,10 +136,21 @@ def requests_file(path: Path, n: int, bad: dict[int, str] | None = None) -> Path
             if bad and i in bad:
                 f.write(bad[i] + "\n")
                 continue
-            messages = [{"role": "system", "content": f"Document {i % 7}: " + "words " * 40},
-                        {"role": "user", "content": f"Question {i}?"}]
-            f.write(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": CHAT,
-                                "body": {"model": "any", "messages": messages, "max_completion_tokens": 8}}) + "\n")
+            messages = [
+                {"role": "system", "content": f"Document {i % 7}: " + "words " * 40},
+                {"role": "user", "content": f"Question {i}?"},
+            ]
+            f.write(
+                json.dumps(
+                    {
+                        "custom_id": f"req-{i}",
+                        "method": "POST",
+                        "url": CHAT,
+                        "body": {"model": "any", "messages": messages, "max_completion_tokens": 8},
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -155,9 +197,17 @@ def pipeline_run(cluster, src: Path, out: Path) -> list[dict]:
 
 
 def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_path):
-    bad = {5: "this line is not JSON",
-           11: json.dumps({"custom_id": "req-11", "method": "POST", "url": CHAT,
-                           "body": {"messages": [{"role": "user", "content": 3}]}})}
+    bad = {
+        5: "this line is not JSON",
+        11: json.dumps(
+            {
+                "custom_id": "req-11",
+                "method": "POST",
+                "url": CHAT,
+                "body": {"messages": [{"role": "user", "content": 3}]},
+            }
+        ),
+    }
     src = requests_file(tmp_path / "requests.jsonl", 200, bad)
     client = service.client()
 
@@ -167,8 +217,9 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
     assert client.files.retrieve(uploaded.id).id == uploaded.id
     assert client.files.content(uploaded.id).read() == src.read_bytes()
 
-    batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h",
-                                  metadata={"team": "tests"})
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h", metadata={"team": "tests"}
+    )
     assert batch.status == "validating" and batch.request_counts.total == 200 and batch.metadata == {"team": "tests"}
     seen: list = []
     done = wait_for(client, batch.id, over, seen=seen)
@@ -188,11 +239,12 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
     assert [o["custom_id"] for o in output] == [f"req-{i}" for i in range(200) if i not in bad]
     failed = [e for e in expected if e["error"] is not None]
     assert [e["custom_id"] for e in errors] == [f["custom_id"] for f in failed] == [None, "req-11"]
-    for e, f in zip(errors, failed):   # OpenAI's error-file shape, the job's reason in it
+    for e, f in zip(errors, failed):  # OpenAI's error-file shape, the job's reason in it
         assert e["error"] is None and e["id"] == f["id"]
         assert e["response"]["status_code"] == 400 and e["response"]["request_id"] == f["response"]["request_id"]
-        assert e["response"]["body"] == {"error": {"message": f["error"]["message"], "type": "invalid_request_error",
-                                                   "param": None, "code": "input"}}
+        assert e["response"]["body"] == {
+            "error": {"message": f["error"]["message"], "type": "invalid_request_error", "param": None, "code": "input"}
+        }
     assert errors[1]["response"]["body"]["error"]["message"] == "input: messages[0].content is not text (got int)"
     # the Batch object's usage: the answered requests' tokens, summed (none while it validated,
     # the rows answered so far while it ran)
@@ -202,8 +254,9 @@ def test_upload_create_poll_download_equals_pipeline_run(service, cluster, tmp_p
     assert live and all(0 < u <= done.usage.input_tokens for u in live), live
     assert done.usage.input_tokens == sum(u["prompt_tokens"] for u in usages) > 0
     assert done.usage.output_tokens == sum(u["completion_tokens"] for u in usages)
-    assert done.usage.input_tokens_details.cached_tokens == sum(u["prompt_tokens_details"]["cached_tokens"]
-                                                                for u in usages)
+    assert done.usage.input_tokens_details.cached_tokens == sum(
+        u["prompt_tokens_details"]["cached_tokens"] for u in usages
+    )
     assert done.usage.total_tokens == done.usage.input_tokens + done.usage.output_tokens
 
     files = {f.id: f for f in client.files.list().data}
@@ -221,8 +274,17 @@ def test_a_completions_batch_answers_each_line_as_a_text_completion(service, clu
         for i in range(30):
             doc = f"Document {i % 5}: " + "words " * 40
             prompt = [f"{doc}\n\nQ: question {k} on line {i}?\nA:" for k in range(4)] if i % 2 else f"{doc}\n\nQ: {i}?"
-            f.write(json.dumps({"custom_id": f"c-{i}", "method": "POST", "url": "/v1/completions",
-                                "body": {"model": "any", "prompt": prompt, "max_tokens": 4}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "custom_id": f"c-{i}",
+                        "method": "POST",
+                        "url": "/v1/completions",
+                        "body": {"model": "any", "prompt": prompt, "max_tokens": 4},
+                    }
+                )
+                + "\n"
+            )
     client = service.client()
     uploaded = client.files.create(file=src.open("rb"), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="24h")
@@ -241,6 +303,7 @@ def test_a_completions_batch_answers_each_line_as_a_text_completion(service, clu
 def test_async_client_upload_create_poll_download(service, tmp_path):
     """``openai.AsyncOpenAI`` as an asyncio program uses it: two batches at once, each uploaded,
     created, polled and downloaded."""
+
     async def one(client: AsyncOpenAI, n: int) -> tuple:
         src = requests_file(tmp_path / f"async-{n}.jsonl", n)
         uploaded = await client.files.create(file=src.open("rb"), purpose="batch")
@@ -266,8 +329,9 @@ def test_async_client_upload_create_poll_download(service, tmp_path):
 def test_batches_list_pages_with_after_and_limit(service, tmp_path):
     client = service.client()
     uploaded = client.files.create(file=requests_file(tmp_path / "small.jsonl", 3).open("rb"), purpose="batch")
-    ids = [client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h").id
-           for _ in range(3)]
+    ids = [
+        client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h").id for _ in range(3)
+    ]
     for batch_id in ids:
         assert wait_for(client, batch_id, over).status == "completed"
     first = client.batches.list(limit=2)
@@ -293,8 +357,9 @@ def test_cancel_mid_way_stops_the_job_and_the_cluster_serves_the_next_batch(serv
     # every answer counted as completed before the cancel is kept (committed before the batch is cancelled)
     assert cancelled.request_counts.completed >= counted >= 300
     # its output file holds the answers its job committed, its error file each request left unanswered
-    kept_and_unanswered(client, cancelled, 3000, "batch_cancelled",
-                        "This request could not be executed before the batch was cancelled.")
+    kept_and_unanswered(
+        client, cancelled, 3000, "batch_cancelled", "This request could not be executed before the batch was cancelled."
+    )
     # a cancelled batch is over: cancelling it again is an error
     again = httpx.post(f"{service.url}/batches/{batch.id}/cancel")
     assert again.status_code == 400 and "cancelled" in again.json()["error"]["message"]
@@ -340,8 +405,9 @@ def test_a_batch_past_its_window_expires_keeping_its_answers_also_across_a_resta
     on the cluster, its committed answers in its output file, the rest in its error file
     (``batch_expired``); a batch whose window ends while no service runs expires as the next
     service starts."""
-    svc = Service(cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log",
-                  "--max-window-s", "8").start()
+    svc = Service(
+        cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log", "--max-window-s", "8"
+    ).start()
     try:
         client = svc.client()
         big = client.files.create(file=requests_file(tmp_path / "big.jsonl", 3000).open("rb"), purpose="batch")
@@ -410,8 +476,11 @@ def scrape(port: int, **headers) -> dict:
     """The service's /metrics: each sample's value by (name, labels)."""
     response = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=headers)
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain"), response.text
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(response.text) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
 
 
 def test_batches_in_metrics_and_in_pipeline_status(service, cluster, tmp_path):
@@ -447,11 +516,15 @@ def test_batches_in_metrics_and_in_pipeline_status(service, cluster, tmp_path):
     assert line.split()[1:5] == ["completed", "600", "0", "600"], line
     listed = [row.split()[0] for row in text.split("(python -m pipeline serve):\n")[1].splitlines()[1:]]
     assert listed == [b.id for b in client.batches.list(limit=20)]
-    as_json = json.loads(cli(cluster["env"], "status", "--json", "--config", cluster["config"],
-                             "--store", store).stdout)
+    as_json = json.loads(
+        cli(cluster["env"], "status", "--json", "--config", cluster["config"], "--store", store).stdout
+    )
     assert {"shards", "batches"} <= set(as_json)
-    assert next(b for b in as_json["batches"] if b["id"] == batch.id)["request_counts"] == \
-        {"total": 600, "completed": 600, "failed": 0}
+    assert next(b for b in as_json["batches"] if b["id"] == batch.id)["request_counts"] == {
+        "total": 600,
+        "completed": 600,
+        "failed": 0,
+    }
     # a store with no batches: no list
     empty = cli(cluster["env"], "status", "--config", cluster["config"], "--store", tmp_path / "none")
     assert empty.returncode == 0 and "batches in" not in empty.stdout
@@ -476,8 +549,10 @@ def test_openai_shaped_errors(service, tmp_path):
             assert error_of(httpx.get(f"{url}/{route}"), 404)["type"] == "invalid_request_error", route
         assert error_of(httpx.delete(f"{url}/files/{odd}"), 404)
         assert error_of(httpx.post(f"{url}/batches/{odd}/cancel"), 404)
-    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": "file-nope", "endpoint": CHAT,
-                                                    "completion_window": "24h"}), 404)
+    e = error_of(
+        httpx.post(f"{url}/batches", json={"input_file_id": "file-nope", "endpoint": CHAT, "completion_window": "24h"}),
+        404,
+    )
     assert e["param"] == "input_file_id"
     e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": "file-nope", "completion_window": "24h"}), 400)
     assert e["param"] == "endpoint" and e["type"] == "invalid_request_error"
@@ -485,34 +560,46 @@ def test_openai_shaped_errors(service, tmp_path):
     client = service.client()
     src = requests_file(tmp_path / "r.jsonl", 2)
     notes = client.files.create(file=src.open("rb"), purpose="user_data")
-    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": notes.id, "endpoint": CHAT,
-                                                    "completion_window": "24h"}), 400)
+    e = error_of(
+        httpx.post(f"{url}/batches", json={"input_file_id": notes.id, "endpoint": CHAT, "completion_window": "24h"}),
+        400,
+    )
     assert e["param"] == "input_file_id" and e["code"] == "invalid_file_purpose"
     batch_file = client.files.create(file=src.open("rb"), purpose="batch")
-    e = error_of(httpx.post(f"{url}/batches", json={"input_file_id": batch_file.id, "endpoint": "/v1/moderations",
-                                                    "completion_window": "24h"}), 400)
+    e = error_of(
+        httpx.post(
+            f"{url}/batches",
+            json={"input_file_id": batch_file.id, "endpoint": "/v1/moderations", "completion_window": "24h"},
+        ),
+        400,
+    )
     assert e["param"] == "endpoint" and e["code"] == "unsupported_endpoint"
-    e = error_of(httpx.post(f"{url}/files", files={"file": ("r.jsonl", src.read_bytes())},
-                            data={"purpose": "nonsense"}), 400)
+    e = error_of(
+        httpx.post(f"{url}/files", files={"file": ("r.jsonl", src.read_bytes())}, data={"purpose": "nonsense"}), 400
+    )
     assert e["param"] == "purpose"
 
     # over the limits: bytes, then requests
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"{}\n" * (MAX_FILE_BYTES // 3 + 1))
-    e = error_of(httpx.post(f"{url}/files", files={"file": ("too-big.jsonl", big.read_bytes())},
-                            data={"purpose": "batch"}), 400)
+    e = error_of(
+        httpx.post(f"{url}/files", files={"file": ("too-big.jsonl", big.read_bytes())}, data={"purpose": "batch"}), 400
+    )
     assert e["code"] == "file_too_large" and e["param"] == "file"
     many = tmp_path / "many.jsonl"
     many.write_bytes(b"{}\n" * (MAX_REQUESTS + 1))
-    e = error_of(httpx.post(f"{url}/files", files={"file": ("too-many.jsonl", many.read_bytes())},
-                            data={"purpose": "batch"}), 400)
+    e = error_of(
+        httpx.post(f"{url}/files", files={"file": ("too-many.jsonl", many.read_bytes())}, data={"purpose": "batch"}),
+        400,
+    )
     assert e["code"] == "too_many_requests" and str(MAX_REQUESTS) in e["message"]
     assert not [f for f in client.files.list().data if f.filename in ("too-big.jsonl", "too-many.jsonl")]
 
     # a file whose requests are for another endpoint fails validation, with the batch's errors
     other = tmp_path / "other.jsonl"
-    other.write_text(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/embeddings",
-                                 "body": {"input": "text"}}) + "\n")
+    other.write_text(
+        json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"input": "text"}}) + "\n"
+    )
     wrong = client.files.create(file=other.open("rb"), purpose="batch")
     batch = client.batches.create(input_file_id=wrong.id, endpoint=CHAT, completion_window="24h")
     failed = wait_for(client, batch.id, over)
@@ -520,13 +607,23 @@ def test_openai_shaped_errors(service, tmp_path):
     assert [(d.code, d.line) for d in failed.errors.data] == [("mismatched_endpoint", 1)]
     # as does a line without a custom_id, or with another endpoint's url, wherever it is
     no_id = b'{"method": "POST", "url": "/v1/chat/completions", "body": {}}'
-    for bad, code, param in ((no_id, "missing_required_parameter", "custom_id"),
-                             (json.dumps({"custom_id": "x", "method": "POST", "url": "/v1/embeddings",
-                                          "body": {"input": "text"}}).encode(), "mismatched_endpoint", "url")):
+    for bad, code, param in (
+        (no_id, "missing_required_parameter", "custom_id"),
+        (
+            json.dumps(
+                {"custom_id": "x", "method": "POST", "url": "/v1/embeddings", "body": {"input": "text"}}
+            ).encode(),
+            "mismatched_endpoint",
+            "url",
+        ),
+    ):
         mixed = tmp_path / f"{code}.jsonl"
         mixed.write_bytes(src.read_bytes() + b"\n" + bad + b"\n")
-        batch = client.batches.create(input_file_id=client.files.create(file=mixed.open("rb"), purpose="batch").id,
-                                      endpoint=CHAT, completion_window="24h")
+        batch = client.batches.create(
+            input_file_id=client.files.create(file=mixed.open("rb"), purpose="batch").id,
+            endpoint=CHAT,
+            completion_window="24h",
+        )
         failed = wait_for(client, batch.id, over)
         assert failed.status == "failed" and failed.output_file_id is None and failed.request_counts.completed == 0
         (error,) = failed.errors.data
@@ -535,8 +632,11 @@ def test_openai_shaped_errors(service, tmp_path):
     # custom_ids used twice fail validation too
     twice = tmp_path / "twice.jsonl"
     twice.write_text(src.read_text().replace('"req-1"', '"req-0"'))
-    batch = client.batches.create(input_file_id=client.files.create(file=twice.open("rb"), purpose="batch").id,
-                                  endpoint=CHAT, completion_window="24h")
+    batch = client.batches.create(
+        input_file_id=client.files.create(file=twice.open("rb"), purpose="batch").id,
+        endpoint=CHAT,
+        completion_window="24h",
+    )
     failed = wait_for(client, batch.id, over)
     assert failed.status == "failed" and failed.errors.data[0].code == "invalid_file"
     assert "'req-0' (2 times)" in failed.errors.data[0].message
@@ -548,19 +648,33 @@ def test_openai_shaped_errors(service, tmp_path):
 
 
 def test_api_key_is_required_when_set_and_beyond_loopback(cluster, tmp_path):
-    refused = cli(cluster["env"], "serve", "--config", cluster["config"], "--host", "0.0.0.0", "--port",
-                  str(free_port()), "--store", tmp_path / "store0", timeout=60)
+    refused = cli(
+        cluster["env"],
+        "serve",
+        "--config",
+        cluster["config"],
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(free_port()),
+        "--store",
+        tmp_path / "store0",
+        timeout=60,
+    )
     assert refused.returncode == 2 and "needs an API key" in refused.stderr
-    svc = Service(cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log",
-                  "--api-key", "s3cret").start()
+    svc = Service(
+        cluster["env"], cluster["config"], tmp_path / "store", tmp_path / "serve.log", "--api-key", "s3cret"
+    ).start()
     try:
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             r = httpx.get(f"{svc.url}/files", headers=headers)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert svc.client(api_key="s3cret").files.list().data == []
         assert httpx.get(f"http://127.0.0.1:{svc.port}/metrics").status_code == 401
-        assert scrape(svc.port, Authorization="Bearer s3cret")[("pipeline_service_batches",
-                                                                (("status", "completed"),))] == 0
+        assert (
+            scrape(svc.port, Authorization="Bearer s3cret")[("pipeline_service_batches", (("status", "completed"),))]
+            == 0
+        )
     finally:
         svc.stop()
 
@@ -575,5 +689,5 @@ def test_the_docs_example_works_as_written(service, tmp_path):
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     printed = proc.stdout.splitlines()
-    assert printed[-2:] == ["q0 ", "q1 "]   # (the fake engine's answers are empty)
+    assert printed[-2:] == ["q0 ", "q1 "]  # (the fake engine's answers are empty)
     assert any(line.startswith("completed ") for line in printed)

@@ -1,5 +1,6 @@
 """``recovery.rejoin_timeout_s`` counts until a worker that can answer, not one that has joined
 (pipeline/jobs/recovery.py): a fake scheduler and a fake clock."""
+
 from types import SimpleNamespace
 
 from pipeline.jobs.recovery import ShardWatch
@@ -33,20 +34,20 @@ def test_a_restarted_worker_whose_engine_starts_past_the_timeout_is_gone_then_re
     once saw it rejoin at 1 s and never fired 'gone')."""
     client = FakeClient({"w-a": "shard-a", "w-b": "shard-b"}, {"w-a": "ready", "w-b": "ready"})
     watch = ShardWatch(client, {"a": "shard-a", "b": "shard-b"}, interval_s=0.5, rejoin_timeout_s=60)
-    assert events(watch, 0.5) == [] and client.asked == []   # (the workers at the start: not asked)
+    assert events(watch, 0.5) == [] and client.asked == []  # (the workers at the start: not asked)
     del client.workers["w-a"]
     client.workers["w-a2"] = "shard-a"
     client.phases["w-a2"] = "starting"
     assert events(watch, 1.0) == [(LOST, "a", "w-a")]
     assert events(watch, 30.0) == []
-    assert watch.workers == {"b": "w-b"}   # (no bucket moves to a shard that cannot answer)
+    assert watch.workers == {"b": "w-b"}  # (no bucket moves to a shard that cannot answer)
     assert events(watch, 61.0) == [(GONE, "a", "w-a")]
     assert events(watch, 65.0) == []
     client.phases["w-a2"] = "ready"
     assert events(watch, 68.0) == [(REJOINED, "a", "w-a2")]
     assert watch.workers == {"a": "w-a2", "b": "w-b"} and watch.gone == set()
     asked = len(client.asked)
-    assert events(watch, 70.0) == [] and len(client.asked) == asked   # ready: not asked again
+    assert events(watch, 70.0) == [] and len(client.asked) == asked  # ready: not asked again
 
 
 def test_an_engine_ready_within_the_timeout_rejoins_without_gone():
@@ -54,7 +55,7 @@ def test_an_engine_ready_within_the_timeout_rejoins_without_gone():
     watch = ShardWatch(client, {"a": "shard-a"}, interval_s=0.5, rejoin_timeout_s=60)
     del client.workers["w-a"]
     assert events(watch, 1.0) == [(LOST, "a", "w-a")]
-    client.workers["w-a2"], client.phases["w-a2"] = "shard-a", "waiting"   # joined; no plugin yet
+    client.workers["w-a2"], client.phases["w-a2"] = "shard-a", "waiting"  # joined; no plugin yet
     assert events(watch, 3.0) == []
     client.phases["w-a2"] = "ready"
     assert events(watch, 20.0) == [(REJOINED, "a", "w-a2")]

@@ -1,5 +1,6 @@
 """The task registry (tasks/registry.py): every task a config or a batch line names is declared
 once, with what it reads, writes and needs of the engine; the code asks it."""
+
 import typing
 
 import pytest
@@ -24,18 +25,23 @@ def test_what_a_task_reads_and_writes_comes_from_its_spec():
     assert task_columns(embed).required == ("document",) and task_columns(embed).writes == spec("embed").writes
     classify = config.replace(task="classify", prompt={"template": "Review: {review}", "labels": ["a", "b"]})
     assert task_columns(classify).required == ("review",)
-    assert task_columns(config.replace(task="classify"), head=("neg", "pos")).required == ("text",)   # (the head's)
+    assert task_columns(config.replace(task="classify"), head=("neg", "pos")).required == ("text",)  # (the head's)
     assert output_fields(config.sampling.as_sampling(0), (), "score") == list(spec("score").writes)
     assert "answer" in output_fields(config.sampling.as_sampling(0), (), "chat")
 
 
-@pytest.mark.parametrize("task, engines, refused", [
-    ("embed", {"generate"}, "task embed needs an embedding model"),
-    ("classify", {"classify"}, None), ("score", {"generate"}, None), ("chat", {"generate"}, None),
-    ("generate", {"classify"}, "a classification model, which serves only tasks classify and score"),
-    ("document_question", {"embed"}, "an embedding model, which serves only task embed"),
-    ("a-kind-of-my-own", {"generate"}, None),
-])
+@pytest.mark.parametrize(
+    "task, engines, refused",
+    [
+        ("embed", {"generate"}, "task embed needs an embedding model"),
+        ("classify", {"classify"}, None),
+        ("score", {"generate"}, None),
+        ("chat", {"generate"}, None),
+        ("generate", {"classify"}, "a classification model, which serves only tasks classify and score"),
+        ("document_question", {"embed"}, "an embedding model, which serves only task embed"),
+        ("a-kind-of-my-own", {"generate"}, None),
+    ],
+)
 def test_a_task_the_engines_cannot_serve_is_refused_with_why(task, engines, refused):
     why = unserved(task, engines, "m")
     assert why is None if refused is None else refused in why, why

@@ -1,4 +1,5 @@
 """TLS between client, scheduler and workers on loopback, with certificates made here."""
+
 import psutil
 import pytest
 from distributed import Client
@@ -10,8 +11,9 @@ from pipeline.jobs.recovery import current_workers
 
 
 def test_tls_cluster_answers_and_refuses_plain_clients(tmp_path):
-    config = load_config().replace(scheduler={"dashboard_address": None}, engine={"kind": "fake"},
-                                   security=write_certs(tmp_path))
+    config = load_config().replace(
+        scheduler={"dashboard_address": None}, engine={"kind": "fake"}, security=write_certs(tmp_path)
+    )
     rows = document_questions(6, 2, seed=3)
     with Pipeline(config) as p:
         address = p.client.scheduler.address

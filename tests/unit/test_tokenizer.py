@@ -1,4 +1,5 @@
 """The client's tokenizer (no transformers import) gives what transformers gives."""
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -9,8 +10,12 @@ from tasks import Chat, DocumentQuestion
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is the pet of Ada?"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-     {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Name a colour:\n  red?"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Name a colour:\n  red?"},
+    ],
 ]
 TEXTS = ["The pet of Ada Lovel is a parrot.", "  spaces\tand\nnewlines ", "ünïcödé – 数字 123", "<|im_start|>user"]
 
@@ -29,19 +34,23 @@ def test_the_default_model_loads_without_transformers(both):
 @pytest.mark.parametrize("messages", CONVERSATIONS)
 def test_chat_templates_render_as_transformers_renders_them(both, messages, generation_prompt):
     light, hf = both
-    assert light.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt) == \
-        hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
-    assert light.apply_chat_template(messages, add_generation_prompt=generation_prompt) == \
-        hf.apply_chat_template(messages, add_generation_prompt=generation_prompt, return_dict=False)
+    assert light.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt
+    ) == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    assert light.apply_chat_template(messages, add_generation_prompt=generation_prompt) == hf.apply_chat_template(
+        messages, add_generation_prompt=generation_prompt, return_dict=False
+    )
 
 
 def test_token_ids_are_transformers_ids(both):
     light, hf = both
     for special in (False, True):
-        assert light(TEXTS, add_special_tokens=special)["input_ids"] == \
-            hf(TEXTS, add_special_tokens=special)["input_ids"]
-        assert [light.encode(t, add_special_tokens=special) for t in TEXTS] == \
-            [hf.encode(t, add_special_tokens=special) for t in TEXTS]
+        assert (
+            light(TEXTS, add_special_tokens=special)["input_ids"] == hf(TEXTS, add_special_tokens=special)["input_ids"]
+        )
+        assert [light.encode(t, add_special_tokens=special) for t in TEXTS] == [
+            hf.encode(t, add_special_tokens=special) for t in TEXTS
+        ]
 
 
 def test_tasks_split_rows_the_same_with_either(both):

@@ -4,6 +4,7 @@ job with the fake engine: every file vLLM answers is answered, a line per reques
 valid under vLLM's own ``BatchRequestOutput``; the file vLLM refuses (a line without custom_id) is
 refused. The one difference, kept on purpose: a custom_id used twice is refused, as OpenAI refuses
 it (vLLM's rerank file has one)."""
+
 import json
 import subprocess
 import sys
@@ -15,11 +16,21 @@ from pipeline.data.errors import JobError
 
 CHAT = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Hello world!"}]
 DOCS = ["The capital of Brazil is Brasilia.", "The capital of France is Paris."]
-WEATHER = {"type": "function", "function": {"name": "get_current_weather", "description": "The weather in a place",
-                                            "parameters": {"type": "object", "properties": {
-                                                "location": {"type": "string"},
-                                                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                                                "required": ["location"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_current_weather",
+        "description": "The weather in a place",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["location"],
+        },
+    },
+}
 
 
 def request(custom_id, url, **body):
@@ -27,20 +38,36 @@ def request(custom_id, url, **body):
 
 
 FILES = {
-    "chat": [request("request-1", "/v1/chat/completions", messages=CHAT, max_tokens=1000),
-             request("request-2", "/v1/chat/completions", messages=CHAT, max_tokens=1000),
-             request("request-3", "/v1/chat/completions", messages=CHAT, max_tokens=1000, model="NonExistModel"),
-             request("request-4", "/bad_url", messages=CHAT, max_tokens=1000),
-             request("request-5", "/v1/chat/completions", messages=CHAT, max_tokens=1000, stream="True")],
-    "embeddings": [request(f"request-{i}", "/v1/embeddings", input=text) for i, text in
-                   enumerate(["You are a helpful assistant.", "You are an unhelpful assistant.", "Hello world!"], 1)],
-    "score": [request("request-1", "/score", queries="What is the capital of France?", documents=DOCS),
-              request("request-2", "/v1/score", queries="What is the capital of France?", documents=DOCS)],
-    "rerank": [request("request-1", "/rerank", query="What is the capital of France?", documents=DOCS),
-               request("request-2", "/v1/rerank", query="What is the capital of France?", documents=DOCS),
-               request("request-3", "/v2/rerank", query="What is the capital of France?", documents=DOCS)],
-    "tools": [request("request-1", "/v1/chat/completions", messages=[{"role": "user", "content": "Weather in SF?"}],
-                      tools=[WEATHER], tool_choice="required", max_tokens=1000)],
+    "chat": [
+        request("request-1", "/v1/chat/completions", messages=CHAT, max_tokens=1000),
+        request("request-2", "/v1/chat/completions", messages=CHAT, max_tokens=1000),
+        request("request-3", "/v1/chat/completions", messages=CHAT, max_tokens=1000, model="NonExistModel"),
+        request("request-4", "/bad_url", messages=CHAT, max_tokens=1000),
+        request("request-5", "/v1/chat/completions", messages=CHAT, max_tokens=1000, stream="True"),
+    ],
+    "embeddings": [
+        request(f"request-{i}", "/v1/embeddings", input=text)
+        for i, text in enumerate(["You are a helpful assistant.", "You are an unhelpful assistant.", "Hello world!"], 1)
+    ],
+    "score": [
+        request("request-1", "/score", queries="What is the capital of France?", documents=DOCS),
+        request("request-2", "/v1/score", queries="What is the capital of France?", documents=DOCS),
+    ],
+    "rerank": [
+        request("request-1", "/rerank", query="What is the capital of France?", documents=DOCS),
+        request("request-2", "/v1/rerank", query="What is the capital of France?", documents=DOCS),
+        request("request-3", "/v2/rerank", query="What is the capital of France?", documents=DOCS),
+    ],
+    "tools": [
+        request(
+            "request-1",
+            "/v1/chat/completions",
+            messages=[{"role": "user", "content": "Weather in SF?"}],
+            tools=[WEATHER],
+            tool_choice="required",
+            max_tokens=1000,
+        )
+    ],
 }
 
 
@@ -56,7 +83,8 @@ def test_vllms_run_batch_inputs_are_answered_line_for_line(fake_pipeline, tmp_pa
         src = tmp_path / f"{name}.jsonl"
         src.write_text("\n".join(json.dumps(x) for x in lines))
         prepare_job(src, tmp_path / f"{name}-out.jsonl", config=fake_pipeline.config, notify=lambda m: None).run(
-            fake_pipeline, progress=False)
+            fake_pipeline, progress=False
+        )
         out[name] = [json.loads(x) for x in (tmp_path / f"{name}-out.jsonl").read_text().splitlines()]
         assert [o["custom_id"] for o in out[name]] == [x["custom_id"] for x in lines]
     errors = {o["custom_id"]: o["error"] for o in out["chat"] if o["error"]}
@@ -64,28 +92,36 @@ def test_vllms_run_batch_inputs_are_answered_line_for_line(fake_pipeline, tmp_pa
     assert errors["request-4"]["message"].startswith("input: url must be /v1/chat/completions (got '/bad_url')")
     assert errors["request-5"]["message"] == "input: body.stream: expected bool or null, got str"
     assert all(o["error"] is None for name in ("embeddings", "score", "rerank") for o in out[name])
-    check = ("import json, sys\n"
-             "from vllm.entrypoints.launchers.run_batch import BatchRequestOutput\n"
-             "lines = json.load(sys.stdin)\n"
-             "for line in lines:\n"
-             "    BatchRequestOutput.model_validate(line)\n"
-             "print('valid', len(lines))\n")
+    check = (
+        "import json, sys\n"
+        "from vllm.entrypoints.launchers.run_batch import BatchRequestOutput\n"
+        "lines = json.load(sys.stdin)\n"
+        "for line in lines:\n"
+        "    BatchRequestOutput.model_validate(line)\n"
+        "print('valid', len(lines))\n"
+    )
     every = [o for lines in out.values() for o in lines]
-    done = subprocess.run([sys.executable, "-c", check], input=json.dumps(every), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", check], input=json.dumps(every), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and done.stdout.strip() == f"valid {len(every)}", done.stderr[-2000:]
 
 
 def test_the_file_vllm_refuses_is_refused(tmp_path):
-    lines = [{**request("x", "/v1/chat/completions", messages=CHAT)}, request("request-2", "/v1/chat/completions",
-                                                                              messages=CHAT)]
+    lines = [
+        {**request("x", "/v1/chat/completions", messages=CHAT)},
+        request("request-2", "/v1/chat/completions", messages=CHAT),
+    ]
     lines[0]["invalid_field"] = lines[0].pop("custom_id")
     src = tmp_path / "invalid.jsonl"
     src.write_text("\n".join(json.dumps(x) for x in lines))
     with pytest.raises(JobError, match="line 1: custom_id is missing"):
         prepare_job(src, tmp_path / "out.jsonl", config=load_config(), notify=lambda m: None)
     twice = tmp_path / "twice.jsonl"
-    twice.write_text("\n".join(json.dumps(request("request-2", url, query="q", documents=DOCS))
-                               for url in ("/v1/rerank", "/v2/rerank")))
+    twice.write_text(
+        "\n".join(
+            json.dumps(request("request-2", url, query="q", documents=DOCS)) for url in ("/v1/rerank", "/v2/rerank")
+        )
+    )
     with pytest.raises(JobError, match=r"'request-2' \(2 times\)"):
         prepare_job(twice, tmp_path / "out2.jsonl", config=load_config(), notify=lambda m: None)

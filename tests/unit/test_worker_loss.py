@@ -8,6 +8,7 @@ The fake engine answers after a short sleep so that the job is still running whe
 lands (the stream's buckets of 16 rows end one by one); the recovery path
 (Dask's retry, the client's shard watch, buckets moved) is the same as with vLLM.
 """
+
 import os
 import signal
 import sys
@@ -29,8 +30,10 @@ def _config(rejoin_timeout_s):
     return load_config().replace(
         scheduler={"dashboard_address": None},
         engine={"kind": "fake", "null_latency_s": 0.05},
-        intake={"max_in_flight": 2, "concurrent_batches": 2}, jobs={"bucket_rows": 16},
-        recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": rejoin_timeout_s})
+        intake={"max_in_flight": 2, "concurrent_batches": 2},
+        jobs={"bucket_rows": 16},
+        recovery={"poll_interval_s": 0.2, "rejoin_timeout_s": rejoin_timeout_s},
+    )
 
 
 def _worker_pid(p, shard):
@@ -61,6 +64,7 @@ def test_killed_worker_is_restarted_by_its_nanny_and_its_tasks_run_again():
     assert len(rows) == ROWS
     with Pipeline(_config(rejoin_timeout_s=120)) as p:
         worker_pid = _worker_pid(p, "cpu1")
+
         def kill():
             os.kill(worker_pid, signal.SIGKILL)
 

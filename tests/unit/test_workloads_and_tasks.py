@@ -47,12 +47,15 @@ def test_document_question_prefix_is_shared_and_question_last():
     assert a.prefix.startswith("<|im_start|>system")
 
 
-@pytest.mark.parametrize("row, message", [
-    ({"document": None, "question": "q"}, "document is null"),
-    ({"document": "d", "question": "  "}, "question is empty"),
-    ({"document": 5, "question": "q"}, "document is not text"),
-    ({"question": "q"}, "column document is missing"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"document": None, "question": "q"}, "document is null"),
+        ({"document": "d", "question": "  "}, "question is empty"),
+        ({"document": 5, "question": "q"}, "document is not text"),
+        ({"question": "q"}, "column document is missing"),
+    ],
+)
 def test_bad_rows_raise_row_error(row, message):
     with pytest.raises(RowError, match=message):
         DocumentQuestion(ChatMLTokenizer()).split(row)

@@ -1,5 +1,6 @@
 """Run by tests/unit/test_job_scale.py in a process of its own: ``Pipeline.stream`` over a
 generator of ROWS rows (fake engine), the client's peak RSS growth over a warmed-up baseline."""
+
 import json
 import sys
 import time
@@ -26,8 +27,7 @@ def stream(p, n: int, docs: list[str]) -> dict:
         seen[r.index] += 1
         wrong += r.id != f"r{r.index}"
         errors += r.error is not None
-    return {"rows": n, "seconds": time.perf_counter() - t0, "once": seen.count(1), "wrong_id": wrong,
-            "errors": errors}
+    return {"rows": n, "seconds": time.perf_counter() - t0, "once": seen.count(1), "wrong_id": wrong, "errors": errors}
 
 
 if __name__ == "__main__":
@@ -37,9 +37,9 @@ if __name__ == "__main__":
     docs = [f"Document {d}: " + "filler text about nothing in particular. " * 10 for d in range(1000)]
     config = load_config().replace(scheduler={"dashboard_address": None})
     with Pipeline(config, engine="fake") as p:
-        stream(p, 100_000, docs)   # (warm-up: imports, pools, the workers' first windows)
+        stream(p, 100_000, docs)  # (warm-up: imports, pools, the workers' first windows)
         baseline = _status("VmRSS")
-        Path("/proc/self/clear_refs").write_text("5")   # reset the peak (VmHWM) to the current RSS
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
         report = stream(p, n, docs)
         report.update(baseline_rss=baseline, peak_rss=_status("VmHWM"))
     print(json.dumps(report))

@@ -1,6 +1,7 @@
 """An engine whose engine core has died: every request fails as vLLM's then do. ``kill_engine``,
 run on a worker with ``client.run``, puts one in place of its engine (this module is pickled by
 value, so the workers need not import the tests)."""
+
 import sys
 
 import cloudpickle

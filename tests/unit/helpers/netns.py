@@ -6,6 +6,7 @@ between namespaces the test made. A host's link can be cut, healed and rate-shap
 directions) while the processes inside keep running. Test modules use it with
 ``from helpers.netns import netns_hosts`` (pytest puts tests/unit on sys.path).
 """
+
 import atexit
 import itertools
 import json
@@ -18,14 +19,13 @@ import time
 
 import pytest
 
-IP = "ip"               # the iproute2 command; a test swaps it to see the rig refuse cleanly
+IP = "ip"  # the iproute2 command; a test swaps it to see the rig refuse cleanly
 TC = "tc"
-PREFIX = "plt"          # every namespace of this rig is named plt{pid}x{rig}{h<i>|br}
+PREFIX = "plt"  # every namespace of this rig is named plt{pid}x{rig}{h<i>|br}
 _STALE = re.compile(rf"^{PREFIX}(\d+)x\d+(?:h\d+|br)$")
 _counter = itertools.count()
 _open: set["Rig"] = set()
-_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9,
-               "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
+_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
 
 
 class RigUnavailable(Exception):
@@ -91,8 +91,25 @@ class Host:
             if rate is None:
                 _cmd([TC, "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
             else:
-                _cmd([TC, "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-                      "burst", _tbf_burst(rate), "latency", "100ms"])
+                _cmd(
+                    [
+                        TC,
+                        "-n",
+                        ns,
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        dev,
+                        "root",
+                        "tbf",
+                        "rate",
+                        rate,
+                        "burst",
+                        _tbf_burst(rate),
+                        "latency",
+                        "100ms",
+                    ]
+                )
 
     def link_bytes(self) -> tuple[int, int]:
         """(rx_bytes, tx_bytes) of eth0 as the host sees it."""
@@ -102,11 +119,16 @@ class Host:
 
     def can_reach(self, other: "Host", port: int, timeout: float = 1.0) -> bool:
         """Whether a TCP connect from inside this host to other.address:port succeeds in time."""
-        code = ("import socket,sys\ntry: socket.create_connection((sys.argv[1], int(sys.argv[2])), "
-                "float(sys.argv[3])).close()\nexcept OSError: sys.exit(1)")
+        code = (
+            "import socket,sys\ntry: socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+            "float(sys.argv[3])).close()\nexcept OSError: sys.exit(1)"
+        )
         try:
-            done = self.run([sys.executable, "-c", code, other.address, str(port), str(timeout)],
-                            capture_output=True, timeout=timeout + 10)
+            done = self.run(
+                [sys.executable, "-c", code, other.address, str(port), str(timeout)],
+                capture_output=True,
+                timeout=timeout + 10,
+            )
         except subprocess.TimeoutExpired:
             return False
         return done.returncode == 0
@@ -137,8 +159,23 @@ class Rig:
             host = Host(f"h{i}", f"{self.tag}h{i}", f"10.213.{self.subnet}.{i + 1}", self.bridge_ns, f"v{i}")
             _add_namespace(self, host.ns)
             # Made inside the bridge namespace, its peer moved straight to the host's: never in root.
-            _cmd([IP, "-n", self.bridge_ns, "link", "add", host._port, "type", "veth",
-                  "peer", "name", "eth0", "netns", host.ns])
+            _cmd(
+                [
+                    IP,
+                    "-n",
+                    self.bridge_ns,
+                    "link",
+                    "add",
+                    host._port,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    host.ns,
+                ]
+            )
             _cmd([IP, "-n", self.bridge_ns, "link", "set", host._port, "master", "br0", "up"])
             _cmd([IP, "-n", host.ns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
             _cmd([IP, "-n", host.ns, "link", "set", "eth0", "up"])
@@ -225,6 +262,7 @@ def netns_hosts():
     def make(n: int) -> Rig:
         rigs.append(rig_or_skip(n))
         return rigs[-1]
+
     yield make
     for rig in rigs:
         rig.close()

@@ -4,6 +4,7 @@ way docs/operating.md tells a user to: ``python -m pipeline scheduler`` on the f
 run``) on the scheduler's host. Files (config, input, output, logs) are shared, as a shared file
 system would be across real hosts; every byte between processes crosses the rig's links.
 """
+
 import json
 import os
 import subprocess
@@ -32,7 +33,7 @@ def printed_address(proc, timeout_s: float = 60.0) -> tuple[str, int]:
         if line.startswith("pipeline: scheduler at "):
             address = line.split()[3].rstrip(";")
             port = int(line.split("http://")[1].split(":")[1].split("/")[0])
-            threading.Thread(target=proc.stderr.read, daemon=True).start()   # (keep its pipe drained)
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # (keep its pipe drained)
             return address, port
     raise AssertionError("the scheduler did not start")
 
@@ -54,7 +55,7 @@ class RigCluster:
         self.bind = "127.0.0.1" if loopback else self.head.address
         self.tls = bool(config.get("security"))
         self.address = f"{'tls' if self.tls else 'tcp'}://{self.bind}:{PORT}"
-        self.insecure = [] if self.tls else ["--insecure"]   # (a private network the test made)
+        self.insecure = [] if self.tls else ["--insecure"]  # (a private network the test made)
         self.config = {**config, "scheduler": {**config.get("scheduler", {}), "address": self.address}}
         self.env = {**(env or {}), "PYTHONPATH": str(ROOT)}
         self.scheduler: subprocess.Popen | None = None
@@ -71,22 +72,60 @@ class RigCluster:
 
     def start_scheduler(self, timeout_s: float = 60.0) -> None:
         self.scheduler = self.head.popen(
-            [*PIPELINE, "scheduler", "--host", self.bind, "--port", str(PORT), "--dashboard-address",
-             f"{self.bind}:{DASHBOARD}", "--config", str(self.config_path), *self.insecure,
-             "--log-file", str(self.folder / "scheduler.log")],
-            env=self._env(), cwd=self.folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                *PIPELINE,
+                "scheduler",
+                "--host",
+                self.bind,
+                "--port",
+                str(PORT),
+                "--dashboard-address",
+                f"{self.bind}:{DASHBOARD}",
+                "--config",
+                str(self.config_path),
+                *self.insecure,
+                "--log-file",
+                str(self.folder / "scheduler.log"),
+            ],
+            env=self._env(),
+            cwd=self.folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.wait_for(lambda: self.identity() is not None, timeout_s, "the scheduler to answer")
 
-    def start_worker(self, i: int, shard: str | None = None, extra: list[str] = (), config: Path | None = None,
-                     name: str | None = None) -> subprocess.Popen:
+    def start_worker(
+        self,
+        i: int,
+        shard: str | None = None,
+        extra: list[str] = (),
+        config: Path | None = None,
+        name: str | None = None,
+    ) -> subprocess.Popen:
         host = self.rig[i]
         shard = shard or self.shards[i - 1]
         bind = "127.0.0.1" if self.loopback else host.address
-        proc = host.popen([*PIPELINE, "worker", self.address, "--shard", shard, "--host", bind,
-                           "--config", str(config or self.config_path), *self.insecure,
-                           "--log-file", str(self.folder / f"worker-h{i}.log"), *extra],
-                          env=self._env(), cwd=self.folder, stdout=subprocess.DEVNULL,
-                          stderr=open(self.folder / f"supervisor-h{i}.log", "a"))
+        proc = host.popen(
+            [
+                *PIPELINE,
+                "worker",
+                self.address,
+                "--shard",
+                shard,
+                "--host",
+                bind,
+                "--config",
+                str(config or self.config_path),
+                *self.insecure,
+                "--log-file",
+                str(self.folder / f"worker-h{i}.log"),
+                *extra,
+            ],
+            env=self._env(),
+            cwd=self.folder,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.folder / f"supervisor-h{i}.log", "a"),
+        )
         self.workers[name or host.name] = proc
         return proc
 
@@ -104,8 +143,10 @@ class RigCluster:
     def identity(self) -> dict | None:
         """The scheduler's identity (its workers and their resources), read over HTTP from the
         scheduler's host; None while it does not answer."""
-        code = (f"import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
-                f"'http://{self.bind}:{DASHBOARD}/json/identity.json',timeout=3).read().decode())")
+        code = (
+            f"import urllib.request,sys;sys.stdout.write(urllib.request.urlopen("
+            f"'http://{self.bind}:{DASHBOARD}/json/identity.json',timeout=3).read().decode())"
+        )
         done = self.head.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
         return json.loads(done.stdout) if done.returncode == 0 and done.stdout else None
 
@@ -121,13 +162,24 @@ class RigCluster:
 
     def run(self, args: list, timeout_s: float = 600.0) -> subprocess.CompletedProcess:
         """``python -m pipeline run ARGS --config`` on the scheduler's host, waited for."""
-        return self.head.run([*PIPELINE, "run", *map(str, args), "--config", str(self.config_path), "--quiet"],
-                             env=self._env(), cwd=self.folder, capture_output=True, text=True, timeout=timeout_s)
+        return self.head.run(
+            [*PIPELINE, "run", *map(str, args), "--config", str(self.config_path), "--quiet"],
+            env=self._env(),
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
 
     def start_run(self, args: list) -> subprocess.Popen:
-        return self.head.popen([*PIPELINE, "run", *map(str, args), "--config", str(self.config_path), "--quiet"],
-                               env=self._env(), cwd=self.folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+        return self.head.popen(
+            [*PIPELINE, "run", *map(str, args), "--config", str(self.config_path), "--quiet"],
+            env=self._env(),
+            cwd=self.folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     @staticmethod
     def wait_for(check, timeout_s: float, what: str, every_s: float = 0.5):
@@ -154,13 +206,18 @@ class RigCluster:
 def rig_config(shards: list[str], **engine) -> dict:
     """A fake-engine config for the rig's shards (each its own core here; on real hosts each
     host's own device)."""
-    return {"scheduler": {"address": None},
-            "shards": [{"name": s, "devices": [i % 2], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
-                       for i, s in enumerate(shards)],
-            "engine": {"kind": "fake", **engine},
-            "advanced": {"intake": {"max_in_flight": 4, "concurrent_batches": 2},
-                         "recovery": {"poll_interval_s": 0.5, "rejoin_timeout_s": 20},
-                         "jobs": {"bucket_rows": 200}}}
+    return {
+        "scheduler": {"address": None},
+        "shards": [
+            {"name": s, "devices": [i % 2], "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}} for i, s in enumerate(shards)
+        ],
+        "engine": {"kind": "fake", **engine},
+        "advanced": {
+            "intake": {"max_in_flight": 4, "concurrent_batches": 2},
+            "recovery": {"poll_interval_s": 0.5, "rejoin_timeout_s": 20},
+            "jobs": {"bucket_rows": 200},
+        },
+    }
 
 
 def read_output(path: Path) -> list[dict]:
