@@ -11,6 +11,11 @@ import pytest
 from pipeline.bench.score import pairs_of
 from pipeline.jobs.job import run_job
 
+# The same pair scored twice may differ by one step of its logits: bfloat16 logits near 20 move in
+# steps of 0.125, ~0.03 of a probability near 0.5, and a prompt whose document was served from the
+# prefix cache (the other job's order decides which) can land a step apart (seen: 0.4073 vs 0.3775)
+STEP = 0.04
+
 
 def test_a_score_lines_scores_are_a_parquet_score_jobs(pipeline, tmp_path):
     found = pairs_of(2, 2, seed=7)  # (2 documents x 2 queries each, ~700-token prompts)
@@ -50,10 +55,10 @@ def test_a_score_lines_scores_are_a_parquet_score_jobs(pipeline, tmp_path):
         data = o["response"]["body"]["data"]
         assert o["error"] is None and [d["index"] for d in data] == list(range(len(documents)))
         for d, document in zip(data, documents):
-            assert 0 < d["score"] < 1 and d["score"] == pytest.approx(want[q, document], abs=0.01)
+            assert 0 < d["score"] < 1 and d["score"] == pytest.approx(want[q, document], abs=STEP)
         assert o["response"]["body"]["usage"]["prompt_tokens"] == sum(tokens[q, d] for d in documents)
     scored = out[0]["response"]["body"]["data"]
     best = max(range(len(documents)), key=lambda i: scored[i]["score"])
     (top,) = out[-1]["response"]["body"]["results"]
     assert top["index"] == best and top["document"]["text"] == documents[best]
-    assert top["relevance_score"] == pytest.approx(scored[best]["score"], abs=0.01)
+    assert top["relevance_score"] == pytest.approx(scored[best]["score"], abs=STEP)

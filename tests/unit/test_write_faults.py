@@ -232,7 +232,7 @@ def test_a_job_let_go_keeps_every_answer_it_counted(pipeline, src, tmp_path):
     first = prepare_job(path, out, config=pipeline.config, part_rows=10_000, flush_seconds=60.0, notify=lambda m: None)
     stop, counted = threading.Event(), []
 
-    def on_progress(done, failed):
+    def on_progress(done, failed, tokens):
         if done >= 100 and not stop.is_set():
             counted.append(done)
             stop.set()

@@ -150,9 +150,15 @@ class RigCluster:
         done = self.head.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
         return json.loads(done.stdout) if done.returncode == 0 and done.stdout else None
 
-    def served(self) -> dict[str, str]:
-        """shard -> the address of the worker now registered for it."""
-        info = self.identity() or {}
+    def served(self, wait_s: float = 0.0) -> dict[str, str]:
+        """shard -> the address of the worker now registered for it; ``wait_s``: how long to ask
+        again while the scheduler does not answer (a loaded box)."""
+        deadline = time.monotonic() + wait_s
+        info = self.identity()
+        while info is None and time.monotonic() < deadline:
+            time.sleep(1)
+            info = self.identity()
+        info = info or {}
         out = {}
         for addr, w in (info.get("workers") or {}).items():
             for name in w.get("resources") or {}:
