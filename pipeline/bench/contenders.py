@@ -222,24 +222,7 @@ def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None)
     pipeline's own, or a ``replace`` of it for a variant; the pipeline keeps its own config."""
     pipeline.reset_cache()
     runner = _running_with(pipeline, job)
-    res = RunResult(
-        "pipeline",
-        burst,
-        pair,
-        0.0,
-        len(prep.rows),
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        prep.ideal_prefill,
-        prep.ideal_prefill_blocks,
-        {},
-        {},
-        {},
-    )
+    res = _pipeline_result(prep, burst, pair)
     busy0 = _engine_busy(pipeline)
     before = roles.snapshot() if roles else None
     t0 = time.perf_counter()
@@ -257,11 +240,7 @@ def run_pipeline(pipeline, job: Config, prep: Prepared, burst, pair, roles=None)
     if before is not None:  # (with roles: their snapshot before)
         after = roles.snapshot()
         res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
-    stats = pipeline.worker_stats()
-    res.gc = {s["shard"]: s["gc"] for s in stats}
-    res.engine_idle_s = {
-        s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0)) for s in stats
-    }
+    _engine_figures(pipeline, res, busy0)
     return res
 
 
@@ -276,40 +255,12 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.jobs.job import prepare_job  # (imports Dask: here, not at the top)
-
-    res = RunResult(
-        "pipeline",
-        burst,
-        pair,
-        0.0,
-        len(prep.rows),
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        prep.ideal_prefill,
-        prep.ideal_prefill_blocks,
-        {},
-        {},
-        {},
-    )
+    res = _pipeline_result(prep, burst, pair)
     expected = {row["id"]: row["expected"] for row in prep.rows}
     with tempfile.TemporaryDirectory(prefix="bench-bigjob-") as tmp:
         src, out = Path(tmp) / "input.parquet", Path(tmp) / "output.parquet"
         pq.write_table(pa.Table.from_pylist(prep.rows), src)
-        pipeline.reset_cache()
-        cluster_job = prepare_job(src, out, config=job, notify=lambda m: None)
-        busy0 = _engine_busy(pipeline)
-        before = roles.snapshot() if roles else None
-        t0 = time.perf_counter()
-        cluster_job.run(pipeline, progress=False)
-        res.wall_s = time.perf_counter() - t0
-        if before is not None:  # (with roles: their snapshot before)
-            after = roles.snapshot()
-            res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
+        busy0 = _timed_file_job(pipeline, job, src, out, res, roles)
         table = pq.read_table(
             out, columns=["id", "answer", "error", "prompt_tokens", "cached_tokens", "completion_tokens", "shard"]
         )
@@ -322,11 +273,7 @@ def run_pipeline_job(pipeline, job: Config, prep: Prepared, burst, pair, roles=N
         res.completion_tokens += r["completion_tokens"] or 0
         if r["shard"] is not None:
             res.per_shard[r["shard"]] = res.per_shard.get(r["shard"], 0) + 1
-    stats = pipeline.worker_stats()
-    res.gc = {s["shard"]: s["gc"] for s in stats}
-    res.engine_idle_s = {
-        s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0)) for s in stats
-    }
+    _engine_figures(pipeline, res, busy0)
     return res
 
 
@@ -337,26 +284,7 @@ def run_pipeline_lines(pipeline, job: Config, prep: Prepared, burst, pair, roles
     import tempfile
     from pathlib import Path
 
-    from pipeline.jobs.job import prepare_job  # (imports Dask: here, not at the top)
-
-    res = RunResult(
-        "pipeline",
-        burst,
-        pair,
-        0.0,
-        len(prep.rows),
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        prep.ideal_prefill,
-        prep.ideal_prefill_blocks,
-        {},
-        {},
-        {},
-    )
+    res = _pipeline_result(prep, burst, pair)
     lines: dict[int, list[dict]] = {}
     for row in prep.rows:
         lines.setdefault(row["line"], []).append(row)
@@ -376,15 +304,7 @@ def run_pipeline_lines(pipeline, job: Config, prep: Prepared, burst, pair, roles
                 for n, rows in lines.items()
             )
         )
-        pipeline.reset_cache()
-        cluster_job = prepare_job(src, out, config=job, notify=lambda m: None)
-        before = roles.snapshot() if roles else None
-        t0 = time.perf_counter()
-        cluster_job.run(pipeline, progress=False)
-        res.wall_s = time.perf_counter() - t0
-        if before is not None:  # (with roles: their snapshot before)
-            after = roles.snapshot()
-            res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
+        busy0 = _timed_file_job(pipeline, job, src, out, res, roles)
         answers = [json.loads(x) for x in out.read_text().splitlines()]
     for answer in answers:
         rows = lines[int(answer["custom_id"].removeprefix("line-"))]
@@ -397,8 +317,58 @@ def run_pipeline_lines(pipeline, job: Config, prep: Prepared, burst, pair, roles
         res.prompt_tokens += body["usage"]["prompt_tokens"]
         res.cached_tokens += body["usage"]["prompt_tokens_details"]["cached_tokens"]
         res.completion_tokens += body["usage"]["completion_tokens"]
-    res.gc = {s["shard"]: s["gc"] for s in pipeline.worker_stats()}
+    _engine_figures(pipeline, res, busy0)
     return res
+
+
+def _pipeline_result(prep: Prepared, burst, pair) -> RunResult:
+    """The pipeline's run of ``prep``, its figures still to take."""
+    return RunResult(
+        "pipeline",
+        burst,
+        pair,
+        0.0,
+        len(prep.rows),
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        prep.ideal_prefill,
+        prep.ideal_prefill_blocks,
+        {},
+        {},
+        {},
+    )
+
+
+def _timed_file_job(pipeline, job: Config, src, out, res: RunResult, roles) -> dict[str, float]:
+    """``src`` answered into ``out`` as a file job after ``reset_cache``; the clock (``res.wall_s``,
+    and the roles' cores and faults) covers ``run``, not ``prepare_job``'s checks. The engines'
+    busy seconds before it (``_engine_figures``)."""
+    from pipeline.jobs.job import prepare_job  # (imports Dask: here, not at the top)
+
+    pipeline.reset_cache()
+    cluster_job = prepare_job(src, out, config=job, notify=lambda m: None)
+    busy0 = _engine_busy(pipeline)
+    before = roles.snapshot() if roles else None
+    t0 = time.perf_counter()
+    cluster_job.run(pipeline, progress=False)
+    res.wall_s = time.perf_counter() - t0
+    if before is not None:  # (with roles: their snapshot before)
+        after = roles.snapshot()
+        res.cores, res.faults = cores_used(before, after, res.wall_s), minor_faults(before, after)
+    return busy0
+
+
+def _engine_figures(pipeline, res: RunResult, busy0: dict[str, float]) -> None:
+    """The workers' GC pauses and each engine's idle time over the run (``busy0``: before it)."""
+    stats = pipeline.worker_stats()
+    res.gc = {s["shard"]: s["gc"] for s in stats}
+    res.engine_idle_s = {
+        s["shard"]: res.wall_s - (s["metrics"]["engine_busy_s"] - busy0.get(s["shard"], 0.0)) for s in stats
+    }
 
 
 def _running_with(pipeline, job: Config):
