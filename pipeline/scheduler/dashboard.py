@@ -1,18 +1,7 @@
-"""The pipeline's pages on the scheduler's HTTP server (the one behind the Dask dashboard):
-
-    /pipeline               live plots over the job, a Bokeh page of the Dask dashboard
-                            (pipeline/scheduler/dashboard_plots.py; only with the dashboard on)
-    /pipeline/table         the shards' current figures as an HTML table (no JavaScript; reloads every 2 s)
-    /pipeline/status.json   the same figures as JSON
-
-Added by the scheduler preload (pipeline/scheduler/preload.py). They read what the scheduler
-holds: each worker's figures, which the engine plugin sends every second while it works as
-Dask events (topic ``pipeline-shard``), and the current job's figures, which the job's
-coordinator (pipeline/jobs/cluster_job.py) keeps in the scheduler's metadata. Requests/s and output tokens/s are
-the rates over a shard's snapshots of the last 10 seconds; so is the engine busy share
-(the part of that time in which the shard's engine had at least one request). The plots
-draw on a history of these figures kept on the scheduler (pipeline/scheduler/history.py).
-"""
+"""The pipeline's pages on the scheduler's HTTP server, installed by the scheduler preload: live plots at
+``/pipeline`` when the Dask dashboard is on, and the shards' figures as an HTML table at ``/pipeline/table`` and as
+JSON at ``/pipeline/status.json``. They read what the scheduler holds: each worker's figures, sent as Dask events
+while it works, and the current job's view in the scheduler's metadata."""
 
 from __future__ import annotations
 
@@ -32,7 +21,7 @@ JSON_PATH = PATH + "/status.json"
 
 
 def _serving(scheduler) -> dict[str, str]:
-    """Shard -> the address of the worker that serves it (its ``shard-<name>`` resource)."""
+    """Shard -> the address of the worker serving it, found by its ``shard-<name>`` resource."""
     out = {}
     for ws in getattr(scheduler, "workers", {}).values():
         for resource in ws.resources:
@@ -42,15 +31,14 @@ def _serving(scheduler) -> dict[str, str]:
 
 
 def status(scheduler) -> dict:
-    """Per-shard figures (workers' latest snapshots, rates over the last RATE_WINDOW_S) merged
-    with the current job's figures."""
+    """Each shard's latest snapshot with rates over the last ``RATE_WINDOW_S``, and the current job's figures."""
     recent: dict[str, deque[dict]] = {}
-    received: dict[str, float] = {}  # shard -> when its latest snapshot was logged (the scheduler's clock)
+    received: dict[str, float] = {}  # shard -> when its latest snapshot was logged
     for at, msg in scheduler.get_events(SNAPSHOT_TOPIC):
         received[msg["shard"]] = at
         slide(recent.setdefault(msg["shard"], deque()), msg, RATE_WINDOW_S)
     view = scheduler.get_metadata([VIEW_METADATA_KEY], default=None) or {}
-    serving = _serving(scheduler)  # (a shard whose worker has sent no figures yet is listed too)
+    serving = _serving(scheduler)  # lists shards that have sent nothing yet too
     shards = {}
     for name in sorted(set(recent) | set(serving)):
         snaps = recent.get(name, ())
@@ -142,8 +130,8 @@ class PipelineStatus(RequestHandler):
 
 
 def install(scheduler) -> None:
-    """Add the pipeline's pages to this scheduler's HTTP server: the table and the JSON always;
-    with the Dask dashboard on, the plots page too, and the history it draws from."""
+    """Adds the table and JSON pages, and with the Dask dashboard on, the plots page and the history it draws
+    from."""
     scheduler.http_application.add_handlers(
         r".*",
         [
@@ -166,8 +154,7 @@ def uninstall(scheduler) -> None:
 
 
 def has_dashboard(scheduler) -> bool:
-    """Dask's dashboard is on: its Bokeh application is among those of the scheduler's HTTP
-    server (``dask scheduler --no-dashboard`` has none, and never imports Bokeh)."""
+    """Whether Dask's dashboard is on; ``--no-dashboard`` serves no Bokeh application and never imports Bokeh."""
     return any(
         type(app).__module__.startswith(("bokeh.", "distributed.dashboard."))
         for app in getattr(scheduler.http_application, "applications", ())

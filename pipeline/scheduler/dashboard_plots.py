@@ -1,20 +1,9 @@
-"""The pipeline's plots on the Dask dashboard: the Bokeh page ``/pipeline``.
+"""The pipeline's live plots as a Bokeh page, ``/pipeline``, on the Dask dashboard.
 
-Live plots over the job, one line per shard, in the style of Dask's own time-series pages:
-requests/s, output tokens/s, prefix-cache hit share, engine busy share, requests in flight
-and queued; and the job's progress (rows answered, the input's rows, rows with an error).
-They are drawn from the scheduler's ``History`` (pipeline/scheduler/history.py), so a page
-opened or reloaded mid-job starts with the last 30 minutes; every second each open page
-streams the points sampled since its last update.
-
-``register`` serves the page from the scheduler's dashboard as Dask serves its own: a Bokeh
-application (distributed's ``BokehApplication``, with Dask's template, theme and navigation
-bar) on the scheduler's HTTP server, and "Pipeline" in the navigation bar of every Dask
-page. Dask builds its own Bokeh application (from ``distributed.dashboard.scheduler.applications``)
-while the scheduler is constructed, before a preload's ``dask_setup`` runs; so the preload adds
-a second one next to it, for this page only. Without a dashboard (``--no-dashboard``) there is
-no page. Nothing here opens a port: the page is served by the scheduler's own HTTP server.
-"""
+The plots are drawn from the scheduler's ``History``, so a page opened mid-job starts with what came before, and
+each open page streams new points every second. Dask builds its own Bokeh application while the scheduler is
+constructed, before a preload's ``dask_setup`` runs, so ``register`` adds a second one beside it for this page and
+links it from Dask's navigation bar."""
 
 from __future__ import annotations
 
@@ -33,7 +22,7 @@ from pipeline.scheduler.history import JOB_COLUMNS, RATE_WINDOW_S, SHARD_COLUMNS
 
 PATH = "/pipeline"
 NAV_PAGE = "pipeline"  # its entry in the navigation bar of Dask's pages
-UPDATE_MS = 1000  # each open page's update interval (the history gains a point a second)
+UPDATE_MS = 1000  # the history gains a point a second
 
 # (figure name, title, y axis label, column, y range 0..1)
 SHARD_FIGURES = [
@@ -59,9 +48,8 @@ _apps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # scheduler ->
 
 
 class PipelinePlots:
-    """The page's figures, fed from a ``History``: ``update`` streams the points sampled since
-    the last one. Its ``ColumnDataSource``s are named ``pipeline-shard-<shard>`` and
-    ``pipeline-job`` (columns: ``time`` in ms since the epoch, then the history's columns)."""
+    """The page's figures; ``update`` streams the points sampled since the last one. Sources are named
+    ``pipeline-shard-<shard>`` and ``pipeline-job``, with ``time`` in ms since the epoch."""
 
     def __init__(self, history: History, **kwargs):
         self.history = history
@@ -163,7 +151,7 @@ class PipelinePlots:
 
 
 def _plottable(cols: dict, names) -> dict:
-    """The history's columns as the page's: times in ms (Bokeh's datetimes), None as NaN (a gap)."""
+    """The history's columns as Bokeh wants them: times in ms, None as NaN to leave a gap."""
     out = {"time": [t * 1000 for t in cols["time"]]}
     for name in names:
         values = cols[name]
@@ -183,7 +171,7 @@ def summary(job: str, done: int, total: int | None, errors: int | None) -> str:
 
 
 def pipeline_doc(scheduler, extra: dict, doc) -> None:
-    """The Bokeh document of one page view (Dask's signature for its pages' documents)."""
+    """The Bokeh document of one page view, with the signature Dask uses for its pages."""
     from distributed.dashboard.components import add_periodic_callback
     from distributed.dashboard.components.scheduler import BOKEH_THEME, env
 
@@ -205,16 +193,16 @@ def dask_dashboard(scheduler) -> BokehTornado | None:
 
 
 def register(scheduler) -> BokehTornado | None:
-    """Serve ``/pipeline`` from the scheduler's dashboard, and link it from the navigation bar
-    of Dask's pages; nothing (None) if the scheduler has no dashboard."""
+    """Serves ``/pipeline`` from the scheduler's dashboard and links it from Dask's navigation bar; None without a
+    dashboard."""
     dask_app = dask_dashboard(scheduler)
     if dask_app is None:
         return None
     from distributed.dashboard.core import BokehApplication
     from distributed.dashboard.scheduler import template_variables
 
-    # Dask's pages share this list (template_variables is memoized per scheduler; every page's
-    # variables hold the same list): the entry shows on all of them.
+    # ``template_variables`` is memoized per scheduler and every page shares its list, so the entry shows on all of
+    # them.
     variables = template_variables(scheduler)
     pages = variables["pages"]
     if NAV_PAGE not in pages:

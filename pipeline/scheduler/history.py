@@ -1,21 +1,8 @@
-"""The dashboard's history, kept on the scheduler: a time series per shard of the figures its
-worker publishes, and one of the current job's progress, so that the plots page (opened or
-reloaded in the middle of a job) starts with what came before.
+"""The dashboard's history, kept on the scheduler so the plots page, opened mid-job, starts with what came before.
 
-``History`` is the state, with no Dask in it: ``add`` takes a worker's snapshot (topic
-``pipeline-shard``, ``ShardMetrics.snapshot``), ``sample`` appends one point per shard and
-one for the job (from the client's view in the scheduler's metadata), ``points`` returns
-the series as columns. Each series holds at most ``max_points`` points (one a second:
-the last 30 minutes). ``HistoryPlugin`` is the shell: a scheduler plugin that hands it the
-snapshots as they are logged and samples it every second.
-
-A shard's point, over its snapshots of the last ``window_s`` seconds (by the worker's
-clock): requests/s and output tokens/s; the engine busy share (the part of that time in
-which the engine had at least one request); the prefix-cache hit share of the prompt
-tokens of the requests finished then (None when none finished); and its requests queued
-and in flight at its latest snapshot. A shard whose worker has sent nothing for
-``stale_after_s`` (the scheduler's clock) is idle: its rates are 0.
-"""
+``History`` holds a time series per shard of the figures its worker publishes, and one of the current job's
+progress; it has no Dask in it. ``HistoryPlugin`` feeds it the snapshots as they are logged and samples it every
+second. A shard whose worker has sent nothing for ``stale_after_s`` counts as idle."""
 
 from __future__ import annotations
 
@@ -31,16 +18,14 @@ from pipeline.names import PUBLISH_INTERVAL_S, SNAPSHOT_TOPIC, VIEW_METADATA_KEY
 MAX_POINTS = 1800  # per series: 30 minutes at one point a second
 RATE_WINDOW_S = 10.0  # rates over a shard's snapshots of this many seconds
 STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S  # a worker that has sent nothing for this long is idle
-# (it sends while it works)
 
 SHARD_COLUMNS = ("requests_per_s", "output_tokens_per_s", "cache_hit_share", "engine_busy_share", "queued", "in_flight")
 JOB_COLUMNS = ("job", "rows_done", "rows_total", "rows_read", "rows_with_error")
 
 
 def window_rates(snaps: Sequence[dict]) -> dict:
-    """Requests/s, output tokens/s, engine busy share and prefix-cache hit share over a shard's
-    snapshots (oldest first, one worker's: its counters only grow). Fewer than two snapshots,
-    or none apart in time: zero rates, no hit share."""
+    """Rates and shares over one worker's snapshots, oldest first, whose counters only grow. Fewer than two
+    snapshots give zero rates and no hit share."""
     out = {"requests_per_s": 0.0, "output_tokens_per_s": 0.0, "engine_busy_share": 0.0, "cache_hit_share": None}
     if len(snaps) < 2 or snaps[-1]["time"] <= snaps[0]["time"]:
         return out
@@ -57,9 +42,8 @@ def window_rates(snaps: Sequence[dict]) -> dict:
 
 
 def slide(window: deque, snapshot: dict, window_s: float) -> None:
-    """Append a shard's snapshot to its window (oldest first), dropping those more than
-    ``window_s`` older; a snapshot whose counters went back is a new worker's (a fresh engine,
-    counting from 0): the old worker's snapshots go."""
+    """Appends a snapshot and drops those older than ``window_s``. Counters that went back mean a new worker with a
+    fresh engine, so the old worker's snapshots go."""
     if window and (snapshot["requests"] < window[-1]["requests"] or snapshot["time"] < window[-1]["time"]):
         window.clear()
     window.append(snapshot)
@@ -80,16 +64,14 @@ class History:
         self.job: deque[tuple] = deque(maxlen=max_points)  # (seq, time, *JOB_COLUMNS) points
         self.seq = 0  # the latest sample's number (points carry it)
 
-    # -- input ----------------------------------------------------------------------
     def add(self, snapshot: dict, received: float) -> None:
-        """A worker's snapshot, as it reached the scheduler at ``received``."""
         shard = snapshot["shard"]
         slide(self._recent.setdefault(shard, deque()), snapshot, self.window_s)
         self._received[shard] = received
 
     def sample(self, now: float, view: dict | None = None) -> int:
-        """One point per shard (those that have published, and those in the client's view)
-        and one for the view's job, at ``now``; returns the sample's number."""
+        """Appends one point per shard, published or in the client's view, and one for the job; returns the sample's
+        number."""
         self.seq += 1
         view = view or {}
         for shard in sorted(set(self._recent) | set(view.get("shards") or {})):
@@ -117,11 +99,8 @@ class History:
             )
         return self.seq
 
-    # -- output ---------------------------------------------------------------------
     def points(self, after: int = 0) -> dict:
-        """The points of samples after number ``after`` (0: all that are kept), as columns:
-        ``{"seq": n, "shards": {shard: {"seq": [...], "time": [...], column: [...]}}, "job": {...}}``
-        (times in seconds since the epoch; a column's missing values are None)."""
+        """The points after sample ``after`` as columns, times in seconds since the epoch."""
         return {
             "seq": self.seq,
             "shards": {name: _columns(series, after, SHARD_COLUMNS) for name, series in self.shards.items()},
@@ -140,8 +119,7 @@ def _columns(series: deque[tuple], after: int, names: Sequence[str]) -> dict[str
 
 
 class HistoryPlugin(SchedulerPlugin):
-    """Feeds a ``History`` on the scheduler: the workers' snapshots as they are logged, and a
-    sample every ``interval_s``."""
+    """Feeds a ``History`` the workers' snapshots as they are logged, and samples it every ``interval_s``."""
 
     name = "pipeline-dashboard-history"
 

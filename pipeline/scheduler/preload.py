@@ -1,11 +1,7 @@
-"""Dask preload for the scheduler: the pipeline's dashboard pages, and (embedded cluster only)
-the scheduler's exit with the process that started it.
+"""Dask preload for the scheduler: ``dask scheduler --preload pipeline.scheduler.preload``.
 
-    dask scheduler --host 127.0.0.1 --preload pipeline.scheduler.preload
-
-The embedded (pipeline/cluster/local.py) and the resident cluster (pipeline/cluster/resident.py)
-start their scheduler with it. The workers have their own preload, ``pipeline.worker.preload``.
-"""
+It installs the dashboard pages and the shard claims and, for an embedded cluster, stops the scheduler with the
+process that started it."""
 
 from __future__ import annotations
 
@@ -25,9 +21,8 @@ logger = logging.getLogger(__name__)
 
 
 def exit_with_parent(scheduler: Scheduler, interval_s: float = 1.0) -> None:
-    """An embedded cluster's scheduler stops once the process that started it is gone (killed:
-    nothing else would stop it, and it would keep its ports; its workers stop with their nannies,
-    which ran in that process)."""
+    """Stops an embedded cluster's scheduler once the process that started it is gone; nothing else would, and it
+    would keep its ports."""
     parent = os.getppid()
 
     def check() -> None:
@@ -49,8 +44,8 @@ def dask_setup(server):
         )
     dashboard.install(server)
     shard_claims.install(server)  # `pipeline worker --shard auto`, and the settings check of workers and clients
-    # The scheduler unpickles each task it is sent: a cluster job's tasks name these modules
-    # (pyarrow compute and Parquet among them), which would otherwise load during the first job.
+    # The scheduler unpickles each task it is sent, and a cluster job's tasks name these modules: load them now
+    # rather than during the first job.
     import pipeline.data.input  # noqa: F401
     import pipeline.steps.cluster_tasks  # noqa: F401
 

@@ -1,17 +1,9 @@
 """Which shard a worker started with ``--shard auto`` serves, decided at the scheduler.
 
-Identical workers (a Slurm job's, a Kubernetes worker group's replicas) cannot know their shard
-from their command line. Before it starts its Dask worker, ``python -m pipeline worker --shard
-auto`` asks the scheduler for one: the scheduler answers with the first shard of the worker's
-config that no live worker serves and nobody else has claimed, preferring the one the asking
-host served before (a worker that rejoins after a network cut takes its shard back). A claim
-holds for ``CLAIM_TTL_S`` seconds, long enough for the worker to start and register with the
-shard's resource; after that the live workers' resources alone decide. Both decisions run on
-the scheduler's event loop, one request at a time, so two workers never get the same shard.
-
-The choice itself is a pure function (``choose_shard``), tested without a cluster; the handler
-that the scheduler's preload installs is the thin I/O shell around it.
-"""
+Identical workers, such as a Slurm job's, cannot know their shard from their command line, so each asks the
+scheduler before it starts. A claim holds for ``CLAIM_TTL_S``, long enough for the worker to register with the
+shard's resource; after that the live workers' resources alone decide. Claims run on the scheduler's event loop one
+at a time, so two workers never get the same shard."""
 
 from __future__ import annotations
 
@@ -41,9 +33,8 @@ class Claims:
 def choose_shard(
     candidates: list[str], served: set[str], claimed: dict[str, str], claimant: str, prefer: str | None = None
 ) -> str | None:
-    """The shard ``claimant`` should serve: ``prefer`` where it is free, else the first of
-    ``candidates`` (the config's order) that no live worker serves and no other claimant holds;
-    None when every shard is taken. A shard the same claimant claimed before is free to it."""
+    """``prefer`` where it is free, so a worker rejoining after a network cut takes its shard back, else the first
+    free shard in config order; None when all are taken."""
 
     def free(name: str) -> bool:
         return name not in served and claimed.get(name, claimant) == claimant
@@ -54,7 +45,6 @@ def choose_shard(
 
 
 def served_shards(scheduler, candidates: list[str]) -> set[str]:
-    """The shards among ``candidates`` that a worker now registered with the scheduler serves."""
     held: set[str] = set()
     for ws in scheduler.workers.values():
         held.update(name for name in candidates if shard_resource(name) in (ws.resources or {}))
@@ -62,7 +52,7 @@ def served_shards(scheduler, candidates: list[str]) -> set[str]:
 
 
 def install(scheduler) -> None:
-    """Add the claim and settings handlers to the scheduler (its preload calls this)."""
+    """Adds the claim and settings handlers to the scheduler."""
     claims = Claims()
 
     def claim(comm=None, candidates=(), claimant: str = "", prefer: str | None = None) -> str | None:
@@ -75,7 +65,7 @@ def install(scheduler) -> None:
         return chosen
 
     def settings(comm=None) -> dict:
-        """What a worker or client must agree on with this scheduler (checked on their side)."""
+        """What a worker or client must agree on with this scheduler."""
         return {"compression": get_compression_settings("distributed.comm.compression")}
 
     scheduler.handlers[CLAIM_HANDLER] = claim
