@@ -1,24 +1,9 @@
-"""The Dask tasks of a cluster job, as they run on the workers. The client only submits them
-(pipeline/jobs/cluster_job.py); rows travel between workers as these tasks' results, never
-through the client or inline through the scheduler.
+"""The Dask tasks of a cluster job, as they run on the workers.
 
-    read_task (per input partition, any worker)  -> PromptRows (a Parquet job's: positions and
-                                                    digests, no text)
-      documents_of                                -> per-document counts
-    place_task (one, any worker)                 -> Placement (document -> shard and bucket)
-    split_task (per partition)                   -> {shard: rows, sorted by bucket} (a file
-                                                    job's reads the partition's texts again, and
-                                                    commits the rows that failed reading)
-      piece_of                                    -> one shard's rows of one partition
-    answer_task (per bucket, on its shard)       -> answer files; figures (its bucket's slice
-                                                    of each of its shard's pieces)
-    merge_task (per partition)                   -> the partition's part, in input order
-    finish_task (one)                            -> OUTPUT (Parquet, or OpenAI batch JSONL)
-                                                    (these two: pipeline/steps/output_tasks.py)
-
-A partition is a Parquet file's rows (``Partition``) or a JSONL file's block of bytes
-(``ByteBlock``, read by pipeline/steps/jsonl_input.py).
-"""
+The client only submits them; rows travel between workers as task results, never through the client. ``read_task``
+reads a partition's prompt rows and per-document counts, ``place_task`` assigns documents to shards and buckets,
+``split_task`` cuts each partition's rows by shard, and ``answer_task`` answers a bucket on its shard's engine and
+commits answer files. ``output_tasks`` then writes OUTPUT."""
 
 from __future__ import annotations
 
@@ -59,17 +44,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What every task of one job run needs (pickled into each task; no rows)."""
+    """What every task of one job run needs; it is pickled into each task, so it holds no rows."""
 
     job_id: str
     run: str  # this run's name in the answer files (a resumed job has a new one)
     topic: str  # the event topic answer tasks publish progress to
-    # a file job's ParquetSource or OpenAIBatchSource (files, columns; no rows); a DataFrame job's RowColumns; a
-    # stream's None
+    # A file job's source, a DataFrame job's RowColumns, or None for a stream.
     source: ParquetSource | OpenAIBatchSource | RowColumns | None
     task: object  # the task kind (tasks.PromptTemplate ...)
-    folder: object  # a file job's OUTPUT.partial, a LocalFolder or StoreFolder (a DataFrame
-    # job: None, its answers stay in memory)
+    folder: object  # a file job's OUTPUT.partial; None keeps the answers in memory
     schema: pa.Schema | None  # a file job's output schema
     sampling: Sampling
     truncate: bool
@@ -81,33 +64,31 @@ class JobSpec:
 
     @property
     def embeds(self) -> bool:
-        """The rows are texts to embed (task embed), not prompts to answer."""
         return getattr(self.task, "embeds", False)
 
     @property
     def labels(self) -> tuple[str, ...] | None:
-        """The labels each row's prompt weighs (task classify / score), else None."""
         return getattr(self.task, "labels", None) or None
 
 
 def read_task(spec: JobSpec, part: Partition | ByteBlock) -> tuple[PromptRows, Figures]:
     files = AnswerFiles(spec.folder)
     try:
-        # (rows answered by earlier runs only: Dask may run this again mid-run, to recompute what a
-        # lost worker held, and must then get the same rows)
+        # Only earlier runs' answers count: Dask may rerun this mid-run to recompute a lost worker's results, and it
+        # must get the same rows.
         done = files.answered_positions(part.index, before_run=spec.run)
-        if isinstance(part, ByteBlock):  # (an OpenAI batch file's block of bytes: its source's format "openai")
+        if isinstance(part, ByteBlock):
             from pipeline.steps.jsonl_input import jsonl_prompt_rows
 
             rows = jsonl_prompt_rows(spec.source, spec.task, part, done)
         else:
-            # (no text kept: the split reads the partition again once the job's documents are placed)
+            # The split reads the texts again once the documents are placed.
             rows = prompt_rows(spec.source, spec.task, part, done, texts=False)
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())
         return empty, Figures(unreadable=str(exc))
     read = part.rows if part.rows is not None else rows.read
-    assert read is not None  # (a JSONL block's rows are counted as read: jsonl_prompt_rows)
+    assert read is not None
     return rows, Figures.of_read(read, rows.errors.column("error"))
 
 
@@ -127,8 +108,7 @@ def place_task(
     *documents: pa.Table,
     max_loras: int = 0,
 ) -> Placement:
-    """Every document of the job counted once (its rows over all partitions), then placed (where
-    rows name adapters, each shard's kept within ``max_loras`` where it can: ``place_documents``)."""
+    """Counts each document once over all partitions, then places it."""
     table = pa.concat_tables(documents)
     adapted = "adapter" in table.column_names and pc.max(table.column("adapter")).as_py()
     docs = (
@@ -152,7 +132,7 @@ def place_task(
         adapters=docs.column("adapter_max").to_numpy() if adapted else None,
         max_loras=max_loras,
     )
-    placement.first = docs.column("first_min").to_numpy()  # (in digest order, as the placement's)
+    placement.first = docs.column("first_min").to_numpy()  # in digest order, as the placement's
     return placement
 
 
@@ -163,11 +143,9 @@ def buckets_of(placement: Placement) -> list[Bucket]:
 def split_task(
     read: tuple[PromptRows, Figures], placement: Placement, texts: PartitionTexts | None = None
 ) -> dict[str, pa.Table]:
-    """The partition's rows by shard, each shard's sorted by bucket, document, then position,
-    with their ``bucket`` column (a bucket's rows are one slice of it: ``bucket_slice``). A
-    document's text goes on its first row in the whole job only, so it travels to its shard
-    once (a split document's: on the first row of each of its chunks here, so each bucket that
-    answers it gets it). Rows read without their texts take them from ``texts``."""
+    """The partition's rows by shard, each sorted by bucket, document and position. A document's text rides only on
+    its first row in the job, so it travels to its shard once; a split document's text rides on the first row of
+    each chunk. Rows read without texts take them from ``texts``."""
     rows = read[0].rows
     if not rows.num_rows:
         return {}
@@ -186,7 +164,7 @@ def split_task(
         shard_of_bucket[b.index] = shards.index(b.shard)
     if texts is not None:
         rows = rows.append_column("suffix", texts.suffix)
-        documents = read[0].documents.sort_by("digest")  # (each carrier's prefix length as read, to check)
+        documents = read[0].documents.sort_by("digest")
         prefix_bytes = np.zeros(len(digests), np.int64)
         prefix_bytes[carries] = documents.column("prefix_bytes").to_numpy()[
             np.searchsorted(documents.column("digest").to_numpy(), digests[carries])
@@ -194,11 +172,11 @@ def split_task(
     else:
         rows, prefix = rows.remove_column(rows.column_names.index("prefix")), rows.column("prefix")
     out = {}
-    # (a shard's buckets are consecutive numbers, so its rows are one run of the sorted order)
+    # A shard's buckets are consecutive, so its rows are one run of the sorted order.
     for s, lo, hi in runs(shard_of_bucket[bucket[order]]):
         take = order[lo:hi]
-        # (compact copies: they travel; the text of rows that do not carry it is not copied)
-        if texts is not None:  # (each carried text joined once, in the piece's order)
+        # Pieces travel, so they are compact copies that leave out non-carriers' texts.
+        if texts is not None:
             carry = take[carries[take]]
             text = on_first_rows(
                 texts.prefixes(text_row[carry], prefix_bytes[carry]), np.flatnonzero(carries[take]), len(take)
@@ -213,8 +191,8 @@ def split_task(
 def file_split_task(
     spec: JobSpec, read: tuple[PromptRows, Figures], placement: Placement, part: Partition | ByteBlock
 ) -> dict[str, pa.Table]:
-    """A file job's ``split_task``; first the partition's rows that failed reading are committed
-    with their errors (here, not when read: nothing is written before the job's checks pass)."""
+    """Commits the rows that failed reading first. They are written here, not when read, because nothing is written
+    before the job's checks pass."""
     errors = read[0].errors
     if errors.num_rows:
         AnswerFiles(spec.folder).write(
@@ -223,14 +201,13 @@ def file_split_task(
     rows = read[0].rows
     texts: PartitionTexts | None = None
     if not read[0].texts and rows.num_rows:
-        # (rows read without their texts: only a prompt template's, from a Parquet file: prompt_rows_of)
         assert isinstance(spec.task, PromptTemplate) and isinstance(part, Partition)
         texts = PartitionTexts(spec.source, spec.task, part, rows.column("position").to_numpy())
     return split_task(read, placement, texts)
 
 
 def bucket_slice(piece: pa.Table | None, bucket: int) -> pa.Table | None:
-    """Bucket ``bucket``'s rows of a shard's piece (``split_task``), without its ``bucket`` column."""
+    """Bucket ``bucket``'s rows of a shard's piece, without the ``bucket`` column."""
     if piece is None or not piece.num_rows:
         return None
     lo, hi = np.searchsorted(piece.column("bucket").to_numpy(), [bucket, bucket + 1])
@@ -240,12 +217,11 @@ def bucket_slice(piece: pa.Table | None, bucket: int) -> pa.Table | None:
 def _carry_split_documents(
     placement: Placement, digests: np.ndarray, bucket: np.ndarray, carries: np.ndarray, text_row: np.ndarray
 ) -> None:
-    """The first row of each (split document, bucket) here carries the document's text, taken
-    from its first row here (the one the read gave the text)."""
+    """Makes the first row of each (split document, bucket) here carry the document's text."""
     split = np.flatnonzero(np.isin(digests, np.fromiter(placement.split, np.uint64, len(placement.split))))
     if not len(split):
         return
-    _, first_of_document = np.unique(digests, return_index=True)  # (rows are in position order)
+    _, first_of_document = np.unique(digests, return_index=True)  # rows are in position order
     document_first = dict(zip(digests[first_of_document].tolist(), first_of_document.tolist()))
     keys = np.stack([digests[split].view(np.int64), bucket[split].astype(np.int64)], axis=1)
     _, first = np.unique(keys, axis=0, return_index=True)  # each (document, bucket)'s first row here
@@ -261,20 +237,16 @@ def piece_of(pieces: dict[str, pa.Table], shard: str) -> pa.Table | None:
 async def answer_task(
     spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None, task_key: str | None = None
 ) -> tuple[Figures | Stopped, None]:
-    """One bucket answered on its shard's engine, grouped by document. Its answers are committed
-    as they come (``BucketCommits``: a file per input partition holds ``spec.commit_rows`` of
-    them, or what ``spec.commit_s`` collected); a rerun of the task (its worker was lost) answers
-    only the rows its earlier attempts did not commit. Returns the bucket's figures (and no
-    rows: they are in the files). ``task_key``: this task's key; released (the job cancelled,
-    its client gone), the task stops answering (pipeline/worker/plugin.py). A write that failed
-    for good (no permission, no space, the folder removed) stops it at once: ``Stopped``."""
+    """Answers one bucket on its shard's engine and commits the answers as they come. A rerun after a lost worker
+    answers only the rows not yet committed, and once Dask releases ``task_key`` the task stops answering. A write
+    that no retry can fix returns ``Stopped``."""
     plugin, rows = _bucket_rows(bucket, pieces)
     files = AnswerFiles(spec.folder)
     name = f"{spec.run}-b{bucket.index:06d}"
     loop = asyncio.get_running_loop()
     earlier = await loop.run_in_executor(None, files.read_named, name)
     figures = Figures.of_answers(earlier, bucket.shard)
-    prefixes = prefixes_of(rows)  # (before the rows answered earlier go: one may carry its document's)
+    prefixes = prefixes_of(rows)  # a row answered earlier may carry its document's prefix
     if earlier.num_rows:
         rows = rows.filter(pc.invert(pc.is_in(rows.column("position"), value_set=earlier.column("position"))))
     commits = BucketCommits(
@@ -295,14 +267,12 @@ async def answer_task(
             embed=spec.embeds,
             labels=spec.labels,
         )
-        # (what is left, once every row is answered)
         await loop.run_in_executor(None, commits.close)
     except Exception as exc:
         if permanent_write_error(exc):
             return Stopped(write_failure(exc, files.folder.url)), None
-        # (released: the job was let go; or Dask runs the task again: an engine that died, a store's
-        # network error). The answers in hand are written first: they were counted as answered, and
-        # a rerun skips them (a row written twice keeps its first answer when merged).
+        # The job was let go or Dask will rerun the task. The answers in hand are written first: progress counted
+        # them and a rerun skips them.
         with contextlib.suppress(Exception):
             await loop.run_in_executor(None, commits.close)
         raise
@@ -311,17 +281,15 @@ async def answer_task(
 
 @dataclass(frozen=True)
 class Stopped:
-    """An answer task's figures when it stopped for good: a write failed in a way another try
-    cannot fix (``job_folder.permanent_write_error``). Returned, not raised: Dask runs a task
-    that raises again (its ``retries``), which would answer the bucket again only to fail the
-    same way. The client stops the job with ``why``."""
+    """Returned, not raised, when a write failed for good: Dask would rerun a raising task, answering the bucket
+    again only to fail the same way."""
 
     why: str
 
 
 def write_failure(exc: BaseException, where: str) -> str:
-    """What the user reads when answers could not be written to ``where`` (OUTPUT.partial)."""
-    if isinstance(exc, JobError):  # (it says what to do: ``OutputGone``)
+    """What the user reads when answers cannot be written to ``where``."""
+    if isinstance(exc, JobError):  # it already says what to do
         return str(exc)
     return (
         f"cannot write answers to {where}: {type(exc).__name__}: {' '.join(str(exc).split())}; the answers "
@@ -332,9 +300,8 @@ def write_failure(exc: BaseException, where: str) -> str:
 async def kept_answer_task(
     spec: JobSpec, bucket: Bucket, *pieces: pa.Table | None, task_key: str | None = None
 ) -> tuple[Figures, dict]:
-    """One bucket answered as ``answer_task`` does, its answers kept in memory, not written: the
-    bucket's figures and its answer rows by input partition (``partition_of`` their positions).
-    A rerun answers the whole bucket again (a DataFrame job: pipeline/client/dataframes.py)."""
+    """Answers a bucket as ``answer_task`` does but keeps the answers in memory, by input partition, for a DataFrame
+    job. A rerun answers the whole bucket again."""
     plugin, rows = _bucket_rows(bucket, pieces)
     results = await plugin.answer_grouped(
         rows,
@@ -360,13 +327,12 @@ def figures_of_answer(answer: tuple[Figures, object]) -> Figures:
 
 
 def kept_piece(answer: tuple[dict, dict], partition: int) -> pa.Table | None:
-    """Partition ``partition``'s rows of a kept answer."""
     return answer[1].get(partition)
 
 
 def _bucket_rows(bucket: Bucket, pieces) -> tuple:
-    """This worker's engine plugin (it must serve the bucket's shard) and the bucket's rows,
-    sorted by document then position."""
+    """This worker's plugin, which must serve the bucket's shard, and the bucket's rows sorted by document and
+    position."""
     plugin = shard_plugin()
     if plugin.shard != bucket.shard:
         raise RuntimeError(f"bucket {bucket.index} is for shard {bucket.shard}, not {plugin.shard}")
@@ -378,8 +344,8 @@ def _bucket_rows(bucket: Bucket, pieces) -> tuple:
 
 
 def _progress(spec: JobSpec, bucket: Bucket, offset: int):
-    """An answer task's progress: its rows answered so far (``offset`` by earlier attempts) and
-    this attempt's rows' tokens (prompt, cached, completion), to the job's event topic."""
+    """Reports the rows answered, ``offset`` of them by earlier attempts, and this attempt's tokens to the job's
+    event topic."""
     worker = get_worker()
 
     def progress(done: int, errors: int, tokens: list[int]) -> None:
@@ -395,5 +361,4 @@ def frame_positions(number: int, rows: int) -> pa.Array:
 
 
 def partition_of(positions: np.ndarray) -> np.ndarray:
-    """A DataFrame job's partition numbers of these positions."""
     return positions >> PARTITION_BITS

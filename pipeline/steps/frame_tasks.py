@@ -1,16 +1,5 @@
-"""Runs on the workers: a Dask DataFrame job's first and last step (``Pipeline.map_dataframe``,
-pipeline/client/dataframes.py). The steps between are every cluster job's
-(pipeline/steps/cluster_tasks.py).
-
-    frame_read_task (per input partition)  -> PromptRows, figures, the partition's index
-    frame_tail_of (per input partition)    -> what its merge needs of the read: the rows that
-                                              failed reading, the index (the read itself goes
-                                              once it is split)
-    frame_merge_task (per input partition) -> a pandas DataFrame of the output columns, in
-                                              the partition's row order, with its index
-
-A row's position is its partition's number and its place there (``frame_positions``).
-"""
+"""A Dask DataFrame job's first and last steps on the workers; the steps between are every cluster job's. A row's
+position is its partition's number and its place there (``frame_positions``)."""
 
 from __future__ import annotations
 
@@ -31,24 +20,22 @@ if TYPE_CHECKING:
 
 
 def frame_read_task(spec: JobSpec, frame: pd.DataFrame, number: int) -> tuple[PromptRows, Figures, pd.Index]:
-    """Partition ``number`` of the input (a pandas DataFrame) as prompt rows. ``spec.source``:
-    the columns the task reads (``RowColumns``)."""
+    """Partition ``number`` of the input as prompt rows, with its figures and index."""
     columns = spec.source
-    assert isinstance(columns, RowColumns)  # (a DataFrame job's spec carries its columns: FrameSteps)
+    assert isinstance(columns, RowColumns)
     table = pa.Table.from_pandas(frame[columns.all], preserve_index=False)  # missing values -> null
     rows = prompt_rows_of(table, frame_positions(number, len(frame)), spec.task, columns)
     return rows, Figures.of_read(len(frame), rows.errors.column("error")), frame.index
 
 
 def frame_tail_of(read: tuple[PromptRows, Figures, pd.Index]) -> tuple[pa.Table, pd.Index]:
-    """The read partition's rows that failed reading, and its index."""
+    """What the merge needs of the read, so the read itself can go once it is split."""
     return read[0].errors, read[2]
 
 
 def frame_merge_task(tail: tuple[pa.Table, pd.Index], number: int, out_columns: list[str], *answers: pa.Table | None):
-    """Partition ``number``'s output: its rows that failed reading and its answers from every
-    bucket (``kept_piece``), in the input's row order, with the input's index (``tail``:
-    ``frame_tail_of`` its read)."""
+    """Partition ``number``'s output in the input's row order and with its index: the rows that failed reading and
+    every bucket's answers."""
     errors, index = tail
     tables = [error_table(errors.column("position"), errors.column("error"))]
     tables += [a for a in answers if a is not None]

@@ -1,17 +1,9 @@
-"""Runs on the workers: an OpenAI batch JSONL file read by a cluster job, a block of its bytes at a
-time (``ByteBlock``, pipeline/data/partitions.py). A block's rows are the non-blank lines that
-start in it (fsspec's ``read_block`` cuts it at line ends), so every line is read by one task.
-A row's position is its block's number, then its place in the block; the output's ids are
-numbered in input order when OUTPUT is written (pipeline/jobs/openai_batch.py).
+"""Reads an OpenAI batch JSONL file for a cluster job on the workers, one block of bytes at a time.
 
-Each line is checked as pipeline/data/input.py says: a line that is not a request for the file's
-endpoint (chat completions or embeddings), whose messages the chat template rejects, or whose body's sampling
-settings are bad, is an error row with the same text. A file of completion requests
-(pipeline/data/completion_lines.py) has a row per prompt of each line, and a file of scoring
-requests (``/v1/score``, ``/v1/rerank``: pipeline/data/scoring_lines.py) a row per (query,
-document) pair: its positions number the block's rows, its carry says which line each belongs to
-(pipeline/data/fanned_lines.py).
-"""
+A block's rows are the non-blank lines that start in it, since fsspec's ``read_block`` cuts at line ends, so every
+line is read by one task. A line that is not a valid request for the file's endpoint becomes an error row with the
+text the client-side check gives. Completion and scoring files fan out: a line becomes several rows, and each row's
+carry says which line it belongs to."""
 
 from __future__ import annotations
 
@@ -34,7 +26,6 @@ from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
 
 
 def block_lines(source, block: ByteBlock) -> list[bytes]:
-    """The block's non-blank lines."""
     try:
         with source.open() as f:
             data = read_block(f, block.offset, block.length, delimiter=b"\n")
@@ -47,7 +38,6 @@ def block_lines(source, block: ByteBlock) -> list[bytes]:
 
 
 def block_requests(source, block: ByteBlock) -> list[tuple]:
-    """(request or None, error) per row of the block."""
     return [parse_line(line) for line in block_lines(source, block)]
 
 
@@ -56,18 +46,17 @@ def _custom_id(request):
 
 
 def block_keys(source, block: ByteBlock) -> pa.Array:
-    """The block's custom_ids, for the duplicate check (null where not a string)."""
+    """The block's custom_ids for the duplicate check, null where not a string."""
     keys = [_custom_id(r) for r, _ in block_requests(source, block)]
     return pa.array([k if isinstance(k, str) else None for k in keys], pa.string())
 
 
-# the files whose lines are answered as several rows each, and how a line's rows are made
+# Endpoints whose lines are answered as several rows each, and how a line's rows are made.
 FANNED = {SCORING: scoring_lines.line_rows, COMPLETIONS_URL: completion_lines.line_rows}
 
 
 def fanned_rows(source, block: ByteBlock) -> list[tuple]:
-    """A block's rows, of a file whose lines are answered as several rows each (``FANNED``): each
-    line's rows, ``(row or None, error or None, carry)``."""
+    """Each line's rows as ``(row or None, error or None, carry)``."""
     line_rows = FANNED[source.endpoint]
     return [
         row
@@ -77,25 +66,20 @@ def fanned_rows(source, block: ByteBlock) -> list[tuple]:
 
 
 def block_carry(source, block: ByteBlock) -> pa.Table:
-    """What the output carries of each row (JSON text): its custom_id as it was given (null where
-    the line has none, or is not JSON), or its ``_carry``; a file whose lines fan out: each row's
-    carry."""
+    """What the output carries of each row, as JSON text: the custom_id as given, or a fanned row's carry."""
     if source.endpoint in FANNED:
         return pa.table({"id": carry_column([carry for _, _, carry in fanned_rows(source, block)])})
     return pa.table({"id": pa.array([_carry(r) for r, _ in block_requests(source, block)], pa.string())})
 
 
 def _carry(request) -> str:
-    """A request's carry: its custom_id, with how a chat line's tools are answered where they are
-    (``{"custom_id", "tool"}``: pipeline/data/chat_tools.py)."""
+    """A request's custom_id, with how a chat line's tools are answered where it has tools."""
     mode = tool_mode(request)
     return json.dumps(_custom_id(request) if mode is None else {"custom_id": _custom_id(request), "tool": mode})
 
 
 def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = None) -> PromptRows:
-    """The block as prompt rows (``task``: the chat task, the embed task for a file of embedding
-    requests, the completion or score task for a file of those requests); rows whose position is
-    in ``done`` (answered by an earlier run) are left out."""
+    """Rows in ``done`` were answered by an earlier run and are left out."""
     if source.endpoint in FANNED:
         return _fanned_prompt_rows(source, task, block, done)
     endpoint = source.endpoint
@@ -117,8 +101,7 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
 
 
 def _fanned_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None) -> PromptRows:
-    """A block of lines that fan out as the task's rows (a row answered by an earlier run left
-    out: the line's other rows are answered, and the line is whole when merged)."""
+    """A fanned line's rows answered earlier are left out; the line is made whole again when merged."""
     rows = [(row, error) for row, error, _ in fanned_rows(source, block)]
     read = len(rows)
     positions = pa.array(block.start + np.arange(read, dtype=np.int64))

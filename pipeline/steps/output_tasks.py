@@ -1,8 +1,5 @@
-"""The end of a file job, as it runs on the workers: each input partition's answers merged into a
-part of the output, in input order, with the input's own columns (``merge_task``), then OUTPUT
-made from the parts (``finish_task``: Parquet, or OpenAI batch JSONL). The tasks before them:
-pipeline/steps/cluster_tasks.py.
-"""
+"""The end of a file job on the workers: each partition's answers merged in input order with the input's own
+columns, then OUTPUT made from the parts."""
 
 from __future__ import annotations
 
@@ -17,8 +14,8 @@ from pipeline.steps.prompt_table import read_partition
 
 def merge_task(spec: JobSpec, part: Partition | ByteBlock) -> int:
     source = spec.source
-    assert isinstance(source, (ParquetSource, OpenAIBatchSource))  # (only a file job's parts are merged)
-    if isinstance(part, ByteBlock):  # (an OpenAI batch file's block of bytes: its source's format "openai")
+    assert isinstance(source, (ParquetSource, OpenAIBatchSource))
+    if isinstance(part, ByteBlock):
         from pipeline.steps.jsonl_input import block_carry
 
         carry = block_carry(source, part)
@@ -28,8 +25,8 @@ def merge_task(spec: JobSpec, part: Partition | ByteBlock) -> int:
 
 
 def fixed_embeddings(schema: pa.Schema | None, size: int | None) -> pa.Schema | None:
-    """``schema`` with its embedding column a fixed-size list of ``size`` float32 (the answer files
-    keep a list of any size: the size is known once the engines run); None where nothing changes."""
+    """``schema`` with its embedding column a fixed-size list; the answer files keep lists of any size because the
+    size is known only once the engines run. None where nothing changes."""
     if schema is None or not size or "embedding" not in schema.names:
         return None
     at = schema.get_field_index("embedding")
@@ -37,8 +34,7 @@ def fixed_embeddings(schema: pa.Schema | None, size: int | None) -> pa.Schema | 
 
 
 def finish_task(spec: JobSpec, partitions: list[Partition], final: str, lines=None) -> None:
-    """OUTPUT from the merged parts: Parquet, or with ``lines`` (an OpenAI batch job's
-    ``openai_batch.ResponseLines``) JSONL."""
+    """OUTPUT from the merged parts: Parquet, or JSONL given an OpenAI batch job's ``lines``."""
     files = AnswerFiles(spec.folder)
     if lines is None:
         files.finish(partitions, spec.schema, final, fixed_embeddings(spec.schema, spec.embedding_size))

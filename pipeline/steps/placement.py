@@ -1,30 +1,13 @@
-"""Which shard answers each document of a job, and in which bucket: a counting pass over the
-whole job's documents, then a bounded-load packing. Pure (numpy, no Dask): it runs as one task
-on a worker, over the per-document counts the partitions' read tasks made
-(pipeline/steps/prompt_table.py), so the client holds no per-document state.
+"""Decides which shard answers each document of a job, and in which bucket.
 
-- Every row of a document goes to one shard (placement is per document), except a document
-  with more rows than a bucket, or than a shard's fair share of a large job: it is split into
-  chunks (a row's chunk: its position modulo their number), each placed on its own and
-  prefilled once where it lands (a ``generate`` job's rows all share one prompt head).
-- A document a live shard's engine already holds from an earlier job stays there, unless that
-  shard would then carry more than ``balance`` times its fair share of the job's cost.
-- The rest are packed largest first onto the least loaded live shard (longest processing time
-  first), so a skewed job (a few documents with many questions) stays balanced.
-- Only live shards get work: a dead shard's documents go to the others.
-- Where rows name LoRA adapters (a document under an adapter is a document of its own:
-  pipeline/steps/adapter_keys.py) and the job's adapters are more than an engine applies at once
-  (``engine.max_loras``), adapters are spread first (``spread``: each shard at most ``max_loras``
-  of them, or where there are more than shards × ``max_loras``, at most ``ceil(adapters /
-  shards)``; an adapter too costly for one shard's fair share cut across shards while slots are
-  spare), then their documents onto their shards, then the base model's rows (no LoRA slot)
-  level the loads. A shard's buckets take its adapters one after another.
+It runs as one task on a worker over the per-document counts the read tasks made, so the client holds no
+per-document state. All rows of a document go to one shard, so it is prefilled once; only a document larger than a
+bucket or a shard's fair share is split into chunks. A document an engine already holds stays there unless that
+shard would exceed ``balance`` times its fair share. The rest are packed largest first onto the least loaded live
+shard. Where a job names more LoRA adapters than an engine applies at once, adapters are spread over the shards
+first and the base model's rows level the loads.
 
-A document's cost is its prefix once plus each row's suffix and expected answer, in UTF-8 bytes
-(a character each, for ASCII text; the text's byte lengths cost nothing to read).
-Each shard's documents are then cut into buckets of at most ``bucket_rows`` rows (a document, or
-chunk, is never cut there): a bucket is one answer task, its rows answered grouped by document.
-"""
+A document costs its prefix once plus each row's suffix and expected answer, in UTF-8 bytes."""
 
 from __future__ import annotations
 
@@ -46,14 +29,13 @@ class Bucket:
 @dataclass
 class Placement:
     digests: np.ndarray  # uint64, sorted: every document of the job
-    bucket: np.ndarray  # int32: each document's bucket (a split document's first chunk's)
+    bucket: np.ndarray  # int32: each document's bucket, a split one's first chunk's
     buckets: list[Bucket]
-    first: np.ndarray | None = None  # int64: each document's first row in the job (its text travels with it)
-    split: dict[int, np.ndarray] = field(default_factory=dict)  # digest -> its chunks' buckets (few documents)
+    first: np.ndarray | None = None  # int64: each document's first row in the job
+    split: dict[int, np.ndarray] = field(default_factory=dict)  # digest -> its chunks' buckets
 
     def bucket_of(self, digests: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
-        """The bucket of each row, given its document's digest (each must be one of the job's
-        documents) and, where a document is split, its position (chunk ``position % chunks``)."""
+        """A split document's rows need their positions: ``position % chunks`` picks the chunk."""
         out = self.bucket[np.searchsorted(self.digests, digests)]
         for digest, chunk_buckets in self.split.items():
             mine = digests == np.uint64(digest)
@@ -64,14 +46,13 @@ class Placement:
         return out
 
     def first_of(self, digests: np.ndarray) -> np.ndarray:
-        """The first row's position of the document of each of ``digests``."""
         if self.first is None:
             raise ValueError("the placement has no documents' first rows yet (set first: place_task)")
         return self.first[np.searchsorted(self.digests, digests)]
 
 
-# A document is split across shards only above this many rows (or a bucket's): below it, keeping
-# its questions on the shard that prefilled it is worth more than the balance a split would buy.
+# Below this many rows, keeping a document's questions on the shard that prefilled it is worth more than the balance
+# a split would buy.
 SPLIT_ROWS = 1024
 
 
@@ -87,14 +68,9 @@ def place_documents(
     adapters: np.ndarray | None = None,
     max_loras: int = 0,
 ) -> Placement:
-    """``digests``, ``rows``, ``cost``: one entry per distinct document (digests unique).
-    ``shards``: the live shards. ``held``: digest -> the shard whose engine holds it.
-    A document with more rows than a bucket, or than both a shard's fair share and ``SPLIT_ROWS``
-    (a prompt head every row of a job shares), is split into chunks of rows that are placed on their own; each
-    costs its share of the document's cost plus, once more, ``prefix_cost`` (its prefill).
-    ``adapters``: each document's adapter code (0: the base model; pipeline/steps/adapter_keys.py);
-    where they are more than ``max_loras`` (an engine's LoRA slots), each shard gets few of them
-    (``adapter_shards``). On a shard, each adapter's documents are consecutive buckets."""
+    """Takes one entry per distinct document. Each chunk of a split document costs its share plus ``prefix_cost``
+    once more, since each chunk is prefilled where it lands. ``adapters`` holds each document's adapter code, 0 for
+    the base model."""
     if not shards:
         raise ValueError("no live shard to place documents on")
     digests = np.asarray(digests, dtype=np.uint64)
@@ -102,7 +78,7 @@ def place_documents(
     digests, rows, cost = digests[order], np.asarray(rows, np.int64)[order], np.asarray(cost, np.float64)[order]
     prefix_cost = np.zeros(len(digests)) if prefix_cost is None else np.asarray(prefix_cost, np.float64)[order]
     adapters = None if adapters is None else np.asarray(adapters, np.uint64)[order]
-    # the units placed: a document, or a chunk of a split one
+    # A unit is a document or a chunk of a split one.
     fair_rows = -(-int(rows.sum()) // len(shards))
     cap_rows = max(1, min(bucket_rows, max(fair_rows, SPLIT_ROWS)))
     chunks = np.maximum(1, -(-rows // cap_rows))
@@ -144,9 +120,7 @@ def _pack(
     adapter: np.ndarray | None = None,
     max_loras: int = 0,
 ) -> tuple[np.ndarray, list[Bucket]]:
-    """Each unit's bucket (units in digest order, a split document's chunks together), and the
-    buckets: each unit's shard (``_least_loaded``, or where the units' adapters are more than an
-    engine applies at once, ``adapter_shards``), then each shard's units cut into buckets."""
+    """Chooses each unit's shard, then cuts each shard's units into buckets."""
     index = {s: i for i, s in enumerate(shards)}
     held_shard = {d: index[s] for d, s in held.items() if s in index} if held and len(digests) else {}
     if adapter is not None and max_loras > 0 and len(shards) > 1 and np.count_nonzero(np.unique(adapter)) > max_loras:
@@ -165,14 +139,13 @@ def _least_loaded(
     shard_of: np.ndarray | None = None,
     load: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each unit's shard: held units stay on their shard within ``balance`` × the fair share,
-    the rest largest first onto the least loaded shard. ``shard_of``, ``load``: units already
-    placed (-1: not yet) and the shards' loads from them."""
+    """Keeps held units on their shard within ``balance`` times the fair share and packs the rest largest first onto
+    the least loaded shard. ``shard_of`` and ``load`` carry units already placed, -1 meaning not yet."""
     n = len(digests)
     shard_of = np.full(n, -1, dtype=np.int64) if shard_of is None else shard_of
     load = np.zeros(n_shards) if load is None else load
     cap = balance * cost.sum() / n_shards if n else 0.0
-    if held_shard:  # (the held documents are few: what the engines' caches hold)
+    if held_shard:  # few: what the engines' caches hold
         held_keys = np.fromiter(held_shard, np.uint64, len(held_shard))
         for k in np.flatnonzero(np.isin(digests, held_keys) & (shard_of < 0)).tolist():
             s = held_shard[int(digests[k])]
@@ -198,8 +171,8 @@ def _cut(
     bucket_rows: int,
     adapter: np.ndarray | None,
 ) -> tuple[np.ndarray, list[Bucket]]:
-    """Each shard's units cut into buckets of at most ``bucket_rows`` rows: consecutive units in
-    digest order (by adapter first, where units have one: each adapter's documents together)."""
+    """Cuts each shard's units into buckets of at most ``bucket_rows`` rows, never inside a unit, each adapter's
+    units together."""
     bucket = np.zeros(len(digests), dtype=np.int32)
     buckets: list[Bucket] = []
     for s, name in enumerate(shards):
@@ -208,7 +181,6 @@ def _cut(
             continue
         if adapter is not None:
             mine = mine[np.argsort(adapter[mine], kind="stable")]
-        # consecutive units while the bucket has room
         ends = np.cumsum(rows[mine])
         cuts = [0]
         start_rows = 0
@@ -233,13 +205,9 @@ def adapter_shards(
     max_loras: int,
     balance: float,
 ) -> np.ndarray:
-    """Each unit's shard where its adapters (``adapter``: each unit's code, 0 for the base model)
-    are more than ``max_loras``: each shard serves at most ``max_loras`` of them where there are
-    no more than ``n_shards × max_loras``, else at most ``ceil(adapters / n_shards)`` (the fewest
-    the count allows). ``spread`` gives each adapter its shards and its cost on each; an
-    adapter's units go largest first to the one of its shards furthest below that cost (a held
-    unit stays on its shard where that serves its adapter, within ``balance`` × the fair share);
-    the base model's units, which take no LoRA slot, then level the loads (``_least_loaded``)."""
+    """Places units where the job's adapters outnumber an engine's LoRA slots. Each shard serves at most
+    ``max_loras`` adapters, or ``ceil(adapters / n_shards)`` where there are more. An adapter's units go largest
+    first to its shard furthest below its quota; the base model's units take no slot and level the loads last."""
     names, group = np.unique(adapter, return_inverse=True)
     lora = np.flatnonzero(names != 0)
     fair = cost.sum() / n_shards
@@ -275,11 +243,9 @@ def spread(
     held_load: np.ndarray | None = None,
     balance: float = 1.25,
 ) -> list[dict[int, float]]:
-    """Per adapter (``costs``: each one's total): its shards and the cost each takes, at most
-    ``slots`` adapters a shard (``len(costs) <= n_shards × slots``). Each adapter is cut into
-    pieces of equal cost, one a shard, packed largest first (``_pack_pieces``); while slots are
-    spare, the adapter with the largest piece is cut once more where that lowers the most loaded
-    shard's load above ``fair`` (what the base model's rows, which take no slot, cannot level)."""
+    """Gives each adapter its shards and the cost each takes, at most ``slots`` adapters a shard. While slots are
+    spare, the adapter with the largest piece is cut once more where that lowers the top load above ``fair``, which
+    the base model's rows cannot level."""
     pieces = np.ones(len(costs), np.int64)
     best = _pack_pieces(costs, pieces, n_shards, slots, held_load, balance * fair)
     if best is None:
@@ -310,10 +276,8 @@ def _top(share: list[dict[int, float]], n_shards: int) -> float:
 def _pack_pieces(
     costs: np.ndarray, pieces: np.ndarray, n_shards: int, slots: int, held_load: np.ndarray | None, cap: float
 ) -> list[dict[int, float]] | None:
-    """Adapter ``a`` as ``pieces[a]`` pieces of ``costs[a] / pieces[a]``, largest first, each
-    onto the least loaded shard with a free slot that does not serve ``a`` yet, preferring one
-    that holds ``a``'s documents from an earlier job (``held_load``) while within ``cap``. None
-    where the slots run out (pieces of one adapter left on a shard that serves it)."""
+    """Packs each adapter's equal pieces largest first onto the least loaded shard with a free slot that does not
+    serve it yet, preferring shards that hold its documents while within ``cap``. None where the slots run out."""
     order = sorted(
         ((costs[a] / pieces[a], a) for a in range(len(costs)) for _ in range(pieces[a])), key=lambda p: (-p[0], p[1])
     )

@@ -1,32 +1,13 @@
-"""Runs on a worker: one input partition read as Arrow and turned into prompt rows, with Arrow
-compute, not row by row in Python.
+"""Turns one input partition into prompt rows on a worker, with Arrow compute rather than row by row.
 
-For a prompt template (the default document-question task, or ``task: template``) whose
-columns are valid text, the shareable prefix and the row's suffix are joined column-wise from
-the template's pieces, and the checks (null, empty) are column-wise too
-(pipeline/steps/template_pieces.py). Anything else (numbers
-a template writes as text, undecodable bytes, a row's own sampling settings) takes the task's
-own per-row path, on the worker, so every row gets exactly the prompt or the error the
-client-side path gives it. Each distinct prefix (document) is digested once
-(``prefix_digest``, the digest the workers remember what their engines hold by). Rows that name
-a LoRA adapter (an ``adapter`` column) are documents of their own per adapter: their digest is
-the prefix's folded with the adapter's (``adapter_digests``), since an engine's cached prefix
-under one adapter serves no other, and placement keeps each shard's adapters few.
+A prompt template over valid text is joined column-wise from its pieces; anything else takes the task's own per-row
+path, so every row gets exactly the prompt or error the client-side path would give it. Each distinct prefix is
+digested once. Rows that name a LoRA adapter get a digest folded with the adapter's, since a prefix cached under one
+adapter serves no other.
 
-A ``PromptRows`` holds:
-- ``rows``: position, digest, prefix, suffix (and the row's sampling columns, if the input has
-  them) for every row that became a prompt. A document's prefix text is on the first of its
-  rows only (null on the others; ``grouped_answers.prefixes_of``), so a row costs its suffix, not its document,
-  on its way to its shard;
-- ``documents``: per distinct prefix, its digest, rows and UTF-8 bytes (what placement counts),
-  the position of its first row here, and its adapter (``adapter_code`` of the rows' ``adapter``,
-  0 for the base model);
-- ``errors``: position and error text of every row that failed here.
-
-A file job's read of a one-column prefix (``texts=False``) keeps no text: its ``rows`` are each
-row's position and digest only, and the split reads the partition again (``PartitionTexts``)
-once the job's documents are placed, so reads hold a few bytes a row while they wait.
-"""
+A document's prefix text rides on its first row only, so a row costs its suffix, not its document, on the way to its
+shard. A file job's read may keep no text at all; the split then reads the partition again with
+``PartitionTexts``."""
 
 from __future__ import annotations
 
@@ -79,19 +60,17 @@ class PromptRows:
     rows: pa.Table
     documents: pa.Table
     errors: pa.Table
-    read: int | None = None  # rows of the partition read, those answered by an earlier run too (JSONL)
-    texts: bool = True  # False: ``rows`` holds position and digest only (``INDEX_SCHEMA``); the
-    # split reads the partition again for their texts (``PartitionTexts``)
+    read: int | None = None  # JSONL: rows read, earlier answers included
+    texts: bool = True  # False: ``rows`` holds position and digest only
 
 
 @sizeof.register(PromptRows)
 def _sizeof_prompt_rows(rows: PromptRows) -> int:
-    """What a worker holds for a read partition (Dask spills by it: jobs.worker_memory)."""
+    """Dask spills a worker's memory by this size."""
     return rows.rows.nbytes + rows.documents.nbytes + rows.errors.nbytes
 
 
 def read_partition(source, part: Partition, columns: list[str] | None = None) -> pa.Table:
-    """The partition's rows of ``columns`` (default: every column the task reads)."""
     if columns is None:
         columns = source.row_columns.all
     path = source.files[part.file]
@@ -106,9 +85,7 @@ def read_partition(source, part: Partition, columns: list[str] | None = None) ->
 
 
 def prompt_rows(source, task, part: Partition, done: pa.Array | None = None, texts: bool = True) -> PromptRows:
-    """The partition as prompt rows; rows whose position is in ``done`` (answered by an
-    earlier run) are left out. ``texts=False``: where the prompt's prefix is one column (a
-    document) of valid text, the rows come without their texts (``PromptRows.texts``)."""
+    """Rows in ``done`` were answered by an earlier run and are left out."""
     table = read_partition(source, part)
     positions = pa.array(np.arange(part.start, part.stop, dtype=np.int64))
     if done is not None and len(done):
@@ -118,8 +95,6 @@ def prompt_rows(source, task, part: Partition, done: pa.Array | None = None, tex
 
 
 def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColumns, texts: bool = True) -> PromptRows:
-    """``table``'s rows (the task's ``columns``; each row's position in ``positions``) as prompt
-    rows (``texts``: as ``prompt_rows``)."""
     if isinstance(task, PromptTemplate) and not columns.sampling_columns and plain_text(table, task):
         if not texts and len(task.prefix_pieces) == 2:
             return _prompt_index(FieldValues(task, table), positions)
@@ -131,7 +106,7 @@ def prompt_rows_of(table: pa.Table, positions: pa.Array, task, columns: RowColum
     return prompt_rows_from(prefix, suffix, error, positions, sampling, digests)
 
 
-# The rows' own sampling columns as Arrow types (``prompt_rows_of_dicts``: each row's checked settings)
+# The rows' own sampling columns as Arrow types.
 SAMPLING_TYPES = {
     "max_tokens": pa.int64(),
     "temperature": pa.float64(),
@@ -152,10 +127,8 @@ assert tuple(SAMPLING_TYPES) == ROW_COLUMNS
 def prompt_rows_of_dicts(
     rows: list[tuple[dict | None, str | None]], positions: pa.Array, task, all_sampling: bool = False
 ) -> PromptRows:
-    """Rows given as Python values, each ``(row, None)`` or ``(None, why it cannot be read)``,
-    as prompt rows: the task's own split and each row's own sampling settings (checked), row by
-    row (an OpenAI batch file's requests, a Python iterable's rows). The sampling columns come
-    when a row has settings of its own (``all_sampling``: always)."""
+    """Prompt rows from Python rows, each ``(row, None)`` or ``(None, why it cannot be read)``, split and checked
+    row by row. ``all_sampling`` adds the sampling columns even where no row has settings of its own."""
     prefixes, suffixes, errors, settings_of = [], [], [], []
     for row, error in rows:
         prefix = suffix = settings = None
@@ -193,10 +166,8 @@ def prompt_rows_from(
     sampling: dict[str, pa.Array],
     digests: np.ndarray | None = None,
 ) -> PromptRows:
-    """Prompt rows from each row's prefix, suffix, error (null where the row is fine), position
-    and own sampling columns: the rows that failed apart, each distinct prefix digested once.
-    ``prefix`` as plain text, or as a dictionary array with each dictionary value's digest in
-    ``digests``."""
+    """Sets failed rows apart and digests each distinct prefix once. ``prefix`` is plain text, or a dictionary array
+    whose values' digests are ``digests``."""
     failed = pc.is_valid(error)
     ok = pc.invert(failed)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
@@ -205,17 +176,16 @@ def prompt_rows_from(
         prefix = pa.DictionaryArray.from_arrays(codes, prefix.take(pa.array(first)))
     elif digests is None:
         digests = text_digests(prefix.dictionary)
-    if error.null_count < len(error):  # (no row failed, the usual case: nothing to copy)
+    if error.null_count < len(error):  # copy only where a row failed
         prefix, suffix, positions = prefix.filter(ok), suffix.filter(ok), positions.filter(ok)
         sampling = {name: column.filter(ok) for name, column in sampling.items()}
     kept = positions
-    adapter_of = None  # (each dictionary value's adapter code, where rows name adapters)
+    adapter_of = None  # each dictionary value's adapter code
     if "adapter" in sampling:
         prefix, digests, adapter_of = adapter_digests(prefix, digests, sampling["adapter"])
-    # each distinct prefix (document) once: its text, its digest, the first of its rows here
     index = prefix.indices.to_numpy(zero_copy_only=False)
     used, first = np.unique(index, return_index=True)
-    # (every value used, the usual case: the dictionary itself, not a copy of its text)
+    # Usually every value is used, so the dictionary needs no copy.
     distinct = prefix.dictionary if len(used) == len(prefix.dictionary) else prefix.dictionary.take(pa.array(used))
     digests = digests[used]
     digest_of = np.zeros(len(prefix.dictionary), np.uint64)
@@ -239,14 +209,13 @@ def prompt_rows_from(
 
 
 def _prompt_index(fields: FieldValues, positions: pa.Array) -> PromptRows:
-    """``prompt_rows_from`` without the texts: each kept row's position and digest, the
-    documents and the errors, from the fields' checks and lengths; nothing joined or copied."""
+    """``prompt_rows_from`` without the texts, from the fields' checks and lengths alone."""
     error = fields.error()
     failed = pc.is_valid(error)
     errors = pa.table({"position": positions.filter(failed), "error": error.filter(failed)}, schema=ERRORS_SCHEMA)
-    assert fields.codes is not None and fields.digests is not None  # (a one-field prefix: coded, prompt_rows_of)
+    assert fields.codes is not None and fields.digests is not None
     codes, suffix_bytes = fields.codes, pa.array(fields.suffix_bytes())
-    if error.null_count < len(error):  # (a row whose document is null failed: no code is null after this)
+    if error.null_count < len(error):  # rows with a null document failed, so no code is null after this
         ok = pc.invert(failed)
         codes, suffix_bytes, positions = codes.filter(ok), suffix_bytes.filter(ok), positions.filter(ok)
     index = codes.to_numpy(zero_copy_only=False)
@@ -271,9 +240,8 @@ def _documents(
     first: pa.Array,
     adapters: np.ndarray | None = None,
 ) -> pa.Table:
-    """Per document: its rows here and their suffix bytes (from each row's ``digest`` and
-    ``suffix_bytes``), its prefix bytes, first position and adapter code (per distinct digest,
-    ``digests``; ``adapters`` None: the base model's)."""
+    """Per document: its rows here, its suffix and prefix bytes, its first position and its adapter code, 0 for the
+    base model."""
     counts = (
         pa.table({"digest": digest, "suffix_bytes": suffix_bytes})
         .group_by("digest")
@@ -297,9 +265,7 @@ def _documents(
 
 
 class PartitionTexts:
-    """A partition's texts read again for its rows read without them (``PromptRows.texts``):
-    each row's suffix, and the prefixes of the rows that carry one, joined here (after
-    placement), so a read holds no text while the job's documents are counted."""
+    """A partition's texts read again after placement, so reads hold no text while the documents are counted."""
 
     def __init__(self, source, task: PromptTemplate, part: Partition, positions: np.ndarray):
         table = read_partition(source, part)
@@ -309,7 +275,7 @@ class PartitionTexts:
                 f"now {table.num_rows} rows); run the same command again to resume"
             )
         self.task, self.source, self.part = task, source, part
-        self._local = positions - part.start  # (each row's place in the partition)
+        self._local = positions - part.start  # each row's place in the partition
         every = len(self._local) == table.num_rows
         take = None if every else pa.array(self._local)
         values = field_texts(task, table)
@@ -318,9 +284,8 @@ class PartitionTexts:
         self.suffix = joined(task.suffix_pieces, suffix_values, len(self._local))
 
     def prefixes(self, rows: np.ndarray, lengths: np.ndarray) -> pa.Array:
-        """The prefix text of each of ``rows`` (indices into the positions given), whose UTF-8
-        lengths the read found to be ``lengths``: a file that changed since is refused (where
-        a length did; a digest of each would cost a fifth of the split)."""
+        """The prefix texts of ``rows``. A length that differs from the one read means the file changed, and is
+        refused; comparing lengths costs far less than a digest."""
         texts = joined(self.task.prefix_pieces, [self._documents.take(pa.array(self._local[rows]))], len(rows))
         if not np.array_equal(pc.binary_length(texts).to_numpy(zero_copy_only=False), lengths):
             raise JobError(
