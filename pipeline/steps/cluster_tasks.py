@@ -82,7 +82,6 @@ def read_task(spec: JobSpec, part: Partition | ByteBlock) -> tuple[PromptRows, F
 
             rows = jsonl_prompt_rows(spec.source, spec.task, part, done)
         else:
-            # The split reads the texts again once the documents are placed.
             rows = prompt_rows(spec.source, spec.task, part, done, texts=False)
     except JobError as exc:
         empty = PromptRows(ROWS_SCHEMA.empty_table(), DOCUMENTS_SCHEMA.empty_table(), ERRORS_SCHEMA.empty_table())

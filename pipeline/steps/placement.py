@@ -1,11 +1,9 @@
 """Decides which shard answers each document of a job, and in which bucket.
 
-It runs as one task on a worker over the per-document counts the read tasks made, so the client holds no
-per-document state. All rows of a document go to one shard, so it is prefilled once; only a document larger than a
-bucket or a shard's fair share is split into chunks. A document an engine already holds stays there unless that
-shard would exceed ``balance`` times its fair share. The rest are packed largest first onto the least loaded live
-shard. Where a job names more LoRA adapters than an engine applies at once, adapters are spread over the shards
-first and the base model's rows level the loads.
+It runs as one task on a worker, so the client holds no per-document state. A document's rows go to one shard, so
+it is prefilled once; only a document larger than a bucket or a shard's fair share is split. A document an engine
+already holds stays there within ``balance`` times the fair share; the rest are packed largest first onto the least
+loaded live shard. Where a job names more LoRA adapters than an engine applies at once, adapters are spread first.
 
 A document costs its prefix once plus each row's suffix and expected answer, in UTF-8 bytes."""
 

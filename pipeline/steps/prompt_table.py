@@ -1,9 +1,7 @@
 """Turns one input partition into prompt rows on a worker, with Arrow compute rather than row by row.
 
-A prompt template over valid text is joined column-wise from its pieces; anything else takes the task's own per-row
-path, so every row gets exactly the prompt or error the client-side path would give it. Each distinct prefix is
-digested once. Rows that name a LoRA adapter get a digest folded with the adapter's, since a prefix cached under one
-adapter serves no other.
+A prompt template over valid text is joined column-wise; anything else takes the task's own per-row path, so every
+row gets exactly the prompt or error the client-side path gives. Each distinct prefix is digested once.
 
 A document's prefix text rides on its first row only, so a row costs its suffix, not its document, on the way to its
 shard. A file job's read may keep no text at all; the split then reads the partition again with
