@@ -1,10 +1,7 @@
-"""A shard's LoRA adapters: a row's ``adapter`` (a name in ``model.adapters``, a local folder, or an
-fsspec URL) as the local folder of a PEFT adapter the engine can load. An adapter at a URL is
-fetched once into the cache folder and kept there; each is checked before any request uses it (its
-``adapter_config.json`` readable, its rank within ``engine.max_lora_rank``, its weights' header
-readable), so a missing or broken adapter is the row's error and never reaches the engine (vLLM
-0.32 stops its engine core on an adapter it cannot load).
-"""
+"""A shard's LoRA adapters: a row's ``adapter``, a name in ``model.adapters``, a local folder or an fsspec URL, as a
+local PEFT folder the engine can load. An adapter at a URL is fetched once into the cache folder. Each adapter is
+checked before any request uses it, so a broken one is the row's error: vLLM stops its engine core on an adapter it
+cannot load."""
 
 from __future__ import annotations
 
@@ -35,7 +32,7 @@ class Adapters:
         self._fetch_lock = threading.Lock()
 
     async def folder(self, adapter: str) -> str:
-        """``adapter``'s local folder, checked (fetched first if it is at a URL, once)."""
+        """``adapter``'s checked local folder, fetched first if it is at a URL."""
         if adapter in self._ready:
             return self._ready[adapter]
         if adapter in self._failed:
@@ -66,7 +63,7 @@ class Adapters:
         return check_adapter(adapter, folder, self.max_rank)
 
     def _fetch(self, adapter: str, url: str) -> str:
-        with self._fetch_lock:  # (two names for one URL: fetched once)
+        with self._fetch_lock:  # two names for one URL fetch it once
             return self._fetch_once(adapter, url)
 
     def _fetch_once(self, adapter: str, url: str) -> str:
@@ -85,7 +82,7 @@ class Adapters:
             raise AdapterError(f"adapter {adapter!r}: {url} has no adapter_config.json (a PEFT adapter's folder)")
         try:
             os.replace(partial, folder)
-        except OSError:  # (another worker on this machine fetched it meanwhile)
+        except OSError:  # another worker on this machine fetched it meanwhile
             if not (folder / "adapter_config.json").is_file():
                 raise
             shutil.rmtree(partial, ignore_errors=True)
@@ -93,7 +90,7 @@ class Adapters:
 
 
 def check_adapter(adapter: str, folder: str, max_rank: int) -> str:
-    """``folder`` (an adapter's) if the engine can load it, else an ``AdapterError`` saying why."""
+    """``folder`` if the engine can load it, else an ``AdapterError`` saying why."""
     config = Path(folder) / "adapter_config.json"
     try:
         settings = json.loads(config.read_text())
@@ -113,7 +110,7 @@ def check_adapter(adapter: str, folder: str, max_rank: int) -> str:
         if (Path(folder) / "adapter_model.bin").is_file():
             return str(Path(folder).resolve())
         raise AdapterError(f"adapter {adapter!r}: {folder} has no adapter_model.safetensors")
-    try:  # (its header: a file vLLM cannot read would stop the engine, not fail the row)
+    try:  # read the header: a file vLLM cannot read would stop the engine, not fail the row
         from safetensors import safe_open
 
         with safe_open(str(weights), "numpy") as f:

@@ -1,17 +1,10 @@
-"""Runs on a shard's worker: which job's request goes to the engine next.
+"""Decides which job's request goes to the engine next when several jobs share it.
 
-Several jobs share one engine (a resident cluster serves every client's jobs). First come,
-first served would make a small job wait behind every request a big job has queued, a minute
-or more on a real engine. Instead a job below its share of the places goes in at once, each job
-waits in a queue of its own, and a free place goes to the job that has had the fewest requests
-admitted on this engine ("least attained service"): a job that just arrived is served at once,
-and two long jobs take turns.
-
-The same count is the request's priority in vLLM's scheduler (``scheduling_policy:
-priority``, lower first; pipeline/worker/vllm_engine.py), so a new job's requests also pass the
-requests that wait inside the engine for a seat. With one job the counts rise with arrival,
-and the order is exactly first come, first served.
-"""
+First come, first served would make a small job wait behind everything a big job has queued. Instead a job below its
+share of the places goes in at once, and a free place goes to the job with the fewest requests admitted so far, so a
+new job is served at once and long jobs take turns. That count is also the request's priority in vLLM's priority
+scheduler, so a new job's requests pass those waiting inside the engine too; with one job the order is first come,
+first served."""
 
 from __future__ import annotations
 
@@ -20,15 +13,9 @@ import collections
 
 
 class FairAdmission:
-    """About ``slots`` requests in the engine at a time, shared between jobs.
-
-    ``acquire(job)`` waits for a place and returns the request's priority (the job's admitted
-    requests before it, the fewest first); ``release(job)`` frees the place. A job's own
-    requests keep their order. A job with fewer requests in the engine than its share
-    (``slots`` / the jobs present) goes in at once, even when other jobs fill every place: a
-    job that arrives beside a big one does not wait for the big one's requests to end (on a CPU
-    engine, seconds). So at most about 2 × ``slots`` are in the engine; places are handed on
-    only once fewer than ``slots`` are."""
+    """About ``slots`` requests in the engine at a time, shared between jobs; ``acquire`` returns the request's
+    priority. A job below its share goes in even when others fill every place, so up to about 2 x ``slots`` may be
+    in the engine; places are handed on only once fewer than ``slots`` are."""
 
     def __init__(self, slots: int):
         self.slots = slots
@@ -40,11 +27,10 @@ class FairAdmission:
 
     @property
     def free(self) -> int:
-        """Places left below ``slots`` (0 when a job's share took it over)."""
+        """Places left below ``slots``."""
         return max(0, self.slots - self.in_engine)
 
     def jobs(self) -> int:
-        """Jobs with requests waiting or in the engine."""
         return len(self._active)
 
     def _below_share(self, job: str) -> bool:
@@ -62,11 +48,11 @@ class FairAdmission:
         try:
             return await place
         except asyncio.CancelledError:
-            if place.done() and not place.cancelled():  # (admitted as it was cancelled: pass the place on)
+            if place.done() and not place.cancelled():  # admitted as it was cancelled: pass the place on
                 self.release(job)
             else:
                 queue = self._waiting.get(job)
-                if queue is not None and place in queue:  # (``release`` may have dropped it already)
+                if queue is not None and place in queue:  # ``release`` may have dropped it
                     queue.remove(place)
                     if not queue:
                         del self._waiting[job]
@@ -74,7 +60,7 @@ class FairAdmission:
             raise
 
     def release(self, job: str) -> None:
-        """A request of ``job`` has left the engine; places go to the least-served jobs waiting."""
+        """Hands freed places to the least-served jobs waiting."""
         self.in_engine -= 1
         self._held[job] -= 1
         if not self._held[job]:
@@ -84,7 +70,7 @@ class FairAdmission:
             ready = [j for j in self._waiting if self.in_engine < self.slots or self._below_share(j)]
             if not ready:
                 return
-            nxt = min(ready, key=self._served.__getitem__)  # (ties: the job that waited first)
+            nxt = min(ready, key=self._served.__getitem__)  # ties go to the job that waited first
             queue = self._waiting[nxt]
             place = queue.popleft()
             if not queue:
@@ -101,18 +87,15 @@ class FairAdmission:
 
     def _left(self, job: str) -> None:
         self._active[job] -= 1
-        if not self._active[job]:  # (a job that comes back starts again from nothing)
+        if not self._active[job]:  # a job that comes back starts from nothing
             del self._active[job], self._served[job]
 
 
 class TokenGate:
-    """A bucket's documents held back while the requests in flight hold ``budget`` tokens of the
-    engine's KV cache (``intake.kv_budget_share`` of it), so a document's questions are not
-    evicted between one another. Shared by every job on the engine, but not first come, first
-    served: a job may always start a document while it holds none, or while it holds less than
-    its share of the budget (``budget`` / the jobs holding or asking), so a job that arrives
-    beside a big one starts its documents at once. (A document larger than the budget still
-    runs, alone.)"""
+    """Holds back new documents while the requests in flight hold ``budget`` tokens of the KV cache, so a document's
+    questions are not evicted between one another. A job holding nothing, or less than its share of the budget, may
+    always start a document, so a new job beside a big one starts at once; a document larger than the budget still
+    runs, alone."""
 
     def __init__(self, budget: float):
         self.budget = budget

@@ -1,9 +1,5 @@
-"""The engine behind a narrow interface: what a worker asks of it and what it answers.
-
-Two engines serve it: ``VllmEngine`` (pipeline/worker/vllm_engine.py) wraps vLLM's ``AsyncLLM``;
-``FakeEngine`` (pipeline/worker/fake_engine.py) answers at once, to measure the pipeline's own
-plumbing and in unit tests of routing and transport.
-"""
+"""The narrow interface between a worker and its engine. ``VllmEngine`` wraps vLLM's ``AsyncLLM``; ``FakeEngine``
+answers at once, to measure the pipeline's own plumbing and for tests."""
 
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class EngineDead(RuntimeError):
-    """The engine cannot serve any more requests (e.g. its engine-core process died)."""
+    """The engine can serve no more requests, for instance because its engine-core process died."""
 
 
 class BadSampling(ValueError):
@@ -28,14 +24,14 @@ class BadSampling(ValueError):
 
 
 def adapters_of(config: Config) -> Adapters | None:
-    """The shard's adapters (None where the engines run without LoRA: ``engine.max_loras`` 0)."""
+    """The shard's adapters, or None where the engines run without LoRA."""
     if not config.lora_slots:
         return None
     return Adapters(config.model.adapters, config.model.cache_path, config.engine.max_lora_rank, config.storage_options)
 
 
 async def adapter_folder(adapters: Adapters | None, adapter: str) -> str:
-    """A row's adapter's local folder; ``BadSampling`` (the row's error) where it cannot be used."""
+    """A row's adapter's local folder; an unusable adapter raises ``BadSampling``, the row's error."""
     if adapters is None:
         raise BadSampling(
             f"adapter {adapter!r}: this cluster's engines run without adapters; list them in "
@@ -49,7 +45,7 @@ async def adapter_folder(adapters: Adapters | None, adapter: str) -> str:
 
 @dataclass
 class Choice:
-    """One of a request's answers (``sampling.n`` of them)."""
+    """One of a request's ``sampling.n`` answers."""
 
     text: str
     completion_tokens: int
@@ -65,7 +61,7 @@ class Generation:
     cached_tokens: int
     completion_tokens: int  # every answer's tokens
     finish_reason: str | None = None  # "stop" or "length"
-    logprobs: list[dict] | None = None  # the (first) answer's, when asked for
+    logprobs: list[dict] | None = None  # the first answer's, when asked for
     choices: list[Choice] | None = None  # every answer, when more than one was asked for
 
     @classmethod
@@ -84,8 +80,8 @@ class Generation:
 
 @dataclass
 class Labelled:
-    """The log-probability of each label's first token as the prompt's next token (the model's
-    whole vocabulary considered), in the labels' order."""
+    """The log-probability of each label's first token as the prompt's next token, over the whole vocabulary, in the
+    labels' order."""
 
     logprobs: list[float]
     prompt_tokens: int
@@ -101,15 +97,15 @@ class Embedding:
 
 @dataclass
 class Classified:
-    """A classification model's probability of each of its labels (its head's logits, softmaxed)."""
+    """A classification model's probability of each of its labels: its head's logits, softmaxed."""
 
     probs: Sequence[float]
     prompt_tokens: int
 
 
 class TokenIds(Protocol):
-    """A text's token ids as an engine gives them (``Engine.encode``): a list, or any sequence of ints that
-    ``+`` joins and slicing cuts into its own kind (the fake engine's ``array("I")``)."""
+    """A text's token ids as an engine gives them: a list, or any int sequence that ``+`` joins and slicing cuts
+    into its own kind, such as the fake engine's ``array("I")``."""
 
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[int]: ...
@@ -121,31 +117,29 @@ class TokenIds(Protocol):
 
 
 class Engine(Protocol):
-    block_size: int  # tokens per KV-cache block (the prefix cache's unit)
+    block_size: int  # tokens per KV-cache block, the prefix cache's unit
     kv_cache_tokens: int  # tokens the engine's KV cache holds
-    max_model_len: int  # the longest prompt (with its answer) the engine takes
-    tasks: tuple[str, ...]  # what it serves: "generate" and/or "embed", or "classify" (a classification model)
+    max_model_len: int  # the longest prompt plus answer the engine takes
+    tasks: tuple[str, ...]  # "generate" and/or "embed", or "classify"
     labels: tuple[str, ...] | None  # a classification model's labels, in its head's order
-    embedding_size: int | None  # an embedding's values (an embedding engine's)
-    special_tokens: int  # the tokens ``embed`` adds to a text (BERT's [CLS] and [SEP])
-    settings: dict  # the engine's effective settings, as plain values (the bench compares them)
+    embedding_size: int | None  # an embedding's length, for an embedding engine
+    special_tokens: int  # the tokens ``embed`` adds to a text, such as [CLS] and [SEP]
+    settings: dict  # effective settings as plain values, which the bench compares
 
     def encode(self, text: str) -> TokenIds: ...
-    # ``priority``: lower first, among the requests waiting inside the engine (pipeline/worker/admission.py)
+    # ``priority``: lower goes first among the requests waiting inside the engine.
     async def generate(
         self, prompt_ids: TokenIds, request_id: str, sampling: Sampling, priority: int = 0
     ) -> Generation: ...
-    # an embedding of the text ``prompt_ids`` holds (without the model's special tokens, which the
-    # engine adds); ``normalize``: to length 1 (None: as the model defines)
+    # The engine adds the model's special tokens; ``normalize`` None leaves it to the model.
     async def embed(
         self, prompt_ids: TokenIds, request_id: str, normalize: bool | None = None, priority: int = 0
     ) -> Embedding: ...
-    # the log-probability of each of ``label_ids`` as the next token after ``prompt_ids`` (one step)
+    # The log-probability of each of ``label_ids`` as the next token.
     async def label_logprobs(
         self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str, priority: int = 0
     ) -> Labelled: ...
-    # a classification model's label probabilities for the text ``prompt_ids`` holds (special tokens
-    # added by the engine, as ``embed``'s)
+    # The engine adds special tokens as for ``embed``.
     async def classify(self, prompt_ids: TokenIds, request_id: str, priority: int = 0) -> Classified: ...
     async def reset_prefix_cache(self) -> None: ...
     def shutdown(self) -> None: ...

@@ -1,5 +1,4 @@
-"""The fake engine: the engine interface (pipeline/worker/engine.py) answered at once, for the
-pipeline's plumbing figures and fast tests of routing and transport."""
+"""An engine that answers at once, for measuring the pipeline's own plumbing and for fast tests."""
 
 from __future__ import annotations
 
@@ -14,16 +13,14 @@ from pipeline.worker.prefix_cache_model import PrefixCacheModel
 
 
 class FakeEngine:
-    """Answers every request with an empty answer (a row with an adapter: the adapter's name, once
-    its folder checks out), after ``latency_s`` (default: at once); tokenizes by characters. With
-    ``kv_cache_tokens``, each answer reports the prompt tokens a prefix cache of that size would
-    have served (pipeline/worker/prefix_cache_model.py). With ``labels`` (a classification model's:
-    pipeline/classifier_model.py) it serves task classify alone (``classify``)."""
+    """Answers with an empty answer, or with a row's adapter's name once its folder checks out, and tokenizes by
+    characters. With ``kv_cache_tokens`` it reports the cached prompt tokens a prefix cache of that size would have
+    served; with ``labels`` it serves task classify alone."""
 
     block_size = 16
     settings: dict = {}
     tasks: tuple[str, ...] = ("generate", "embed")
-    embedding_size: int | None = 4  # an embedding: the prompt's tokens, and its first three code points, over 1000
+    embedding_size: int | None = 4  # the prompt's length and its first three code points, over 1000
     special_tokens = 0
 
     def __init__(
@@ -44,8 +41,7 @@ class FakeEngine:
         self.cache = PrefixCacheModel(kv_cache_tokens // self.block_size, self.block_size)
 
     def encode(self, text: str) -> array:
-        # The code points as an array("I"), converted in C: a prompt is joined (``fit_prompt``)
-        # and served by the cache model without a Python int per token.
+        # An array of code points built in C, so joining and cache lookups need no Python int per token.
         ids = array("I")
         ids.frombytes(text.encode("utf-32-le", "surrogatepass"))
         return ids
@@ -78,8 +74,7 @@ class FakeEngine:
     async def label_logprobs(
         self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str, priority: int = 0
     ) -> Labelled:
-        """A label's token weighs by how often the prompt holds it: log((1 + count) / (sum over the
-        labels of 1 + count)) -- deterministic, and the likeliest label is the one the prompt names most."""
+        """Deterministic: the label the prompt names most is the likeliest."""
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         import math
@@ -90,13 +85,12 @@ class FakeEngine:
         return Labelled([math.log(w / total) for w in weights], len(ids), self.cache.serve(prompt_ids))
 
     async def classify(self, prompt_ids: TokenIds, request_id: str, priority: int = 0) -> Classified:
-        """Softmax over the labels of logits: how often the prompt's text names each label --
-        deterministic, and the likeliest label is the one the text names most."""
+        """Deterministic: the label the text names most is the likeliest."""
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         import math
 
-        assert self.labels is not None  # (it serves task classify only with labels: ``tasks``)
+        assert self.labels is not None
         text = "".join(map(chr, prompt_ids))
         counts = [text.count(label) for label in self.labels]
         weights = [math.exp(c - max(counts)) for c in counts]

@@ -7,11 +7,9 @@ import time
 
 
 class GcPauses:
-    """Records the duration of every collection in this process since the last reset.
-
-    Two clocks: wall time (what a request waiting on this process experiences, including
-    time the thread is descheduled while collecting) and the thread's CPU time (the
-    collector's own work). On an oversubscribed machine the two differ a lot."""
+    """Records every collection's duration in this process since the last reset. Wall time is what a waiting request
+    experiences; the thread's CPU time is the collector's own work, and the two differ a lot on an oversubscribed
+    machine."""
 
     def __init__(self) -> None:
         self.pauses_ms: list[float] = []
@@ -19,7 +17,7 @@ class GcPauses:
         self.cpu_ms: list[float] = []
         self._t0 = 0.0
         self._c0 = 0.0
-        # Since install, never reset (for counters such as Prometheus's).
+        # Since install, never reset, for counters such as Prometheus's.
         self.collections_total = 0
         self.pause_ms_total = 0.0
         self.max_ms_total = 0.0

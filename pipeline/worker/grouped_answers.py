@@ -1,13 +1,7 @@
-"""Runs on a shard's worker: rows answered by the resident engine, grouped by document: a
-cluster job's bucket.
+"""Answers a bucket's rows on the worker's resident engine, one document at a time.
 
-The rows come sorted by document. Each document's prefix is tokenized once and its questions
-are admitted one after the other, so they reach the engine together and the document is
-prefilled once; documents follow one another, so none is evicted between its own questions.
-The engine takes the worker's ``intake.max_in_flight`` requests at a time. A bucket's admission
-is bounded besides: (``TokenGate``) no new document while the requests in flight hold
-``intake.kv_budget_share`` of the engine's KV cache. Progress goes to the job's event topic as rows complete.
-"""
+Rows arrive sorted by document. Each document's prefix is tokenized once and its questions are admitted together, so
+the engine prefills the document once and does not evict it between its own questions."""
 
 from __future__ import annotations
 
@@ -27,8 +21,7 @@ from pipeline.token_estimate import estimated_tokens
 from pipeline.worker.admission import TokenGate
 
 PROGRESS_EVERY_S = 1.0
-# Answers go to ``commit`` (in the loop's thread pool) this many at a time, or this often: a hand-over,
-# not a buffer. When they are written is the commit's choice (pipeline/data/answer_files.py BucketCommits).
+# Answers are handed to ``commit`` this many at a time or this often; the commit decides when they are written.
 HAND_OVER_ROWS = 4096
 HAND_OVER_S = 0.25
 T = TypeVar("T")
@@ -48,23 +41,8 @@ async def answer_grouped(
     embed: bool = False,
     labels: tuple[str, ...] | None = None,
 ) -> list[RowResult]:
-    """One result per row of ``rows`` (position, digest, prefix, suffix, and the row's own
-    sampling columns), in ``rows``' order. ``prefixes``: each document's prefix text by its
-    digest (default: from the rows that carry it, ``prefixes_of``).
-    ``progress(done_rows, error_rows, tokens)`` is called now and then, and at the end (``tokens``:
-    the prompt, cached and completion tokens of the rows done).
-    ``commit(results)`` gets the results as they complete, a few thousand at a time or four times a
-    second, and the rest at the end (in the loop's thread pool, so the engine's event loop goes
-    on meanwhile; ``commit`` decides when they are written); the first that fails stops the
-    rows at once (those in flight aborted, no more started) and its error is raised.
-    ``first_rows``: until the first answer, only this many requests are admitted (0: no limit),
-    so that answer is not decoded in lockstep with a full engine's worth of others
-    (``intake.first_answer_rows``, docs/configuration.md).
-    ``job``: the job the rows belong to; jobs share the engine fairly
-    (pipeline/worker/admission.py). At most ``2 x intake.max_in_flight`` rows wait for the engine
-    at a time, and the token gate holds back documents. ``embed``: the rows are texts to embed
-    (their prefix and suffix; ``plugin.embed_row``), not prompts to answer (``plugin.answer_row``);
-    ``labels``: the rows' prompts weigh these labels (task classify / score; ``plugin.classify_row``)."""
+    """One result per row, in ``rows``' order. ``commit`` runs in the thread pool; the first that fails aborts the
+    rows in flight. Until the first answer only ``first_rows`` are admitted, so it is not decoded in a full batch."""
     book = Bookkeeping(rows.num_rows, progress, commit)
     admission = Admission(
         plugin,
@@ -81,25 +59,21 @@ async def answer_grouped(
     )
     try:
         await admission.run()
-    except BaseException:  # (cancelled: Dask released the task; the rows started stop too)
+    except BaseException:  # Dask cancelled the task: the rows in flight stop too.
         book.stop()
-        await book.settle()  # (what was handed to commit is written, or not, before the task ends)
+        await book.settle()
         raise
     return await book.finish()
 
 
 def prefixes_of(rows: pa.Table) -> dict[int, str]:
-    """Each document's prefix text by its digest, from the rows that carry it (a prompt table
-    carries a document's prefix on its first row only: pipeline/steps/prompt_table.py)."""
+    """A prompt table carries each document's prefix on its first row only."""
     carriers = rows.filter(pc.is_valid(rows.column("prefix")))
     return dict(zip(carriers.column("digest").to_pylist(), carriers.column("prefix").to_pylist()))
 
 
 class Bookkeeping:
-    """A bucket's results as they come: kept in the rows' order, handed to ``commit`` as they
-    come (``HAND_OVER_ROWS`` at a time, or every ``HAND_OVER_S``; in the loop's thread pool),
-    progress reported; the first failure (a row's or a commit's) kept, and a failed commit
-    stops the rows in flight (``tasks``)."""
+    """Keeps results in row order, hands them to ``commit``, reports progress and keeps the first failure."""
 
     def __init__(self, n: int, progress, commit):
         self.progress, self.commit = progress, commit
@@ -132,9 +106,8 @@ class Bookkeeping:
             self.progress(self.done, self.errors, self.tokens)
 
     def settled(self, k: int, task: asyncio.Task) -> None:
-        """A row that waited for the engine is answered (or failed, or was cancelled). Once the
-        answering has stopped, nothing more is handed to ``commit`` (a row answered just before
-        is answered again by the task's rerun, never written twice)."""
+        """Once answering has stopped nothing more is committed: the task's rerun answers those rows again, so none
+        is written twice."""
         if task.cancelled() or self.stopped:
             return
         try:
@@ -143,20 +116,18 @@ class Bookkeeping:
             self.failure.append(exc)
 
     def stop(self) -> None:
-        """The answering was cancelled: the rows in flight stop too; those answered are handed to
-        ``commit`` (they were counted as answered: a batch let go keeps them)."""
+        """Cancels the rows in flight; rows already answered are still committed, since progress counted them."""
         self._hand_over()
         self.stopped = True
         for task in list(self.tasks):
             task.cancel()
 
     async def settle(self) -> None:
-        """The commits handed over have ended (written or failed): once the answering is over,
-        nothing of it is written later (a rerun reads the answer files as they stay)."""
+        """Waits for the handed-over commits, so nothing of this answering is written after it ends."""
         await asyncio.gather(*self._commits, return_exceptions=True)
 
     async def finish(self) -> list[RowResult]:
-        """Every row started has ended: the failure, if any, raised; else the rest committed."""
+        """Raises the first failure, or commits the rest and returns the results."""
         if self.failure:
             await self.settle()
             raise self.failure[0]
@@ -164,7 +135,7 @@ class Bookkeeping:
         await asyncio.gather(*self._commits)
         if self.progress is not None:
             self.progress(self.done, self.errors, self.tokens)
-        return cast("list[RowResult]", self.results)  # (every row answered: else a failure, raised above)
+        return cast("list[RowResult]", self.results)
 
     def _hand_over(self) -> None:
         if self.commit is not None and self._ready and not self.failure:
@@ -174,8 +145,7 @@ class Bookkeeping:
         self._ready, self._committed_at = [], time.monotonic()
 
     def _committing(self, rows: list[RowResult]) -> None:
-        """(In an executor thread.) A failed commit is seen at once by the loop that starts rows,
-        even where it never waits (an engine that answers at once): no more rows start."""
+        """Records a failure at once, so the loop stops starting rows even if it never waits."""
         try:
             self.commit(rows)
         except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
@@ -183,18 +153,15 @@ class Bookkeeping:
             raise
 
     def _commit_done(self, future: asyncio.Future) -> None:
-        """A failed commit stops the answering: the requests in flight are aborted (what they
-        would answer could not be committed). Its exception is retrieved here, so none goes unseen."""
+        """A failed commit aborts the requests in flight, since their answers could not be committed."""
         if not future.cancelled() and future.exception() is not None:
             for task in list(self.tasks):
                 task.cancel()
 
 
 class Admission:
-    """A bucket's rows started on the engine, a document at a time: its prefix tokenized once,
-    its questions one after the other; no new document while the token gate says the engine's
-    KV cache is spoken for; at most ``2 x intake.max_in_flight`` rows waiting; until the first
-    answer, ``first_rows`` of them. Each result goes to ``book``."""
+    """Starts a bucket's rows one document at a time, within the token gate, the in-flight window and
+    ``first_rows``."""
 
     def __init__(
         self,
@@ -218,12 +185,11 @@ class Admission:
         self.digests = rows.column("digest").to_numpy()
         self.suffixes = rows.column("suffix").to_pylist()
         self.own = _row_sampling(rows)
-        # the rows in the order they start: by document, and by adapter first where rows name adapters
-        # (an engine applies a few adapters in one step: each adapter's rows together)
+        # Rows that name adapters start grouped by adapter, since the engine applies a few adapters per step.
         self.order, group = adapter_order(rows, self.digests)
         starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1]))) if n else np.array([], int)
         decode = 1 if labels else sampling.max_tokens or plugin.config.sampling.max_tokens
-        # each document's rows, and its questions in estimated tokens (with their answers), for the token gate
+        # Each document's row range and its questions' estimated tokens, answers included, for the token gate.
         asked: list[int] = []
         if n:
             suffix_tokens = estimated_tokens(np.fromiter(map(len, self.suffixes), np.int64, n))[self.order]
@@ -234,15 +200,15 @@ class Admission:
         self.room = asyncio.Event()
 
     async def run(self) -> None:
-        """Every row started (or a failure seen); returns once every row started has ended."""
-        # (an embedding keeps nothing in the KV cache once computed, and an encoder model has none)
+        """Returns once every started row has ended."""
+        # Embeddings hold no KV cache once computed, so they skip the token gate.
         gate = None if self.embed else self.plugin.token_gate
         for lo, hi, questions in self.documents:
             if self.book.failure:
                 break
             digest = int(self.digests[self.order[lo]])
             prefix_ids = self.plugin.engine.encode(self.prefixes[digest])
-            if self.plugin.prefixes is not None:  # (the rows' digest is the prefix's)
+            if self.plugin.prefixes is not None:
                 self.plugin.prefixes.served_digest(digest, len(prefix_ids))
             tokens = len(prefix_ids) + questions
             if gate is not None:
@@ -254,7 +220,7 @@ class Admission:
             await asyncio.gather(*self.book.tasks, return_exceptions=True)
 
     async def _start_document(self, lo: int, hi: int, prefix_ids: list[int]) -> list[asyncio.Task]:
-        """Rows ``lo``..``hi`` in start order (one document's) started; those that wait for the engine."""
+        """Starts one document's rows and returns those that wait for the engine."""
         book, started = self.book, []
         for i in range(lo, hi):
             k = int(self.order[i])
@@ -263,14 +229,14 @@ class Admission:
             while self.waiting >= self.window:
                 self.room.clear()
                 await self.room.wait()
-            if book.failure:  # (a commit failed meanwhile)
+            if book.failure:
                 break
             s = self.own[k] if self.own is not None else None
             try:
                 sampling = s.over(self.sampling) if s is not None else self.sampling
                 task, r = start_eagerly(self._request(k, prefix_ids, sampling))
                 if task is None:
-                    assert r is not None  # (finished at once: its result)
+                    assert r is not None
                     book.answered(k, r)
                     continue
             except BaseException as exc:  # noqa: BLE001 - raised by the caller once the others stop
@@ -284,7 +250,6 @@ class Admission:
         return started
 
     def _request(self, k: int, prefix_ids, sampling) -> Coroutine[Any, Any, RowResult]:
-        """Row ``k``'s request: an embedding, labels weighed, or an answer."""
         position, suffix, plugin = int(self.positions[k]), self.suffixes[k], self.plugin
         if self.embed:
             return plugin.embed_row(self.job, self.bucket_id, position, prefix_ids, suffix, self.truncate, sampling)
@@ -301,10 +266,8 @@ class Admission:
 
 
 def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[asyncio.Task[T] | None, T | None]:
-    """Run ``coro`` at once, up to its first real wait; then a Task runs the rest: (that Task,
-    None), or (None, its result) where it finished without waiting. What Python 3.12's eager
-    tasks do: a request the engine answers at once (the fake engine) costs no Task and no trip
-    round the event loop."""
+    """Runs ``coro`` up to its first real wait, as Python 3.12's eager tasks do, so a request answered at once costs
+    no Task and no trip round the loop. Returns (task, None) or (None, result)."""
     try:
         waiting_for = coro.send(None)
     except StopIteration as stop:
@@ -313,11 +276,8 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[asyncio.Task[T] | None,
 
 
 class _Started(collections.abc.Coroutine):
-    """A coroutine already started (now waiting for ``waiting_for``), as a Task runs it: the
-    Task's first step waits for what it waits for, then each step goes on to it. A Task
-    cancelled before its first step throws the cancellation into the coroutine itself, so the
-    coroutine stops where it waits (a request in flight is aborted, its ``finally`` runs), rather
-    than being left suspended with the Task gone."""
+    """A started coroutine for a Task to continue. A Task cancelled before its first step throws into the coroutine,
+    so the request is aborted and its ``finally`` runs instead of being left suspended."""
 
     def __init__(self, coro, waiting_for):
         self._coro, self._waiting_for = coro, waiting_for
@@ -355,9 +315,8 @@ def _release_when_done(gate: TokenGate, tokens: float, job: str, tasks: list[asy
 
 
 def adapter_order(rows: pa.Table, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The order to start ``rows`` in (sorted by document, ``digests``), and each place's group (a
-    number per document, or per adapter and document where rows name adapters): each adapter's rows
-    together, in the order the adapters first appear, documents in their order within each."""
+    """The order to start rows in, and each position's group: its document, or its adapter and document where rows
+    name adapters, so each adapter's rows run together."""
     n = len(digests)
     document = np.cumsum(np.concatenate(([0], digests[1:] != digests[:-1]))) if n else np.zeros(0, np.int64)
     if "adapter" not in rows.column_names or rows.column("adapter").null_count == n:
@@ -369,8 +328,8 @@ def adapter_order(rows: pa.Table, digests: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _row_sampling(rows: pa.Table) -> list | None:
-    """Per row: its own sampling settings (a ``Sampling``) or None. (Checked when the row was
-    read: a row whose settings are not valid never gets here.)"""
+    """Each row's own ``Sampling``, or None when the table has no sampling columns. Rows were validated when
+    read."""
     names = [c for c in ROW_COLUMNS if c in rows.column_names]
     if not names:
         return None

@@ -1,22 +1,12 @@
-"""Runs inside a CPU engine's engine-core process: vLLM's scheduler, made to let a small job
-through when a big one fills the engine.
+"""vLLM's scheduler for CPU engines, run inside the engine-core process, made to let a small job through when a big
+one fills the engine.
 
-The worker already admits the jobs' requests fairly (pipeline/worker/admission.py), and vLLM's
-priority policy seats a new job's requests first. What that cannot change: on a CPU engine each
-step's time grows with the number of requests running, so a small job's requests, seated in a
-batch full of a big job's, each decode several times slower than alone (a 16-row job's first
-answer: 2 s alone, 13.5 s beside a 400-row job). So while a job with few requests in the engine
-(at most a quarter of ``max_num_seqs``) shares it with a bigger one, the bigger jobs keep a few
-seats (``max_num_seqs`` / 16) and step aside from the rest: their latest running requests are
-preempted — vLLM's own preemption, which keeps what they generated, and whose prompt blocks stay
-in the prefix cache, so they resume where they were — and their waiting requests are held back
-until the small job's are answered. One job alone, or jobs of like size, are scheduled exactly
-as vLLM's scheduler does.
-
-A request's job is read from its request id (``<job id>-b<bucket>-<position>``, or a stream's
-``<job id>-batch-<n>-<position>``). GPU engines keep vLLM's own scheduler: there a step's time
-barely grows with the batch, and this class would turn async scheduling off.
-"""
+On CPU each step's time grows with the number of running requests, so a small job's requests decode several times
+slower in a batch full of a big job's. While a small job shares the engine with bigger ones, the bigger jobs keep a
+few seats and step aside from the rest: their latest running requests are preempted, keeping what they generated and
+their prefix blocks, and their waiting ones are held back. Otherwise this schedules exactly as vLLM's scheduler
+does. GPU engines keep vLLM's own: there a step barely slows with the batch, and this class would turn async
+scheduling off."""
 
 from __future__ import annotations
 
@@ -30,7 +20,7 @@ JOB_ID = re.compile(r"pipeline-job-[0-9a-f]{12}")
 
 
 def job_of(request_id: str) -> str:
-    """The job a request belongs to (a request id of another form is a job of its own)."""
+    """A request id without a job id is a job of its own."""
     found = JOB_ID.search(request_id)
     return found.group(0) if found else request_id
 
@@ -52,9 +42,8 @@ class JobFairScheduler(Scheduler):
                 self.waiting.add_request(request)
 
     def _make_way(self) -> list:
-        """Before a step: if a small job shares the engine with bigger ones, preempt the bigger
-        jobs' running requests beyond the reserve (the latest first) and hold their waiting ones
-        out of this step (returned, to be put back after it)."""
+        """Preempts the bigger jobs' running requests beyond the reserve, latest first, and returns their waiting
+        ones, held out of this step."""
         running = Counter(job_of(r.request_id) for r in self.running)
         present = running + Counter(job_of(r.request_id) for r in self.waiting)
         if len(present) < 2:

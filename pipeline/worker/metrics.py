@@ -1,11 +1,6 @@
-"""Per-shard figures, counted on the worker: for the Dask dashboard page and Prometheus.
-
-One ``ShardMetrics`` per worker process, updated by the engine plugin as requests wait,
-run and finish. ``snapshot()`` is what the worker sends to the scheduler every second
-(the dashboard page reads it there); ``ShardCollector`` exposes the same figures on the
-worker's own ``/metrics`` (Dask's HTTP server already serves prometheus_client's
-default registry there), so an existing Prometheus can scrape every worker.
-"""
+"""Per-shard figures counted on the worker, for the dashboard and Prometheus. ``snapshot()`` is what the worker
+sends the scheduler every second; ``ShardCollector`` serves the same figures on the worker's own ``/metrics``, which
+Dask's HTTP server already serves from prometheus_client's default registry."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ class ShardMetrics:
     def __init__(self, shard: str, gc_pauses: GcPauses, clock=time.perf_counter):
         self.shard = shard
         self.gc = gc_pauses
-        self.clock = clock  # seconds, for the engine's busy time (tests give their own)
+        self.clock = clock  # seconds, for the engine's busy time
         self.queued = 0  # requests of running batches waiting for intake
         self.in_flight = 0  # requests admitted to the engine, not finished
         self.prefill_outstanding = 0  # prompt tokens of queued + in-flight requests
@@ -32,7 +27,7 @@ class ShardMetrics:
         self.batches = 0
         self.engine_builds = 0
         self.engine_start_s = 0.0
-        self._busy_s = 0.0  # finished busy stretches (see engine_busy_s)
+        self._busy_s = 0.0  # finished busy stretches
         self._busy_since = 0.0
 
     def queue(self, prompt_tokens: int) -> None:
@@ -54,8 +49,7 @@ class ShardMetrics:
         self.output_tokens += output
 
     def abort(self, prompt_tokens: int) -> None:
-        """A request in flight stopped unanswered (its task was released): not a request
-        served, nor an error."""
+        """A request in flight stopped unanswered because its task was released: neither served nor an error."""
         self.in_flight -= 1
         if not self.in_flight:
             self._busy_s += self.clock() - self._busy_since
@@ -100,7 +94,7 @@ class ShardCollector:
         self.metrics = metrics
 
     def describe(self):
-        return []  # no collect at registration time (the figures change)
+        return []  # no collect at registration time: the figures change
 
     def collect(self):
         m = self.metrics
@@ -138,7 +132,7 @@ class ShardCollector:
 
 
 def install(metrics: ShardMetrics) -> ShardCollector:
-    """Expose ``metrics`` on this process's /metrics (prometheus_client's default registry)."""
+    """Exposes ``metrics`` on this process's ``/metrics``."""
     collector = ShardCollector(metrics)
     REGISTRY.register(collector)
     return collector

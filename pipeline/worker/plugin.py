@@ -1,14 +1,7 @@
-"""The worker side: a Dask WorkerPlugin that owns one resident engine per worker,
-and the task function that feeds it.
+"""A Dask WorkerPlugin that owns one resident engine per worker and answers cluster jobs' buckets on it.
 
-Life cycle: the engine is built once, off the event loop, when the plugin is set
-up; then ``gc.collect()`` + ``gc.freeze()`` move the start-up heap out of the
-collector's way. A cluster job's answer task hands its bucket's rows to ``answer_grouped``
-(pipeline/worker/grouped_answers.py); the engine takes them in turn, bounded by
-``intake.max_in_flight`` requests per worker, shared fairly by the jobs
-(pipeline/worker/admission.py). Each row's request is the plugin's ``RowRequests`` part
-(pipeline/worker/row_requests.py).
-"""
+The engine is built once, off the event loop, when the plugin is set up; then ``gc.freeze()`` moves the start-up
+heap out of the collector's way."""
 
 from __future__ import annotations
 
@@ -42,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 
 class TaskReleased(RuntimeError):
-    """Dask released a task while its rows were being answered: they were stopped."""
+    """Dask released a task while its rows were being answered."""
 
 
 LET_GO = ("released", "cancelled", "forgotten")  # a Dask task's states once nobody waits for it
@@ -75,15 +68,14 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         self._set_phase("starting")
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
-        # Building takes seconds; keep the worker's event loop (heartbeats) free.
+        # Building takes seconds; keep the event loop free for heartbeats.
         try:
             self.engine = await loop.run_in_executor(None, self._build_engine)
         except BaseException as exc:
             self._set_phase("failed")
             self.error = f"{type(exc).__name__}: {exc}"
-            # No engine runs: this process ends without finalizing too, or a loaded machine takes
-            # seconds to tear down vLLM's and torch's modules and the nanny kills it with a warning
-            # on the user's terminal.
+            # Exit without finalizing: tearing down vLLM's and torch's modules can take long enough for the nanny to
+            # kill the process with a warning on the user's terminal.
             self._guard_exit(engine_stopped=True)
             raise
         start_s = time.perf_counter() - t0
@@ -103,7 +95,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         self.token_gate = TokenGate(budget) if budget else None  # cluster jobs' grouped answering
         self.prefixes = self._prefix_memory(self.engine)
         gc.collect()
-        gc.freeze()  # the start-up heap (engine, tokenizer, modules) is never scanned again
+        gc.freeze()  # the start-up heap is never scanned again
         self.gc_pauses = GcPauses().install()
         self.metrics = metrics.ShardMetrics(self.shard, self.gc_pauses)
         self.metrics.engine_builds = 1
@@ -115,23 +107,20 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         self._set_phase("ready")
 
     def _guard_exit(self, engine_stopped: bool) -> None:
-        """Once the engine is built (or failed to build): if this worker is killed outright, the
-        engine processes it has now must not live on (the reaper); and at its exit, once no
-        engine runs, it ends without finalizing (``_exit_without_finalizing``; registered after
-        vLLM's imports, so it runs first)."""
+        """Starts the reaper, so the engine's processes die with this worker even if it is killed outright, and
+        registers the quick exit after vLLM's imports so it runs before their hooks."""
         self._reaper = reaper.start(os.getpid(), reaper.engine_children())
         self._engine_stopped = engine_stopped
         atexit.register(self._exit_without_finalizing)
 
     def _prefix_memory(self, engine: Engine) -> PrefixMemory:
-        """Bounded by the engine's KV cache (the fake engine, which has none, by the router's
-        own bound, in the engine's blocks, split over the shards)."""
+        """Bounded by the engine's KV cache, or for the fake engine by the router's bound split over the shards."""
         cap = engine.kv_cache_tokens or self.config.routing.max_blocks * engine.block_size // len(self.config.shards)
         return PrefixMemory(max(1, cap))
 
     def _build_engine(self) -> Engine:
-        """The engine, its processes spawned without the variables Dask's nanny gave this
-        worker (pipeline/engine_env.py); the shard's own variables always reach them."""
+        """Spawns the engine without the variables Dask's nanny gave this worker; the shard's own variables still
+        reach it."""
         shard = self.config.shard(self.shard)
         keep = shard.worker_env() if shard is not None else {}
         with engine_env.engine_environment(keep) as held:
@@ -140,13 +129,12 @@ class EnginePlugin(RowRequests, WorkerPlugin):
             return build_engine(self.engine_kind, self.model, self.config, shard)
 
     def _publish(self) -> None:
-        """Send the shard's figures to the scheduler while it works, and once more when it
-        stops (an idle worker sends nothing)."""
+        """Sends the shard's figures while it works and once more when it stops; an idle worker sends nothing."""
         snap = self.metrics.snapshot()
         same = {k: v for k, v in snap.items() if k != "time"}
         if snap["queued"] or snap["in_flight"] or same != getattr(self, "_published", None):
             self._published = same
-            assert self.worker is not None  # (published from ``setup`` on)
+            assert self.worker is not None
             self.worker.log_event(SNAPSHOT_TOPIC, snap)
 
     async def teardown(self, worker) -> None:
@@ -156,7 +144,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         await self.stop_engine()
 
     async def stop_engine(self) -> None:
-        """Shut the engine down (its engine-core process exits cleanly); a no-op once done."""
+        """Shuts the engine down cleanly; a no-op once done."""
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.get_running_loop().run_in_executor(None, engine.shutdown)
@@ -164,9 +152,8 @@ class EnginePlugin(RowRequests, WorkerPlugin):
             self._set_phase("stopped")
 
     def _exit_without_finalizing(self) -> None:
-        """At the exit of a worker whose engine was stopped cleanly: end the process now.
-        Finalizing the interpreter only makes the native bindings vLLM loads (triton's) print
-        dozens of "nanobind: leaked ..." lines per worker; there is nothing left to clean up."""
+        """Ends a cleanly stopped worker at once: finalizing would only make vLLM's native bindings print dozens of
+        "nanobind: leaked" lines."""
         if self._engine_stopped:
             logging.shutdown()
             sys.stdout.flush()
@@ -176,15 +163,13 @@ class EnginePlugin(RowRequests, WorkerPlugin):
     async def answer_grouped(
         self, rows, bucket_id: str, sampling: Sampling, truncate: bool, progress=None, task: str | None = None, **commit
     ) -> list[RowResult]:
-        """Rows answered grouped by document (pipeline/worker/grouped_answers.py): a cluster
-        job's bucket. ``task``: the key of the Dask task asking; if Dask
-        releases it meanwhile (its client cancelled it or is gone), the rows stop there: the
-        requests in flight are aborted and no more start (``transition``)."""
+        """Answers a cluster job's bucket. If Dask releases ``task`` meanwhile, the requests in flight are aborted
+        and no more start."""
         self._running()
         answering = asyncio.ensure_future(answer_grouped(self, rows, bucket_id, sampling, truncate, progress, **commit))
         if task is not None:
             self._answering[task] = answering
-            if self._released(task):  # (released before it got here: ``transition`` found nothing to stop)
+            if self._released(task):  # released before it got here, so ``transition`` found nothing to stop
                 answering.cancel()
         try:
             results = await answering
@@ -192,7 +177,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
             self._engine_died(exc)
             raise EngineDead(f"shard {self.shard}: {exc}; the worker restarts with a fresh engine") from None
         except asyncio.CancelledError:
-            if (current := asyncio.current_task()) is not None and current.cancelling():  # (this worker is closing)
+            if (current := asyncio.current_task()) is not None and current.cancelling():  # this worker is closing
                 raise
             raise TaskReleased(
                 f"shard {self.shard}: stopped answering {bucket_id}: Dask released task {task} "
@@ -205,32 +190,29 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         return results
 
     def transition(self, key, start, finish, **kwargs) -> None:
-        """(Dask calls this on every task transition on this worker.) A task released while it
-        answers rows: they stop (``answer_grouped``), rather than take the engine from the
-        other jobs until the last of them is answered for nobody."""
+        """Dask calls this on every task transition. A released task's rows stop, rather than hold the engine from
+        other jobs for answers nobody waits for."""
         if finish in LET_GO:
             answering = self._answering.get(key)
             if answering is not None:
                 answering.cancel()
 
     def _released(self, key: str) -> bool:
-        """Dask has let task ``key`` go on this worker (cancelled while it was starting, or gone)."""
         tasks = getattr(getattr(self.worker, "state", None), "tasks", None)
-        if tasks is None:  # (no Dask worker: nothing to ask)
+        if tasks is None:  # no Dask worker
             return False
         ts = tasks.get(key)
         return ts is None or ts.state in LET_GO
 
     def _engine_died(self, exc: Exception) -> None:
-        """The engine can serve nothing more: say so, then restart this worker process (its
-        nanny starts a fresh one, which builds a fresh engine; the reaper stops what is left
-        of the old engine). Without a nanny the worker just leaves, and the client re-routes
-        its shard's rows once ``recovery.rejoin_timeout_s`` has passed."""
+        """Reports the dead engine and restarts this worker: its nanny starts a fresh one, and the reaper stops what
+        is left of the old engine. Without a nanny the worker just leaves and the client re-routes its shard's
+        rows."""
         if self._dead:
             return
         self._dead = True
         logger.error("shard %s: engine died (%s); restarting the worker", self.shard, exc)
-        assert self.worker is not None  # (set up: the engine ran)
+        assert self.worker is not None
         self.worker.log_event(ENGINE_DIED_TOPIC, {"shard": self.shard, "error": str(exc)})
         self.worker.loop.add_callback(self.worker.close, nanny=False, reason=f"pipeline: engine died: {exc}")
 
@@ -257,6 +239,6 @@ def build_engine(kind: str, model: str, config: Config, shard: ShardConfig | Non
 def shard_plugin() -> EnginePlugin:
     worker = get_worker()
     try:
-        return cast(EnginePlugin, worker.plugins[PLUGIN_NAME])  # (registered by pipeline/cluster/engines.py)
+        return cast(EnginePlugin, worker.plugins[PLUGIN_NAME])  # registered by pipeline/cluster/engines.py
     except KeyError:
         raise RuntimeError(f"worker {worker.name} has no engine plugin; was the pipeline started?") from None

@@ -1,15 +1,10 @@
-"""What a prefix cache of a given size would have served: the fake engine's model of vLLM's
-prefix caching, so that grouping and routing can be measured on million-row jobs without a
+"""The fake engine's model of vLLM's prefix caching, so grouping and routing can be measured on large jobs without a
 real engine.
 
-As vLLM does, a prompt's token ids are cut into full blocks of ``block_size`` tokens, each
-block named by a hash chained over the blocks before it; a request is served from the cache
-for its leading blocks found there (never its last token: the engine computes at least one),
-then all its full blocks are in the cache. The cache holds ``capacity_blocks`` blocks and
-evicts the least recently used one first; a request's own blocks are used from its last to its
-first, so a document's head stays longest, as in vLLM, which frees a request's blocks tail
-first. Unlike vLLM, nothing is pinned by requests in flight (the fake engine has none waiting).
-"""
+As in vLLM, full blocks are named by a hash chained over the blocks before them, a request is served its leading
+cached blocks but never its last token, and the least recently used block is evicted first. A request's blocks are
+touched from last to first, so a document's head stays longest, as vLLM frees a request's blocks tail first. Unlike
+vLLM, requests in flight pin nothing."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ class PrefixCacheModel:
         self._blocks: OrderedDict[int, None] = OrderedDict()  # block hash, least recently used first
 
     def serve(self, prompt_ids) -> int:
-        """The prompt tokens the cache serves for this request; the request's blocks are then
-        the most recently used."""
+        """The prompt tokens the cache serves; the request's blocks then become the most recently used."""
         if not self.capacity_blocks:
             return 0
         data = (

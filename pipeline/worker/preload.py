@@ -1,15 +1,8 @@
-"""Dask preload for a worker: its shard identity, and (workers the pipeline starts) its log file.
+"""Dask preload for a worker: its shard identity and, for workers the pipeline starts, its log file.
 
-    dask worker tcp://SCHEDULER:8786 --nthreads 4 --memory-limit 0 \\
-        --preload pipeline.worker.preload --shard gpu0 --pipeline-config cluster.yaml
-
-A worker started so takes shard ``gpu0`` from cluster.yaml: its environment (device pin,
-``PIPELINE_SHARD``) and the resource ``shard-gpu0`` that the pipeline's batches for that
-shard require. The engine itself comes from the scheduler: ``Pipeline.start`` (or ``python -m
-pipeline up``) registers the engine plugin there, and Dask installs it on every worker that
-joins, including one a nanny restarts. The scheduler has its own preload,
-``pipeline.scheduler.preload``.
-"""
+Used as ``dask worker ADDRESS --preload pipeline.worker.preload --shard gpu0 --pipeline-config cluster.yaml``. The
+engine itself comes from the plugin the client registers on the scheduler, which Dask installs on every worker that
+joins, including one a nanny restarts."""
 
 from __future__ import annotations
 
@@ -40,7 +33,7 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     if shard is None:
         raise click.UsageError(f"--shard {shard_name}: not in the config's shards ({', '.join(config.shard_names)})")
     os.environ.update(shard.worker_env())  # read when the engine starts, after this
-    # Before the worker registers: the scheduler sees the resource from the start.
+    # Set before the worker registers, so the scheduler sees the resource from the start.
     worker.state.total_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
     slots = answer_slots(worker.state.nthreads)
@@ -53,8 +46,8 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
 
 
 def write_output_to(path: str) -> None:
-    """This process's stdout and stderr (file descriptors 1 and 2: Python's, C libraries', and
-    those of every process it starts, vLLM's engine core included) go to ``path`` (appended)."""
+    """Sends file descriptors 1 and 2 to ``path``, so C libraries and child processes such as vLLM's engine core
+    write there too."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -81,8 +74,7 @@ def dask_setup(server, shard, config_path):
         write_output_to(log_file)
     if shard:
         join_shard(server, shard, config_path)
-    # A cluster job's tasks and what their inputs unpickle into (pyarrow compute, Parquet and
-    # datasets: 0.5-0.8 s), loaded now, while the engine starts, rather than by the first job's
+    # Load what a cluster job's tasks unpickle into while the engine starts, rather than during the first job's
     # first task.
     import pipeline.data.input  # noqa: F401
     import pipeline.steps.cluster_tasks  # noqa: F401

@@ -1,10 +1,8 @@
 """Prompts longer than the model's context: an error for the row, or truncation when asked.
 
-vLLM refuses a prompt of ``max_model_len`` tokens or more (it needs room for at least one
-new token). Truncation cuts the end of the row's shareable prefix (for document-question,
-the end of the document; for a chat, the end of the conversation before the last user
-turn) and keeps the row's own part whole, leaving room for ``max_tokens`` new tokens.
-"""
+vLLM refuses a prompt of ``max_model_len`` tokens or more, since it needs room for one new token. Truncation cuts
+the end of the row's shareable prefix and keeps the row's own part whole, leaving room for ``max_tokens`` new
+tokens."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ TOO_LONG = "prompt too long"  # an ErrorKind.INPUT error
 def fit_prompt(
     prefix: TokenIds, suffix: TokenIds, max_model_len: int, max_tokens: int, truncate: bool
 ) -> tuple[TokenIds, str | None]:
-    """The prompt's token ids (of the engine's own kind: ``Engine.encode``), and None; or ``[]``
-    and the row's error."""
+    """The prompt's token ids and None, or ``[]`` and the row's error."""
     total = len(prefix) + len(suffix)
     if total < max_model_len:
         return prefix + suffix, None
@@ -35,8 +32,8 @@ def fit_prompt(
 
 
 def fit_text(ids: TokenIds, room: int, truncate: bool) -> tuple[TokenIds, str | None]:
-    """A text to embed (its token ids, without the model's special tokens): the ids and None, its
-    end cut to ``room`` tokens when asked for; or ``[]`` and the row's error."""
+    """A text to embed, without the model's special tokens, cut to ``room`` tokens when asked; or ``[]`` and the
+    row's error."""
     if len(ids) <= room:
         return ids, None
     if not truncate:

@@ -1,6 +1,4 @@
-"""What a client asks each worker through ``client.run``: its engine's phase, its figures, the
-prefixes its engine holds; and stopping or resetting its engine. They run on the worker, reading
-its engine plugin (pipeline/worker/plugin.py)."""
+"""What a client asks each worker through ``client.run``, answered from its engine plugin."""
 
 from __future__ import annotations
 
@@ -11,8 +9,7 @@ from pipeline.names import PLUGIN_NAME, SHARD_ENV
 
 
 def worker_stats(dask_worker) -> dict:
-    """For ``client.run``: the engine plugin's counters on this worker, with GC pauses
-    since the last reset."""
+    """The engine plugin's counters on this worker, with GC pauses since the last reset."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None or not plugin.info:
         return {}
@@ -30,9 +27,8 @@ def worker_stats(dask_worker) -> dict:
 
 
 async def stop_engine(dask_worker) -> float:
-    """For ``client.run`` before an embedded cluster closes: stop the engine while the worker
-    still runs (Dask's nanny gives a closing worker 4 s, less than a vLLM engine may take to
-    shut down). Returns the seconds it took."""
+    """Stops the engine while the worker still runs, before an embedded cluster closes: Dask's nanny gives a closing
+    worker 4 s, less than a vLLM engine may take to shut down. Returns the seconds it took."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     t0 = time.perf_counter()
     if plugin is not None:
@@ -41,8 +37,7 @@ async def stop_engine(dask_worker) -> float:
 
 
 async def reset_worker(dask_worker) -> None:
-    """For ``client.run``: empty the engine's prefix cache (and what the worker remembers of
-    it) and the GC pause record."""
+    """Empties the engine's prefix cache, what the worker remembers of it, and the GC pause record."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is not None and plugin.engine is not None:
         await plugin.engine.reset_prefix_cache()
@@ -52,8 +47,7 @@ async def reset_worker(dask_worker) -> None:
 
 
 def engine_phase(dask_worker) -> dict:
-    """For ``client.run``: where this worker's engine is (waiting for the plugin, starting,
-    ready, failed, stopped) and since when; ``{}`` on a worker serving no shard."""
+    """Where this worker's engine is and since when; ``{}`` on a worker serving no shard."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     shard = os.environ.get(SHARD_ENV)
     if plugin is None:
@@ -70,8 +64,7 @@ def engine_phase(dask_worker) -> dict:
 
 
 def held_prefixes(dask_worker) -> dict:
-    """For ``client.run`` when a client starts: the prefixes this worker's engine has served
-    (digests, least recent first; pipeline/prefix_memory.py)."""
+    """The digests this worker's engine has served, least recent first."""
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None or plugin.prefixes is None:
         return {}

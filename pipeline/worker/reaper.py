@@ -1,13 +1,8 @@
-"""Stop a worker's engine processes when the worker process dies.
+"""Kills a worker's engine processes when the worker process dies.
 
-vLLM runs its engine core in a child process. A worker killed outright (SIGKILL, OOM
-killer) cannot stop it, and the orphan keeps its memory and its pinned core. After the
-engine is built, the worker starts this watchdog with its own pid and its children's;
-when the worker is gone, the watchdog kills those children (the same processes: the
-start time is checked, so a reused pid is left alone) and exits.
-
-    python -m pipeline.worker.reaper WORKER_PID CHILD_PID...
-"""
+vLLM runs its engine core in a child process, which a worker killed outright cannot stop, and the orphan keeps its
+memory and pinned core. After the engine is built, the worker starts this watchdog in a small process of its own.
+The watchdog checks each child's start time, so a reused pid is left alone."""
 
 from __future__ import annotations
 
@@ -19,11 +14,11 @@ import psutil
 
 
 def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
-    """Start the watchdog for ``child_pids`` of ``parent_pid`` (none: nothing to watch)."""
+    """Starts the watchdog; None where there is nothing to watch."""
     if not child_pids:
         return None
-    # Only this module and psutil are imported in the watchdog (pipeline/__init__.py and
-    # pipeline/worker/__init__.py import nothing eagerly).
+    # The watchdog imports only this module and psutil, since pipeline/__init__.py and pipeline/worker/__init__.py
+    # import nothing eagerly.
     code = "import sys; from pipeline.worker.reaper import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.Popen(
         [sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
@@ -33,7 +28,7 @@ def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
 
 
 def engine_children() -> list[int]:
-    """This process's live child processes (after building an engine: its engine core)."""
+    """This process's live child processes; after building an engine, its engine core."""
     return [c.pid for c in psutil.Process().children(recursive=False) if c.is_running()]
 
 
@@ -51,7 +46,7 @@ def watch(parent_pid: int, child_pids: list[int], interval_s: float = 0.5) -> li
         parent = None
     while parent is not None and parent.is_running() and parent.status() != psutil.STATUS_ZOMBIE:
         if not any(c.is_running() for c in children):
-            return []  # the engine stopped on its own (normal shutdown)
+            return []  # the engine stopped on its own
         time.sleep(interval_s)
     killed = []
     for c in children:

@@ -1,9 +1,5 @@
-"""The engine plugin's row requests (``RowRequests``, a part of pipeline/worker/plugin.py's
-``EnginePlugin``): a row's prompt (its prefix's tokens, then its suffix's) fitted to the model and
-handed to the engine at its job's turn (pipeline/worker/admission.py), as an answer, an
-embedding, or labels weighed; what the engine answers becomes the row's result, and a request
-the engine refuses or fails becomes the row's error, not its batch's.
-"""
+"""The engine plugin's row requests: a row's prompt fitted to the model and sent to the engine at its job's turn. A
+request the engine refuses or fails becomes the row's error, not its batch's."""
 
 from __future__ import annotations
 
@@ -35,7 +31,6 @@ class RowRequests:
     _label_ids: dict[tuple[str, ...], list[int]]
 
     def _running(self) -> Engine:
-        """The engine, or the error that it is not running (stopped, or not yet started)."""
         if self.engine is None:
             raise RuntimeError(f"shard {self.shard}: engine is not running")
         return self.engine
@@ -43,8 +38,7 @@ class RowRequests:
     async def answer_row(
         self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, sampling: Sampling
     ) -> RowResult:
-        """Row ``index`` (its position in the job): its prompt is its prefix's tokens, then its
-        suffix's. It waits for ``job``'s turn at the engine (pipeline/worker/admission.py)."""
+        """Row ``index``'s prompt is its prefix's tokens, then its suffix's."""
         engine = self._running()
         ids, error = fit_prompt(
             prefix_ids,
@@ -87,7 +81,7 @@ class RowRequests:
             ]
             result.answer_json = result.choices[0]["answer_json"]
             problems = [problem for _, _, problem in checked if problem is not None]
-            if len(problems) == len(checked):  # (a row fails when no answer is usable)
+            if len(problems) == len(checked):  # a row fails only when no answer is usable
                 result.fail(ErrorKind.OUTPUT, problems[0])
         elif sampling.json_schema is not None:
             result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
@@ -98,9 +92,7 @@ class RowRequests:
     async def embed_row(
         self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, sampling: Sampling
     ) -> RowResult:
-        """Row ``index``'s embedding: its text is its prefix's tokens, then its suffix's (a template's
-        text after its prefix column), cut to what the model takes when ``truncate``; it waits for
-        ``job``'s turn at the engine, as ``answer_row`` does."""
+        """Embeds the row's text, cut to what the model takes when ``truncate``."""
         out, t0 = await self._on_text(
             job,
             batch_id,
@@ -114,7 +106,7 @@ class RowRequests:
         )
         if isinstance(out, RowResult):
             return out
-        assert t0 is not None  # (None only with a failed result)
+        assert t0 is not None
         return RowResult(
             index,
             embedding=out.vector,
@@ -133,10 +125,9 @@ class RowRequests:
         truncate: bool,
         labels: tuple[str, ...],
     ) -> RowResult:
-        """Row ``index``'s labels weighed (task classify / score): the probability of each label's first
-        token as the answer's first token after the row's prompt, normalised over the labels -- or, on a
-        classification model, its head's probabilities (``_head``); the likeliest label, and the first
-        label's probability as the row's score. It waits for ``job``'s turn at the engine, as ``answer_row`` does."""
+        """Weighs ``labels`` by the probability of each label's first token as the answer's first token, normalised
+        over the labels; a classification model uses its own head instead. The likeliest label is the answer and the
+        first label's probability the score."""
         engine = self._running()
         if "classify" in engine.tasks:
             return await self._head(job, batch_id, index, prefix_ids, suffix, truncate, labels)
@@ -166,7 +157,7 @@ class RowRequests:
         truncate: bool,
         labels: tuple[str, ...],
     ) -> RowResult:
-        """Row ``index``'s text (as ``embed_row``'s) classified by the model's own head: ``labels``' probabilities."""
+        """Classifies the row's text with the model's own head."""
         out, t0 = await self._on_text(
             job,
             batch_id,
@@ -179,7 +170,7 @@ class RowRequests:
         if isinstance(out, RowResult):
             return out
         head = self._running().labels
-        assert head is not None and t0 is not None  # (a classification model has labels; t0 is None only on failure)
+        assert head is not None and t0 is not None
         return labelled(index, labels, head_probs(out.probs, head, labels), out, self.shard, t0)
 
     async def _on_text(
@@ -192,9 +183,8 @@ class RowRequests:
         truncate: bool,
         call: Callable[[TokenIds, str, int], Awaitable[Out]],
     ) -> tuple[Out | RowResult, float | None]:
-        """Row ``index``'s text -- its prefix's tokens, then its suffix's, cut to what the model takes
-        when ``truncate`` -- handed to ``call(ids, request_id, priority)`` at ``job``'s turn at the
-        engine: (the engine's output, its start time), or (the row's failed result, None)."""
+        """Sends the row's text, cut to what the model takes when ``truncate``, to ``call``. Returns the output and
+        its start time, or the row's failed result and None."""
         engine = self._running()
         ids = prefix_ids + engine.encode(suffix) if suffix else prefix_ids
         ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
@@ -208,10 +198,8 @@ class RowRequests:
     async def _at_engine(
         self, job: str, ids: TokenIds, request: Callable[[int], Awaitable[Out]]
     ) -> tuple[Out | RowResult, float]:
-        """``request(priority)`` (an engine call for prompt ``ids``) once it is ``job``'s turn at
-        the engine (pipeline/worker/admission.py), counted in the shard's figures: its output and
-        when it started; or, where the engine refused or failed the request, the row's failed
-        result (its index to be set) instead of the output."""
+        """Runs ``request(priority)`` at ``job``'s turn, counted in the shard's figures. Where the engine refuses or
+        fails it, returns the row's failed result, its index still to set."""
         m = self.metrics
         m.queue(len(ids))
         try:
@@ -227,14 +215,14 @@ class RowRequests:
         try:
             out = await request(priority)
         except asyncio.CancelledError:
-            aborted = True  # (its task was released: vLLM aborts the request)
+            aborted = True  # its task was released: vLLM aborts the request
             raise
         except EngineDead:
             raise
         except Exception as exc:  # one failed request must not fail its batch
-            # vLLM checks sampling values when the request is made: a bad one is the row's
+            # vLLM checks sampling values when the request is made, so a bad one is the row's error.
             kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
-            why = str(exc) if isinstance(exc, BadSampling) else f"{type(exc).__name__}: {exc}"  # (ours says it all)
+            why = str(exc) if isinstance(exc, BadSampling) else f"{type(exc).__name__}: {exc}"  # ours says it all
             return RowResult.failed(
                 -1, kind, why, prompt_tokens=len(ids), shard=self.shard, latency_s=time.perf_counter() - t0
             ), t0
@@ -248,5 +236,5 @@ class RowRequests:
 
 
 def _bad_request(exc: Exception) -> bool:
-    """vLLM refused the request's settings (a value out of range, a schema it cannot compile)."""
+    """vLLM refused the request's settings, such as a value out of range or a schema it cannot compile."""
     return isinstance(exc, BadSampling) or any(c.__name__ == "VLLMClientError" for c in type(exc).__mro__)

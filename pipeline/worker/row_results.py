@@ -1,6 +1,4 @@
-"""A row's result from what the engine answered: a classified row's (``labelled``), an answer's
-text (``answer_text``), and each of a row's several answers (``choice_entry``). Used by the
-plugin's row methods (pipeline/worker/plugin.py)."""
+"""A row's result built from what the engine answered."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from pipeline.worker.engine import Choice, Classified, Labelled
 def labelled(
     index: int, labels: tuple[str, ...], probs: list[float], out: Labelled | Classified, shard: str, t0: float
 ) -> RowResult:
-    """A classified row's result: the likeliest label, every label's probability, the first one's as its score."""
+    """The likeliest label, every label's probability, and the first one's as the row's score."""
     return RowResult(
         index,
         label=labels[probs.index(max(probs))],
@@ -28,13 +26,12 @@ def labelled(
 
 
 def answer_text(text: str, sampling: Sampling) -> str:
-    """An answer's text as the row keeps it: stripped, unless the job says not (``Sampling.strip``)."""
+    """An answer's text as the row keeps it: stripped unless the job says not."""
     return text if sampling.strip is False else text.strip()
 
 
 def choice_entry(c: Choice, text: str, parsed: str | None, problem: str | None) -> dict:
-    """One of a row's several answers (its ``text``: ``answer_text``), with its own check's outcome
-    (``check_answer``): its ``answer_json`` and ``error``."""
+    """One of a row's several answers, with its own check's outcome."""
     return {
         "answer": text,
         "finish_reason": c.finish_reason,

@@ -1,5 +1,5 @@
-"""vLLM behind the engine interface (pipeline/worker/engine.py): the engine's arguments from the
-config, the sampling settings as vLLM's, and ``VllmEngine`` over vLLM's ``AsyncLLM``."""
+"""vLLM behind the engine interface: engine arguments from the config, sampling settings as vLLM's, and
+``VllmEngine`` over vLLM's ``AsyncLLM``."""
 
 from __future__ import annotations
 
@@ -31,20 +31,17 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """The CPU computes in bfloat16 natively (AVX512-BF16 or AMX)."""
     try:
         with open(cpuinfo) as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     except OSError:
-        return True  # (not Linux: leave it to vLLM)
+        return True  # not Linux: leave it to vLLM
     return any(flag in flags for flag in BF16_CPU_FLAGS)
 
 
 def engine_dtype(config: Config) -> str:
-    """``engine.dtype``, with ``auto`` resolved for CPU shards: bfloat16 where the CPU has bf16
-    instructions, else float32. Without them oneDNN cannot build bf16 matmuls, vLLM falls back to
-    torch's, and the engine runs 5x slower (seen on an AVX2-only CPU: the sample job at 0.82
-    rows/s in bfloat16, 4.31 in float32). GPU shards: vLLM's own ``auto`` (the model's dtype)."""
+    """On CPU shards ``auto`` is bfloat16 only where the CPU has bf16 instructions: without them vLLM falls back to
+    torch's matmuls, several times slower."""
     dtype = config.engine.dtype
     if dtype != "auto" or any(s.kind == "gpu" for s in config.shards):
         return dtype
@@ -52,9 +49,8 @@ def engine_dtype(config: Config) -> str:
 
 
 def engine_eager(config: Config, shard: ShardConfig | None = None) -> bool:
-    """``engine.enforce_eager``, with ``auto`` resolved for the shard's kind: eager on CPU
-    (compiling costs a machine's first start ~65 s more per engine and buys ~5 % throughput),
-    compiled with CUDA graphs on GPUs. Without a shard: compiled if the config has a GPU shard."""
+    """Resolves ``auto``: eager on CPU, where compiling slows every start for little gain, and CUDA graphs on
+    GPUs."""
     eager = config.engine.enforce_eager
     if eager != "auto":
         return eager
@@ -63,8 +59,7 @@ def engine_eager(config: Config, shard: ShardConfig | None = None) -> bool:
 
 
 def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) -> dict:
-    """Keyword arguments for vLLM's engine (``AsyncEngineArgs`` or ``LLM``) from the config, for
-    ``shard`` (its tensor-parallel size)."""
+    """Keyword arguments for vLLM's ``AsyncEngineArgs`` or ``LLM``."""
     e = config.engine
     kwargs = dict(
         model=model,
@@ -96,11 +91,8 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
 
 
 def fitted_kwargs(kwargs: dict) -> dict:
-    """``kwargs`` (``engine_kwargs``) fitted to the model: an embedding model's ``max_model_len`` at
-    most what the model takes (all-MiniLM-L6-v2 takes 256 tokens, and vLLM refuses more; a longer
-    text is the row's error, or cut); no prefix caching where the model cannot have it (an
-    encoder's attention looks both ways: vLLM's KV cache manager refuses it). A generation
-    model's context is as configured (vLLM says so if the model cannot take it)."""
+    """Fits ``kwargs`` to the model: vLLM refuses an embedding model's ``max_model_len`` above what the model takes,
+    and prefix caching for an encoder, whose attention looks both ways."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     model = AsyncEngineArgs(**{**kwargs, "max_model_len": None}).create_model_config()
@@ -112,8 +104,7 @@ def fitted_kwargs(kwargs: dict) -> dict:
     return out
 
 
-# The engine settings the bench compares between the pipeline's engines and plain vLLM's
-# (pipeline/bench/report.py): those vLLM fills in by itself, which the same arguments may not fix.
+# Settings vLLM fills in by itself, which the bench compares between the pipeline's engines and plain vLLM's.
 SETTINGS = (
     ("scheduler_config", "max_num_batched_tokens"),
     ("scheduler_config", "max_num_seqs"),
@@ -128,7 +119,6 @@ SETTINGS = (
 
 
 def engine_settings(vllm_config) -> dict:
-    """An engine's effective settings (``SETTINGS``), as plain values, from its ``vllm_config``."""
     out = {}
     for section, name in SETTINGS:
         value = getattr(getattr(vllm_config, section, None), name, None)
@@ -137,8 +127,6 @@ def engine_settings(vllm_config) -> dict:
 
 
 def sampling_params(sampling: Sampling) -> SamplingParams:
-    """vLLM's ``SamplingParams`` for these settings (a JSON schema or a choice list through
-    vLLM's structured outputs)."""
     import json
 
     from vllm import SamplingParams
@@ -154,7 +142,7 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
         for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")
         if getattr(sampling, k) is not None
     }
-    if sampling.keeps_logprobs:  # (vLLM: the k likeliest tokens at each place, and the one chosen)
+    if sampling.keeps_logprobs:  # vLLM returns the k likeliest tokens at each place and the one chosen
         fields["logprobs"] = sampling.top_logprobs or 0
     # FINAL_ONLY: one output per request instead of one per generated token, which would
     # wake the worker's event loop for every token of every request.
@@ -162,9 +150,8 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
 
 
 def label_params(label_ids: Sequence[int]) -> SamplingParams:
-    """vLLM's ``SamplingParams`` that read the log-probabilities of ``label_ids`` as the next token:
-    one step, ``logprob_token_ids`` (what vLLM's own generative scoring sends; the values are taken
-    from the raw logits, before any sampling setting)."""
+    """Reads the log-probabilities of ``label_ids`` as the next token, from the raw logits before any sampling
+    setting, as vLLM's own generative scoring does."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -192,14 +179,8 @@ class VllmEngine:
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        # An offline batch engine: vLLM's defaults for its offline ``LLM`` class, not its
-        # engine-context ones (on CPU max_num_batched_tokens 4096, not 2048; larger on GPUs),
-        # as plain vLLM run for a batch gets them.
-        # Each request's priority is its job's count of requests admitted before it, so jobs that
-        # share the engine take turns (pipeline/worker/admission.py); with one job the order is
-        # first come, first served, as under vLLM's default policy (plain vLLM in the bench keeps it).
-        # On CPU, a step's time grows with the batch: a small job beside a big one also gets seats
-        # the big one's requests step aside from (pipeline/worker/job_scheduler.py).
+        # vLLM's offline ``LLM`` defaults, as plain vLLM gets for a batch. A request's priority is its job's count of
+        # admitted requests, so jobs sharing the engine take turns; on CPU, JobFairScheduler also seats a small job.
         cpu = shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
         scheduler: dict[str, Any] = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
         kwargs = fitted_kwargs(engine_kwargs(model, config, shard))
@@ -214,7 +195,7 @@ class VllmEngine:
         pooling = model_config.runner_type == "pooling"
         from pipeline.classifier_model import classifier_labels
 
-        # a sequence-classification model: vLLM's "classify" pooling (its head's logits, softmaxed)
+        # A sequence-classification model uses vLLM's "classify" pooling: its head's logits, softmaxed.
         self.labels = classifier_labels(model) if pooling else None
         self.tasks: tuple[str, ...] = ("classify",) if self.labels else ("embed",) if pooling else ("generate",)
         self.embedding_size = int(model_config.embedding_size) if pooling and not self.labels else None
@@ -233,8 +214,8 @@ class VllmEngine:
         return self._tokenizer.encode(text, add_special_tokens=False)
 
     def params(self, sampling: Sampling) -> SamplingParams:
-        """``sampling`` as vLLM's ``SamplingParams``, built once per distinct setting (a job's rows
-        share one; bounded, as per-row settings may all differ)."""
+        """Builds ``SamplingParams`` once per distinct setting; the cache is bounded because per-row settings may
+        all differ."""
         key = self._key(sampling)
         params = self._params.get(key)
         if params is None:
@@ -254,15 +235,15 @@ class VllmEngine:
         from vllm.v1.engine.exceptions import EngineDeadError
 
         final = None
-        params = self.params(sampling)  # (a bad value raises here: the row's error)
+        params = self.params(sampling)  # a bad value raises here, as the row's error
         lora = None
         if sampling.adapter is not None:
             from vllm.lora.request import LoRARequest
 
             folder = await adapter_folder(self.adapters, sampling.adapter)
-            assert self.adapters is not None  # (``adapter_folder`` raised BadSampling otherwise)
+            assert self.adapters is not None
             lora = LoRARequest(sampling.adapter, self.adapters.ids[sampling.adapter], folder)
-        # (``prompt_ids`` is a list: this engine's ``encode`` gives lists, and ``fit_prompt`` joins and cuts them)
+        # ``prompt_ids`` is a list: ``encode`` and ``fit_prompt`` give lists.
         prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))
         try:
             async for out in self._llm.generate(
@@ -306,7 +287,7 @@ class VllmEngine:
         return Classified((await self._pool(ids, params, request_id, priority)).float().tolist(), len(ids))
 
     async def _pool(self, ids: list[int], params, request_id: str, priority: int):
-        """A pooling request's output tensor (an embedding, or a classifier's label probabilities)."""
+        """A pooling request's output tensor: an embedding, or a classifier's label probabilities."""
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -335,7 +316,7 @@ class VllmEngine:
                 self._labels.clear()
             params = self._labels[key] = label_params(label_ids)
         final = None
-        prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))  # (a list, as ``generate``'s)
+        prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))
         try:
             async for out in self._llm.generate(prompt, params, request_id=request_id, priority=priority):
                 final = out
@@ -354,17 +335,15 @@ class VllmEngine:
         handler = getattr(self._llm, "output_handler", None)
         if handler is not None:
             handler.get_loop().call_soon_threadsafe(handler.cancel)
-        # Give the engine core time to exit on its own: with vLLM's default (5 s) it is often
-        # still tearing down on a loaded CPU box and gets killed.
+        # Give the engine core time to exit on its own: with vLLM's default of 5 s it is often killed mid-teardown
+        # on a loaded CPU box.
         self._llm.shutdown(timeout=30)
-        # Done: vLLM's finalizer would call shutdown again at interpreter exit, when module
-        # globals are already gone ("TypeError: 'NoneType' object is not callable").
-        # (set on this instance, over vLLM's method)
+        # vLLM's finalizer would call shutdown again at interpreter exit, when module globals are already gone.
         setattr(self._llm, "shutdown", lambda timeout=None: None)
 
 
 def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
-    """The tokens ``tokenizer`` puts before and after a text's own (BERT's [CLS] and [SEP])."""
+    """The tokens ``tokenizer`` puts before and after a text, such as BERT's [CLS] and [SEP]."""
     plain = tokenizer.encode("a", add_special_tokens=False)
     marked = tokenizer.encode("a", add_special_tokens=True)
     at = next((i for i in range(len(marked) - len(plain) + 1) if marked[i : i + len(plain)] == plain), None)
@@ -374,8 +353,8 @@ def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
 
 
 def token_logprobs(token_ids, logprobs, top: int) -> list[dict]:
-    """vLLM's log-probabilities of an answer (per place: token id -> ``Logprob``) as
-    ``{"token", "logprob", "top_logprobs"}`` per answer token, the ``top`` likeliest first."""
+    """vLLM's per-place log-probabilities as ``{"token", "logprob", "top_logprobs"}`` per answer token, the ``top``
+    likeliest first."""
     out = []
     for token_id, place in zip(token_ids, logprobs):
         chosen = place[token_id]
