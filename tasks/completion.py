@@ -1,11 +1,8 @@
-"""Completion: a raw prompt, as a ``/v1/completions`` request gives it: no chat template and no
-system prompt, the model continues the text.
+"""Completion: a raw prompt from a ``/v1/completions`` request, continued by the model without a
+chat template or system prompt.
 
-A row holds its prompt in two pieces: ``prefix``, the part it may share with other rows (a
-document; pipeline/data/completion_lines.py decides where a line's prompts are cut), and
-``prompt``, the rest. Rows with the same prefix land on the shard that holds it, and the engine
-prefills it once. A row without a prefix is its own group.
-"""
+A row holds its prompt in two pieces, the ``prefix`` it may share with other rows and the rest, so
+rows with the same prefix land on the shard that holds it."""
 
 from __future__ import annotations
 
