@@ -16,7 +16,6 @@ PROMPT, PREFIX = "prompt", "prefix"
 class Completion:
     name = "completion"
     required_columns: tuple[str, ...] = (PROMPT,)
-    optional_columns = (PREFIX,)
 
     def split(self, row: Mapping[str, Any]) -> PromptParts:
         prompt, prefix = row.get(PROMPT), row.get(PREFIX)

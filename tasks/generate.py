@@ -17,8 +17,6 @@ PROMPT, PREFIX, MESSAGES = "prompt", "prefix", "messages"
 class Generate:
     name = "generate"
     required_columns: tuple[str, ...] = ()
-    one_of_columns = (PROMPT, MESSAGES)
-    optional_columns = (PREFIX,)
 
     def __init__(self, tokenizer, system: str | None = None, chat_template: bool = True):
         self._chat = Chat(tokenizer)

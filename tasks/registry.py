@@ -185,9 +185,6 @@ TASKS: dict[str, TaskSpec] = {
     ]
 }
 CONFIG_TASKS = ("document_question", "template", "generate", "embed", "classify", "score")  # ``task:``'s values
-RESULT_ONLY = tuple(
-    dict.fromkeys(f for t in TASKS.values() if not t.answers for f in t.writes if f not in ANSWER_FIELDS)
-)  # fields only the non-answer tasks write
 
 
 def spec_or_generate(name: str | None) -> TaskSpec:
