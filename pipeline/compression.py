@@ -79,8 +79,7 @@ def dask_setup(server) -> None:
 
 
 def measure(payload: bytes) -> dict:
-    """Raw and compressed bytes of ``payload``, and the best seconds of a few single-threaded runs
-    to compress and decompress it."""
+    """Raw and compressed sizes of ``payload``, and its best single-threaded compress and decompress times."""
     view = memoryview(payload)
     raw = view.nbytes
     runs = 5 if raw < 8 << 20 else 1

@@ -86,8 +86,7 @@ def engine_drop(environ: Mapping[str, str], keep: Iterable[str] = ()) -> list[st
 
 @contextmanager
 def engine_environment(keep: Iterable[str] = ()):
-    """``os.environ`` without Dask's variables while the engine's processes are spawned; yields the
-    variables held back, which come back afterwards."""
+    """``os.environ`` without Dask's variables while the engines spawn; yields those held back."""
     held = {k: os.environ.pop(k) for k in engine_drop(os.environ, keep)}
     try:
         yield held
@@ -116,8 +115,7 @@ def snapshot() -> dict[str, str]:
 
 
 def restore(saved: Mapping[str, str], keys: Iterable[str] | None = None) -> list[str]:
-    """Put ``keys``, by default every variable, back as they were in ``saved``; returns those that
-    had changed."""
+    """Put ``keys``, by default all, back as they were in ``saved``; returns those that had changed."""
     keys = set(saved) | set(os.environ) if keys is None else set(keys)
     changed = []
     for k in sorted(keys):

@@ -60,7 +60,6 @@ def ensure_default_model(cache_dir: Path) -> Path:
 
 
 def ensure_packaged(cache_dir: Path, name: str) -> Path:
-    """Packaged model ``name`` in ``cache_dir``, prepared once."""
     target = cache_dir / name
     if (target / "config.json").exists():
         return target

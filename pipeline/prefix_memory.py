@@ -21,9 +21,8 @@ def prefix_digest(text: str) -> int:
 
 
 def text_digests(texts, head: str = "", tail: str = "") -> np.ndarray:
-    """``prefix_digest(head + value + tail)`` of each value of an Arrow string array, read from the
-    array's own bytes without making Python strings. XXH3 rather than a cryptographic hash, because
-    every row of a job is digested."""
+    """``prefix_digest(head + value + tail)`` of each value of an Arrow string array, read from its
+    bytes without making Python strings."""
     if not len(texts):
         return np.zeros(0, np.uint64)
     data = texts.buffers()[2]
@@ -50,9 +49,8 @@ def value_bounds(texts: pa.Array) -> np.ndarray:
 
 
 def digest_codes(texts: pa.Array, head: str = "", tail: str = "") -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """Each row of ``texts`` coded by its distinct value: the codes in order of first appearance,
-    each code's digest of ``head + value + tail``, and each code's first row. Values are told apart
-    by digest, which is much cheaper than encoding document-sized strings."""
+    """Each row coded by its distinct value, told apart by digest, which is cheaper than encoding
+    document-sized strings: the codes, each code's digest and each code's first row."""
     digests = text_digests(texts, head, tail)
     valid = np.ones(len(texts), bool) if texts.null_count == 0 else texts.is_valid().to_numpy(zero_copy_only=False)
     encoded = pc.dictionary_encode(pa.array(digests, pa.uint64(), mask=~valid))

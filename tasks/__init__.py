@@ -26,8 +26,7 @@ def get_task_kind(config, tokenizer, head: tuple[str, ...] | None = None) -> Tas
 
 
 def task_columns(config, head: tuple[str, ...] | None = None) -> Columns:
-    """The columns ``config``'s task reads and writes, known without a tokenizer so they can be
-    checked before the engines start."""
+    """The columns ``config``'s task reads and writes, known without a tokenizer, before engines start."""
     return spec(config.task).columns(config.prompt.template, head)
 
 

@@ -1,8 +1,6 @@
-"""Chat: a list of OpenAI-style messages, rendered with the model's chat template.
-
-The shareable prefix is the conversation before the last user message, so rows that continue one
-conversation or share a few-shot history land together. A single-turn chat has nothing earlier to
-share, so each distinct message is its own group."""
+"""Chat: OpenAI-style messages rendered with the model's chat template. The shareable prefix is the
+conversation before the last user message, so rows that continue one conversation land together;
+a single-turn chat has nothing earlier to share, so each distinct message is its own group."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""Classify and score: the generation model's probability of each label as a row's answer, with no
-text generated.
+"""Classify and score: the generation model's probability of each label as a row's answer.
 
-The prompt is a prompt template. The engine reads the log-probability of each label's first token
-as the answer's first token in one step, so labels must differ in their first token. ``score``
-answers with the first label's probability; its default template puts the document first so that
-every query about one document shares its prefill.
-
-A classification model answers from its own head instead: the text is sent without a chat
-template, and ``prompt.labels`` may name some of the head's labels, renormalised over those."""
+The engine reads each label's first-token log-probability in one step, so labels must differ in
+their first token. ``score`` answers with the first label's probability; its default template
+puts the document first so every query about one document shares its prefill. A classification
+model answers from its own head instead, without a chat template, and ``prompt.labels`` may name
+some of the head's labels, renormalised over those."""
 
 from __future__ import annotations
 

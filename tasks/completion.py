@@ -1,8 +1,6 @@
-"""Completion: a raw prompt from a ``/v1/completions`` request, continued by the model without a
-chat template or system prompt.
-
-A row holds its prompt in two pieces, the ``prefix`` it may share with other rows and the rest, so
-rows with the same prefix land on the shard that holds it."""
+"""Completion: a raw prompt from a ``/v1/completions`` request, continued without a chat template or system prompt.
+A row holds its prompt as the ``prefix`` it may share with other rows and the rest, so rows with
+the same prefix land on the shard that holds it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Prompt templates: a user message naming input columns, rendered through the chat template.
 
-The template uses Python format syntax with plain column names. It is rendered once through the
-chat template with markers in place of the columns, so each row only fills in values. The
-shareable prefix runs through the value of ``prefix_column``, by default the first column named,
-so put what many rows share first and what varies per row last."""
+The template is rendered once with markers in place of the columns, so each row only fills in
+values. The shareable prefix runs through the value of ``prefix_column``, by default the first
+column named, so put what many rows share first and what varies per row last."""
 
 from __future__ import annotations
 

@@ -106,7 +106,6 @@ def bench(args: argparse.Namespace, config) -> int:
 
 
 def bench_config(config, mode: str, env_items: list[str]):
-    """A new config with ``--engine-mode`` and ``--engine-env`` applied."""
     from pipeline.config import ConfigError  # here, not at the top, for the other commands' start
 
     if mode != "config":

@@ -93,7 +93,6 @@ def _add_run_parser(sub) -> None:
 
 
 def _add_prompt_options(prompt) -> None:
-    """``run``'s options that override the config's ``prompt:`` and ``sampling:``."""
     prompt.add_argument(
         "--task",
         choices=CONFIG_TASKS,
@@ -170,7 +169,6 @@ def _add_cluster_parsers(sub) -> None:
 
 
 def _add_host_parsers(sub) -> None:
-    """``scheduler`` and ``worker``: one command per host of a cluster across machines."""
     sched = sub.add_parser(
         "scheduler",
         help="run this host's Dask scheduler with the pipeline's settings (several machines: docs/operating.md)",

@@ -21,7 +21,6 @@ from tasks.registry import unserved
 
 
 def prompt_options(args, config: Config) -> Config:
-    """The config with the command line's prompt and sampling options applied."""
     prompt = {
         k: v
         for k, v in (

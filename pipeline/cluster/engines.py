@@ -1,5 +1,4 @@
 """Start the shards' engines on a running cluster, for ``Pipeline.start`` and ``python -m pipeline up``.
-
 The engine plugin is registered on the scheduler, so Dask installs it on every worker that joins,
 including one a nanny restarts."""
 

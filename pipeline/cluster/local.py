@@ -39,8 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def process_env(config: Config) -> dict[str, str]:
-    """The environment of a ``dask scheduler`` or ``dask worker`` child: this one's, with Dask's
-    settings and this repository importable."""
+    """A Dask child process's environment: this one's, with Dask's settings and this repository importable."""
     python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, **dask_env(cluster_settings(config)), "PYTHONPATH": python_path}
 

@@ -1,9 +1,7 @@
 """The resident local cluster: started by ``python -m pipeline up``, used by later runs with the
-same config, stopped by ``down``.
-
-Its Dask processes run in their own sessions so they outlive the terminal. A state file records
-where the cluster runs and the fingerprint of its config; a config that differs is refused with the
-differences rather than silently reusing workers built for another."""
+same config, stopped by ``down``. Its processes run in their own sessions so they outlive the
+terminal. A state file records where it runs and the fingerprint of its config; a config that
+differs is refused with the differences rather than silently reusing workers built for another."""
 
 from __future__ import annotations
 
@@ -136,7 +134,6 @@ def cluster_processes(state: ClusterState) -> list[psutil.Process]:
 
 
 def _discard(state: ClusterState, folder: Path) -> None:
-    """Stop what is left of a dead cluster and forget it."""
     _stop_processes(state, timeout_s=10)
     (folder / STATE_FILE).unlink(missing_ok=True)
 

@@ -1,7 +1,6 @@
-"""What every process of a cluster must agree on with its scheduler, checked where it joins.
-
-Where two ends' compression settings differ, Dask's handshake silently sends raw, so workers and
-clients ask the scheduler for its settings and refuse to go on where they differ."""
+"""What every process of a cluster must agree on with its scheduler, checked where it joins. Where
+two ends' compression settings differ, Dask's handshake silently sends raw, so workers and clients
+ask the scheduler for its settings and refuse to go on where they differ."""
 
 from __future__ import annotations
 

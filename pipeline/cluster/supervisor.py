@@ -2,8 +2,7 @@
 
 Dask's worker does not reconnect: when its scheduler goes away, the worker and its nanny close and
 the process ends, and Dask leaves the restart to a supervisor such as systemd. This one is built in
-so a worker host started by hand rejoins by itself; the fresh worker gets the engine plugin from
-the scheduler like any other. SIGTERM or SIGINT stops the child and the supervisor for good."""
+so a worker host started by hand rejoins by itself, getting the engine plugin like any new worker."""
 
 from __future__ import annotations
 

@@ -62,8 +62,7 @@ class WorkerSpec:
         extra_env: dict | None = None,
         bind_host: str | None = None,
     ) -> "WorkerSpec":
-        """``starter_env`` is the environment of the process that starts the nanny, taken before any
-        nanny has started in it."""
+        """``starter_env`` is the starting process's environment from before any nanny started in it."""
         return cls(
             config,
             shard,
