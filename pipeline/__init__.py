@@ -1,8 +1,7 @@
 """Batch LLM inference on Dask distributed with a resident vLLM engine per worker.
 
-The exports load on first use: processes that import one small module of the package (a
-worker's reaper, the benchmark's plain-vLLM reference) do not import Dask and pyarrow.
-"""
+The exports load on first use, so a process that imports one small module of the package does
+not import Dask and pyarrow."""
 
 from __future__ import annotations
 

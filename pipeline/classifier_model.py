@@ -1,6 +1,5 @@
-"""A sequence-classification model's labels, read from its folder's config.json: such a model
-serves task classify from its own head (tasks/classify.py). No pipeline imports: the config's
-checks read it too."""
+"""A sequence-classification model's labels, read from its config.json. It imports nothing of the
+pipeline because the config's checks read it too."""
 
 from __future__ import annotations
 
@@ -9,9 +8,7 @@ from pathlib import Path
 
 
 def classifier_labels(folder: str | None) -> tuple[str, ...] | None:
-    """The labels of the sequence-classification model in ``folder`` (its config's architecture ends in
-    ``ForSequenceClassification``): its ``id2label`` names in the head's order; None for any other
-    model (or no local folder)."""
+    """The ``id2label`` names of the classification model in ``folder``, in the head's order; else None."""
     try:
         cfg = json.loads((Path(folder) / "config.json").read_text()) if folder else {}
     except (OSError, ValueError):

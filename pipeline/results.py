@@ -1,6 +1,5 @@
-"""The result of one row, as ``Pipeline.stream``/``run`` yield it (a job's output has the same
-columns, pipeline/data/answer_files.py). Workers return answers as Arrow rows keyed by position;
-ids and extra columns never travel, the client fills them in."""
+"""The result of one row, as ``Pipeline.stream`` and ``run`` yield it and a job's output stores it.
+Workers return answers keyed by position; the client fills in ids and extra columns."""
 
 from __future__ import annotations
 
@@ -29,22 +28,19 @@ RESULT_FIELDS = (
     "label_probs",
     "score",
 )
-# Written only by jobs that ask for them: JSON answers (sampling.json_schema, or a json_schema
-# column), log-probabilities (sampling.logprobs / top_logprobs), several answers (sampling.n > 1).
+# Written only by jobs whose sampling settings or row columns ask for them.
 JSON_FIELD = "answer_json"
 ASKED_FOR = {JSON_FIELD: ("json_schema",), "logprobs": ("logprobs", "top_logprobs"), "choices": ("n",)}
 
 
 def written_fields(task: str | None) -> tuple[str, ...]:
-    """The result columns a job of ``task`` may write (tasks/registry.py; an input column of one of
-    these names is not copied to the output; one named ``label`` is, in a job that generates answers)."""
+    """The result columns a job of ``task`` may write; input columns of these names are not copied."""
     return spec_or_generate(task).writes
 
 
 def output_fields(sampling, row_columns=(), task: str | None = None) -> list[str]:
-    """The result columns a job's output has: a task that does not answer in text (embed,
-    classify, score) its own; else an answer's, the optional ones only when the job's sampling
-    settings (a ``Sampling``) or its rows' own sampling columns (``row_columns``) ask for them."""
+    """The result columns a job's output has. For a task that answers in text, the optional ones
+    appear only when the job's sampling or its rows' sampling columns ask for them."""
     kind = spec_or_generate(task)
     if not kind.answers:
         return list(kind.writes)
@@ -61,7 +57,7 @@ def output_fields(sampling, row_columns=(), task: str | None = None) -> list[str
 
 
 class ErrorKind(StrEnum):
-    """Why a row has no answer; its error text starts with it (``input: prompt too long (...)``)."""
+    """Why a row has no answer; its error text starts with it, as in ``input: prompt too long``."""
 
     INPUT = "input"  # the row itself: a bad or missing field, a prompt too long -- fix the row
     ENGINE = "engine"  # the engine raised on this request
@@ -86,17 +82,16 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
     shard: str | None = None
     latency_s: float = 0.0
     error_kind: ErrorKind | None = None
-    finish_reason: str | None = None  # "stop" (the answer ended) or "length" (it reached max_tokens)
-    answer_json: str | None = None  # a JSON answer, parsed, checked against its schema, as compact JSON
+    finish_reason: str | None = None  # "stop", or "length" where it reached max_tokens
+    answer_json: str | None = None  # a JSON answer checked against its schema, as compact JSON
     # the answer's tokens' log-probabilities: [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]
     logprobs: list | None = None
-    # every answer when several were asked for (sampling.n): [{"answer", "finish_reason",
-    # "completion_tokens", "answer_json", "error", "logprobs"}]; the row's own fields are the first's
+    # every answer when sampling.n asked for several, each with the row's answer fields; the row's are the first's
     choices: list | None = None
     embedding: Any = None  # task embed: the text's embedding (float32 values)
     label: str | None = None  # task classify: the likeliest label
-    label_probs: list | None = None  # task classify: each label's probability (over the labels), in their order
-    score: float | None = None  # task score: the first label's probability (over the labels)
+    label_probs: list | None = None  # task classify: each label's probability, in the labels' order
+    score: float | None = None  # task score: the first label's probability
 
     @property
     def parsed(self) -> Any:
@@ -113,15 +108,13 @@ class RowResult(msgspec.Struct, array_like=True, gc=False):
         return result
 
     def fail(self, kind: ErrorKind, message: str) -> None:
-        """The row has an error of ``kind`` after all; ``message`` says why (``error`` is the
-        text users read: ``"<kind>: <message>"``)."""
+        """The row has an error of ``kind`` after all; users read ``"<kind>: <message>"``."""
         self.error, self.error_kind = f"{kind}: {message}", kind
 
     @property
     def error_group(self) -> str | None:
-        """The row's error without its particulars, for counting rows by error: its kind
-        (``error_kind``), then why, up to the first `` (`` or ``;`` (an engine error: the
-        exception's type) -- ``input: prompt too long``, ``engine: ValueError``."""
+        """The row's error without its particulars, for counting rows by error: ``input: prompt too
+        long``, or an engine error's exception type."""
         if self.error is None:
             return None
         kind = self.error_kind

@@ -1,15 +1,8 @@
 """Sampling settings as they travel from the client to the workers, and their checks.
 
-A job's settings (``sampling:`` in the config) go with every batch; a row may override any of
-them through optional input columns of the same names (``ROW_COLUMNS``), and an OpenAI batch
-request through its body's fields (read into those columns by ``pipeline/data/input.py``). The
-client checks each row's values (``checked``); the worker lays a row's settings over its job's
-(``Sampling.over``, pipeline/worker/plugin.py) and builds vLLM's ``SamplingParams`` from them
-(pipeline/worker/vllm_engine.py).
-
-A bad value is the row's error, with the reason (``input: temperature must be a number >= 0
-(got 'hot')``); a bad job setting is a config error.
-"""
+A job's settings go with every batch, and a row may override any of them through input columns
+of the same names. The client checks each row's values, so a bad value becomes that row's error
+with the reason, and the worker lays a row's settings over its job's."""
 
 from __future__ import annotations
 
@@ -20,7 +13,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-# Input columns that override the job's sampling settings for their row (null: the job's).
+# Input columns that override the job's sampling settings for their row; null keeps the job's.
 ROW_COLUMNS = (
     "max_tokens",
     "temperature",
@@ -35,7 +28,7 @@ ROW_COLUMNS = (
     "top_logprobs",
     "adapter",
 )
-# The most log-probabilities a token may list (vLLM's ``max_logprobs`` default; OpenAI's limit too).
+# vLLM's default ``max_logprobs``, and OpenAI's limit too.
 MAX_TOP_LOGPROBS = 20
 
 
@@ -50,13 +43,12 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     seed: int | None = None
     json_schema: str | None = None  # JSON text of a JSON schema: the answer is JSON matching it
     choice: list[str] | None = None  # the answer is exactly one of these
-    n: int | None = None  # answers per row (the prompt prefilled once)
+    n: int | None = None  # answers per row, the prompt prefilled once
     logprobs: bool | None = None  # keep each answer token's log-probability
     top_logprobs: int | None = None  # and this many of the likeliest tokens at each place
-    normalize: bool | None = None  # an embedding scaled to length 1 (None: as the model defines)
-    strip: bool | None = None  # the answer's surrounding whitespace dropped (None: yes; a completion's
-    # text continues its prompt, its leading space included: false)
-    adapter: str | None = None  # the LoRA adapter to answer with: a name in model.adapters, a path or URL
+    normalize: bool | None = None  # an embedding scaled to length 1; None: as the model defines
+    strip: bool | None = None  # None strips; a completion is False, keeping the space that continues its prompt
+    adapter: str | None = None  # a LoRA adapter: a name in model.adapters, a path or a URL
 
     @property
     def choices(self) -> int:
@@ -64,17 +56,16 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
 
     @property
     def keeps_logprobs(self) -> bool:
-        """Log-probabilities asked for (``top_logprobs`` alone asks for them too, as OpenAI's has no
-        use without ``logprobs``)."""
+        """``top_logprobs`` alone asks for log-probabilities too, as it has no use without them."""
         return bool(self.logprobs) or bool(self.top_logprobs)
 
     def over(self, base: "Sampling | None") -> "Sampling":
-        """These settings over ``base``'s (a row's over its job's); at most one constraint."""
+        """A row's settings over its job's; a row's constraint replaces the job's."""
         if base is None:
             return self
         fields = {f: getattr(base, f) for f in self.__struct_fields__}
         fields.update({f: getattr(self, f) for f in self.__struct_fields__ if getattr(self, f) is not None})
-        if self.json_schema is not None or self.choice is not None:  # a row's constraint replaces the job's
+        if self.json_schema is not None or self.choice is not None:
             fields["json_schema"], fields["choice"] = self.json_schema, self.choice
         return Sampling(**fields)
 
@@ -84,8 +75,8 @@ class SamplingError(ValueError):
 
 
 def checked(values: Mapping[str, Any], where: str = "") -> Sampling | None:
-    """The sampling settings among ``values`` (a row, a request body), checked; None when none is
-    set. Raises :class:`SamplingError` naming the first bad one (``where``: prefix for its name)."""
+    """The checked sampling settings among ``values``, or None when none is set. Raises SamplingError
+    naming the first bad one, prefixed with ``where``."""
     out: dict[str, Any] = {}
     for name in ROW_COLUMNS:
         value = values.get(name)
@@ -133,7 +124,7 @@ def _choice(value: Any, name: str) -> list[str]:
 
 
 def schema_text(value: Any, name: str = "json_schema") -> str:
-    """A JSON schema given as a mapping or as JSON text, as compact JSON text (checked)."""
+    """A JSON schema given as a mapping or as JSON text, checked, as compact JSON text."""
     if isinstance(value, str):
         return _schema_of_text(value, name)
     return _schema_of(value, name)
@@ -141,7 +132,7 @@ def schema_text(value: Any, name: str = "json_schema") -> str:
 
 @lru_cache(maxsize=256)
 def _schema_of_text(text: str, name: str) -> str:
-    """(A per-row schema column usually repeats a few schemas: each is checked once.)"""
+    """Cached, because a per-row schema column usually repeats a few schemas."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -197,8 +188,7 @@ _CHECKS = {
 
 
 def check_answer(answer: str, sampling: Sampling, stopped_at_limit: bool) -> tuple[str | None, str | None]:
-    """For a JSON-schema answer: (the answer as compact JSON, None), or (None, why it does not
-    parse or match). Other answers: (None, None)."""
+    """For a JSON-schema answer, (compact JSON, None) or (None, why it does not match); else (None, None)."""
     if sampling.json_schema is None:
         return None, None
     cut = " (the answer stopped at max_tokens; raise max_tokens)" if stopped_at_limit else ""

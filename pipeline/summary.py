@@ -1,9 +1,5 @@
-"""What happened during a job: ``JobSummary``, one type for ``Pipeline.stream`` (kept as
-``Pipeline.last_report``, shown on the dashboard) and for file jobs (``run_job``, the CLI's
-summary). No Dask here: the job's coordinator (pipeline/jobs/cluster_job.py) takes each task's
-``Figures`` into it, with what happened to workers (events from pipeline/jobs/recovery.py's
-``ShardWatch``).
-"""
+"""What happened during a job, for streams and file jobs alike: each task's ``Figures`` add up into
+one ``JobSummary`` with what happened to the workers."""
 
 from __future__ import annotations
 
@@ -26,7 +22,7 @@ class ShardEvent:
 
 
 def error_groups(errors) -> dict:
-    """Rows per ``RowResult.error_group`` of these error texts (an Arrow array; nulls: rows without an error)."""
+    """Rows per ``RowResult.error_group`` of an Arrow array of error texts, nulls skipped."""
     by_kind: dict = {}
     for text in errors.drop_null().to_pylist():
         group = RowResult(0, error=text, error_kind=ErrorKind.of(text)).error_group
@@ -36,9 +32,7 @@ def error_groups(errors) -> dict:
 
 @dataclass
 class Figures:
-    """What one task of a job counted; figures add up (``+=``) and a job's summary takes them
-    (``JobSummary.take``). A read task's: the rows it read, and those it answered with the reason
-    they could not be read; an answer task's: the rows it answered, their tokens, its shard."""
+    """What one task of a job counted. A read task answers the rows it could not read with the reason."""
 
     read: int = 0  # rows read from the input
     rows: int = 0  # rows answered, with or without error
@@ -52,12 +46,12 @@ class Figures:
 
     @classmethod
     def of_read(cls, read: int, errors) -> "Figures":
-        """A read task's: ``read`` rows, ``errors`` (an Arrow array) the texts of those that failed."""
+        """A read task's figures; ``errors`` holds the texts of the rows that failed."""
         return cls(read=read, rows=len(errors), errors=len(errors), errors_by_kind=error_groups(errors))
 
     @classmethod
     def of_answers(cls, table, shard: str | None) -> "Figures":
-        """An answer task's, of its answered rows (an Arrow table of answer rows)."""
+        """An answer task's figures, from an Arrow table of its answered rows."""
         import pyarrow.compute as pc
 
         errors = table.column("error")
@@ -75,7 +69,6 @@ class Figures:
         )
 
     def count_answers(self, table) -> None:
-        """These answered rows counted in (on this task's shard)."""
         self += Figures.of_answers(table, self.shard)
 
     def __iadd__(self, more: "Figures") -> "Figures":
@@ -90,7 +83,6 @@ class Figures:
 class JobSummary:
     job: str = ""  # the stream's job id (its Dask span's name); "" before a stream ran
     title: str | None = None  # what the job is to its user (the batch service: the batch's id)
-    # rows
     rows: int = 0  # rows answered (each exactly once) in this run, with or without error
     errors: int = 0  # rows answered with an error (input, engine, worker or output)
     errors_by_kind: dict = field(default_factory=dict)  # RowResult.error_group -> rows
@@ -103,12 +95,10 @@ class JobSummary:
     resumed: int = 0  # file jobs: rows already in the output when this run started
     seconds: float = 0.0  # file jobs: the run's time
     first_answer_s: float | None = None  # file jobs: from the run's start to its first answer
-    # workers
     events: list[ShardEvent] = field(default_factory=list)
     buckets_moved: int = 0  # buckets given to another shard after theirs was given up on
 
     def take(self, f: Figures) -> None:
-        """One task's figures."""
         self.rows += f.rows
         self.errors += f.errors
         self.prompt_tokens += f.prompt_tokens
@@ -120,7 +110,6 @@ class JobSummary:
             self.errors_by_kind[group] = self.errors_by_kind.get(group, 0) + n
 
     def add(self, r: RowResult) -> None:
-        """One row answered."""
         self.rows += 1
         if r.error is not None:
             self.errors += 1
@@ -150,7 +139,7 @@ class JobSummary:
 
     @property
     def workers(self) -> str | None:
-        """What happened to workers during the job, if anything did (``summary()``)."""
+        """What happened to workers during the job, if anything did."""
         return self.summary() if self.events else None
 
     def summary(self) -> str:
@@ -176,7 +165,7 @@ class JobSummary:
         )
 
     def as_dict(self) -> dict:
-        """The stream's counts for the dashboard (pipeline/cluster/dashboard.py, history.py)."""
+        """The stream's counts for the dashboard."""
         return {
             "job": self.job,
             "title": self.title,

@@ -1,6 +1,4 @@
-"""Token counts estimated from characters, where a text is not tokenized: a row's question on
-its way to a shard (the client's dispatch, a shard's grouped admission) and a document's
-expected answer in a cluster job's placement. One ratio for all of them."""
+"""Token counts estimated from characters, wherever a text is not tokenized, with one ratio for all."""
 
 from __future__ import annotations
 
@@ -14,5 +12,5 @@ Chars = TypeVar("Chars", int, "np.ndarray")  # a count of characters, or an arra
 
 
 def estimated_tokens(chars: Chars) -> Chars:
-    """At least one token for ``chars`` characters of text (for each count of an array)."""
+    """At least one token for ``chars`` characters, or for each count of an array."""
     return chars // CHARS_PER_TOKEN + 1

@@ -1,14 +1,8 @@
 """Task kinds: how an input row becomes a prompt, and which part of it is shareable.
 
-A task kind turns a row into ``PromptParts(prefix, suffix)``: the prefix is the part
-many rows share (the document, after the chat template's system part) and is what
-the placement and the KV cache key on; the suffix is the row's own part.
-
-Kinds: ``document_question`` (the default), ``template`` (the config's prompt template),
-``generate`` (a prompt or messages per row), ``chat`` and ``completion`` (OpenAI batch requests), ``embed``
-(a text per row, embedded by a pooling model), ``classify`` and ``score`` (labels weighed by the
-generation model after the prompt).
-"""
+A kind turns a row into ``PromptParts(prefix, suffix)``. The prefix is the part many rows share,
+such as the document, and is what the placement and the KV cache key on; the suffix is the row's
+own part."""
 
 from __future__ import annotations
 
@@ -27,14 +21,12 @@ KINDS = CONFIG_TASKS
 
 
 def get_task_kind(config, tokenizer, head: tuple[str, ...] | None = None) -> TaskKind:
-    """The task kind ``config.task`` names, with the config's prompt settings; ``head``: a
-    classification model's labels (read with the model: ``pipeline.model.head_labels``)."""
+    """The task kind ``config.task`` names; ``head`` is a classification model's labels, if any."""
     return task_kind(config.task, config.prompt, tokenizer, head)
 
 
 def task_columns(config, head: tuple[str, ...] | None = None) -> Columns:
-    """The columns ``config``'s task reads (no tokenizer needed: checked before engines start), and
-    those it writes."""
+    """The columns ``config``'s task reads and writes, known without a tokenizer, before engines start."""
     return spec(config.task).columns(config.prompt.template, head)
 
 

@@ -1,11 +1,6 @@
-"""Chat: a list of OpenAI-style messages, rendered with the model's chat template.
-
-The shareable prefix is the conversation before the last user message (rows that
-continue one conversation, or share a long few-shot history, share it). A single-turn
-chat has no earlier turn to share: its prefix is the whole prompt up to the end of the
-user's text, so each distinct message is its own group (a shared system prompt is still
-reused by the engine's prefix cache on whichever shard the row lands).
-"""
+"""Chat: OpenAI-style messages rendered with the model's chat template. The shareable prefix is the
+conversation before the last user message, so rows that continue one conversation land together;
+a single-turn chat has nothing earlier to share, so each distinct message is its own group."""
 
 from __future__ import annotations
 
@@ -64,7 +59,7 @@ def _messages(value: Any) -> list[dict]:
 
 
 def _content(value: Any, n: int) -> str:
-    """Text content: a string, or a list of ``{"type": "text", "text": ...}`` parts."""
+    """Text content given as a string or as a list of ``{"type": "text", "text": ...}`` parts."""
     if isinstance(value, list):
         texts = []
         for part in value:

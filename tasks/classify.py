@@ -1,24 +1,10 @@
-"""Classify and score: each row's prompt, then the generation model's probability of each label as
-its answer -- no text generated.
+"""Classify and score: the generation model's probability of each label as a row's answer.
 
-    Classify(tokenizer, "Review: {text}\\n\\nIs this review positive or negative?", labels=["positive", "negative"])
-    Classify(tokenizer, labels=None, score=True)   # (query, document) relevance: P("yes") over {yes, no}
-
-The prompt is a prompt template (tasks/template.py: the chat template, the shareable prefix through
-its first column). The engine reads the log-probability of each label's first token as the answer's
-first token, in one step (vLLM's ``logprob_token_ids``, as its generative scoring does); the
-probabilities are normalised over the labels. So labels must differ in their first token (checked
-here, with the model's tokenizer).
-
-``score``: the row's score is the first label's probability (default labels ``yes``, ``no``; the
-default template asks whether the document answers the query, the document first so that every
-query about one document shares its prefill).
-
-A classification model (``head``: its labels, e.g. a ``...ForSequenceClassification`` checkpoint)
-answers from its own head instead: the text is sent as written (no chat template; the engine adds
-the model's special tokens), the template defaults to ``{text}``, and the labels are the model's
-(``prompt.labels``, if given, name some or all of them: the probabilities are renormalised over those).
-"""
+The engine reads each label's first-token log-probability in one step, so labels must differ in
+their first token. ``score`` answers with the first label's probability; its default template
+puts the document first so every query about one document shares its prefill. A classification
+model answers from its own head instead, without a chat template, and ``prompt.labels`` may name
+some of the head's labels, renormalised over those."""
 
 from __future__ import annotations
 
@@ -32,7 +18,7 @@ HEAD_TEMPLATE = "{text}"  # a classification model's default: the row's text as 
 
 
 def label_problem(labels, encode) -> str | None:
-    """Why ``labels`` cannot be told apart by their first token (``encode``: text -> token ids), or None."""
+    """Why ``labels`` cannot be told apart by their first token, or None."""
     if not labels or len(labels) < 2:
         return "give at least two labels"
     first: dict[int, str] = {}
@@ -52,7 +38,7 @@ def label_problem(labels, encode) -> str | None:
 
 
 def head_probs(probs, head: tuple[str, ...], labels: tuple[str, ...]) -> list[float]:
-    """The head's probabilities (over its labels ``head``, in order) of ``labels``, renormalised over them."""
+    """The head's probabilities of ``labels``, renormalised over them."""
     picked = [float(probs[head.index(label)]) for label in labels]
     total = sum(picked) or 1.0
     return [p / total for p in picked]
@@ -77,8 +63,7 @@ def label_probs(logprobs: list[float]) -> list[float]:
 
 
 class Classify(PromptTemplate):
-    """``labels``: the answers to weigh (tuple of text); ``score``: the output is the first label's
-    probability (``score`` column) instead of the likeliest label and every label's probability."""
+    """With ``score`` the output is the first label's probability instead of the likeliest label."""
 
     def __init__(
         self,
@@ -92,7 +77,7 @@ class Classify(PromptTemplate):
         head: tuple[str, ...] | None = None,
     ):
         self.name = "score" if score else "classify"
-        if head:  # (a classification model: its own head weighs its labels)
+        if head:  # a classification model's own head weighs its labels
             self.labels = tuple(labels) if labels else tuple(head)
             problem = head_problem(self.labels, tuple(head))
             if problem is not None:

@@ -1,4 +1,4 @@
-"""The input columns a task reads, and the result fields it writes (``Columns``)."""
+"""The input columns a task reads, and the result fields it writes."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Columns:
-    """The input columns a task reads: all of ``required``, at least one of ``one_of``, and
-    ``optional`` ones when present. ``text``: those read as text."""
+    """All of ``required``, at least one of ``one_of``, and ``optional`` ones when present."""
 
     required: tuple[str, ...] = ()
     one_of: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     lists: tuple[str, ...] = ()  # read as lists (chat messages)
-    writes: tuple[str, ...] = ()  # the result columns the task writes (an input column of one of these names is
-    # not copied)
+    writes: tuple[str, ...] = ()  # input columns of these names are not copied to the output
 
     @property
     def all(self) -> tuple[str, ...]:

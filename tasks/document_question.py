@@ -1,9 +1,5 @@
-"""Document-question: the document first (shareable prefix), the question last.
-
-A prompt template (tasks/template.py) fixed by this project: the instruction, the document,
-then the question. The prefix ends after the document's closing blank line, so it is
-identical for every question on the document.
-"""
+"""Document-question: a fixed prompt template with the document first and the question last. The
+prefix ends after the document's closing blank line, so it is the same for every question on it."""
 
 from __future__ import annotations
 

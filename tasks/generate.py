@@ -1,11 +1,7 @@
-"""Generate: rows that are just prompts.
+"""Generate: rows that are just prompts, as a ``prompt`` or an OpenAI-style ``messages`` list.
 
-A row has a ``prompt`` (the user message; the config's system prompt goes before it) or a
-``messages`` list (OpenAI-style chat, tasks/chat.py). An optional ``prefix`` column holds text
-that many rows share (a document, few-shot examples): it goes first in the user message, and the
-placement and the KV cache key on it, so rows with the same prefix land on the shard that holds it.
-Without a prefix, each distinct prompt is its own group.
-"""
+An optional ``prefix`` column holds text many rows share, such as a document. It goes first in the
+user message, so rows with the same prefix land on the shard that holds it."""
 
 from __future__ import annotations
 
@@ -21,8 +17,6 @@ PROMPT, PREFIX, MESSAGES = "prompt", "prefix", "messages"
 class Generate:
     name = "generate"
     required_columns: tuple[str, ...] = ()
-    one_of_columns = (PROMPT, MESSAGES)
-    optional_columns = (PREFIX,)
 
     def __init__(self, tokenizer, system: str | None = None, chat_template: bool = True):
         self._chat = Chat(tokenizer)

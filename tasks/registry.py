@@ -1,11 +1,7 @@
-"""The task registry: every task a config (``task:``) or a batch line can name, and what each
-declares: the columns it reads, the result fields it writes, what the engine must serve to run
-it, its default template, whether ``prompt.template`` and ``prompt.labels`` shape it, and how its
-kind is built. Code outside tasks/ asks the registry (``spec``) instead of comparing task names.
+"""The task registry: every task a config or a batch line can name, and what each declares.
 
-This package imports nothing from pipeline/: it is the house's lowest floor
-(docs/architecture.md). A classification model's head labels, read from the model, are handed in
-(``head``) by the caller that has the model."""
+Code outside tasks/ asks the registry instead of comparing task names. This package imports
+nothing from pipeline/, so a classification model's head labels are handed in by the caller."""
 
 from __future__ import annotations
 
@@ -23,7 +19,7 @@ from tasks.embed import Embed
 from tasks.generate import Generate
 from tasks.template import PromptTemplate, TemplateError, template_columns
 
-# An answer's fields (every task that generates text writes these, the optional ones as asked)
+# What every task that generates text writes; the optional fields only as asked
 ANSWER_FIELDS = (
     "answer",
     "error",
@@ -58,8 +54,7 @@ class TaskSpec:
     build: Callable[..., TaskKind] | None = None  # (config's prompt, tokenizer, head) -> its kind
 
     def columns(self, template: str | None, head: tuple[str, ...] | None = None) -> Columns:
-        """The columns the task reads with ``template`` (``prompt.template``), and those it writes.
-        ``head``: a classification model's labels (its default template is the head's)."""
+        """The columns the task reads with ``template``, and those it writes."""
         if self.fixed_columns is not None:
             return Columns(**{**self.fixed_columns.__dict__, "writes": self.writes})
         text = template or (HEAD_TEMPLATE if head and self.reads_labels else self.default_template)
@@ -68,7 +63,7 @@ class TaskSpec:
         return Columns(required=tuple(template_columns(text)), writes=self.writes)
 
     def unserved(self, engine_tasks, model: str) -> str | None:
-        """Why engines serving ``engine_tasks`` (running ``model``) cannot run a job of this task, or None."""
+        """Why engines serving ``engine_tasks`` cannot run a job of this task, or None."""
         if set(self.served_by) & set(engine_tasks):
             return None
         if self.embeds:
@@ -190,14 +185,10 @@ TASKS: dict[str, TaskSpec] = {
     ]
 }
 CONFIG_TASKS = ("document_question", "template", "generate", "embed", "classify", "score")  # ``task:``'s values
-RESULT_ONLY = tuple(
-    dict.fromkeys(f for t in TASKS.values() if not t.answers for f in t.writes if f not in ANSWER_FIELDS)
-)  # fields only the non-answer tasks write
 
 
 def spec_or_generate(name: str | None) -> TaskSpec:
-    """The spec of task ``name``; a kind of the user's own (a name the registry does not know) is
-    run, and written, as the generate task."""
+    """The spec of task ``name``; a kind of the user's own runs as the generate task."""
     return TASKS.get(name or "", TASKS["generate"])
 
 
@@ -209,8 +200,7 @@ def spec(name: str) -> TaskSpec:
 
 
 def task_kind(task: str, prompt, tokenizer, head: tuple[str, ...] | None = None) -> TaskKind:
-    """Task ``task``'s kind, with ``prompt`` (the config's ``prompt:`` section) and the model's
-    ``tokenizer``; ``head``: a classification model's labels (tasks classify and score)."""
+    """Task ``task``'s kind, built from the config's ``prompt:`` section and the model's tokenizer."""
     built = spec(task).build
     if built is None:
         raise TemplateError(f"task {task} is not built from a config")
@@ -218,9 +208,8 @@ def task_kind(task: str, prompt, tokenizer, head: tuple[str, ...] | None = None)
 
 
 def scoring_requests_kind(task: str, prompt, tokenizer, head: tuple[str, ...] | None = None) -> TaskKind:
-    """The kind that answers scoring requests (``/v1/score``, ``/v1/rerank`` lines): the config's
-    own score task, whose template may read only ``document`` and ``query`` (a pair's texts), else
-    the score task's defaults."""
+    """The kind that answers scoring requests: the config's score task, whose template may read
+    only ``document`` and ``query``, else the score task's defaults."""
     score = TASKS["score"]
     if task != score.name:
         return Classify(tokenizer, score=True)
@@ -234,7 +223,5 @@ def scoring_requests_kind(task: str, prompt, tokenizer, head: tuple[str, ...] | 
 
 
 def unserved(task: str, engine_tasks, model: str) -> str | None:
-    """Why the cluster's engines (serving ``engine_tasks``: "generate", "embed", or "classify": a
-    classification model) cannot run a job of ``task`` (its name; a kind of the user's own is run
-    as the generate task), or None."""
+    """Why engines serving ``engine_tasks`` cannot run a job of ``task``, or None."""
     return spec_or_generate(task).unserved(engine_tasks, model)

@@ -1,17 +1,8 @@
 """Prompt templates: a user message naming input columns, rendered through the chat template.
 
-    PromptTemplate(tokenizer, "Summarize in one line:\\n\\n{text}", system="You are terse.")
-
-The template is Python format syntax with plain column names (``{document}``, ``{question}``,
-any other column; ``{{`` and ``}}`` are literal braces). It is rendered once, with markers in
-place of the columns, through the model's chat template; each row then only fills the
-values in. The shareable prefix (what the placement and the KV cache key on) runs from the start
-of the prompt through the value of ``prefix_column`` (default: the first column the template
-names) and the whitespace after it; the rest is the row's own part. So put what many rows share
-first (system prompt, then the document) and what varies per row last.
-
-``chat_template=False`` sends the text as written (a base model, or prompts rendered already).
-"""
+The template is rendered once with markers in place of the columns, so each row only fills in
+values. The shareable prefix runs through the value of ``prefix_column``, by default the first
+column named, so put what many rows share first and what varies per row last."""
 
 from __future__ import annotations
 
@@ -28,8 +19,7 @@ class TemplateError(ValueError):
 
 
 def template_columns(template: str) -> list[str]:
-    """The columns a template names, in order of first use; :class:`TemplateError` if it is not
-    a template of plain column names."""
+    """The columns a template names, in order of first use; TemplateError unless they are plain names."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -76,10 +66,10 @@ class PromptTemplate:
                 f"prefix column {self.prefix_column!r} is not in the prompt template, which "
                 f"names {', '.join(self.required_columns)}"
             )
-        # values must be non-empty text (else numbers are written as text, empty text is kept)
+        # Strict: values must be non-empty text. Otherwise numbers become text and empty text is kept.
         self.strict_text = strict_text
         fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-        marked = template.replace("\ue000", "")  # (a template holding a marker could not be split)
+        marked = template.replace("\ue000", "")  # a template holding a marker could not be split
         marked = marked.format_map(_Marks())
         if chat_template:
             messages = ([{"role": "system", "content": system}] if system else []) + [
@@ -99,10 +89,9 @@ class PromptTemplate:
                 )
             pieces.append(head)
         pieces.append(rest)
-        # the template's columnar pieces (pipeline/steps/prompt_table.py renders a whole table with
-        # them): prompt = prefix_pieces[0] + value(fields[0]) + ... + suffix_pieces[-1]
+        # prompt = prefix_pieces[0] + value(fields[0]) + ... + suffix_pieces[-1], for whole tables
         self.fields = fields
-        # the prefix ends after the prefix column's first use and the whitespace that follows it
+        # The prefix ends after the prefix column's first use and the whitespace that follows it.
         cut = fields.index(self.prefix_column) + 1
         tail = pieces[cut]
         keep = len(tail) - len(tail.lstrip())
@@ -132,7 +121,7 @@ class PromptTemplate:
 
 
 class _Marks(dict):
-    """For ``str.format_map``: the i-th field (each use counts) becomes the i-th marker."""
+    """For ``str.format_map``: the i-th field used becomes the i-th marker."""
 
     def __init__(self):
         super().__init__()

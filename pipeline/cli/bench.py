@@ -1,11 +1,5 @@
-"""The benchmark's command: ``python -m pipeline bench``.
-``add_bench_parser`` registers it with the command line's subparsers (pipeline/cli/main.py),
-``bench`` runs it.
-
-Every ``python -m pipeline`` command imports this module: the bench's own modules (they import
-Dask, and the run vLLM) are imported when ``bench`` runs, so ``--help`` and the other commands
-start without them.
-"""
+"""``python -m pipeline bench``. Every command imports this module, so the benchmark's own modules,
+which load Dask and vLLM, are imported only when ``bench`` runs."""
 
 from __future__ import annotations
 
@@ -68,11 +62,9 @@ def add_bench_parser(sub) -> None:
 
 
 def bench(args: argparse.Namespace, config) -> int:
-    """``python -m pipeline bench``: the contenders with ``config``;
-    raises ``ConfigError`` for options that do not fit it."""
+    """Run the contenders with ``config``; raises ConfigError for options that do not fit it."""
     import shutil
 
-    # Imported here, not at the top, for the other commands' start (see above).
     from pipeline.bench.options import ALL_CONTENDERS, KNOWN_BURSTS, BenchOptions
     from pipeline.bench.report import write_report
     from pipeline.bench.run import run_bench
@@ -114,7 +106,6 @@ def bench(args: argparse.Namespace, config) -> int:
 
 
 def bench_config(config, mode: str, env_items: list[str]):
-    """``config`` with ``--engine-mode`` and ``--engine-env`` applied (a new Config)."""
     from pipeline.config import ConfigError  # here, not at the top, for the other commands' start
 
     if mode != "config":

@@ -1,12 +1,10 @@
-"""Command line: ``python -m pipeline run INPUT OUTPUT [--config cluster.yaml] [options]``;
-``python -m pipeline up`` / ``status`` / ``down`` for a resident local cluster that every
-later ``run`` with the same config uses; ``python -m pipeline serve`` for OpenAI's Files and
-Batches API over HTTP on it (docs/service.md); ``python -m pipeline scheduler`` / ``worker``,
-one per host of a cluster across machines (docs/operating.md).
+"""Batch LLM inference on a Dask cluster. "run INPUT OUTPUT" answers every row of a file; "up",
+"status" and "down" manage a resident local cluster that later runs with the same config use;
+"serve" offers OpenAI's Files and Batches API over HTTP; "scheduler" and "worker" start one host
+of a cluster across machines.
 
-Exit codes: 0 done; 2 the job cannot start (bad input, output, config or model: nothing
-ran); 1 the job stopped midway (what was committed is kept: run the same command again to
-resume); 130 interrupted (likewise)."""
+Exit codes: 0 done; 2 the job could not start and nothing ran; 1 the job stopped midway, and the
+same command again resumes it from what was committed; 130 interrupted, likewise."""
 
 from __future__ import annotations
 
@@ -95,7 +93,6 @@ def _add_run_parser(sub) -> None:
 
 
 def _add_prompt_options(prompt) -> None:
-    """``run``'s options that override the config's ``prompt:`` and ``sampling:``."""
     prompt.add_argument(
         "--task",
         choices=CONFIG_TASKS,
@@ -172,7 +169,6 @@ def _add_cluster_parsers(sub) -> None:
 
 
 def _add_host_parsers(sub) -> None:
-    """``scheduler`` and ``worker``: one command per host of a cluster across machines."""
     sched = sub.add_parser(
         "scheduler",
         help="run this host's Dask scheduler with the pipeline's settings (several machines: docs/operating.md)",
@@ -260,12 +256,11 @@ def _host_command(args: argparse.Namespace, config) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The command line. ``worker`` passes the options it does not know to ``dask worker``
-    (``args.dask_args``: dask-jobqueue's --name, --nthreads, --memory-limit, ...)."""
+    """``worker`` keeps the options it does not know in ``args.dask_args``, for ``dask worker``."""
     parser = _parser()
     address = None
     if len(argv) > 1 and argv[0] == "worker" and not argv[1].startswith("-"):
-        # (taken here: argparse would give a passed-through option's value to a positional)
+        # Taken here, or argparse would give a passed-through option's value to this positional.
         address, argv = argv[1], [argv[0], *argv[2:]]
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "worker":
@@ -278,17 +273,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    # Here and in the commands' functions the project's modules are imported when a command
-    # runs, for start time: `--help` and a bad argument answer without loading pydantic, Dask,
-    # pyarrow or torch.
+    # The project's modules are imported only when a command runs, so that `--help` and a bad
+    # argument answer without loading Dask or torch.
     from pipeline.cluster.engines import EngineStartError
     from pipeline.config import ConfigError, ConfigNote, engine_kind, load_config
     from pipeline.data.errors import JobError
     from pipeline.model import ModelError
 
     try:
-        # An old spelling (engine kind null) is a note on this terminal, once: the workers get
-        # the config with the new one.
+        # A deprecated spelling is noted once on this terminal; the workers get the new one.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConfigNote)
             config = load_config(args.config)

@@ -1,5 +1,4 @@
-"""``python -m pipeline up`` / ``status`` / ``down``: the resident local cluster's commands as
-the user sees them (what they print, their exit codes). The work is in ``resident``."""
+"""``python -m pipeline up``, ``status`` and ``down`` as the user sees them."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ def down(config: Config) -> int:
 
 
 def status(config: Config, as_json: bool = False, store: str | None = None) -> int:
-    """The cluster's shards as a table (or JSON), then the batch service's batches where its
-    store (``store``, default: ``serve``'s) has any; exit code 1 when the cluster's state was stale."""
+    """The cluster's shards and any stored batches; exit code 1 when the cluster's state was stale."""
     from pipeline.service.store import default_root, stored_batches
 
     root = Path(store).expanduser() if store else default_root(config)
@@ -65,8 +63,7 @@ BATCH_ROWS = 20  # the newest batches shown; the others counted
 
 
 def batch_table(batches: list[dict]) -> str:
-    """One line per batch, newest first: its id, status, requests completed, failed and in all,
-    and when it was created."""
+    """One line per batch, newest first."""
     lines = [f"{'batch':<30} {'status':<11} {'completed':>9} {'failed':>7} {'total':>7}  created"]
     for b in batches[:BATCH_ROWS]:
         c = b.get("request_counts") or {}
@@ -101,8 +98,6 @@ def _cluster_status(config: Config, info: dict | None) -> int:
 
 
 def status_table(shard_names: list[str], shards: dict[str, dict]) -> str:
-    """One line per shard: its engine's phase, pid, start time, requests, prompt tokens, the
-    prefix-cache hit share and the documents it holds."""
     lines = [
         f"{'shard':<10} {'engine':<9} {'pid':>7} {'start s':>8} {'requests':>9} {'prompt tok':>11} "
         f"{'cached':>7}  documents"

@@ -1,5 +1,4 @@
-"""``python -m pipeline run INPUT OUTPUT``: a file job from the command line's arguments, as the
-user sees it (what it prints, its exit codes). The job itself is pipeline/jobs/job.py."""
+"""``python -m pipeline run INPUT OUTPUT``: a file job from the command line, as the user sees it."""
 
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ from tasks.registry import unserved
 
 
 def prompt_options(args, config: Config) -> Config:
-    """The config with the command line's prompt and sampling options applied."""
     prompt = {
         k: v
         for k, v in (
@@ -52,9 +50,7 @@ def prompt_options(args, config: Config) -> Config:
 
 
 def _check_model(job, config: Config) -> None:
-    """Raise :class:`JobError` where the model cannot run the job, before any engine starts: a
-    packaged model's task is known, a model path must exist, and labels are read with the model's
-    tokenizer."""
+    """Raise JobError where the model cannot run the job, before any engine starts."""
     served = packaged_task(config) if config.engine.kind == "vllm" else None
     refused = (
         unserved(job.steps.task_name(config), {served}, config.model.path or DEFAULT_MODEL_NAME) if served else None
@@ -71,7 +67,6 @@ def _check_model(job, config: Config) -> None:
 
 
 def run(args, config: Config) -> int:
-    """``python -m pipeline run``: the job from the command line's arguments; its exit code."""
     if args.part_rows < 1:
         raise JobError(f"--part-rows must be at least 1 (got {args.part_rows})")
     if args.engine:
@@ -81,7 +76,7 @@ def run(args, config: Config) -> int:
     config = prompt_options(args, config)
     notify = (lambda line: None) if args.quiet else console.notify
     if not config.scheduler.address and (cluster_dir(config) / STATE_FILE).exists():
-        # A resident cluster for another config is an error before anything is written.
+        # Refuse a resident cluster for another config before anything is written.
         resident.find(config, model_for(config, config.engine.kind), notify)
     # Fail fast, before any engine starts: input, duplicate ids, output, resume state, model.
     notes: list[str] = []

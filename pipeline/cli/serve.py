@@ -1,7 +1,5 @@
-"""``python -m pipeline serve [--host H] [--port P] [--config FILE]``: the batch service on the
-resident cluster (``python -m pipeline up``; without one, an embedded cluster that lives as
-long as the service). It listens on 127.0.0.1 unless told otherwise, and beyond loopback only
-with an API key."""
+"""``python -m pipeline serve``: the batch service on the resident cluster, or on an embedded one
+that lives as long as the service. It listens beyond loopback only with an API key."""
 
 from __future__ import annotations
 
@@ -126,9 +124,8 @@ def _server_class():
     import uvicorn
 
     class Server(uvicorn.Server):
-        """uvicorn's server, except that Ctrl-C or SIGTERM, once it has stopped serving, is not
-        raised again (uvicorn's way): the service then lets its batches' jobs go, leaving them to
-        the next service, and closes its cluster client (an embedded cluster: engines first)."""
+        """uvicorn's server, except that Ctrl-C or SIGTERM is not raised again once it has stopped
+        serving, so the service can hand its batches' jobs to the next service and close cleanly."""
 
         @contextlib.contextmanager
         def capture_signals(self):

@@ -1,9 +1,3 @@
-"""Code that starts and operates clusters, run by the process that starts them: the user's
-process for the embedded cluster and for connecting to a scheduler (``local``), ``python -m
-pipeline up`` / ``status`` / ``down`` for the resident cluster (``commands``: what they print;
-``resident``: its processes; ``resident_state``: its state file and config fingerprint). Both
-start each shard's worker from one description (``worker_spec``) and its engine the same way
-(``engines``, showing the start with ``start_progress``); ``layout`` resolves ``shards: auto``
-and checks a layout can run; ``security`` is TLS from the config. What runs inside the
-scheduler is in ``pipeline.scheduler``. Nothing is imported here: import the module.
-"""
+"""Starting and stopping clusters, run by the process that owns them: ``local`` for the embedded
+cluster or a configured scheduler, ``resident`` for the one ``python -m pipeline up`` leaves
+running, ``hosts`` for the one-command-per-host scheduler and worker. Nothing is imported here."""

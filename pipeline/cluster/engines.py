@@ -1,8 +1,6 @@
-"""Start the shards' engines on a running cluster, as ``Pipeline.start`` and ``python -m
-pipeline up`` both do: wait for one worker per shard, register the engine plugin on the
-scheduler (Dask installs it on every worker that joins, including one a nanny restarts; each
-builds its shard's engine), show each engine's start, and check that every shard is served.
-"""
+"""Start the shards' engines on a running cluster, for ``Pipeline.start`` and ``python -m pipeline up``.
+The engine plugin is registered on the scheduler, so Dask installs it on every worker that joins,
+including one a nanny restarts."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from pipeline.worker.queries import held_prefixes, worker_stats
 
 
 class EngineStartError(RuntimeError):
-    """An engine did not start (e.g. the engine rejected the config); the message says why."""
+    """An engine did not start; the message says why."""
 
 
 def wait_for_shard_workers(client: Client, config: Config, timeout_s: float) -> None:
@@ -40,15 +38,14 @@ def start_engines(
     live: Callable[[str], None] | None = None,
     logs: str | None = None,
 ) -> list[dict]:
-    """Build every shard's engine (a no-op where it runs already, for the same settings) and
-    return the shards' figures (``worker_stats``). ``logs``: the workers' log folder, named in
-    the error when an engine does not start."""
+    """Build every shard's engine, where it does not run already with the same settings, and return
+    the shards' ``worker_stats``. ``logs`` is the workers' log folder, named in a start error."""
     progress = StartProgress(client, config.shard_names, notify, live)
     try:
         with progress:
             client.register_plugin(EnginePlugin(config, model, engine_kind), name=PLUGIN_NAME)
     except Exception as exc:  # raised in a worker's plugin setup: the engine's build
-        # the failed shards in the config's order (their errors come in the order they fail)
+        # Name the failed shards in the config's order, not the order they failed in.
         failed = [s for s in config.shard_names if s in progress.errors]
         error = progress.errors[failed[0]] if failed else f"{type(exc).__name__}: {exc}"
         raise EngineStartError(
@@ -69,8 +66,7 @@ def shard_stats(client: Client, config: Config) -> list[dict]:
 
 
 def held_documents(client: Client, shards) -> dict[int, str]:
-    """What the engines of ``shards`` hold from earlier jobs, as their workers remember it:
-    prefix digest -> shard (pipeline/prefix_memory.py; bounded by the KV caches)."""
+    """Prefix digest -> shard for what the engines of ``shards`` hold from earlier jobs."""
     held: dict[int, str] = {}
     for reply in client.run(held_prefixes, on_error="return").values():
         if isinstance(reply, dict) and reply.get("shard") in shards:

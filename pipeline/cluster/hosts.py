@@ -1,17 +1,8 @@
 """One command per host: ``python -m pipeline scheduler`` and ``python -m pipeline worker``.
 
-Each starts Dask's own process (``dask scheduler``, or ``dask worker`` with its nanny) with
-everything the pipeline needs, so the user sets no Dask variable: the preloads, the settings of
-``worker_spec.cluster_settings`` (no work stealing, non-daemonic workers, a slower tick, no
-profiler, compression from ``network.compression``), the shard's resources and environment,
-and TLS from the config's ``security:``. They bind only where told (127.0.0.1 by default), and
-refuse an address beyond loopback without TLS unless ``--insecure`` is given.
-
-The worker command is a supervisor (pipeline/cluster/supervisor.py): its ``dask worker`` is
-started again whenever it ends, which is how a worker host rejoins after its scheduler went
-away. Before each start it asks the scheduler (handlers of pipeline/scheduler/shard_claims.py)
-for the settings every process must share, and, with ``--shard auto``, for its shard.
-"""
+Each starts Dask's own process with everything the pipeline needs, so the user sets no Dask variable.
+The worker command starts its ``dask worker`` again whenever it ends, which is how a worker host
+rejoins after its scheduler went away."""
 
 from __future__ import annotations
 
@@ -67,7 +58,7 @@ def exposure_error(host: str, config: Config, insecure: bool) -> str | None:
 
 
 def log_target(path: str | None, config: Config, name: str) -> Path | None:
-    """The log file (None: this process's stderr, for ``--log-file -``)."""
+    """The log file, or None for stderr (``--log-file -``)."""
     if path == "-":
         return None
     target = Path(path).expanduser() if path else config.model.cache_path / "logs" / f"{name}.log"
@@ -80,7 +71,7 @@ def _open_log(target: Path | None) -> IO | None:
 
 
 def _reporter(log: IO | None) -> Callable[[str], None]:
-    """A line on stderr (the terminal, or the journal under systemd) and in the log file."""
+    """Report a line on stderr, which systemd keeps in its journal, and in the log file."""
 
     def say(line: str) -> None:
         print(f"pipeline: {line}", file=sys.stderr, flush=True)
@@ -91,11 +82,11 @@ def _reporter(log: IO | None) -> Callable[[str], None]:
 
 
 def _die_with_parent() -> None:
-    """In the child, before it runs Dask: SIGTERM it when the command that started it dies, even
-    by SIGKILL, so no scheduler or worker is left holding its port or shard (Linux's prctl)."""
+    """Runs in the child: have Linux SIGTERM it when this command dies, even by SIGKILL, so no
+    scheduler or worker is left holding its port or shard."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the supervisor's own stop still ends the child
+    except (OSError, AttributeError):  # not Linux: the supervisor still stops the child
         pass
 
 
@@ -111,9 +102,6 @@ def _spawn(args: list[str], env: dict, log: IO | None) -> subprocess.Popen:
         stderr=subprocess.STDOUT if log is not None else None,
         preexec_fn=_die_with_parent,
     )
-
-
-# -- the scheduler ----------------------------------------------------------------------
 
 
 def run_scheduler(
@@ -155,7 +143,7 @@ def run_scheduler(
 
     try:
         return Supervisor(start, say, restart=False).run()
-    except RuntimeError as exc:  # it exited or hung at start (a port in use, a bad preload)
+    except RuntimeError as exc:  # it exited or hung at start
         say(f"error: {exc}")
         return 1
     finally:
@@ -163,9 +151,6 @@ def run_scheduler(
         os.rmdir(folder)
         if log is not None:
             log.close()
-
-
-# -- the worker -------------------------------------------------------------------------
 
 
 def worker_host(address: str, host: str | None, config: Config) -> str:
@@ -196,15 +181,14 @@ async def _ask(address: str, config: Config, op: str, **kwargs):
 
 
 def ask_scheduler(address: str, config: Config, op: str, **kwargs):
-    """``op`` of the scheduler's handlers; OSError while it cannot be reached."""
+    """Call the scheduler's handler ``op``; OSError while it cannot be reached."""
     with dask.config.set(cluster_settings(config)):
         return asyncio.run(_ask(address, config, op, **kwargs))
 
 
 def visible_devices(inherited: str, devices: list[int]) -> str:
-    """A GPU shard's ``CUDA_VISIBLE_DEVICES`` on a host whose scheduler already gave this process
-    some GPUs (Slurm's ``--gres``, Kubernetes' device plugin): the shard's device numbers index
-    that list, so a one-GPU job's shard ``devices: [0]`` is the GPU the job was given."""
+    """A GPU shard's ``CUDA_VISIBLE_DEVICES`` where a batch system already gave this process some
+    GPUs: the shard's device numbers index that list, so ``devices: [0]`` is the first GPU given."""
     given = [d for d in inherited.split(",") if d.strip()]
     if any(d >= len(given) for d in devices):
         raise ConfigError(
@@ -215,7 +199,7 @@ def visible_devices(inherited: str, devices: list[int]) -> str:
 
 
 class WorkerHost:
-    """The state a worker host keeps across restarts of its ``dask worker``: its shard."""
+    """What a worker host keeps across restarts of its ``dask worker``: its shard."""
 
     def __init__(
         self,
@@ -244,7 +228,7 @@ class WorkerHost:
             try:
                 theirs = ask_scheduler(self.address, self.config, SETTINGS_HANDLER)
                 break
-            except FatalCommClosedError as exc:  # (an OSError too: TLS refused, not a network to wait for)
+            except FatalCommClosedError as exc:  # an OSError too, but a TLS refusal does not heal by waiting
                 raise ConfigError(
                     f"TLS with the scheduler {self.address} failed ({exc.__cause__ or exc}): this "
                     f"host's certificate must be signed by the CA the scheduler trusts, and the "
@@ -262,7 +246,7 @@ class WorkerHost:
             raise ConfigError(problem)
         if self.wanted != "auto":
             return self.wanted
-        if theirs is None:  # (Dask's reply to an operation it has no handler for)
+        if theirs is None:  # Dask's reply to an operation it has no handler for
             raise ConfigError(
                 f"the scheduler {self.address} does not run the pipeline's preload (--shard auto "
                 f"needs it): start it with python -m pipeline scheduler"
@@ -297,7 +281,7 @@ class WorkerHost:
             )
         self.shard, self.started = shard, True
         shard_config = self.config.shard(shard)
-        assert shard_config is not None  # (a shard of the config: checked when the command started)
+        assert shard_config is not None  # checked when the command started
         spec = WorkerSpec.for_shard(self.config, shard_config, starter_env=os.environ, bind_host=self.host)
         env = spec.process_env(process_env(self.config))
         given = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -1,13 +1,8 @@
-"""Start the embedded local cluster from the config, or connect to an existing scheduler.
+"""Start the embedded local cluster, or connect to a configured scheduler.
 
-Uses Dask's own SpecCluster/Nanny machinery: one Nanny-managed worker process per
-shard, pinned by its environment, advertising the resource ``shard-<name>`` so a
-batch routed to that shard can only run there. The scheduler runs in its own process
-(``dask scheduler``, as ``python -m pipeline up`` starts it), not in the client's: the
-client then has its interpreter to itself (in one process the scheduler and the job loop
-took turns at one interpreter lock: 5,044 rows/s on the fake engine against 6,625 with a
-separate scheduler, 100,000 rows, 2 shards).
-"""
+Each shard gets one Nanny-managed worker advertising the resource ``shard-<name>``, so a batch
+routed to a shard runs only there. The scheduler runs in a process of its own so that it and the
+client's job loop do not take turns at one interpreter lock."""
 
 from __future__ import annotations
 
@@ -31,10 +26,8 @@ from pipeline.config import Config, ConfigError
 from pipeline.names import EXIT_WITH_PARENT_ENV, LOG_DIR_ENV, LOG_ENV_ADDED, LOG_FILE_ENV
 from pipeline.scheduler.shard_claims import SETTINGS_HANDLER
 
-# In the client's process only: Dask keeps the last 1,000 messages each connection sent, for
-# debugging; from the client those carry every batch's payload (~100-200 KB each on the null
-# engine at full speed), which made most of a 1M-row job's memory. The scheduler keeps its
-# event log (the dashboard page reads it), so this is not among DASK_SETTINGS.
+# Client only: Dask keeps each connection's recent messages for debugging, and from the client
+# those carry every batch's payload. The scheduler keeps its log because the dashboard reads it.
 CLIENT_SETTINGS = {"distributed.admin.low-level-log-length": 0}
 
 
@@ -46,16 +39,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def process_env(config: Config) -> dict[str, str]:
-    """The environment of a ``dask scheduler`` / ``dask worker`` process the pipeline starts:
-    this one's, with Dask's settings for ``config`` and this repository importable."""
+    """A Dask child process's environment: this one's, with Dask's settings and this repository importable."""
     python_path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, **dask_env(cluster_settings(config)), "PYTHONPATH": python_path}
 
 
 def scheduler_command(config: Config, scheduler_file: Path) -> list[str]:
-    """``dask scheduler`` for this config. Its HTTP server (/metrics, /health) runs even without
-    the dashboard, so it is bound to the config's host then too (Dask's default is every
-    interface)."""
+    """Its HTTP server runs even without the dashboard, so it is bound to the config's host rather
+    than Dask's default of every interface."""
     host = config.scheduler.host
     dash = config.scheduler.dashboard_address
     return [
@@ -103,8 +94,7 @@ def tail(path: Path, lines: int = 5) -> str:
 
 
 class SchedulerProcess(ProcessInterface):
-    """SpecCluster's scheduler as a ``dask scheduler`` process of its own. Output goes to
-    ``log`` (None: this process's terminal)."""
+    """SpecCluster's scheduler as a ``dask scheduler`` process of its own, writing to ``log`` or the terminal."""
 
     def __init__(self, config: Config, log: Path | None = None, timeout_s: float = 60.0):
         self.config = config
@@ -141,7 +131,7 @@ class SchedulerProcess(ProcessInterface):
         self.address = self.info["address"]
 
     async def close(self) -> None:
-        # SpecCluster has asked the scheduler to terminate already; wait for it, then make sure.
+        # SpecCluster has already asked the scheduler to terminate; wait for it, then make sure.
         if self.proc is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._stop)
         await super().close()
@@ -155,22 +145,19 @@ class SchedulerProcess(ProcessInterface):
             self.proc.wait()
 
 
-# Variables set only so that a worker with a log file is quiet from its first line; the
-# preload removes those named here before the engine starts.
+# Quiets a worker with a log file from its first line; the preload removes it before the engine starts.
 QUIET_DASK = ("DASK_LOGGING__DISTRIBUTED", "warning")
 
 
 def worker_log_dir(config: Config) -> Path:
-    """Where an embedded cluster's workers write ``<shard>.log`` (unless verbose)."""
     override = os.environ.get(LOG_DIR_ENV)
     return Path(override).expanduser() if override else config.model.cache_path / "logs"
 
 
 def worker_specs(config: Config, log_dir: Path | None = None, extra_env: dict | None = None) -> dict:
-    """Call before any nanny has started in this process: each worker's environment records
-    which variables the nannies add, so its engine does not inherit them (engine_env.py).
-    ``log_dir``: each worker (and its engine) writes its output to ``<shard>.log`` there
-    instead of this process's terminal (the preload moves it; pipeline/worker/preload.py)."""
+    """Call before any nanny has started in this process: each worker records which variables the
+    nannies add, so its engine does not inherit them. With ``log_dir`` each worker and its engine
+    write to ``<shard>.log`` there instead of the terminal."""
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         for shard in config.shards:
@@ -192,11 +179,8 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
     apply_dask_settings(config)
     quiet = {}
     if log_dir is not None and QUIET_DASK[0] not in os.environ:
-        # A worker logs that it runs its preload before the preload can move its output to the
-        # log file, and reads its logging levels when it imports Dask, before a nanny's ``env``
-        # applies: so from the environment it is spawned with (Pipeline.start puts this
-        # process's environment back once the workers run). The preload drops it again, so the
-        # engine does not inherit it.
+        # A worker reads its logging levels on importing Dask, before a nanny's env applies, so this
+        # goes in the environment it is spawned with; Pipeline.start restores it once the workers run.
         os.environ[QUIET_DASK[0]] = QUIET_DASK[1]
         quiet = {LOG_ENV_ADDED: QUIET_DASK[0]}
     scheduler = {
@@ -208,8 +192,7 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
 
 
 def check_scheduler_settings(client: Client, config: Config) -> None:
-    """A ``ConfigError`` where the scheduler's settings differ from this config's (a scheduler
-    without the pipeline's preload cannot say, and is not checked)."""
+    """Raise ConfigError where the scheduler's settings differ from this config's."""
     theirs = client.sync(getattr(client.scheduler, SETTINGS_HANDLER))
     problem = settings_mismatch(theirs, config, f"the scheduler {config.scheduler.address}", "this config")
     if problem:
@@ -217,11 +200,8 @@ def check_scheduler_settings(client: Client, config: Config) -> None:
 
 
 def connect(config: Config, log_dir: Path | None = None) -> tuple[Client, SpecCluster | None]:
-    """A client for the configured cluster, and the embedded cluster if one was started.
-
-    The nannies of an embedded cluster write Dask's worker variables into this process's
-    environment before they spawn their workers; they are put back as they were once the
-    workers run (``engine_env.restore``; ``Pipeline.close`` does it again after a restart)."""
+    """A client, and the embedded cluster if one was started. Its nannies write Dask's worker variables
+    into this process's environment, which the caller restores once the workers run."""
     apply_dask_settings(config)
     security = dask_security(config)
     if config.scheduler.address:
@@ -234,8 +214,7 @@ def connect(config: Config, log_dir: Path | None = None) -> tuple[Client, SpecCl
         return client, None
     cluster = start_local_cluster(config, log_dir)
     try:
-        # Results straight from the workers: through the scheduler (Dask's default) every batch's
-        # results cross one more process, which the job then waits on.
+        # Results come straight from the workers rather than crossing the scheduler as well.
         return Client(cluster, security=security, direct_to_workers=True), cluster
     except BaseException:
         cluster.close()

@@ -1,22 +1,7 @@
-"""The resident local cluster: started once by ``python -m pipeline up``, used by every later
-``python -m pipeline run`` and ``Pipeline()`` with the same config, stopped by ``down``.
-
-It is Dask's own processes: one ``dask scheduler`` and one ``dask worker`` (nanny + worker)
-per shard, started in their own session so they outlive the terminal, each writing to its log
-file, with the same Dask settings and engine environment as the embedded cluster
-(pipeline/cluster/local.py), each worker started from the same description
-(pipeline/cluster/worker_spec.py). ``up`` starts the engines as ``Pipeline.start`` does
-(pipeline/cluster/engines.py) and records where the cluster runs in a state file
-(pipeline/cluster/resident_state.py)::
-
-    <model.cache_dir>/cluster/state.json     (PIPELINE_CLUSTER_DIR overrides the folder)
-
-The state holds the scheduler's address, the processes, and the *fingerprint* of the config
-the cluster runs: everything the workers use (model, engine, shards, sampling, the per-engine
-intake limits, security). A config whose fingerprint differs cannot use the cluster: that is
-an error naming each difference, never a silent reuse. Routing, read-ahead, batch size and
-recovery are the client's and may differ from job to job.
-"""
+"""The resident local cluster: started by ``python -m pipeline up``, used by later runs with the
+same config, stopped by ``down``. Its processes run in their own sessions so they outlive the
+terminal. A state file records where it runs and the fingerprint of its config; a config that
+differs is refused with the differences rather than silently reusing workers built for another."""
 
 from __future__ import annotations
 
@@ -47,9 +32,8 @@ from pipeline.worker.queries import engine_phase, stop_engine, worker_stats
 
 
 def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterState | None:
-    """The resident cluster to use for ``config``, or None when none is up (a stale state file
-    -- the cluster died -- is said so and removed). Raises ClusterMismatch when one is up for
-    another config."""
+    """The resident cluster for ``config``, or None. A stale state file is removed; a cluster up for
+    another config raises ClusterMismatch."""
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
     if state is None:
@@ -72,13 +56,9 @@ def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterSt
     return state
 
 
-# -- up -------------------------------------------------------------------------------
-
-
 def _spawn(args: list[str], env: dict, log: Path, cwd: Path) -> subprocess.Popen:
     with open(log, "w") as out:
-        # Its own session: Ctrl-C in the terminal that ran `up` and the terminal closing do not
-        # reach it; `down` stops it.
+        # A session of its own, so neither Ctrl-C nor closing the terminal that ran `up` stops it.
         return subprocess.Popen(
             args,
             env=env,
@@ -91,8 +71,8 @@ def _spawn(args: list[str], env: dict, log: Path, cwd: Path) -> subprocess.Popen
 
 
 def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tuple[str, str | None, dict, Path]:
-    """Start the scheduler and one ``dask worker`` per shard; returns (scheduler address,
-    dashboard link, processes, frozen config file). Engines are not built yet."""
+    """Start the scheduler and one ``dask worker`` per shard, without engines; returns (address,
+    dashboard link, processes, frozen config file)."""
     folder.mkdir(parents=True, exist_ok=True)
     log_dir = folder / "logs"
     log_dir.mkdir(exist_ok=True)
@@ -110,9 +90,7 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
         )
         info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
         address = info["address"]
-        # The worker the embedded cluster starts as a Nanny, as a ``dask worker`` process. Its
-        # record tells it which variables its nanny adds, so its engine starts without them
-        # (pipeline/engine_env.py).
+        # starter_env tells each worker which variables its nanny adds, so its engine starts without them.
         for shard in config.shards:
             worker = WorkerSpec.for_shard(config, shard, starter_env=base_env)
             procs[shard.name] = _spawn(
@@ -152,20 +130,16 @@ def _kill_tree(pid: int) -> None:
 
 
 def cluster_processes(state: ClusterState) -> list[psutil.Process]:
-    """Every process of the cluster: scheduler, nannies, workers, engines (and their reapers
-    are in their own sessions; they exit when their worker does)."""
     return [p for pid, created in state.processes.values() for p in _tree(pid, created)]
 
 
 def _discard(state: ClusterState, folder: Path) -> None:
-    """A cluster that no longer runs: stop what is left of it and forget it."""
     _stop_processes(state, timeout_s=10)
     (folder / STATE_FILE).unlink(missing_ok=True)
 
 
 def _stop_processes(state: ClusterState, timeout_s: float) -> list[int]:
-    """SIGTERM every process of the cluster, then SIGKILL what is left after ``timeout_s``;
-    returns the pids that had to be killed."""
+    """SIGTERM every process of the cluster, SIGKILL what outlives ``timeout_s``; returns the killed pids."""
     procs = cluster_processes(state)
     for p in procs:
         try:
@@ -182,9 +156,6 @@ def _stop_processes(state: ClusterState, timeout_s: float) -> list[int]:
     return [p.pid for p in alive]
 
 
-# -- the commands -----------------------------------------------------------------------
-
-
 def up(
     config: Config,
     model: str,
@@ -192,8 +163,7 @@ def up(
     live: Callable[[str], None] | None = None,
     timeout_s: float = 600.0,
 ) -> tuple[ClusterState, bool]:
-    """Start the resident cluster and wait until every engine is ready; returns its state and
-    whether it was started now (False: it was up already, for this config)."""
+    """Start the resident cluster and wait for every engine; returns its state and False if it was up already."""
     folder = cluster_dir(config)
     running = find(config, model, notify)
     if running is not None:
@@ -221,8 +191,8 @@ def up(
 
 
 def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0, answer_s: float = 30.0) -> bool:
-    """Stop the resident cluster: engines first (each engine core exits cleanly), then Dask's
-    processes; whatever is still running after ``timeout_s`` is killed. False: none was up."""
+    """Stop the engines first so each engine core exits cleanly, then Dask's processes, killing
+    whatever outlives ``timeout_s``. Returns False if none was up."""
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
     if state is None:
@@ -241,8 +211,7 @@ def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0,
             except Exception as exc:  # noqa: BLE001 - stopping anyway, by signal
                 outcome.append(exc)
 
-        # A scheduler that accepts connections but never answers (hung, stopped) must not hold
-        # `down` up: after ``answer_s`` its processes are stopped by signal.
+        # A scheduler that accepts connections but never answers must not hold `down` up.
         t = threading.Thread(target=through_scheduler, name="pipeline-down", daemon=True)
         t.start()
         t.join(answer_s)
@@ -260,8 +229,7 @@ def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0,
 
 
 def status(config: Config) -> dict | None:
-    """The resident cluster as its workers report it; None when none is up. A stale state file
-    (the cluster died) is reported as such and removed."""
+    """The resident cluster as its workers report it, or None; a stale state file is removed."""
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
     if state is None:

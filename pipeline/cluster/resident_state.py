@@ -1,9 +1,5 @@
-"""The resident local cluster's record: the state file that says where it runs and for which
-config, kept in ``cluster_dir`` (``<model.cache_dir>/cluster/state.json``; PIPELINE_CLUSTER_DIR
-overrides the folder), and the *fingerprint* of a config (everything the workers use: model,
-engine, shards, the per-engine intake limits, security) with the differences between two.
-No Dask here; the commands that start, find and stop the cluster are in ``resident``.
-"""
+"""The resident cluster's state file, and the fingerprint of the config it runs: a client may use
+the cluster only with a config of the same fingerprint."""
 
 from __future__ import annotations
 
@@ -36,9 +32,9 @@ def cluster_dir(config: Config) -> Path:
 class ClusterState:
     address: str  # the scheduler's
     dashboard: str | None
-    config_file: str  # the config the cluster runs (a frozen copy)
+    config_file: str  # a frozen copy of the config the cluster runs
     fingerprint: dict
-    processes: dict[str, list]  # "scheduler" / shard name -> [pid, process create time]
+    processes: dict[str, list]  # "scheduler" or shard name -> [pid, process create time]
     log_dir: str
     started: float = field(default_factory=time.time)
 
@@ -62,7 +58,7 @@ class ClusterState:
             ) from None
 
     def dead_processes(self) -> list[str]:
-        """The recorded processes that are gone (a pid reused since counts as gone)."""
+        """The recorded processes that are gone; a pid reused since counts as gone."""
         return [name for name, (pid, created) in self.processes.items() if not _same_process(pid, created)]
 
     def scheduler_reachable(self, timeout_s: float = 2.0) -> bool:
@@ -74,8 +70,7 @@ class ClusterState:
             return False
 
     def stale_reason(self) -> str | None:
-        """Why this cluster no longer runs (its scheduler is gone or does not answer); None
-        while it runs."""
+        """Why this cluster no longer runs, or None while it runs."""
         if "scheduler" in self.dead_processes():
             return "its scheduler process is gone"
         if not self.scheduler_reachable():
@@ -96,8 +91,8 @@ def _same_process(pid: int, created: float) -> bool:
 
 
 def fingerprint(config: Config, model: str) -> dict:
-    """What the workers of a cluster use: it must be the same for a client to use them. (Prompts
-    and sampling settings travel with each job's batches: any job can use any.)"""
+    """What a cluster's workers use. Prompts and sampling travel with each job's batches, so they
+    are not part of it."""
     return {
         "model": model,
         "engine": config.engine.model_dump(mode="json"),

@@ -1,9 +1,5 @@
-"""TLS between client, scheduler and workers, from the config's ``security`` block.
-
-Dask's own ``distributed.security.Security``: one CA file, and one certificate + key that
-every role (client, scheduler, worker) presents; connections use ``tls://`` and both
-ends verify each other against the CA (mutual TLS). Nothing else changes.
-"""
+"""Mutual TLS between client, scheduler and workers from the config's ``security`` block: one CA,
+and one certificate and key that every role presents."""
 
 from __future__ import annotations
 
@@ -33,7 +29,7 @@ def protocol(config: Config) -> str:
 
 
 def tls_args(config: Config) -> list[str]:
-    """The same settings as command-line options of ``dask scheduler`` / ``dask worker``."""
+    """The same settings as options of ``dask scheduler`` and ``dask worker``."""
     s = config.security
     if not s.enabled:
         return []

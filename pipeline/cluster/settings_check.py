@@ -1,11 +1,6 @@
-"""What every process of a cluster must agree on with its scheduler, checked where it joins.
-
-Dask settles a connection's compression in a handshake: where the two ends' settings differ it
-silently sends raw. Across hosts that would leave the study's compressed inputs off without a
-word, so a worker (``python -m pipeline worker``) and a client (``Pipeline`` with
-``scheduler.address``) ask the scheduler for its settings (the ``pipeline_settings`` handler of
-pipeline/scheduler/shard_claims.py) and refuse to go on where they differ.
-"""
+"""What every process of a cluster must agree on with its scheduler, checked where it joins. Where
+two ends' compression settings differ, Dask's handshake silently sends raw, so workers and clients
+ask the scheduler for its settings and refuse to go on where they differ."""
 
 from __future__ import annotations
 
@@ -15,9 +10,8 @@ from pipeline.config import Config
 
 
 def settings_mismatch(theirs: dict | None, config: Config, them: str, us: str) -> str | None:
-    """Why this process cannot join a scheduler whose settings are ``theirs``, or None. A
-    scheduler without the pipeline's preload answers the question with None (Dask replies None to
-    an operation it has no handler for): it cannot say, and is not checked."""
+    """Why this process cannot join a scheduler whose settings are ``theirs``, or None. A scheduler
+    without the pipeline's preload answers None and is not checked."""
     if theirs is None:
         return None
     ours = cluster_settings(config)[compression.SETTING]

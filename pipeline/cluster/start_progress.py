@@ -1,6 +1,5 @@
-"""Engine start, shard by shard, while a client waits for the engines: one line per shard
-once its engine is ready (or failed), and on a terminal a live line with the time each
-shard has spent starting so far."""
+"""Show the engines starting while a client waits: a line per shard once ready, and on a terminal a
+live line with each shard's time so far."""
 
 from __future__ import annotations
 
@@ -36,14 +35,14 @@ class StartProgress:
         self._shown = False  # a live line is on the terminal
 
     def __enter__(self) -> "StartProgress":
-        self.poll(initial=True)  # engines that run already (a resident cluster) are not announced
+        self.poll(initial=True)  # engines that run already are not announced
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self.poll()  # the last word: every engine that finished meanwhile
+        self.poll()  # engines that finished meanwhile
         if self.live is not None and self._shown:
             self.live("")
 
@@ -81,8 +80,7 @@ class StartProgress:
 
 
 def one_line(error: str, limit: int = 300) -> str:
-    """An engine's start error as one readable line: pydantic's frame lines dropped (vLLM
-    validates its arguments with pydantic), whitespace joined, cut at ``limit`` characters."""
+    """An engine's start error as one short line, without the pydantic boilerplate of vLLM's argument checks."""
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     text = " ".join(line for line in lines if not line.startswith("For further information visit"))
     text = re.sub(r"\d+ validation errors? for \w+\s*", "", text)

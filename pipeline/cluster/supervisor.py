@@ -1,18 +1,8 @@
-"""Keep one child process running: what ``python -m pipeline worker`` does with its Dask worker.
+"""Keep one child process running: how ``python -m pipeline worker`` keeps its ``dask worker`` up.
 
-Dask's worker does not reconnect. When its scheduler goes away (a network cut, the scheduler
-restarted), the worker closes with ``scheduler-connection-broken``, its nanny closes with it,
-and the ``dask worker`` process ends. Dask leaves the restart to a supervisor (systemd,
-Kubernetes, the batch system); this is that supervisor, inside the product, so that a worker
-host started by hand also rejoins by itself. A fresh ``dask worker`` waits until the scheduler
-can be reached, registers, and receives the engine plugin from the scheduler like any worker
-that joins, so its engine starts again.
-
-The restart waits with exponential backoff (``Backoff``): a child that keeps failing at once is
-not restarted in a tight loop, and one that ran for a while is restarted after a second.
-SIGTERM or SIGINT stops the child (SIGTERM, then SIGKILL after ``stop_timeout_s``) and the
-supervisor, for good. An exit code in ``FINAL_EXIT_CODES`` (a usage error) is not retried.
-"""
+Dask's worker does not reconnect: when its scheduler goes away, the worker and its nanny close and
+the process ends, and Dask leaves the restart to a supervisor such as systemd. This one is built in
+so a worker host started by hand rejoins by itself, getting the engine plugin like any new worker."""
 
 from __future__ import annotations
 
@@ -23,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-FINAL_EXIT_CODES = frozenset({2})  # click's and our usage errors: another try fails the same way
+FINAL_EXIT_CODES = frozenset({2})  # usage errors: another try fails the same way
 
 
 class Stopped(Exception):
@@ -32,8 +22,8 @@ class Stopped(Exception):
 
 @dataclass
 class Backoff:
-    """Seconds to wait before the next start: ``first_s`` doubled for each quick failure in a
-    row, at most ``cap_s``; a child that lived ``healthy_s`` or longer starts the count again."""
+    """Seconds before the next start: ``first_s`` doubled per quick failure in a row, at most
+    ``cap_s``; a child that lived ``healthy_s`` starts the count again."""
 
     first_s: float = 1.0
     cap_s: float = 30.0
@@ -49,8 +39,7 @@ class Backoff:
 
 
 class Supervisor:
-    """Runs ``start()`` (which returns a started child, or raises ``Stopped``) again each time
-    the child ends, unless ``restart`` is False. ``say`` reports each restart."""
+    """Calls ``start`` again each time its child ends, unless ``restart`` is False."""
 
     def __init__(
         self,
@@ -78,7 +67,7 @@ class Supervisor:
             raise Stopped
 
     def run(self) -> int:
-        """Until stopped: the last child's exit code when it is not restarted, else 0."""
+        """The last child's exit code when it is not restarted, else 0 once stopped."""
         previous = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             return self._loop()
