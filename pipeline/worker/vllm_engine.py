@@ -232,9 +232,7 @@ class VllmEngine:
         self, prompt_ids: TokenIds, request_id: str, sampling: Sampling, priority: int = 0
     ) -> Generation:
         from vllm.inputs import TokensPrompt
-        from vllm.v1.engine.exceptions import EngineDeadError
 
-        final = None
         params = self.params(sampling)  # a bad value raises here, as the row's error
         lora = None
         if sampling.adapter is not None:
@@ -245,15 +243,9 @@ class VllmEngine:
             lora = LoRARequest(sampling.adapter, self.adapters.ids[sampling.adapter], folder)
         # ``prompt_ids`` is a list: ``encode`` and ``fit_prompt`` give lists.
         prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))
-        try:
-            async for out in self._llm.generate(
-                prompt, params, request_id=request_id, priority=priority, lora_request=lora
-            ):
-                final = out
-        except EngineDeadError as exc:
-            raise EngineDead(f"vLLM engine core died: {exc}") from exc
-        if final is None or not final.outputs:
-            raise RuntimeError("engine returned no output")
+        final = await _last(
+            self._llm.generate(prompt, params, request_id=request_id, priority=priority, lora_request=lora)
+        )
         top = sampling.top_logprobs or 0
         choices = [
             Choice(
@@ -289,25 +281,14 @@ class VllmEngine:
     async def _pool(self, ids: list[int], params, request_id: str, priority: int):
         """A pooling request's output tensor: an embedding, or a classifier's label probabilities."""
         from vllm.inputs import TokensPrompt
-        from vllm.v1.engine.exceptions import EngineDeadError
 
-        final = None
-        try:
-            async for out in self._llm.encode(
-                TokensPrompt(prompt_token_ids=ids), params, request_id=request_id, priority=priority
-            ):
-                final = out
-        except EngineDeadError as exc:
-            raise EngineDead(f"vLLM engine core died: {exc}") from exc
-        if final is None:
-            raise RuntimeError("engine returned no output")
-        return final.outputs.data
+        prompt = TokensPrompt(prompt_token_ids=ids)
+        return (await _last(self._llm.encode(prompt, params, request_id=request_id, priority=priority))).outputs.data
 
     async def label_logprobs(
         self, prompt_ids: TokenIds, label_ids: Sequence[int], request_id: str, priority: int = 0
     ) -> Labelled:
         from vllm.inputs import TokensPrompt
-        from vllm.v1.engine.exceptions import EngineDeadError
 
         key = tuple(label_ids)
         params = self._labels.get(key)
@@ -315,15 +296,8 @@ class VllmEngine:
             if len(self._labels) >= 1024:
                 self._labels.clear()
             params = self._labels[key] = label_params(label_ids)
-        final = None
         prompt = TokensPrompt(prompt_token_ids=cast(list[int], prompt_ids))
-        try:
-            async for out in self._llm.generate(prompt, params, request_id=request_id, priority=priority):
-                final = out
-        except EngineDeadError as exc:
-            raise EngineDead(f"vLLM engine core died: {exc}") from exc
-        if final is None or not final.outputs:
-            raise RuntimeError("engine returned no output")
+        final = await _last(self._llm.generate(prompt, params, request_id=request_id, priority=priority))
         return Labelled(read_labels(final.outputs[0], label_ids), len(prompt_ids), int(final.num_cached_tokens or 0))
 
     async def reset_prefix_cache(self) -> None:
@@ -340,6 +314,21 @@ class VllmEngine:
         self._llm.shutdown(timeout=30)
         # vLLM's finalizer would call shutdown again at interpreter exit, when module globals are already gone.
         setattr(self._llm, "shutdown", lambda timeout=None: None)
+
+
+async def _last(outputs):
+    """The last of a request's outputs; a dead engine core becomes ``EngineDead``, the error that stops the shard."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    final = None
+    try:
+        async for out in outputs:
+            final = out
+    except EngineDeadError as exc:
+        raise EngineDead(f"vLLM engine core died: {exc}") from exc
+    if final is None or final.outputs == []:  # a generation with no choice
+        raise RuntimeError("engine returned no output")
+    return final
 
 
 def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
