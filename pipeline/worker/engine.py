@@ -8,7 +8,7 @@ plumbing and in unit tests of routing and transport.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, SupportsIndex, overload
 
 from pipeline.config import Config
 from pipeline.sampling import Sampling
@@ -129,6 +129,7 @@ class Engine(Protocol):
     embedding_size: int | None  # an embedding's values (an embedding engine's)
     special_tokens: int  # the tokens ``embed`` adds to a text (BERT's [CLS] and [SEP])
     settings: dict  # the engine's effective settings, as plain values (the bench compares them)
+    tokenizer: Any  # the model's tokenizer, for what reads the answers with it (a tool-call parser)
 
     def encode(self, text: str) -> TokenIds: ...
     # ``priority``: lower first, among the requests waiting inside the engine (pipeline/worker/admission.py)

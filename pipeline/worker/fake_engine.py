@@ -13,6 +13,20 @@ from pipeline.worker.engine import Choice, Classified, Embedding, Generation, La
 from pipeline.worker.prefix_cache_model import PrefixCacheModel
 
 
+class CharTokenizer:
+    """The fake engine's tokenizer for what reads answers with one (a tool-call parser): a token per
+    character, and no named tokens of its own."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: Sequence[int], **_) -> str:
+        return "".join(map(chr, ids))
+
+    def get_vocab(self) -> dict[str, int]:
+        return {}
+
+
 class FakeEngine:
     """Answers every request with an empty answer (a row with an adapter: the adapter's name, once
     its folder checks out), after ``latency_s`` (default: at once); tokenizes by characters. With
@@ -25,6 +39,7 @@ class FakeEngine:
     tasks: tuple[str, ...] = ("generate", "embed")
     embedding_size: int | None = 4  # an embedding: the prompt's tokens, and its first three code points, over 1000
     special_tokens = 0
+    tokenizer = CharTokenizer()
 
     def __init__(
         self,
