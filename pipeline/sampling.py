@@ -27,7 +27,11 @@ ROW_COLUMNS = (
     "logprobs",
     "top_logprobs",
     "adapter",
+    "tools",
+    "tool_parser",
 )
+# Row settings only an OpenAI batch chat line's tools set, never a table's column of the same name.
+REQUEST_COLUMNS = ("tools", "tool_parser")
 # vLLM's default ``max_logprobs``, and OpenAI's limit too.
 MAX_TOP_LOGPROBS = 20
 
@@ -49,6 +53,9 @@ class Sampling(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     normalize: bool | None = None  # an embedding scaled to length 1; None: as the model defines
     strip: bool | None = None  # None strips; a completion is False, keeping the space that continues its prompt
     adapter: str | None = None  # a LoRA adapter: a name in model.adapters, a path or a URL
+    tools: str | None = None  # JSON text of the tools a tool_choice "auto" answer may call
+    tool_parser: str | None = None  # the vLLM tool-call parser that reads such an answer's calls
+    keep_special_tokens: bool | None = None  # kept in the answer's text, where the parser looks for its markers
 
     @property
     def choices(self) -> int:
@@ -171,6 +178,31 @@ def _adapter(value: Any, name: str) -> str:
     return value
 
 
+def _tools(value: Any, name: str) -> str:
+    """A list of tools (or it as JSON text) as compact JSON text."""
+    if isinstance(value, str):
+        return _tools_of_text(value, name)
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise _bad(name, "a list of tools", value)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@lru_cache(maxsize=64)
+def _tools_of_text(text: str, name: str) -> str:
+    """(A file's lines usually repeat a few tool lists: each is read once per worker.)"""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SamplingError(f"{name} is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    return _tools(value, name)
+
+
+def _name(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _bad(name, "a non-empty string", value)
+    return value
+
+
 _CHECKS = {
     "max_tokens": lambda v, n: _int(v, n, 1, "an integer >= 1"),
     "temperature": lambda v, n: _number(v, n, lambda x: x >= 0, "a number >= 0"),
@@ -184,6 +216,8 @@ _CHECKS = {
     "logprobs": _flag,
     "top_logprobs": _top,
     "adapter": _adapter,
+    "tools": _tools,
+    "tool_parser": _name,
 }
 
 

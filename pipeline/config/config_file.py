@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,6 +120,10 @@ class EngineConfig(Section):
     # without LoRA). null: 2 where model.adapters names any, else 0.
     max_loras: int | None = Field(None, ge=0)
     max_lora_rank: int = Field(16, gt=0)  # the largest adapter rank served
+    # vLLM's tool-call parser (vllm serve's --tool-call-parser, e.g. hermes) for chat lines with
+    # tool_choice "auto": it reads the calls out of the model's answer. null: those lines are error
+    # lines. A job setting: the engines keep running (pipeline/worker/tool_calls.py).
+    tool_call_parser: str | None = None
     # Anything else vllm.AsyncEngineArgs accepts.
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -126,6 +131,13 @@ class EngineConfig(Section):
     @classmethod
     def _old_kind(cls, value: Any) -> Any:
         return engine_kind(value)
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _known_parser(cls, value: str | None) -> str | None:
+        if value is not None and value not in tool_parser_names():
+            raise ValueError(f"unknown tool-call parser {value!r}; vLLM's are: {', '.join(tool_parser_names())}")
+        return value
 
 
 class SecurityConfig(Section):
@@ -286,6 +298,15 @@ class Config(Section):
         for key, value in sections.items():
             data[key] = _merged(data.get(key), value)
         return parse_config(data, source="<override>")
+
+
+@lru_cache(maxsize=1)
+def tool_parser_names() -> tuple[str, ...]:
+    """The tool-call parsers vLLM knows. Asked only of a config that names one: it imports vLLM
+    (a few seconds, once per process)."""
+    from vllm.tool_parsers import ToolParserManager
+
+    return tuple(ToolParserManager.list_registered())
 
 
 def _merged(old: Any, new: Any) -> Any:

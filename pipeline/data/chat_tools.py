@@ -6,14 +6,15 @@ model: by structured output over the tools' parameter schemas.
 - a named function (``{"type": "function", "function": {"name"}}``): the answer is that tool's
   arguments, valid against its schema;
 - ``"none"``: the tools are left out and the line is answered as text;
-- ``"auto"`` (OpenAI's default where tools are given): the model would choose, which needs a
-  tool-call parser for its output format; none is configured, so the line is an error naming the
-  field.
+- ``"auto"`` (OpenAI's default where tools are given): the model chooses. Its answer is text,
+  read by vLLM's tool-call parser for the model's format (``engine.tool_call_parser``) on the
+  worker (pipeline/worker/tool_calls.py); with no parser configured the line is an error naming
+  the key.
 
 The answer's JSON is checked against the schema as any JSON answer is (pipeline/sampling.py): an
 answer that does not match is the line's ``output:`` error. The output line carries the calls
 as ``message.tool_calls`` (``tool_calls``) with ``finish_reason`` ``tool_calls``; the line's carry
-says which kind of answer it is (``mode``: ``"required"`` or the function's name).
+says which kind of answer it is (``mode``: ``"required"``, ``AUTO`` or the function's name).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from typing import Any
 from pipeline.data.openai_format import ChatBody, NamedToolChoice
 
 REQUIRED = "required"
+AUTO = "(auto)"  # (not a function name: OpenAI's allow letters, digits, _ and - only)
 
 
-def tool_fields(body: ChatBody) -> tuple[dict, str | None]:
-    """The row columns a chat body's tools add (``json_schema``, and ``tools`` for the chat
-    template), and None; or {} and why the line cannot be answered. ``{}``, None: no tools."""
+def tool_fields(body: ChatBody, parser: str | None = None) -> tuple[dict, str | None]:
+    """The row columns a chat body's tools add (``json_schema``, or with "auto" the ``parser``
+    that reads the answer; ``tools`` for the chat template and that parser), and None; or {} and
+    why the line cannot be answered. ``{}``, None: no tools."""
     choice = body.tool_choice
     if not body.tools or choice == "none":
         if isinstance(choice, NamedToolChoice) or choice in (REQUIRED, "auto"):
@@ -41,10 +44,12 @@ def tool_fields(body: ChatBody) -> tuple[dict, str | None]:
         if t.function is None:
             return {}, f"body.tools[{i}].function is missing"
     if choice in (None, "auto"):
+        if parser is not None:
+            return {"tools": [_plain(t) for t in tools], "tool_parser": parser}, None
         return {}, (
             'body.tool_choice "auto" (the default where tools are given) needs a tool-call parser for '
-            'the model\'s output, and none is configured; set tool_choice to "required" or a named '
-            'function, or "none" for a text answer'
+            "the model's output, and none is configured (engine.tool_call_parser, e.g. hermes); set "
+            'tool_choice to "required" or a named function, or "none" for a text answer'
         )
     schemas = {
         t.function.name: t.function.parameters or {"type": "object", "properties": {}}
@@ -96,14 +101,17 @@ def _shown(choice) -> str:
 
 
 def tool_mode(request: Any) -> str | None:
-    """How a chat line (parsed JSON) is answered: ``"required"``, the named function's name, or
-    None (as text; a line whose tools fail is an error row either way)."""
+    """How a chat line (parsed JSON) is answered: ``"required"``, ``AUTO`` (the parser's calls, or
+    text), the named function's name, or None (as text; a line whose tools fail is an error row
+    either way)."""
     body = request.get("body") if isinstance(request, dict) else None
     if not isinstance(body, dict) or not body.get("tools"):
         return None
     choice = body.get("tool_choice")
     if choice == REQUIRED:
         return REQUIRED
+    if choice in (None, "auto"):
+        return AUTO
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
         return name if isinstance(name, str) else None
@@ -112,10 +120,12 @@ def tool_mode(request: Any) -> str | None:
 
 def tool_calls(answer_json: str, mode: str, prefix: str) -> list[tuple[str, str, str]]:
     """An answer's calls as ``(id, name, arguments as JSON text)``: each of a ``required`` answer's
-    list, or the named function's one. ``prefix``: what makes the ids unique in the batch."""
+    list, the named function's one, or each the parser read (``AUTO``: its arguments kept as the
+    parser wrote them). ``prefix``: what makes the ids unique in the batch."""
     value = json.loads(answer_json)
-    calls = [(c["name"], c["parameters"]) for c in value] if mode == REQUIRED else [(mode, value)]
-    return [
-        (f"call_{prefix}_{i}", name, json.dumps(arguments, ensure_ascii=False))
-        for i, (name, arguments) in enumerate(calls)
-    ]
+    if mode == AUTO:
+        calls = [(c["name"], c["arguments"]) for c in value]
+    else:
+        pairs = [(c["name"], c["parameters"]) for c in value] if mode == REQUIRED else [(mode, value)]
+        calls = [(name, json.dumps(arguments, ensure_ascii=False)) for name, arguments in pairs]
+    return [(f"call_{prefix}_{i}", name, arguments) for i, (name, arguments) in enumerate(calls)]

@@ -29,12 +29,18 @@ from tasks import Columns
 
 
 def open_source(
-    spec: str | os.PathLike, fmt: str = "auto", columns=None, storage_options: dict | None = None, adapters=()
+    spec: str | os.PathLike,
+    fmt: str = "auto",
+    columns=None,
+    storage_options: dict | None = None,
+    adapters=(),
+    tool_parser: str | None = None,
 ) -> "ParquetSource | OpenAIBatchSource":
     """``columns``: the task's input columns (``tasks.Columns``; default: document-question's).
     ``spec`` may be an fsspec URL (``s3://bucket/in/``), opened with ``storage_options``.
     ``adapters``: the configured adapters' names (an OpenAI batch request's ``model`` naming one
-    answers with it, as in ``vllm run-batch``)."""
+    answers with it, as in ``vllm run-batch``); ``tool_parser``: what reads a chat line's answer
+    under tool_choice "auto" (``engine.tool_call_parser``)."""
     text = str(spec)
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
@@ -45,7 +51,7 @@ def open_source(
         else:
             text = local_path(text)
     if fmt == "openai":
-        return OpenAIBatchSource(text if fs is not None else Path(text), fs, adapters)
+        return OpenAIBatchSource(text if fs is not None else Path(text), fs, adapters, tool_parser)
     if fmt == "parquet":
         if columns is None:
             columns = Columns(required=("document", "question"))
@@ -235,10 +241,11 @@ class OpenAIBatchSource:
     passthrough: list[str] = []
     dropped: list[str] = []
 
-    def __init__(self, path: Path | str, fs=None, adapters=()):
+    def __init__(self, path: Path | str, fs=None, adapters=(), tool_parser: str | None = None):
         self.path = path  # a local Path, or a URL on ``fs`` (fsspec)
         self.fs = fs
         self.adapters = frozenset(adapters)  # a request's model naming one of these answers with that adapter
+        self.tool_parser = tool_parser  # reads a chat line's answer under tool_choice "auto" (None: an error line)
         if fs is None and not Path(path).exists():
             raise JobError(f"input not found: {path}")
         try:

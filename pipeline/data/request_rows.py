@@ -27,10 +27,13 @@ def parse_line(raw: bytes) -> tuple[Any, str | None]:
         return None, f"line is not valid JSON ({exc.msg} at column {exc.colno})"
 
 
-def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) -> tuple[dict | None, str | None]:
+def request_row(
+    request: Any, endpoint: str = CHAT_URL, adapters=frozenset(), tool_parser: str | None = None
+) -> tuple[dict | None, str | None]:
     """A request line (parsed) of a file for ``endpoint`` as a row of the task's columns, and
     None; or None and why it cannot be one. A chat request whose ``model`` is one of ``adapters``
-    answers with that adapter."""
+    answers with that adapter; one with tool_choice "auto" is read by ``tool_parser``
+    (``engine.tool_call_parser``; None: such a line is an error)."""
     line, error = read_as(request, RequestLine)
     if line is None:
         return None, error
@@ -55,7 +58,7 @@ def request_row(request: Any, endpoint: str = CHAT_URL, adapters=frozenset()) ->
     refused = [k for k in ChatBody.REFUSED if getattr(body, k)]
     if refused:
         return None, f"body.{refused[0]} is not supported (use tools)"
-    tools, error = tool_fields(body)
+    tools, error = tool_fields(body, tool_parser)
     if error is not None:
         return None, error
     row = {"messages": body.messages, **body.sampling(), **tools}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pipeline.sampling import ROW_COLUMNS
+from pipeline.sampling import REQUEST_COLUMNS, ROW_COLUMNS
 
 
 def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
@@ -58,7 +58,7 @@ class RowColumns:
         return cls(
             tuple(c for c in columns.all if c in names and c not in columns.lists),
             tuple(c for c in columns.lists if c in names),
-            tuple(c for c in ROW_COLUMNS if c in names and c not in columns.all),
+            tuple(c for c in ROW_COLUMNS if c in names and c not in columns.all and c not in REQUEST_COLUMNS),
         )
 
     @property

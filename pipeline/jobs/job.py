@@ -116,7 +116,12 @@ def _checked_source(input_path, output_path, format: str, config: "Config") -> P
     columns the config's task reads, a batch file's lines, OUTPUT apart from it, its keys' type,
     and an adapter column only where the engines run adapters."""
     source = open_source(
-        input_path, format, task_columns(config, head_labels(config)), config.storage_options, config.model.adapters
+        input_path,
+        format,
+        task_columns(config, head_labels(config)),
+        config.storage_options,
+        config.model.adapters,
+        config.engine.tool_call_parser,
     )
     if isinstance(source, OpenAIBatchSource):
         source.check_requests()

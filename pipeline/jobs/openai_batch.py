@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.data import completion_lines, scoring_lines
-from pipeline.data.chat_tools import tool_calls
+from pipeline.data.chat_tools import AUTO, tool_calls
 from pipeline.data.openai_output import (
     AssistantMessage,
     ChatChoice,
@@ -142,13 +142,16 @@ def _choices(result: RowResult, max_tokens: int, tool: str | None, position: int
 
 
 def _message(answer: dict, tool: str | None, prefix: str) -> AssistantMessage:
+    """The answer as text, or as its tool calls: a "required" or named-function answer is the calls
+    alone; an "auto" answer keeps what it says beside them (null where nothing)."""
     if tool is None or answer.get("answer_json") is None:
         return AssistantMessage(content=answer["answer"], role="assistant")
     calls = [
         ToolCall(id=i, function=FunctionCall(name, arguments))
         for i, name, arguments in tool_calls(answer["answer_json"], tool, prefix)
     ]
-    return AssistantMessage(content=None, role="assistant", tool_calls=calls)
+    content = (answer["answer"] or None) if tool == AUTO else None
+    return AssistantMessage(content=content, role="assistant", tool_calls=calls)
 
 
 def _utf8(token: str) -> list[int]:

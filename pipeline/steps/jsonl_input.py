@@ -91,7 +91,10 @@ def jsonl_prompt_rows(source, task, block: ByteBlock, done: pa.Array | None = No
         requests = [r for r, k in zip(requests, keep.to_pylist()) if k]
         positions = positions.filter(keep)
     rows = prompt_rows_of_dicts(
-        [request_row(r, endpoint, source.adapters) if e is None else (None, e) for r, e in requests],
+        [
+            request_row(r, endpoint, source.adapters, source.tool_parser) if e is None else (None, e)
+            for r, e in requests
+        ],
         positions,
         task,
         all_sampling=True,

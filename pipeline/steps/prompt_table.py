@@ -118,6 +118,8 @@ SAMPLING_TYPES = {
     "logprobs": pa.bool_(),
     "top_logprobs": pa.int64(),
     "adapter": pa.string(),
+    "tools": pa.string(),
+    "tool_parser": pa.string(),
 }
 assert tuple(SAMPLING_TYPES) == ROW_COLUMNS
 

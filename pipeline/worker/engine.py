@@ -4,7 +4,7 @@ answers at once, to measure the pipeline's own plumbing and for tests."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, SupportsIndex, overload
 
 from pipeline.config import Config
 from pipeline.sampling import Sampling
@@ -125,6 +125,7 @@ class Engine(Protocol):
     embedding_size: int | None  # an embedding's length, for an embedding engine
     special_tokens: int  # the tokens ``embed`` adds to a text, such as [CLS] and [SEP]
     settings: dict  # effective settings as plain values, which the bench compares
+    tokenizer: Any  # the model's tokenizer, which a tool-call parser reads answers with
 
     def encode(self, text: str) -> TokenIds: ...
     # ``priority``: lower goes first among the requests waiting inside the engine.

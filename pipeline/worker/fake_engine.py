@@ -12,6 +12,20 @@ from pipeline.worker.engine import Choice, Classified, Embedding, Generation, La
 from pipeline.worker.prefix_cache_model import PrefixCacheModel
 
 
+class CharTokenizer:
+    """The fake engine's tokenizer for what reads answers with one (a tool-call parser): a token per
+    character, and no named tokens of its own."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: Sequence[int], **_) -> str:
+        return "".join(map(chr, ids))
+
+    def get_vocab(self) -> dict[str, int]:
+        return {}
+
+
 class FakeEngine:
     """Answers with an empty answer, or with a row's adapter's name once its folder checks out, and tokenizes by
     characters. With ``kv_cache_tokens`` it reports the cached prompt tokens a prefix cache of that size would have
@@ -22,6 +36,7 @@ class FakeEngine:
     tasks: tuple[str, ...] = ("generate", "embed")
     embedding_size: int | None = 4  # the prompt's length and its first three code points, over 1000
     special_tokens = 0
+    tokenizer = CharTokenizer()
 
     def __init__(
         self,

@@ -7,14 +7,17 @@ import asyncio
 import time
 from typing import Awaitable, Callable, TypeVar
 
+import msgspec
+
 from pipeline.config import Config
 from pipeline.results import ErrorKind, RowResult
-from pipeline.sampling import Sampling, check_answer
+from pipeline.sampling import Sampling
 from pipeline.worker.admission import FairAdmission
 from pipeline.worker.engine import BadSampling, Engine, EngineDead, TokenIds
 from pipeline.worker.metrics import ShardMetrics
 from pipeline.worker.prompt_fit import fit_prompt, fit_text
-from pipeline.worker.row_results import answer_text, choice_entry, labelled
+from pipeline.worker.row_results import answered, labelled
+from pipeline.worker.tool_calls import auto_tools
 from tasks.classify import head_probs, label_probs
 
 Out = TypeVar("Out")  # an engine call's output
@@ -38,8 +41,16 @@ class RowRequests:
     async def answer_row(
         self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, sampling: Sampling
     ) -> RowResult:
-        """Row ``index``'s prompt is its prefix's tokens, then its suffix's."""
+        """Row ``index``'s prompt is its prefix's tokens, then its suffix's. A tool_choice "auto" row's answer is
+        read by its tool-call parser."""
         engine = self._running()
+        tools = None
+        if sampling.tool_parser is not None and sampling.tools is not None:
+            tools, error = auto_tools(sampling.tool_parser, sampling.tools, engine.tokenizer)
+            if tools is None:
+                return RowResult.failed(index, ErrorKind.ENGINE, error or "", shard=self.shard)
+            if tools.keeps_special_tokens:
+                sampling = msgspec.structs.replace(sampling, keep_special_tokens=True)
         ids, error = fit_prompt(
             prefix_ids,
             engine.encode(suffix),
@@ -59,35 +70,7 @@ class RowRequests:
         if isinstance(gen, RowResult):
             gen.index = index
             return gen
-        answer = answer_text(gen.text, sampling)
-        result = RowResult(
-            index,
-            answer=answer,
-            prompt_tokens=gen.prompt_tokens,
-            cached_tokens=gen.cached_tokens,
-            completion_tokens=gen.completion_tokens,
-            shard=self.shard,
-            latency_s=time.perf_counter() - t0,
-            finish_reason=gen.finish_reason,
-            logprobs=gen.logprobs,
-        )
-        if gen.choices is not None:
-            checked = [
-                (c, *check_answer(answer_text(c.text, sampling), sampling, c.finish_reason == "length"))
-                for c in gen.choices
-            ]
-            result.choices = [
-                choice_entry(c, answer_text(c.text, sampling), parsed, problem) for c, parsed, problem in checked
-            ]
-            result.answer_json = result.choices[0]["answer_json"]
-            problems = [problem for _, _, problem in checked if problem is not None]
-            if len(problems) == len(checked):  # a row fails only when no answer is usable
-                result.fail(ErrorKind.OUTPUT, problems[0])
-        elif sampling.json_schema is not None:
-            result.answer_json, problem = check_answer(answer, sampling, gen.finish_reason == "length")
-            if problem is not None:
-                result.fail(ErrorKind.OUTPUT, problem)
-        return result
+        return answered(index, gen, sampling, tools, self.shard, t0)
 
     async def embed_row(
         self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, sampling: Sampling

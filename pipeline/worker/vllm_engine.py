@@ -144,6 +144,8 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
     }
     if sampling.keeps_logprobs:  # vLLM returns the k likeliest tokens at each place and the one chosen
         fields["logprobs"] = sampling.top_logprobs or 0
+    if sampling.keep_special_tokens:
+        fields["skip_special_tokens"] = False
     # FINAL_ONLY: one output per request instead of one per generated token, which would
     # wake the worker's event loop for every token of every request.
     return SamplingParams(**fields, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY)
@@ -201,8 +203,8 @@ class VllmEngine:
         self.embedding_size = int(model_config.embedding_size) if pooling and not self.labels else None
         from transformers import AutoTokenizer
 
-        self._tokenizer = AutoTokenizer.from_pretrained(model)
-        self._head, self._tail = special_tokens(self._tokenizer) if pooling else ([], [])
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self._head, self._tail = special_tokens(self.tokenizer) if pooling else ([], [])
         self.special_tokens = len(self._head) + len(self._tail)
         self._pooling: dict[bool | str | None, PoolingParams] = {}  # normalize (or "classify") -> its PoolingParams
         self._params: dict[bytes, SamplingParams] = {}  # encoded Sampling -> its SamplingParams
@@ -211,7 +213,7 @@ class VllmEngine:
         self._key = msgspec.msgpack.Encoder().encode
 
     def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def params(self, sampling: Sampling) -> SamplingParams:
         """Builds ``SamplingParams`` once per distinct setting; the cache is bounded because per-row settings may

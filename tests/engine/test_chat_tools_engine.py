@@ -7,7 +7,7 @@ import json
 import jsonschema
 from openai.types.chat import ChatCompletion
 
-from pipeline.jobs.job import run_job
+from pipeline.jobs.job import prepare_job, run_job
 
 WEATHER = {
     "type": "object",
@@ -74,3 +74,50 @@ def test_tool_calls_on_the_real_engine(pipeline, tmp_path):
     assert calls >= 9
     (text,) = ChatCompletion.model_validate(out[9]["response"]["body"]).choices
     assert text.message.tool_calls is None and text.message.content and text.finish_reason in ("stop", "length")
+
+
+def test_tool_choice_auto_with_the_hermes_parser_on_the_real_engine(pipeline, tmp_path):
+    """tool_choice "auto" read by vLLM's hermes parser (engine.tool_call_parser, a job setting: the
+    session's engine keeps running). The 135M model may or may not call a tool, and its chat
+    template does not write the tools; one line shows it the format in an earlier turn. Every
+    line is a valid ChatCompletion; any calls it makes have a name and JSON arguments (the parser
+    does not check them against the tools, as vLLM's server does not)."""
+    shown = '<tool_call>{"name": "weather", "arguments": {"city": "Rome", "unit": "C"}}</tool_call>'
+    conversations = [
+        [{"role": "user", "content": "What is the weather in Paris?"}],
+        [
+            {"role": "system", "content": "Call a tool by writing <tool_call>{json}</tool_call>."},
+            {"role": "user", "content": "Weather in Rome?"},
+            {"role": "assistant", "content": shown},
+            {"role": "user", "content": "Weather in Oslo?"},
+        ],
+    ]
+    lines = [
+        {
+            "custom_id": f"a{k}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": messages, "tools": TOOLS, "max_tokens": 64, "temperature": 0, **choice},
+        }
+        for k, (messages, choice) in enumerate(
+            (m, c)
+            for m in conversations
+            for c in ({"tool_choice": "auto"}, {})  # (absent: "auto")
+        )
+    ]
+    src = tmp_path / "auto.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    config = pipeline.config.replace(engine={"tool_call_parser": "hermes"})
+    prepare_job(src, tmp_path / "out.jsonl", config=config, notify=lambda m: None).run(pipeline, progress=False)
+    out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [o["custom_id"] for o in out] == [x["custom_id"] for x in lines]
+    assert all(o["error"] is None for o in out), [o["error"] for o in out if o["error"]]
+    for o in out:
+        (answer,) = ChatCompletion.model_validate(o["response"]["body"]).choices
+        if answer.message.tool_calls:
+            assert answer.finish_reason == "tool_calls"
+            for call in answer.message.tool_calls:
+                assert call.function.name
+                json.loads(call.function.arguments)  # (raises where they are not JSON)
+        else:
+            assert answer.message.content and answer.finish_reason in ("stop", "length")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from openai.types.chat import ChatCompletion
 
 from pipeline import Pipeline, load_config, prepare_job
 from pipeline.data.errors import JobError
@@ -125,3 +126,24 @@ def test_the_file_vllm_refuses_is_refused(tmp_path):
     )
     with pytest.raises(JobError, match=r"'request-2' \(2 times\)"):
         prepare_job(twice, tmp_path / "out2.jsonl", config=load_config(), notify=lambda m: None)
+
+
+def test_a_tool_choice_auto_line_takes_the_jobs_tool_call_parser_through_the_cluster(fake_pipeline, tmp_path):
+    """The parser is the job's (``engine.tool_call_parser`` of the config the job runs with): set,
+    the line is answered (the fake engine's empty answer calls no tool: a text answer); not set,
+    it is an error line naming the key."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions"}
+    line["body"] = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools}
+    src = tmp_path / "auto.jsonl"
+    src.write_text(json.dumps(line) + "\n")
+    out = {}
+    for parser in ("hermes", None):
+        config = fake_pipeline.config.replace(engine={"tool_call_parser": parser})
+        prepare_job(src, tmp_path / f"{parser}.jsonl", config=config, notify=lambda m: None).run(
+            fake_pipeline, progress=False
+        )
+        (out[parser],) = [json.loads(x) for x in (tmp_path / f"{parser}.jsonl").read_text().splitlines()]
+    (choice,) = ChatCompletion.model_validate(out["hermes"]["response"]["body"]).choices
+    assert out["hermes"]["error"] is None and choice.message.content == "" and choice.message.tool_calls is None
+    assert "engine.tool_call_parser" in out[None]["error"]["message"]
