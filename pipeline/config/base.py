@@ -1,5 +1,4 @@
-"""What every part of the config (pipeline/config/config_file.py, pipeline/config/job.py) shares: the
-sections' base (unknown keys refused, values frozen) and the errors and notes it raises."""
+"""What every config section shares: unknown keys refused, values frozen, and its errors and notes."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ class ConfigError(ValueError):
 
 
 class ConfigNote(FutureWarning):
-    """A config value spelled the old way: accepted, with a note saying what to write instead
-    (the command line prints it as one ``note:`` line)."""
+    """A value spelled the old way is accepted, with a note saying what to write instead."""
 
 
 class Section(BaseModel):

@@ -1,10 +1,6 @@
-"""One validated config object, loaded from cluster.yaml.
+"""The config file's top level (``Config``) and how a file is read into it.
 
-Every tunable lives here (the shards' section in pipeline/shard_config.py, a job's prompt and
-sampling in pipeline/config/job.py, the tuning sections under ``advanced:`` in
-pipeline/tuning_config.py). Unknown keys and bad values raise :class:`ConfigError`
-with one readable line per problem (never a traceback wall).
-"""
+Unknown keys and bad values raise ``ConfigError`` with one readable line per problem, never a traceback."""
 
 from __future__ import annotations
 
@@ -39,8 +35,7 @@ OLD_FAKE_ENGINE = ("null", None)  # the fake engine's old name; YAML reads a bar
 
 
 def engine_kind(kind: str | None) -> str:
-    """An engine kind with the fake engine's old name (``"null"``, or YAML's null) read as
-    ``fake``, with a :class:`ConfigNote`; any other value as it is (validated by the caller)."""
+    """Reads the fake engine's old name, ``"null"`` or YAML's null, as ``fake``, with a note."""
     if kind in OLD_FAKE_ENGINE:
         warnings.warn(
             f"engine kind {kind or 'null'} is now called fake (in YAML a bare null means no value); "
@@ -62,10 +57,8 @@ class SchedulerConfig(Section):
 
 
 class NetworkConfig(Section):
-    # Compressed transfers between processes: "auto" turns zlib-ng (level 1) on for every
-    # connection between two hosts and leaves a connection within one host raw (loopback is
-    # faster than compressing); "none" sends everything raw. Every process of a cluster must
-    # have the same value: a scheduler and a worker or client that differ is an error.
+    # "auto" compresses with zlib-ng level 1 between two hosts and leaves a connection within one host raw, since
+    # loopback is faster than compressing; "none" sends everything raw. Every process of a cluster must agree.
     compression: Literal["auto", "none"] = "auto"
 
     @field_validator("compression", mode="before")
@@ -93,8 +86,7 @@ class EngineConfig(Section):
     # measurements, and workers that start with `dask worker` in tests). Its old name "null"
     # (and YAML's null) is read as fake, with a note.
     kind: Literal["vllm", "fake"] = "vllm"
-    # The fake engine's answer time per request, in seconds (lets tests catch a job mid-way).
-    # (This key and the next keep the fake engine's old name.)
+    # The fake engine's answer time per request in seconds, so tests can catch a job mid-way.
     null_latency_s: float = Field(0.0, ge=0)
     # The fake engine's prefix cache, in tokens per shard: each answer reports the prompt tokens
     # an LRU prefix cache of this size would have served (0: none). 23296 is what 1 GiB of KV
@@ -182,10 +174,9 @@ class Config(Section):
     # classify: prompt.template's columns; the output is the likeliest of prompt.labels and each
     # label's probability. score: columns document and query (or prompt.template's); the output is
     # the probability of the first label (default: yes) over the labels (default: yes, no).
-    # (tasks/registry.py's CONFIG_TASKS: tests/unit/test_task_registry.py checks they are the same)
     task: Literal["document_question", "template", "generate", "embed", "classify", "score"] = "document_question"
-    # The tuning sections (pipeline/tuning_config.py): intake, routing, recovery, jobs. Read in
-    # code as config.intake etc. (the properties below); at the top level in older files.
+    # The tuning sections: intake, routing, recovery, jobs. Code reads them as config.intake etc.;
+    # older files have them at the top level.
     advanced: AdvancedConfig = AdvancedConfig()
 
     @model_validator(mode="before")
@@ -222,8 +213,8 @@ class Config(Section):
             raise ValueError(
                 f"prompt.template is only used by tasks {_tasks_that('reads_template')} (task is {task.name})"
             )
-        # (task classify's template and labels are checked where the model is read: a classification
-        # model's head has its own, tasks/classify.py; validating a config reads no file)
+        # A classifier's template and labels are checked where the model is read, since a classification
+        # model's head has its own and validating a config reads no file.
         if not task.reads_labels and self.prompt.labels is not None:
             raise ValueError(
                 f"prompt.labels is only used by tasks {_tasks_that('reads_labels', ' and ')} (task is {task.name})"
@@ -270,9 +261,8 @@ class Config(Section):
         return next((s for s in self.shards if s.name == name), None)
 
     def require_layout(self, model_path: str | None = None, *, local: bool = True) -> None:
-        """Raise ``ConfigError`` listing why the shard layout cannot run (pipeline/config/layout.py),
-        if it cannot. ``local``: the shards run on this machine; ``model_path``: a local model
-        folder, whose attention heads a tensor-parallel size must divide."""
+        """Raises ``ConfigError`` listing why the shard layout cannot run. A tensor-parallel size must divide the
+        attention heads of the model in ``model_path``."""
         problems = check_layout(self, model_path, local=local)
         if problems:
             raise ConfigError("the shard layout cannot run:\n  " + "\n  ".join(problems))
@@ -302,8 +292,7 @@ class Config(Section):
 
 @lru_cache(maxsize=1)
 def tool_parser_names() -> tuple[str, ...]:
-    """The tool-call parsers vLLM knows. Asked only of a config that names one: it imports vLLM
-    (a few seconds, once per process)."""
+    """Asked only of a config that names a parser, since it imports vLLM, a few seconds once per process."""
     from vllm.tool_parsers import ToolParserManager
 
     return tuple(ToolParserManager.list_registered())
@@ -315,13 +304,12 @@ def _merged(old: Any, new: Any) -> Any:
 
 
 def _tasks_that(what: str, sep: str = ", ") -> str:
-    """The config tasks whose ``TaskSpec`` says ``what`` (tasks/registry.py), as the user reads them."""
+    """The config tasks whose ``TaskSpec`` says ``what``, as the user reads them."""
     return sep.join(t for t in CONFIG_TASKS if getattr(TASKS[t], what))
 
 
 def template_means_task(data: Any) -> Any:
-    """A prompt template given without a task means the template task (in a config file and in
-    ``Config.replace`` alike)."""
+    """A prompt template given without a task means the template task."""
     if (
         isinstance(data, dict)
         and "task" not in data
@@ -357,9 +345,8 @@ def parse_config(data: Any, source: str = "<dict>") -> Config:
 
 
 def given_twice(node, path: tuple[str, ...] = ()) -> list[str]:
-    """One line per key that a mapping of the YAML document ``node`` gives twice, naming its
-    path and both lines. YAML itself keeps the last value without a word (an ``engine:``
-    section with ``kind:`` twice silently ran the second)."""
+    """One line per key a YAML mapping gives twice, naming its path and both lines, since YAML itself keeps the
+    last value without a word."""
     out: list[str] = []
     if isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
@@ -384,7 +371,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(f"config file not found: {p}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
-    loader = yaml.SafeLoader(text)  # parsed once: its nodes are checked, then built (yaml.safe_load's steps)
+    loader = yaml.SafeLoader(text)  # parsed once: its nodes are checked, then built as yaml.safe_load does
     try:
         node = loader.get_single_node()
         twice = given_twice(node)
