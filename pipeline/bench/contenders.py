@@ -1,10 +1,8 @@
-"""One run of one contender on one burst, in the benchmark's driver process: ``run_standalone``
-(the plain vLLM processes of ``standalone``, prompts split round-robin, by the pipeline's placement
-or by its cluster-job placement: ``standalone_assignment``), ``run_pipeline`` (a started
-pipeline, with the run's settings given as a config of their own) and ``run_pipeline_job`` (the
-same, the burst run as a file job on the cluster path), each measured into a ``RunResult``.
-``Prepared``: a burst's rows turned into prompts
-once, for every contender."""
+"""One run of one contender on one burst, measured into a ``RunResult``.
+
+Plain vLLM gets its prompts split round-robin or by the pipeline's placement; the pipeline runs the burst
+as a stream, a file job, or a file of ``/v1/completions`` lines. ``Prepared`` holds a burst's prompts,
+tokenized once for every contender."""
 
 from __future__ import annotations
 
