@@ -1,5 +1,4 @@
-"""What a job needs of the cluster it runs on. ``Pipeline`` is one; jobs never import it, because the client runs jobs
-and not the other way round."""
+"""What a job needs of its cluster. ``Pipeline`` is one, but jobs never import it: the client runs jobs."""
 
 from __future__ import annotations
 

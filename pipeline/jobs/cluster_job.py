@@ -1,9 +1,7 @@
-"""Coordinates a job on the cluster from the client. The workers read the input, place each document on a shard, split
-the rows by shard, answer each bucket and write; this process plans and submits the tasks, shows progress and has the
-partitions merged in input order, so what it holds grows with partitions and buckets, not rows.
-
-A lost worker costs no row because Dask reruns its tasks. An answer task whose write failed for good stops the job, and
-its other tasks are waited for until none runs, so nothing of the job is written after ``run`` ends."""
+"""Coordinates a job on the cluster from the client. The workers read, place, split, answer and write; this process
+submits the tasks, shows progress and has the partitions merged in input order, so what it holds grows with
+partitions and buckets, not rows. Dask reruns a lost worker's tasks. An answer task whose write failed for good
+stops the job, and its other tasks are waited for, so that nothing is written after ``run`` ends."""
 
 from __future__ import annotations
 
@@ -37,8 +35,6 @@ LOST_AFTER_S = 10.0
 
 @dataclass
 class _Reads:
-    """What the job's reads have reported so far."""
-
     errors: int = 0  # rows that failed reading
     rows: int = 0
     done: int = 0  # reads that ended
@@ -50,8 +46,7 @@ class JobLeft(Exception):
 
 
 def _cancelled(client, key: str) -> str:
-    """The reason the user reads for a cancelled task. Usually the client lost its scheduler, which cancels every task
-    at once."""
+    """The reason shown for a cancelled task; usually the client lost its scheduler, which cancels every task."""
     if client.status != "running":
         where = getattr(client.scheduler, "address", None) or "the cluster"
         return (
@@ -77,7 +72,6 @@ class ClusterJob:
 
     @property
     def done(self) -> int:
-        """Rows committed so far."""
         return self.steps.committed()
 
     def run(
@@ -89,10 +83,9 @@ class ClusterJob:
         on_progress=None,
         title: str | None = None,
     ) -> JobSummary:
-        """Runs the job. ``watched`` asks for the first answers early; setting ``stop`` cancels the job's tasks and
-        raises ``JobLeft``. ``on_progress(done, failed, tokens)`` is called about once a second with the rows
-        answered including resumed ones, those that failed, and this run's prompt, cached and completion tokens.
-        ``title`` is shown beside the job's id on the dashboard."""
+        """Runs the job. ``watched`` asks for the first answers early; setting ``stop`` cancels the tasks and raises
+        ``JobLeft``. ``on_progress(done, failed, tokens)`` is called about once a second with the rows answered,
+        resumed ones included, those that failed, and this run's prompt, cached and completion tokens."""
         self.on_progress = on_progress
         from tqdm import tqdm  # imported here to keep start-up fast
 
@@ -241,8 +234,7 @@ class ClusterJob:
     def _take(
         self, client, f, plan: JobPlan, pending, moved_away: set[str], summary: JobSummary, reads: "_Reads"
     ) -> None:
-        """Takes a finished read's or answer's figures. A result lost with its worker before it was taken is watched
-        again."""
+        """Takes a finished read's or answer's figures; a result lost with its worker is watched again."""
         if f.cancelled():
             if f.key in moved_away:  # its bucket went to another shard
                 return
@@ -269,8 +261,8 @@ class ClusterJob:
         f.release()
 
     def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
-        """Publishes the job's figures for the dashboard at most once a second. ``live_rows`` counts the rows the answer
-        tasks report, because the summary counts a bucket's rows only when it ends."""
+        """Publishes the job's figures for the dashboard at most once a second; ``live_rows`` includes running
+        buckets' rows."""
         now = time.monotonic()
         if not force and now - getattr(self, "_published", 0.0) < 1.0:
             return

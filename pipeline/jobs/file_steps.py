@@ -1,6 +1,5 @@
-"""A file job's steps on the cluster. Answers are committed to answer files in OUTPUT.partial as they come, each
-partition is merged into an output part in input order, then OUTPUT is written. Ids used twice are refused on the
-workers before any row is answered."""
+"""A file job's steps on the cluster: answers committed to OUTPUT.partial as they come, each partition merged into an
+output part, then OUTPUT. Ids used twice are refused on the workers before any row is answered."""
 
 from __future__ import annotations
 
@@ -71,8 +70,7 @@ class FileSteps:
         return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY, resources=resources)
 
     def task_kind(self, config, tokenizer):
-        """What each row is for the engine: a batch file's endpoint decides it, and any other job takes the config's
-        task."""
+        """A batch file's endpoint decides what each row is for the engine; any other job takes the config's task."""
         if self.lines is None:
             return get_task_kind(config, tokenizer, head_labels(config))
         if self.lines.endpoint == SCORING:
@@ -106,8 +104,7 @@ class FileSteps:
         )
 
     def key_checks(self, client, spec: JobSpec) -> list:
-        """The tasks that find the hashes of ids used twice across every partition, one task per range of hash
-        values."""
+        """The tasks that find hashes of ids used twice, one per range of hash values."""
         if not self.check_keys:
             return []
         rows = self.rows_total if self.rows_total is not None else self.source.size // MIN_LINE_BYTES
@@ -132,8 +129,7 @@ class FileSteps:
         ]
 
     def refuse_duplicates(self, client, spec: JobSpec, checks: list) -> None:
-        """Raises ``JobError`` if an id is used twice, before any row is answered. A folder this run started holds
-        nothing yet and is removed."""
+        """Raises ``JobError`` if an id is used twice; a folder this run started holds nothing yet and is removed."""
         again = np.concatenate(client.gather(checks)) if checks else []
         if not len(again):
             return
@@ -174,5 +170,4 @@ class FileJob(ClusterJob):
 
     @property
     def sink(self) -> ClusterParts:
-        """The job's partial output."""
         return self.steps.sink

@@ -1,5 +1,5 @@
-"""A Dask DataFrame job's steps: each partition is computed and read on a worker, and its answers are merged into a
-pandas DataFrame with the input's index."""
+"""A Dask DataFrame job's steps: each partition is computed and read on a worker, and answered into a pandas
+DataFrame."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ class FrameSteps(KeptSteps):
         self._tails: dict = {}  # partition -> what its merge needs of its read
 
     def read(self, client, spec, part, key: str, resources: dict | None = None):
-        """Takes no read slot: a DataFrame's partition is read where the cluster computed it, which may be a worker that
-        serves no shard."""
+        """Takes no read slot: a partition is read where the cluster computed it, maybe on a worker with no shard."""
         from pipeline.jobs.job_plan import PLAN_PRIORITY
         from pipeline.steps.frame_tasks import frame_read_task, frame_tail_of
 

@@ -4,8 +4,7 @@
     with Pipeline() as p:
         summary = run_job(p, "in/*.parquet", "answers.parquet", truncate=True)
 
-``prepare_job`` does every check that needs no engine, so a bad input fails before the cluster does any work. The output
-holds the input's own columns followed by ``RESULT_FIELDS``; a batch file's output is one response line per request."""
+``prepare_job`` does every check that needs no engine, so that a bad input fails before the cluster does any work."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def prepare_job(
     notify: Callable[[str], None] | None = None,
     config: "Config | None" = None,
 ) -> FileJob:
-    """Checks everything that needs no engine and returns the job, or raises ``JobError`` with the reason. ``config`` is
-    the one the pipeline runs with; its task decides which input columns are needed."""
+    """Checks everything that needs no engine and returns the job, or raises ``JobError`` with the reason."""
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
     source = _checked_source(input_path, output_path, format, config)
@@ -140,7 +138,6 @@ def _meta_and_partitions(source, partial: dict | None, config: "Config") -> tupl
 
 
 def _input_notes(source, input_path) -> list[str]:
-    """What the user should know about the input before the job runs."""
     notes = []
     if source.key is None:
         notes.append(
@@ -157,8 +154,7 @@ def _input_notes(source, input_path) -> list[str]:
 
 
 def _output_schema(source, config: "Config") -> pa.Schema:
-    """The output parts' columns: the input's own, then the results the job asks for. A batch job keeps each custom_id
-    as JSON text."""
+    """The output parts' columns: the input's own, then the results the job asks for."""
     jsonl = source.format == "openai"  # its lines may ask for any result column
     fields = (
         list(RESULT_FIELDS[1:])
@@ -187,15 +183,14 @@ def run_job(
     sampling: dict | None = None,
     **options,
 ) -> JobSummary:
-    """Runs a whole file job from Python with the same checks and options as ``python -m pipeline run``. ``task``,
-    ``prompt`` and ``sampling`` override the pipeline's config for this job only; the engines keep running."""
+    """Runs a whole file job from Python as ``python -m pipeline run`` does; ``task``, ``prompt`` and ``sampling``
+    apply to this job only."""
     config = pipeline.config.for_job(task, prompt, sampling)
     return prepare_job(input_path, output_path, config=config, **options).run(pipeline, progress=progress)
 
 
 def _fingerprint(files: list[str], fs=None) -> list[list]:
-    """Each input file's size and change stamp, so that a rerun can tell whether the input changed. On an object store
-    the stamp is the ETag or the modification time."""
+    """Each input file's size and change stamp, so that a rerun can tell whether the input changed."""
     out = []
     for f in files:
         if fs is not None:
@@ -216,8 +211,7 @@ def _fingerprint(files: list[str], fs=None) -> list[list]:
 
 
 def _partial_meta(final, storage_options: dict | None = None) -> dict | None:
-    """The ``_job.json`` of OUTPUT.partial, if any. On an object store a client-path job's manifest holds it under
-    ``meta``."""
+    """The ``_job.json`` of OUTPUT.partial, if any; a client-path job's manifest holds it under ``meta``."""
     try:
         if is_url(str(final)):
             fs, path = filesystem(str(final), storage_options)

@@ -1,6 +1,5 @@
-"""Submits a cluster job's tasks: each partition is read, its documents are placed on shards in buckets, the rows are
-split into per-shard pieces, and one task per bucket answers them. When a shard is given up on, ``move`` resubmits
-its unfinished buckets on the live shards."""
+"""Submits a cluster job's tasks: reads, placement on shards in buckets, per-shard pieces and one answer task per
+bucket. ``move`` resubmits a lost shard's unfinished buckets on the live shards."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ PLAN_PRIORITY = 100
 
 
 def _slots_everywhere(client) -> set[str]:
-    """The slot resources every shard's worker has. A cluster started by an earlier version may lack one, and a task
-    that asks for it would never run."""
+    """The slot resources every shard's worker has; a task asking for one a worker lacks would never run."""
     workers = [w.get("resources", {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
     shard_workers = [r for r in workers if any(k.startswith(shard_resource("")) for k in r)]
     return {
@@ -60,8 +58,7 @@ class JobPlan:
         self.split_done: list = []  # all must end before the merges
 
     def submit(self, todo: list, shards: list[str], futures: list) -> None:
-        """Submits the reads, placement, splits and answer tasks for the partitions in ``todo``, adding them to
-        ``futures``."""
+        """Submits the reads, placement, splits and answer tasks for ``todo``, adding them to ``futures``."""
         client, spec, job = self.client, self.spec, self.spec.job_id
         slot = {"resources": {READ_SLOTS_RESOURCE: 1}} if READ_SLOTS_RESOURCE in self.slots else {}
         reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}", **slot) for p in todo]
@@ -106,8 +103,8 @@ class JobPlan:
         futures += self.watched.values()
 
     def _place(self, reads: list, todo: list, shards: list[str], futures: list) -> tuple:
-        """Submits the placement of the partitions' documents on ``shards`` and returns it with its buckets, once the
-        duplicate-id checks have passed."""
+        """Submits the placement of the documents on ``shards`` and returns it with its buckets, once no id is used
+        twice."""
         client, spec, job = self.client, self.spec, self.spec.job_id
         held = held_documents(client, shards)
         documents = [
@@ -135,7 +132,6 @@ class JobPlan:
         return place, buckets
 
     def answer(self, b: Bucket, pieces: list, attempt: int = 0):
-        """Submits bucket ``b``'s answer task on its shard's worker."""
         key = f"{self.spec.job_id}-answer-{b.index}" + (f"-moved{attempt}" if attempt else "")
         resources = {self.config.shard(b.shard).resource: 1}
         if ANSWER_SLOTS_RESOURCE in self.slots:
@@ -156,9 +152,8 @@ class JobPlan:
         return self.client.submit(figures_of_answer, answer, key=f"{answer.key}-figures", priority=PLAN_PRIORITY)
 
     def move(self, gone: str, watch, moved_away: set, pending, futures: list, summary: JobSummary) -> None:
-        """Moves the unfinished buckets of shard ``gone``, which has had no worker for ``recovery.rejoin_timeout_s``, to
-        the live shards, least loaded first. A moved task skips the rows its earlier attempts committed, so no row is
-        answered twice."""
+        """Moves shard ``gone``'s unfinished buckets to the live shards, least loaded first. A moved task skips the
+        rows its earlier attempts committed."""
         live = [s for s in self.config.shard_names if s in watch.workers and s not in watch.gone]
         if not live:
             raise JobError(

@@ -1,6 +1,5 @@
-"""What a job kind gives ``ClusterJob``: its partitions and how the workers read them, how each bucket is answered and
-kept, and how the job ends. File jobs commit their answers to files; DataFrame and stream jobs keep them in the
-cluster's memory."""
+"""What a job kind gives ``ClusterJob``: its partitions and how they are read, how each bucket is answered and kept,
+and how the job ends."""
 
 from __future__ import annotations
 

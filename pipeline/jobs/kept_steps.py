@@ -1,5 +1,5 @@
-"""What the steps of a job whose answers stay in the cluster's memory share, a DataFrame's or a stream window's. Nothing
-is committed or resumed, and no ids are checked because rows are keyed by position."""
+"""What a DataFrame's and a stream window's steps share: answers stay in the cluster's memory, nothing is resumed,
+and rows are keyed by position."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from tasks import get_task_kind
 
 
 class KeptSteps:
-    """``parts`` are the job's partitions, ``source`` is what the workers read them with, and ``task`` is the task kind,
-    None for the config's."""
+    """``source`` is what the workers read ``parts`` with; ``task`` is the task kind, None for the config's."""
 
     resumed = 0
     rows_total: int | None = None

@@ -1,8 +1,6 @@
-"""Refuses a job whose input uses a key for two rows, because output rows are matched to input rows by key.
-
-Keys are hashed so that only 8 bytes a row are held, and only the keys whose hash repeats are compared exactly.
-``check_duplicates`` does this in the client for a one-partition input. A larger job's check runs on the workers, one
-task per range of hash values, so no process holds more than one range's hashes."""
+"""Refuses an input that uses a key for two rows, because output rows are matched to input rows by key. Keys are
+hashed, 8 bytes a row, and only keys whose hash repeats are compared; a larger job's check runs on the workers,
+one task per range of hash values."""
 
 from __future__ import annotations
 
@@ -92,8 +90,7 @@ def check_duplicates(source, allowed: bool) -> None:
 
 
 def _partition_keys(source, part: Partition | ByteBlock) -> pa.Array:
-    """Partition ``part``'s keys, or none if it cannot be read; its read task reports that, and a rerun checks every
-    partition again."""
+    """``part``'s keys, or none if it cannot be read; its read task reports that, and a rerun checks again."""
     from pipeline.steps.jsonl_input import block_keys
     from pipeline.steps.prompt_table import read_partition
     from pipeline.steps.template_pieces import whole

@@ -1,7 +1,6 @@
-"""Lets go of a job that ends before its last answer: its tasks are cancelled and waited for until no worker runs one.
-Dask's cancel only tells the workers, and a running answer task commits the answers in hand before it stops. Waiting
-for that means nothing of the job is written after ``ClusterJob.run`` ends, so a rerun started at once sees a folder
-that stays as it read it."""
+"""Lets go of a job that ends early: its tasks are cancelled and waited for until no worker runs one. Dask's cancel
+only tells the workers, and a running answer task commits what it holds before it stops, so waiting means nothing
+is written after ``ClusterJob.run`` ends."""
 
 from __future__ import annotations
 
@@ -13,9 +12,9 @@ POLL_S = 0.05
 
 
 class Subscription:
-    """A job's progress-topic handler that can be let go of. Dask keeps a handler for the client's life even after
-    ``unsubscribe_topic``, and removing it from ``Client._event_handlers`` makes a late event raise, so ``close``
-    drops the job it holds instead; otherwise every window of a long stream would stay in memory."""
+    """A progress-topic handler that can be let go of. Dask keeps handlers for the client's life, and removing one
+    makes a late event raise, so ``close`` drops the job it holds; otherwise a long stream's windows would stay in
+    memory."""
 
     def __init__(self, handle):
         self.handle = handle
@@ -39,8 +38,7 @@ def job_tasks_running(dask_worker, job_id: str) -> int:
 
 
 def let_go(client, futures: list, job_id: str, wait_s: float = WAIT_S) -> None:
-    """Cancels the job's unfinished ``futures`` and waits, at most ``wait_s``, until no worker runs a task of the
-    job."""
+    """Cancels the unfinished ``futures`` and waits, at most ``wait_s``, until no worker runs a task of the job."""
     unfinished = [f for f in futures if not f.done()]
     if not unfinished:
         return

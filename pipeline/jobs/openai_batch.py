@@ -1,6 +1,5 @@
-"""Turns answered rows into output lines of the OpenAI batch format, as ``vllm run-batch`` writes them. A failed row
-gets status 400 and its reason in ``error``. Ids derive from the row's position, so a resumed job writes exactly what
-an uninterrupted one would."""
+"""Turns answered rows into output lines of the OpenAI batch format, as ``vllm run-batch`` writes them. Ids derive
+from the row's position, so a resumed job writes exactly what an uninterrupted one would."""
 
 from __future__ import annotations
 
@@ -58,8 +57,7 @@ def output_line(
     endpoint: str = CHAT_URL,
     tool: str | None = None,
 ) -> str:
-    """One answered row as an output line for ``endpoint``. ``tool`` says how a chat line's tools are answered; None
-    answers them as text."""
+    """One answered row as an output line for ``endpoint``; ``tool`` says how a chat line's tools are answered."""
     request_id = f"pipeline-batch-{position}"
     if result.error is not None:
         return encode(

@@ -1,11 +1,7 @@
-"""Watches the shards' workers during a job, so that a lost shard's buckets can move.
-
-Dask reruns a lost worker's tasks itself once a worker with the shard's resource is back. ``ShardWatch`` reports when a
-shard's worker left, when a new one can answer, and when a shard has had no answering worker for
-``recovery.rejoin_timeout_s``, so that the client can move its buckets to the other shards.
-
-A restarted worker registers within seconds but builds its engine only afterwards, which can take minutes, so a new
-worker counts only once its engine is ready. The workers present when the watch starts count as ready."""
+"""Watches the shards' workers during a job so that a lost shard's buckets can move. Dask reruns a lost worker's
+tasks once a worker with its resource is back; ``ShardWatch`` reports when a worker left, when a new one can
+answer, and when a shard has had none for ``recovery.rejoin_timeout_s``. A restarted worker registers within
+seconds but builds its engine afterwards, which can take minutes, so it counts only once its engine is ready."""
 
 from __future__ import annotations
 
@@ -82,6 +78,6 @@ class ShardWatch:
 
 
 def current_workers(client: Client) -> dict[str, dict]:
-    """The scheduler's current workers, asked for directly. ``client.scheduler_info()`` returns a cache that the
-    client's background refresh overwrites every few seconds with an identity that lists no workers."""
+    """The scheduler's workers, asked for directly: ``client.scheduler_info()`` is a cache that a background refresh
+    overwrites with an identity listing no workers."""
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]

@@ -1,5 +1,5 @@
-"""A stream window's steps: the window's prompt rows, made on the client, are the reads, and each bucket's answers are
-handed back as it ends."""
+"""A stream window's steps: prompt rows made on the client are the reads, and each bucket's answers are handed back
+as it ends."""
 
 from __future__ import annotations
 
@@ -10,14 +10,12 @@ from pipeline.summary import Figures
 
 
 def _read(read):
-    """Returns the prompt rows made on the client; as a task, Dask can compute it again wherever a lost worker held
-    it."""
+    """Returns the rows made on the client; as a task, Dask can recompute it wherever a lost worker held it."""
     return read
 
 
 class IterableSteps(KeptSteps):
-    """A stream window's steps. Each bucket's answers go to ``on_answers`` as an ``ANSWER_SCHEMA`` table, with positions
-    within the window."""
+    """A stream window's steps; each bucket's answers go to ``on_answers`` as an ``ANSWER_SCHEMA`` table."""
 
     def __init__(self, window, task, on_answers, shown):
         """``window`` is the stream's ``Window``, with its ``parts``, their ``sizes`` and its ``rows``."""
@@ -35,8 +33,7 @@ class IterableSteps(KeptSteps):
         return client.submit(_read, (rows, figures), key=key, priority=PLAN_PRIORITY)
 
     def answered(self, client, answer) -> None:
-        """Hands a finished bucket's answers to ``on_answers``; raises ``TimeoutError`` if they were lost with their
-        worker."""
+        """Hands a finished bucket's answers to ``on_answers``; ``TimeoutError`` if they were lost with their worker."""
         from pipeline.jobs.cluster_job import LOST_AFTER_S
 
         _, by_partition = answer.result(timeout=LOST_AFTER_S)

@@ -1,5 +1,4 @@
-"""The service's HTTP routes: OpenAI's Files and Batches API, with every error in OpenAI's shape, and ``GET
-/metrics`` for Prometheus. With an API key, every request must carry it as a bearer token."""
+"""The service's HTTP routes: OpenAI's Files and Batches API, errors in OpenAI's shape, and ``GET /metrics``."""
 
 from __future__ import annotations
 
@@ -47,7 +46,6 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
 
     @app.get("/metrics", dependencies=auth)
     def prometheus() -> Response:
-        """The batches in Prometheus' text format."""
         return Response(metrics.exposition(batch_metrics), media_type=CONTENT_TYPE_LATEST)
 
     return app
@@ -108,7 +106,6 @@ def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
 
 
 def _error_shapes(app: FastAPI) -> None:
-    """Answers every error in OpenAI's shape."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -1,6 +1,5 @@
-"""The service's ``GET /metrics``: its batches as they are when scraped, in a registry of the app's own. The
-per-batch figures are gauges, not counters, because an expired or cancelled batch's counts become those of its
-files, which may be fewer than it had counted."""
+"""The service's ``GET /metrics``. The per-batch figures are gauges, not counters, because an expired or cancelled
+batch's counts become those of its files, which may be fewer."""
 
 from __future__ import annotations
 

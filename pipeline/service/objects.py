@@ -80,7 +80,6 @@ def batch_record(
 
 
 def batch_errors(*errors: dict) -> dict:
-    """A batch's ``errors`` object."""
     return {
         "object": "list",
         "data": [
@@ -91,7 +90,6 @@ def batch_errors(*errors: dict) -> dict:
 
 
 def page(objects: list[dict], has_more: bool) -> dict:
-    """A list answer of files or batches."""
     return {
         "object": "list",
         "data": objects,

@@ -1,6 +1,5 @@
-"""Splits a batch job's output into OpenAI's two files: the output file holds the answered requests' lines as the job
-wrote them, and the error file holds the failed ones in OpenAI's error shape. Files are read and written a line at
-a time."""
+"""Splits a batch job's output into OpenAI's output file, with the answered requests' lines as the job wrote them,
+and error file, with the failed ones in OpenAI's error shape."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ CLIENT_GROUPS = ("input", "output")
 
 
 class BatchUsage:
-    """Sums the tokens of a batch's answered requests from their lines' ``usage``, as OpenAI's Batch object gives
-    them."""
+    """Sums the answered requests' ``usage`` as OpenAI's Batch object gives it."""
 
     def __init__(self):
         self.input = self.output = self.cached = 0
@@ -38,7 +36,6 @@ class BatchUsage:
 
 
 def usage_of(input_tokens: int, cached: int, output: int) -> dict:
-    """A Batch object's ``usage``."""
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached},
@@ -49,8 +46,7 @@ def usage_of(input_tokens: int, cached: int, output: int) -> dict:
 
 
 def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dict]:
-    """Writes ``answered`` and ``failed`` from the job's output; returns their line counts and the answered requests'
-    usage."""
+    """Writes ``answered`` and ``failed`` from the job's output; returns their line counts and the usage."""
     counts = [0, 0]
     usage = BatchUsage()
     with (
@@ -91,10 +87,8 @@ UNANSWERED = {
 
 
 def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int, int, dict]:
-    """Splits the committed answers of a job that was let go, as ``split`` does, and writes an error line for each
-    request it had not answered, all in input order and numbered as a whole job's output. A completion or scoring
-    request counts as answered only when all its rows were committed. Returns the answered, failed and unanswered
-    request counts and the usage."""
+    """Splits the committed answers of a job that was let go, as ``split`` does, with an error line for each request
+    not answered, in input order. A fanned-out request counts as answered only when all its rows were committed."""
     code, message = UNANSWERED[why]
     sink, lines = job.sink, job.steps.lines
     answers = _fanned_answers if lines.fans_out else _request_answers
@@ -155,8 +149,8 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
 
 
 def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):
-    """Each line of a block of fanned-out requests in order, as (custom_id, its output line or None unless all its
-    rows were committed)."""
+    """Each line of a block of fanned-out requests as (custom_id, its output line, None unless all its rows were
+    committed)."""
     from pipeline.steps.jsonl_input import fanned_rows
 
     lines_of = LINES_OF[lines.endpoint]
@@ -176,7 +170,7 @@ def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):
 
 
 def _committed(sink, block) -> dict[int, dict]:
-    """A block's committed result fields by the row's place in the block. A row answered by two runs keeps its first
+    """A block's committed result fields by the row's place in the block; a row answered twice keeps its first
     answer."""
     files = sink.files
     if files.merged(block.index):

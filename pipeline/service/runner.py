@@ -1,8 +1,6 @@
-"""Runs each batch of the service as an ordinary file job, in a thread of its own, with its output in the store.
-
-Cancelling a batch or passing its ``expires_at`` lets the job go; the batch's output file then holds what the job
-committed and its error file the requests left unanswered. A restarted service resumes every batch that was not
-over, and the job's committed answers mean nothing is answered twice. Records live in memory and are written to
+"""Runs each batch as an ordinary file job in a thread of its own, with its output in the store. Cancelling a batch
+or passing its ``expires_at`` lets the job go; its files then hold what the job committed and the requests left
+unanswered. A restarted service resumes every batch that was not over. Records live in memory and are written to
 the store at every change of state."""
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 
 
 class Runner:
-    """The service's batches. ``part_rows`` is a job's answers per committed file, ``notify`` says what the service's
-    terminal should show, and ``max_window_s`` caps every batch's ``completion_window``."""
+    """The service's batches; ``max_window_s`` caps every batch's ``completion_window``."""
 
     def __init__(
         self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify, max_window_s: int | None = None
@@ -148,8 +145,7 @@ class Runner:
         return self.get(batch_id)
 
     def expire(self, batch_id: str) -> None:
-        """Lets the batch's job go once ``expires_at`` has passed. A batch that is over, or finalizing its whole
-        output, is left to end."""
+        """Lets the job go once ``expires_at`` has passed, unless the batch is over or finalizing its whole output."""
         with self._lock:
             record = self._records[batch_id]
             if self._closing or record["status"] in FINAL or record["status"] in ("finalizing", "cancelling"):
@@ -159,15 +155,13 @@ class Runner:
         self._stops[batch_id].set()
 
     def running_on(self, file_id: str) -> list[str]:
-        """The batches not over that read ``file_id``."""
         with self._lock:
             return [
                 r["id"] for r in self._records.values() if r["input_file_id"] == file_id and r["status"] not in FINAL
             ]
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Lets every job go when the service stops, keeping what it committed, and leaves each batch for the next
-        service to resume."""
+        """Lets every job go when the service stops and leaves each batch for the next service to resume."""
         self._closing = True
         for timer in self._timers.values():
             timer.cancel()
@@ -247,8 +241,7 @@ class Runner:
         self._finalize(batch_id, output)
 
     def _progress(self, batch_id: str, job, done: int, failed: int, tokens: list[int]) -> None:
-        """Updates the batch's request counts and usage while its job runs. A completion or scoring batch's rows are
-        its lines' prompts or pairs, so they are counted as lines."""
+        """Updates the batch's request counts and usage while its job runs; fanned-out rows are counted as lines."""
         record = self.get(batch_id)
         usage = result_files.usage_of(*tokens) if any(tokens) else None
         if usage != record["usage"]:
@@ -280,8 +273,7 @@ class Runner:
         self.store.drop_job_output(batch_id)
 
     def _store_files(self, batch_id: str, answered, ok: int, failed, bad: int) -> dict:
-        """Moves the batch's output and error files into the store, each only if it has lines; returns their ids as
-        the batch's fields."""
+        """Moves the batch's non-empty output and error files into the store; returns their ids as its fields."""
         hexid = batch_id.removeprefix("batch_")
         fields = {}
         for name, path, count in (("output", answered, ok), ("error", failed, bad)):
@@ -303,8 +295,7 @@ class Runner:
         )
 
     def _let_go(self, batch_id: str, job) -> None:
-        """Ends a batch whose job was let go as ``cancelled`` or ``expired``; its error file holds the failed
-        requests and those left unanswered."""
+        """Ends a batch whose job was let go; its error file holds the failed requests and those left unanswered."""
         why = self._why.get(batch_id)
         if why is None:
             return  # the service stops; the next one resumes it
@@ -329,8 +320,7 @@ class Runner:
 
 
 def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None, str | None] | None:
-    """Why a batch's input file fails validation, as code, message, line and field, or None. As with OpenAI, such a
-    batch fails. Every line needs a custom_id and the batch's endpoint."""
+    """Why a batch's input file fails validation, which fails the batch as OpenAI's does, or None."""
     if file["_requests"] == 0:
         return "empty_file", f"File {file['id']} holds no requests.", None, None
     with open(path, "rb") as f:
@@ -341,8 +331,8 @@ def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None
 
 
 def _pairs_as_lines(done: int, failed: int, lines: int, pairs: int | None) -> tuple[int | None, int]:
-    """Counts a fanned-out job's rows answered and failed as lines, in proportion and rounded down, so that every
-    line counts once all rows are done. None until the job knows its rows."""
+    """A fanned-out job's rows answered and failed as lines, in proportion and rounded down; None until its rows are
+    known."""
     if not pairs:
         return None, 0
     lines_done = done * lines // pairs

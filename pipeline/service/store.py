@@ -1,5 +1,4 @@
-"""The service's store: a local folder that holds the uploaded files, the batches' records and their jobs' output, so
-that a restarted service finds everything where it was::
+"""The service's store: a local folder that holds everything a restarted service needs::
 
     STORE/files/<file id>.jsonl       a file's content
     STORE/files/<file id>.json        its record
@@ -37,8 +36,7 @@ class Store:
         self._lock = threading.Lock()
 
     def add_file(self, file_id: str, filename: str, purpose: str, content: BinaryIO) -> dict:
-        """Stores an uploaded file, refusing one over ``max_bytes`` or a batch input with more than ``max_requests``
-        requests."""
+        """Stores an upload, refusing one over ``max_bytes`` or a batch input of over ``max_requests`` requests."""
         tmp = self.files_dir / f"{TMP}{file_id}.jsonl"
         size = 0
         try:
@@ -126,20 +124,18 @@ class Store:
 
 
 def default_root(config) -> Path:
-    """The store of ``python -m pipeline serve`` without ``--store``."""
     return config.model.cache_path / "service"
 
 
 def stored_batches(root: str | os.PathLike) -> list[dict]:
-    """The batches' records at ``root``, newest first, read without opening the store so that nothing is created or
-    removed."""
+    """The batches' records at ``root``, newest first, read without opening, creating or cleaning the store."""
     records = (Store._read_json(p) for p in (Path(root).expanduser() / "batches").glob("*.json"))
     return sorted((r for r in records if r is not None), key=lambda r: r.get("_created_ns", 0), reverse=True)
 
 
 def count_requests(path: Path) -> tuple[int, str | None]:
-    """The non-blank lines of a batch input file and its first line's ``url``, None if unreadable. A line's own
-    faults are left to the job."""
+    """A batch input file's non-blank lines and its first line's ``url``; a line's own faults are the job's to
+    answer."""
     requests, endpoint = 0, None
     with open(path, "rb") as f:
         for line in f:
@@ -159,6 +155,5 @@ ID_CHARACTERS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # the ids the st
 
 
 def _plain(object_id: str) -> bool:
-    """Whether an id could name a file of the store and nothing else, so that a path or an overlong id is not found
-    rather than an error."""
+    """Whether an id could name a file of the store and nothing else, so a path or an overlong id is not found."""
     return ID_CHARACTERS.fullmatch(object_id) is not None
