@@ -1,21 +1,14 @@
-"""A cluster job's partial output, written by the workers: what is committed, and how it becomes
-OUTPUT. Every worker must see OUTPUT's folder: one machine, a shared file system, or an object
-store (pipeline/data/job_folder.py).
+"""A cluster job's partial output, written by the workers, and how it becomes OUTPUT; every worker must see its
+folder.
 
     OUTPUT.partial/
-      _job.json                          which input, which partitions (resume checks it)
+      _job.json                               which input and partitions, checked on resume
       answers/p000003/<run>-b000012.parquet   one answer task's rows of input partition 3
       answers/p000003/<run>-input.parquet     partition 3's rows that failed reading
-      parts/part-000003.parquet          partition 3 merged: its rows in input order, whole
+      parts/part-000003.parquet               partition 3 merged in input order
 
-An answer file holds each row's position and its result columns; a file that can be seen is
-committed whole (a local one is written under a temporary name and renamed; an object is
-written once, whole). A partition is merged (by position, with its input's own columns) once all
-its rows are answered; then OUTPUT is the parts copied in order into one file that appears whole
-(renamed into place, or an upload that completes), and the folder goes. A run that is
-interrupted resumes from the files: partitions merged are skipped, rows answered are not read
-again (pipeline/steps/prompt_table.py), so no row is answered twice and none is lost.
-"""
+A visible file is committed whole. The merged parts are copied in order into OUTPUT, which appears whole, and an
+interrupted run resumes from the files, so no row is answered twice or lost."""
 
 from __future__ import annotations
 
@@ -36,7 +29,7 @@ from pipeline.results import RESULT_FIELDS, RowResult
 
 _TOKEN = [pa.field("token", pa.string()), pa.field("logprob", pa.float64())]
 LOGPROBS_TYPE = pa.list_(pa.struct([*_TOKEN, pa.field("top_logprobs", pa.list_(pa.struct(_TOKEN)))]))
-RESULT_TYPES = {  # the output's result columns (pipeline/results.py says what each holds)
+RESULT_TYPES = {  # the output's result columns
     "answer": pa.string(),
     "error": pa.string(),
     "prompt_tokens": pa.int64(),
@@ -64,7 +57,7 @@ RESULT_TYPES = {  # the output's result columns (pipeline/results.py says what e
     "label_probs": pa.list_(pa.float64()),
     "score": pa.float64(),
 }
-# the same, as a DataFrame job's output has them (strings as pandas strings, lists as Python objects)
+# The same columns as a DataFrame job's output has them.
 PANDAS_TYPES = {
     n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t) else t.to_pandas_dtype().__name__
     for n, t in RESULT_TYPES.items()
@@ -75,15 +68,14 @@ ANSWER_SCHEMA = pa.schema(
 
 
 def results_table(results) -> pa.Table:
-    """``RowResult`` s (their ``index`` is the row's position) as an answer file's rows."""
+    """``RowResult`` s as an answer file's rows; their ``index`` is the row's position."""
     columns = [pa.array([r.index for r in results], pa.int64())]
     columns += [pa.array([getattr(r, n) for r in results], RESULT_TYPES[n]) for n in RESULT_FIELDS[1:]]
     return pa.Table.from_arrays(columns, schema=ANSWER_SCHEMA)
 
 
 def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
-    """Rows answered with an error before reaching an engine (their input failed a check):
-    counts 0, the other fields (texts, a score) null, as ``RowResult.failed`` has them."""
+    """Rows that failed a check before reaching an engine, shaped as ``RowResult.failed`` shapes them."""
     n = len(positions)
 
     def column(f: pa.Field) -> pa.Array:
@@ -98,8 +90,7 @@ def error_table(positions: pa.Array, errors: pa.Array) -> pa.Table:
 
 
 class AnswerFiles:
-    """The folder's answer files and merged parts (used on the workers and by the client);
-    ``folder``: a ``LocalFolder`` or ``StoreFolder`` (pipeline/data/job_folder.py), or a local path."""
+    """The folder's answer files and merged parts, used on the workers and by the client."""
 
     def __init__(self, folder):
         self.folder = folder if isinstance(folder, (LocalFolder, StoreFolder)) else LocalFolder(folder)
@@ -117,8 +108,8 @@ class AnswerFiles:
         return self.folder.glob(f"answers/p{partition:06d}/*.parquet")
 
     def answered_positions(self, partition: int, before_run: str | None = None) -> pa.Array:
-        """The positions answered in ``partition``; with ``before_run``, by earlier runs only (what
-        this run's own tasks write must not change what a task of it computes again)."""
+        """With ``before_run`` only earlier runs count, so that this run's own writes cannot change what a rerun task
+        computes."""
         files = [
             f
             for f in self.answer_files(partition)
@@ -131,7 +122,7 @@ class AnswerFiles:
         )
 
     def named(self, name: str) -> list[str]:
-        """The answer files an answer task named ``name`` committed (all partitions)."""
+        """The answer files that the answer task ``name`` committed, in every partition."""
         return self.folder.glob(f"answers/p*/{name}-*.parquet")
 
     def read_named(self, name: str) -> pa.Table:
@@ -143,12 +134,10 @@ class AnswerFiles:
         )
 
     def next_seq(self, name: str) -> int:
-        """The number of the next file an answer task named ``name`` writes."""
         seqs = [int(posixpath.basename(f).removesuffix(".parquet").rsplit("-", 1)[1]) for f in self.named(name)]
         return max(seqs) + 1 if seqs else 0
 
     def committed_rows(self, partitions: list[Partition]) -> int:
-        """Rows committed: those of merged parts, and those in answer files of the others."""
         rows = 0
         for part in partitions:
             if self.merged(part.index):
@@ -157,14 +146,9 @@ class AnswerFiles:
                 rows += sum(self.folder.num_rows(f) for f in self.answer_files(part.index))
         return rows
 
-    def drop_torn(self) -> None:
-        """Files a killed writer left half written."""
-        self.folder.drop_torn()
-
     def drop_damaged(self, partitions: list[Partition], schema: pa.Schema) -> list[str]:
-        """Answer files and parts that are not readable Parquet with their schema (``ANSWER_SCHEMA``;
-        a part: ``schema``), e.g. cut short by a file system that kept a torn write: removed, so
-        their rows are answered (a part: merged) again. A note for each."""
+        """Removes the answer files and parts that are not readable Parquet with the expected schema, so that their
+        rows are answered again."""
         notes = []
         for part in partitions:
             files = [(f, ANSWER_SCHEMA) for f in self.answer_files(part.index)]
@@ -182,8 +166,8 @@ class AnswerFiles:
         return notes
 
     def merge(self, part: Partition | ByteBlock, carry: pa.Table, schema: pa.Schema, key: str | None) -> int:
-        """Partition ``part`` in input order, with ``carry`` (its input's own columns) beside the
-        answers; written as its part. Every row must be answered exactly once."""
+        """Writes ``part``'s answers in input order beside ``carry``, its input's own columns; every row must have an
+        answer."""
         if not self.folder.present():
             raise OutputGone.at(self.folder.url)
         files = self.answer_files(part.index)
@@ -194,12 +178,12 @@ class AnswerFiles:
         )
         answers = answers.take(pc.sort_indices(answers, [("position", "ascending")]))
         positions = answers.column("position").to_numpy()
-        if len(positions) > 1:  # a row answered twice (two runs): keep its first answer
+        if len(positions) > 1:  # a row answered by two runs keeps its first answer
             keep = pa.array(positions[1:] != positions[:-1])
             if not pc.all(keep).as_py():
                 answers = answers.filter(pa.concat_arrays([pa.array([True]), keep]))
                 positions = answers.column("position").to_numpy()
-        rows = part.rows if part.rows is not None else carry.num_rows  # (a JSONL block's: counted as read)
+        rows = part.rows if part.rows is not None else carry.num_rows  # a JSONL block's rows are counted as it is read
         if len(positions) != rows or (rows and (positions[0] != part.start or positions[-1] != part.start + rows - 1)):
             raise JobError(
                 f"partition {part.index} has {len(positions)} answered rows of {rows}; "
@@ -216,8 +200,7 @@ class AnswerFiles:
     def finish(
         self, partitions: list[Partition], schema: pa.Schema, final: str, out_schema: pa.Schema | None = None
     ) -> None:
-        """The parts, in order, copied into OUTPUT (one part in memory at a time), cast to
-        ``out_schema`` where given; the folder goes."""
+        """Copies the parts in order into OUTPUT, one part in memory at a time, and removes the folder."""
         with self.folder.writing(str(final)) as out, pq.ParquetWriter(out, out_schema or schema) as writer:
             for part in partitions:
                 table = self.folder.read_table(self.part_path(part.index), schema=schema)
@@ -225,25 +208,21 @@ class AnswerFiles:
         self.folder.remove()
 
     def finish_lines(self, partitions: list, schema: pa.Schema, final: str, lines) -> None:
-        """The parts, in order, written as OpenAI batch JSONL (``lines``: ``ResponseLines``) into
-        OUTPUT, numbered in input order; the folder goes."""
+        """Writes the parts in order into OUTPUT as OpenAI batch JSONL and removes the folder."""
         position = 0
         with self.folder.writing(str(final)) as out:
             for part in partitions:
                 table = self.folder.read_table(self.part_path(part.index), schema=schema)
                 text = lines.of(table, position)
                 out.write(text.encode())
-                position += text.count("\n")  # (a line each: a scoring line gathers several rows)
+                position += text.count("\n")  # a scoring line gathers several rows
         self.folder.remove()
 
 
 class BucketCommits:
-    """An answer task's answers on their way to answer files, one file per input partition
-    each time: a partition's answers are written once ``rows`` of them wait, every partition's
-    once ``seconds`` have passed since the last such write, and the rest at ``close``. So an
-    answer file holds many rows even where a bucket's rows come from many partitions (a
-    shuffled input: each bucket's from every one). ``add`` runs in executor threads, several
-    at once; ``on_written(table)`` is called with each file's rows."""
+    """Batches an answer task's answers into answer files, one per input partition at a time: when ``rows`` of a
+    partition wait, when ``seconds`` have passed, and at ``close``. So a file holds many rows even when a bucket's
+    rows come from many partitions. ``add`` runs in several threads at once."""
 
     def __init__(
         self,

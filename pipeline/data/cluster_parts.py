@@ -1,8 +1,5 @@
-"""The client's side of a cluster job's partial output (``OUTPUT.partial``, its layout:
-pipeline/data/answer_files.py): opened, or taken up again by a resumed run after the checks that
-make resuming safe (pipeline/data/output.py). The workers' side writes and merges the files
-(``AnswerFiles``, ``BucketCommits``).
-"""
+"""The client's side of a cluster job's partial output: opened, or taken up by a resumed run after the checks that
+make resuming safe."""
 
 from __future__ import annotations
 
@@ -20,13 +17,10 @@ from pipeline.data.storage import filesystem, store_error
 
 
 class ClusterParts:
-    """The client's side of a cluster job's partial output (``OUTPUT.partial``): a folder on a
-    local or shared file system (``local``) or a prefix on an object store (``on_store``). Opens
-    it, or resumes it with a partial output's checks (pipeline/data/output.py): another job's
-    committed results are refused (``_job.json`` says which job they belong to), and so is an
-    input file changed under committed answers."""
+    """A job's OUTPUT.partial. Resuming refuses another job's committed results and an input file changed under
+    committed answers."""
 
-    # (files: checked file by file, ``_check_files_unchanged``; rows follow from the files)
+    # files are checked one by one, and rows follow from them
     unchecked = ("started", "files", "rows")
 
     def __init__(
@@ -39,12 +33,12 @@ class ClusterParts:
         partitions: list[Partition],
         store_url: str | None = None,
     ):
-        self.folder, self.final, self.dir = folder, final, where  # (dir: the folder, for messages)
+        self.folder, self.final, self.dir = folder, final, where  # dir names the folder in messages
         self.files = AnswerFiles(folder)
         self.meta, self.schema, self.partitions = meta, schema, partitions
         self.committed = self.resumed = 0
-        self.notes: list[str] = []  # what opening it found and did (damaged files dropped)
-        self._store_url = store_url  # OUTPUT's URL on an object store (its errors are said in its terms)
+        self.notes: list[str] = []  # what opening it found and did
+        self._store_url = store_url  # OUTPUT's URL on an object store, to word its errors
 
     @classmethod
     def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list) -> "ClusterParts":
@@ -55,8 +49,8 @@ class ClusterParts:
     def on_store(
         cls, url: str, meta: dict, schema: pa.Schema, partitions: list, storage_options: dict | None = None
     ) -> "ClusterParts":
-        """Each answer file and part an object, written once, whole, under its final name; OUTPUT
-        appears when its upload completes."""
+        """On an object store each file is one object written once under its final name, and OUTPUT appears when its
+        upload completes."""
         fs, path = filesystem(url, storage_options)
         return cls(
             StoreFolder(fs, path + ".partial", url + ".partial"),
@@ -69,7 +63,7 @@ class ClusterParts:
         )
 
     def open(self) -> int:
-        """Start the folder, or take up the one an earlier run left; the rows it holds committed."""
+        """Starts the folder, or takes up the one an earlier run left; returns the rows it holds committed."""
         try:
             return self._open()
         except JobError:
@@ -85,7 +79,7 @@ class ClusterParts:
         if old is None:
             self.folder.create()
         else:
-            self.files.drop_torn()
+            self.folder.drop_torn()
             diff = meta_differences(old, self.meta, self.unchecked)
             if diff and self.folder.glob("answers/p*/*.parquet") + self.folder.glob("parts/*.parquet"):
                 raise JobError(
@@ -101,7 +95,7 @@ class ClusterParts:
         return self.committed
 
     def _old_meta(self) -> dict | None:
-        """An earlier run's ``_job.json``; None where there is no folder yet."""
+        """An earlier run's ``_job.json``; None if there is no folder yet."""
         try:
             old = json.loads(self.folder.read_bytes(self.folder.path(META)))
         except FileNotFoundError:
@@ -121,16 +115,13 @@ class ClusterParts:
         return self.committed
 
     def record(self, **facts) -> None:
-        """Add ``facts`` to the partial output's ``_job.json`` (what a resumed run reads), and
-        write it."""
+        """Adds ``facts`` to the partial output's ``_job.json``, which a resumed run reads, and writes it."""
         self.meta.update(facts)
         self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
 
 
 def _check_files_unchanged(sink, current: list) -> None:
-    """An input file that changed since the run ``sink`` resumes is refused if any of its rows
-    are committed (answers are matched to rows by position); one without committed rows (a fixed
-    unreadable file) is fine. Then ``sink``'s meta records the files as they are."""
+    """Refuses an input file that changed under committed answers, because answers are matched to rows by position."""
     before = sink.meta.get("files") or []
     for i, (was, now) in enumerate(zip(before, current)):
         if was != now and sink.files.committed_rows([p for p in sink.partitions if p.file == i]):

@@ -1,19 +1,10 @@
-"""OpenAI batch lines for ``/v1/completions``: a raw prompt, or a list of them, continued by the
-generation model with no chat template (the ``completion`` task, tasks/completion.py).
+"""OpenAI batch lines for ``/v1/completions``: raw prompts continued with no chat template, one row per prompt,
+gathered back into one ``text_completion``.
 
-A line fans out to one row per prompt (``line_rows``, pipeline/data/fanned_lines.py), each with
-the line's sampling settings; ``lines_of`` gathers a line's rows back into one OpenAI
-``text_completion``, prompt ``i``'s ``n`` answers as choices ``i * n`` to ``i * n + n - 1``, its
-usage summed over the prompts.
-
-Where a prompt is cut into the part it may share with other rows and its own rest
-(``shared_length``): the prompts of one line are cut at the last blank line of the text they all
-begin with, else at the last line end of it, so four questions about one document share the
-document; a line of one prompt is cut at its last blank line. The cut falls where the whitespace
-before that line end starts, so the two pieces tokenize as the whole prompt does (byte-level BPE
-splits text at whitespace runs). Rows whose shared parts are alike land on one shard, which
-prefills that part once; a prompt with no cut is its own group.
-"""
+A line's prompts are cut at the last blank line, else the last line end, of the text they all begin with, and a
+lone prompt at its last blank line. The part before the cut may be shared, so rows with alike parts land on one
+shard that prefills it once. The cut falls where the whitespace before that line end starts, because byte-level
+BPE splits text at whitespace runs and the pieces must tokenize as the whole prompt does."""
 
 from __future__ import annotations
 
@@ -32,22 +23,17 @@ from pipeline.data.openai_output import (
     Usage,
     encode,
 )
-from pipeline.names import COMPLETIONS_URL, ENDPOINTS
+from pipeline.data.scoring_lines import wrong_url
+from pipeline.names import COMPLETIONS_URL
 
 
 def completion_request(request: Any, adapters=frozenset()) -> tuple[dict | None, str | None]:
-    """A ``/v1/completions`` line (parsed) as ``{"prompts": [...], "row": {sampling, adapter}}``
-    and None, or None and why it is not one."""
+    """A parsed ``/v1/completions`` line as ``{"prompts", "row"}`` and None, or None and why it is not one."""
     line, why = read_as(request, RequestLine)
     if line is None:
         return None, why
     if line.url != COMPLETIONS_URL:
-        other = (
-            "a file's requests are all for one endpoint, its first line's"
-            if line.url in ENDPOINTS
-            else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
-        )
-        return None, f"url must be {COMPLETIONS_URL} (got {line.url!r}); {other}"
+        return None, wrong_url(line.url, COMPLETIONS_URL)
     body, why = read_as(line.body, CompletionBody, "body")
     if body is None:
         return None, why
@@ -75,7 +61,7 @@ def _prompt_fault(prompt: Any) -> str | None:
 
 
 def shared_length(prompts: list[str]) -> int:
-    """How much of each of a line's prompts is the part it may share (0: none)."""
+    """How much of each of a line's prompts is the part it may share; 0 for none."""
     common = os.path.commonprefix(prompts)
     end = common.rfind("\n\n")
     if end < 0 and len(prompts) > 1:
@@ -84,15 +70,13 @@ def shared_length(prompts: list[str]) -> int:
 
 
 def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> list[tuple]:
-    """A line's rows, each ``(row or None, error or None, carry)``: one per prompt (``row``: the
-    completion task's ``prefix`` and ``prompt``, and the line's sampling settings), or one error
-    row for a line that is not a request."""
+    """A line's rows as ``(row or None, error or None, carry)``: one per prompt, or one error row for a bad line."""
     custom_id = request.get("custom_id") if isinstance(request, dict) else None
     if error is None:
         completion, error = completion_request(request, adapters)
     if error is not None:
         return [(None, error, {"line": line, "custom_id": custom_id})]
-    assert completion is not None  # (completion_request gives a request whenever it gives no error)
+    assert completion is not None  # no error means a request
     prompts = completion["prompts"]
     cut = shared_length(prompts)
     return [
@@ -106,9 +90,7 @@ def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> li
 
 
 def lines_of(rows: list[dict], first: int, model: str, created: int, max_tokens: int = 16) -> str:
-    """A merged part's rows (``id``: each row's carry, then the result columns), a line's rows
-    together and in order, as output lines; the first line's number is ``first``. ``max_tokens``:
-    the job's, which tells a choice cut at it (``length``) where the engine did not say."""
+    """A merged part's rows as output lines numbered from ``first``; ``max_tokens`` tells a choice cut at it."""
     return "".join(_line(first + k, group, model, created, max_tokens) + "\n" for k, group in enumerate(by_line(rows)))
 
 
@@ -143,7 +125,6 @@ def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int,
 
 
 def _answers(row: dict) -> list[dict]:
-    """A row's answers: each of its choices (``n``), or its one answer."""
     return row.get("choices") or [
         {
             "answer": row["answer"],
@@ -176,7 +157,7 @@ def completion_body(
 
 
 def _logprobs(tokens: list[dict]) -> CompletionLogprobs:
-    """The answer's log-probabilities in the legacy shape, each token's offset in the answer."""
+    """The answer's log-probabilities in the legacy shape, with each token's offset in the answer."""
     offsets, at = [], 0
     for t in tokens:
         offsets.append(at)

@@ -1,16 +1,15 @@
-"""The error that stops a job or keeps it from starting. A module of its own, importing
-nothing, so that every jobs module (input, storage, output, job) imports it at the top."""
+"""The error that stops a job or keeps it from starting. It imports nothing, so every jobs module can import it at
+the top."""
 
 from __future__ import annotations
 
 
 class JobError(RuntimeError):
-    """The job cannot run (or go on); the message says why and what to do."""
+    """The job cannot run or go on; the message says why and what to do."""
 
 
 class OutputGone(JobError):
-    """A job's partial output (``OUTPUT.partial``) was removed while the job ran: what it held is
-    gone, and nothing may write there again until a new run starts it over."""
+    """A job's OUTPUT.partial was removed while the job ran; nothing may write there until a new run starts it over."""
 
     @classmethod
     def at(cls, where) -> "OutputGone":

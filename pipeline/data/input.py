@@ -1,11 +1,5 @@
-"""Job input, read in bounded memory: Parquet (a file, a folder of files, or a glob) or an
-OpenAI batch JSONL file.
-
-Everything that can be checked before an engine starts is checked when the source is
-opened: the path exists, every Parquet file's footer is readable, the files agree on their
-columns, the required columns are there. Rows then come in :class:`Chunk` s of at most
-``batch_rows`` rows, in input order, from any starting row (resume).
-"""
+"""Job input: Parquet files, a folder or a glob of them, or an OpenAI batch JSONL file. Everything that can be
+checked before an engine starts is checked on opening."""
 
 from __future__ import annotations
 
@@ -36,11 +30,8 @@ def open_source(
     adapters=(),
     tool_parser: str | None = None,
 ) -> "ParquetSource | OpenAIBatchSource":
-    """``columns``: the task's input columns (``tasks.Columns``; default: document-question's).
-    ``spec`` may be an fsspec URL (``s3://bucket/in/``), opened with ``storage_options``.
-    ``adapters``: the configured adapters' names (an OpenAI batch request's ``model`` naming one
-    answers with it, as in ``vllm run-batch``); ``tool_parser``: what reads a chat line's answer
-    under tool_choice "auto" (``engine.tool_call_parser``)."""
+    """Opens a job's input. ``adapters`` are the configured adapters' names: a batch request whose ``model`` names
+    one is answered with it. ``tool_parser`` reads a chat line's answer under tool_choice "auto"."""
     text = str(spec)
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
@@ -62,10 +53,8 @@ def open_source(
 def check_output_apart(
     source: "ParquetSource | OpenAIBatchSource", output: str | os.PathLike, storage_options: dict | None = None
 ) -> None:
-    """Raise :class:`JobError` when writing OUTPUT, or its ``OUTPUT.partial`` folder, would touch
-    the job's input: the final rename replaces OUTPUT, and a file written inside an input folder
-    or where the input glob looks is read as input by the next run (a resume included). Paths
-    are compared as :func:`~pipeline.data.storage.address` es: real paths, normalized URLs."""
+    """Raises ``JobError`` when writing OUTPUT or OUTPUT.partial would touch the input, which the next run would
+    read."""
     out = address(output, storage_options)
     partial = out + ".partial"
     spec = str(source.spec if isinstance(source, ParquetSource) else source.path)
@@ -99,8 +88,7 @@ def check_output_apart(
 
 
 def _store_files(spec: str, fs) -> list[str]:
-    """The Parquet files an object-store URL names: a file, a folder (recursively, skipping
-    names that start with "." or "_", as pyarrow's discovery does) or a glob."""
+    """The Parquet files an object-store URL names, skipping names that start with "." or "_" as pyarrow does."""
     root = fs._strip_protocol(spec)
     try:
         if glob.has_magic(root):
@@ -136,8 +124,7 @@ def _parquet_files(spec: str) -> list[str]:
     if not p.exists():
         raise JobError(f"input not found: {p}")
     if p.is_dir():
-        # pyarrow's discovery: recursive, skipping names that start with "." or "_" (imported
-        # here: pyarrow.dataset loads pandas, 0.2-0.3 s of every process's start otherwise)
+        # Imported here because pyarrow.dataset loads pandas, which would slow every process's start.
         import pyarrow.dataset as ds
 
         files = sorted(ds.dataset(str(p), format="parquet").files)
@@ -152,10 +139,10 @@ class ParquetSource:
 
     def __init__(self, spec: str, columns, fs=None):
         self.spec = spec
-        self.fs = fs  # an fsspec file system for a URL; None: local files
+        self.fs = fs  # None for local files
         self.files = _store_files(spec, fs) if fs is not None else _parquet_files(spec)
         root = fs._strip_protocol(spec) if fs is not None else spec
-        # how the input was named: a glob, a folder or one file (checks on OUTPUT need it)
+        # how the input was named, for the checks on OUTPUT
         self.named = "glob" if glob.has_magic(root) else "file" if self.files == [root] else "folder"
         self._row_groups: list[list[int]] = []
         schema = None
@@ -173,7 +160,7 @@ class ParquetSource:
                     f"{_describe(schema)}; {f} has {_describe(file_schema)}"
                 )
             self._row_groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        assert schema is not None  # (files is never empty: _store_files and _parquet_files raise first)
+        assert schema is not None  # files is never empty
         self.schema = schema
         self.num_rows = sum(sum(g) for g in self._row_groups)
         missing = columns.missing(schema.names)
@@ -181,7 +168,7 @@ class ParquetSource:
             raise JobError(f"input {spec} {missing}; it has: {', '.join(schema.names) or '(none)'}")
         self.key = "id" if "id" in schema.names else None
         self.row_columns = RowColumns.of(columns, schema.names)  # what the task reads
-        # the prompt's columns are not copied to the output (join on id to see them again)
+        # The task's input columns are not copied to the output; join on id to see them again.
         written = columns.writes or RESULT_FIELDS[1:]
         self.passthrough = [n for n in schema.names if n not in (*columns.all, "id", *written)]
         self.dropped = [n for n in schema.names if n in written]
@@ -197,7 +184,6 @@ class ParquetSource:
         return self.schema.field("id").type if self.key else pa.int64()
 
     def key_arrays(self) -> Iterator[pa.Array]:
-        """The key column a batch at a time, for the duplicate check (nothing without an id column)."""
         if self.key is None:
             return
         for f in self.files:
@@ -222,17 +208,8 @@ def _describe(schema: pa.Schema) -> str:
 
 
 class OpenAIBatchSource:
-    """The OpenAI batch JSONL format (as ``vllm run-batch`` reads it): one request per line,
-    ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body": {"messages", ...}}``,
-    or, in a file of embedding requests, ``"url": "/v1/embeddings", "body": {"input": "text"}``,
-    or, in a file of completion requests, ``"url": "/v1/completions", "body": {"prompt": ...}``
-    (pipeline/data/completion_lines.py), or, in a file of scoring requests, ``/v1/score`` and
-    ``/v1/rerank`` lines (``SCORING``: pipeline/data/scoring_lines.py); the first line's url says
-    which (``endpoint``). Blank lines are skipped. A line that is not such a request becomes an error row.
-
-    Opening it reads nothing but the first line. A job on the client path reads every line here
-    (``num_rows``, ``chunks``); a cluster job's workers read it a block of bytes at a time
-    (pipeline/steps/jsonl_input.py)."""
+    """An OpenAI batch JSONL file, one request per line, all for the endpoint the first line's url names. Opening it
+    reads only its first line; the workers read it a block of bytes at a time."""
 
     format = "openai"
     named = "file"
@@ -242,7 +219,7 @@ class OpenAIBatchSource:
     dropped: list[str] = []
 
     def __init__(self, path: Path | str, fs=None, adapters=(), tool_parser: str | None = None):
-        self.path = path  # a local Path, or a URL on ``fs`` (fsspec)
+        self.path = path  # a local Path, or a URL on ``fs``
         self.fs = fs
         self.adapters = frozenset(adapters)  # a request's model naming one of these answers with that adapter
         self.tool_parser = tool_parser  # reads a chat line's answer under tool_choice "auto" (None: an error line)
@@ -264,7 +241,7 @@ class OpenAIBatchSource:
                 f"{path} is not OpenAI batch JSONL: its first line is not a JSON object "
                 f"(expected one request per line: custom_id, method, url, body)"
             )
-        # the file's endpoint (every line's): its first line's, if it names one this program serves
+        # The first line's url names every line's endpoint; chat if it names none this program serves.
         url = first[0].get("url") if first is not None else None
         self.endpoint = url if url in ENDPOINTS else SCORING if scoring_kind(url) else CHAT_URL
         self._keys: list | None = None
@@ -280,21 +257,16 @@ class OpenAIBatchSource:
     def open(self):
         return self.fs.open(self.path, "rb") if self.fs is not None else open(self.path, "rb")
 
-    def _lines(self, start: int = 0) -> Iterator[tuple[Any, str | None]]:
-        """(parsed request or None, error) per non-blank line, from the ``start``-th on."""
-        n = 0
+    def _lines(self) -> Iterator[tuple[Any, str | None]]:
+        """(parsed request or None, error) for each non-blank line."""
         with self.open() as f:
             for raw in f:
-                if not raw.strip():
-                    continue
-                n += 1
-                if n <= start:
-                    continue
-                yield parse_line(raw)
+                if raw.strip():
+                    yield parse_line(raw)
 
     @property
     def num_rows(self) -> int:
-        """The requests (non-blank lines): every line read, here."""
+        """The requests, counted by reading every line."""
         if self._keys is None:
             try:
                 self._keys = [
@@ -305,8 +277,7 @@ class OpenAIBatchSource:
         return len(self._keys)
 
     def check_requests(self) -> None:
-        """Raise :class:`JobError` naming the first line that fails the whole file (a missing
-        custom_id, a request for another endpoint: pipeline/data/request_lines.py)."""
+        """Raises ``JobError`` naming the first line that fails the whole file."""
         try:
             with self.open() as f:
                 bad = first_bad_line(f, self.endpoint, "this file's endpoint (its first line's url)")
@@ -317,5 +288,5 @@ class OpenAIBatchSource:
 
     def key_arrays(self) -> Iterator[pa.Array]:
         self.num_rows
-        assert self._keys is not None  # (num_rows read them)
+        assert self._keys is not None  # num_rows read them
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())

@@ -1,17 +1,7 @@
-"""Where a cluster job's partial output lives (``OUTPUT.partial``), as its workers and its client
-write and read it: a folder on a local or shared file system (``LocalFolder``), or a prefix on
-an object store through fsspec (``StoreFolder``: ``s3://``, ``gs://``, ``memory://``, ...).
-
-Both give the one guarantee the job's commits rest on (pipeline/data/answer_files.py): a file
-that can be seen is whole. A local file is written under a temporary name, synced and renamed; an
-object store writes each object whole or not at all, and has no rename, so an object is written
-once, under its final name. Paths are strings within the folder's file system.
-
-Neither recreates a folder that was removed while its job ran: only ``create`` (when a run
-starts the folder) makes it; a later write into a removed folder raises ``OutputGone``
-(a local folder: its root is gone; on a store: its ``_job.json``), so no write leaves
-answers where a rerun could not use them.
-"""
+"""Where a cluster job's partial output lives: a folder on a local or shared file system, or a prefix on an object
+store. Both guarantee that a visible file is whole: a local file is written under a temporary name and renamed,
+and an object is written once, whole, under its final name. A folder removed while its job ran is never recreated;
+a later write raises ``OutputGone``, so no answers land where a rerun could not use them."""
 
 from __future__ import annotations
 
@@ -29,16 +19,13 @@ import pyarrow.parquet as pq
 from pipeline.data.errors import OutputGone
 from pipeline.data.output import META, write_atomic, write_table_atomic
 
-# Write errors a retry cannot fix: the job stops at once (pipeline/steps/cluster_tasks.py)
-# rather than answer its rows again only to fail the same way.
-PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # (and PermissionError: EACCES, EPERM)
+# Write errors a retry cannot fix, so the job stops at once rather than answer its rows again to fail the same way.
+PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # PermissionError counts too
 
 
 def permanent_write_error(exc: BaseException) -> bool:
-    """Whether writing failed for a reason that writing again will not fix: refused
-    (permissions, an immutable folder, a store's access denied), no space, a read-only file
-    system, or the folder removed. An engine that died, a store's network error and the like
-    are worth another try."""
+    """Whether writing failed for a reason another try will not fix, such as refused access, no space or a removed
+    folder."""
     return isinstance(exc, (OutputGone, PermissionError)) or (
         isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS
     )
@@ -56,11 +43,10 @@ class LocalFolder:
         return os.path.exists(path)
 
     def glob(self, pattern: str) -> list[str]:
-        """The files matching ``pattern`` (relative to the folder), sorted."""
         return sorted(str(p) for p in Path(self.root).glob(pattern))
 
     def create(self) -> None:
-        """The folder itself (its parent exists: ``output.check_writable``)."""
+        """Makes the folder itself; ``output.check_writable`` has checked its parent."""
         Path(self.root).mkdir(exist_ok=True)
 
     def present(self) -> bool:
@@ -76,8 +62,8 @@ class LocalFolder:
 
     @contextmanager
     def _inside(self, path: str):
-        """Writing ``path``: the folders between the root and it are made, never the root
-        (``OutputGone`` if it was removed)."""
+        """Makes the folders below the root for ``path``, never the root itself, and raises ``OutputGone`` if it was
+        removed."""
         folder = Path(self.root)
         try:
             for name in Path(path).parent.relative_to(folder).parts:
@@ -107,13 +93,12 @@ class LocalFolder:
         os.unlink(path)
 
     def drop_torn(self) -> None:
-        """Files a killed writer left half written (under their temporary names)."""
         for leftover in Path(self.root).glob("**/.*.tmp"):
-            leftover.unlink(missing_ok=True)  # (a task of a run just stopped may finish its write meanwhile)
+            leftover.unlink(missing_ok=True)  # a stopped run's task may finish its write meanwhile
 
     @contextmanager
     def writing(self, final: str):
-        """A file to write OUTPUT to; it appears at ``final`` whole, when the block ends."""
+        """A file to write OUTPUT to, which appears at ``final`` whole when the block ends."""
         tmp = self.path(".final.tmp")
         with self._inside(tmp), open(tmp, "wb") as f:
             yield f
@@ -131,15 +116,15 @@ class StoreFolder:
         return posixpath.join(self.root, *parts)
 
     def exists(self, path: str) -> bool:
-        self.fs.invalidate_cache(posixpath.dirname(path))  # (other workers write here too)
+        self.fs.invalidate_cache(posixpath.dirname(path))  # other workers write here too
         return self.fs.exists(path)
 
     def glob(self, pattern: str) -> list[str]:
-        self.fs.invalidate_cache()  # (a listing cached by this process may miss other workers' writes)
+        self.fs.invalidate_cache()  # a cached listing may miss other workers' writes
         return sorted(self.fs.glob(self.path(pattern)))
 
     def create(self) -> None:
-        """Nothing to make: a prefix exists once an object is written under it."""
+        """An object store's prefix exists once an object is written under it."""
 
     def present(self) -> bool:
         return self.exists(self.path(META))
@@ -147,7 +132,7 @@ class StoreFolder:
     def write_table(self, path: str, table: pa.Table) -> None:
         buf = io.BytesIO()
         pq.write_table(table, buf)
-        if not self.present():  # (the folder was removed: never start it again here)
+        if not self.present():  # a removed folder is never started again here
             raise OutputGone.at(self.url)
         self.fs.pipe_file(path, buf.getvalue())
 
@@ -172,7 +157,7 @@ class StoreFolder:
         self.fs.rm_file(path)
 
     def drop_torn(self) -> None:
-        """Nothing to drop: an object is written whole or not at all."""
+        """An object is written whole or not at all."""
 
     @contextmanager
     def writing(self, final: str):

@@ -1,16 +1,7 @@
-"""The OpenAI batch format's request lines as typed models (msgspec Structs): the line's envelope
-and each endpoint's body, as OpenAI's Batch API and ``vllm run-batch`` read them (the output
-lines: pipeline/data/openai_output.py). Every module that reads a batch line goes through these:
-the file job (pipeline/steps/jsonl_input.py, pipeline/data/input.py), the completion and scoring
-lines (pipeline/data/completion_lines.py, pipeline/data/scoring_lines.py).
-
-A request is read in two steps: its envelope (``RequestLine``, for any endpoint), then its body
-as the endpoint's model (``ChatBody``, ``CompletionBody``, ``EmbeddingsBody``, ``ScoreBody``,
-``RerankBody``). Fields a
-body does not declare are ignored, as OpenAI ignores them; a declared field of the wrong type
-makes the line an error row whose text names the field (``why_invalid``). What the values mean
-(a temperature below 0, an empty list of messages) is checked later, by the code that uses them.
-"""
+"""The OpenAI batch format's request lines as msgspec models, as OpenAI's Batch API and ``vllm run-batch`` read them.
+A request is read as its envelope, then its body as the endpoint's model. Undeclared fields are ignored, as OpenAI
+ignores them; a declared field of the wrong type makes the line an error row naming the field. What the values
+mean is checked by the code that uses them."""
 
 from __future__ import annotations
 
@@ -20,11 +11,9 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec import Struct
 
-# ---- request lines -------------------------------------------------------------------------
-
 
 class RequestLine(Struct, kw_only=True):
-    """A line's envelope: ``{"custom_id", "method": "POST", "url", "body"}``."""
+    """A line's envelope."""
 
     custom_id: str
     url: str
@@ -52,7 +41,7 @@ class JsonSchemaFormat(Struct, tag_field="type", tag="json_schema"):
 
 
 class StructuredOutputs(Struct, kw_only=True):
-    """vLLM's own structured-output field (the ``json`` and ``choice`` kinds are served)."""
+    """vLLM's own structured-output field; only its ``json`` and ``choice`` kinds are served."""
 
     json: dict[str, Any] | None = None
     choice: list[str] | None = None
@@ -66,8 +55,7 @@ class FunctionSpec(Struct, kw_only=True):
 
 
 class Tool(Struct, kw_only=True):
-    """A chat body's tool: ``{"type": "function", "function": {"name", "description", "parameters"}}``
-    (other types are refused where used: pipeline/data/chat_tools.py)."""
+    """A chat body's tool. Types other than function are refused where the tools are used."""
 
     type: str
     function: FunctionSpec | None = None
@@ -83,14 +71,14 @@ class NamedToolChoice(Struct, kw_only=True):
 
 
 class ChatBody(Struct, kw_only=True):
-    """A ``/v1/chat/completions`` body: the fields served. ``messages`` is checked by the chat
-    template (pipeline/tasks), the sampling values by pipeline/sampling.py."""
+    """A ``/v1/chat/completions`` body's served fields; the template checks ``messages``, pipeline/sampling.py the
+    rest."""
 
     messages: Any = None
     model: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: int | float | None = None  # (kept as given: an error quotes the value as written)
+    temperature: int | float | None = None  # kept as given, so that an error quotes it as written
     top_p: int | float | None = None
     top_k: int | None = None
     stop: str | list[str] | None = None
@@ -103,7 +91,7 @@ class ChatBody(Struct, kw_only=True):
     stream: bool | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    # what would change what a response holds, which is not produced: refused where given
+    # These would change what a response holds, so they are refused where given.
     functions: Any = None
     function_call: Any = None
     audio: Any = None
@@ -111,10 +99,7 @@ class ChatBody(Struct, kw_only=True):
     REFUSED = ("functions", "function_call", "audio")
 
     def sampling(self) -> dict:
-        """The sampling fields given, under the row columns' names (pipeline/sampling.py), as
-        ``vllm run-batch`` reads them: max_completion_tokens (or max_tokens), temperature, top_p,
-        top_k, stop, seed, n, logprobs, top_logprobs, and a JSON schema from ``response_format``
-        (json_schema or json_object) or vLLM's ``structured_outputs`` (json or choice)."""
+        """The sampling fields given, under the row columns' names; max_completion_tokens wins over max_tokens."""
         out = {
             k: getattr(self, k)
             for k in ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs", "top_logprobs")
@@ -125,9 +110,7 @@ class ChatBody(Struct, kw_only=True):
 
 
 class CompletionBody(Struct, kw_only=True):
-    """A ``/v1/completions`` body: ``prompt`` (a text, or a list of texts each answered as its own
-    choices) and the sampling fields served. ``logprobs`` is a count here, as in OpenAI's legacy
-    endpoint: each answer token's log-probability and this many of the likeliest tokens'."""
+    """A ``/v1/completions`` body's served fields; ``logprobs`` is a count, as in OpenAI's legacy endpoint."""
 
     prompt: Any = None
     model: str | None = None
@@ -147,7 +130,6 @@ class CompletionBody(Struct, kw_only=True):
     best_of: int | None = None
 
     def sampling(self) -> dict:
-        """The sampling fields given, under the row columns' names (pipeline/sampling.py)."""
         out = {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")}
         if self.logprobs is not None:
             out["logprobs"], out["top_logprobs"] = True, self.logprobs
@@ -155,7 +137,6 @@ class CompletionBody(Struct, kw_only=True):
         return {k: v for k, v in out.items() if v is not None}
 
     def refused(self) -> str | None:
-        """Why the body asks for what a batch does not do, or None."""
         if self.stream:
             return "body asks for stream; a batch's answers are not streamed"
         if self.echo:
@@ -182,8 +163,7 @@ def _constraint(response_format, structured_outputs: StructuredOutputs | None) -
 
 
 class ResponseFormat(Struct, kw_only=True):
-    """A Responses API body's ``text.format``: ``text``, ``json_object``, or ``json_schema`` with
-    its ``schema`` (and ``name``, ``strict``, ``description``) at the same level."""
+    """A Responses API body's ``text.format``; a JSON schema's fields sit at the same level as ``type``."""
 
     type: Literal["text", "json_object", "json_schema"]
     schema: dict[str, Any] | None = None
@@ -197,8 +177,7 @@ class ResponseText(Struct, kw_only=True):
 
 
 class ResponsesBody(Struct, kw_only=True):
-    """A ``/v1/responses`` body: the fields served (pipeline/data/responses_lines.py). ``input``:
-    a text, or message items; ``instructions``: the system message."""
+    """A ``/v1/responses`` body's served fields; ``instructions`` is the system message."""
 
     input: Any = None
     instructions: str | None = None
@@ -209,7 +188,7 @@ class ResponsesBody(Struct, kw_only=True):
     text: ResponseText | None = None
     stream: bool | None = None
     background: bool | None = None
-    # what a batch line cannot do: refused where given
+    # what a batch line cannot do, refused where given
     previous_response_id: Any = None
     conversation: Any = None
     prompt: Any = None
@@ -225,7 +204,7 @@ class ResponsesBody(Struct, kw_only=True):
 
 
 class EmbeddingsBody(Struct, kw_only=True):
-    """A ``/v1/embeddings`` body: one text (a string, or a list of one string)."""
+    """A ``/v1/embeddings`` body with one text, alone or in a list."""
 
     input: str | list[str]
     model: str | None = None
@@ -237,8 +216,7 @@ Texts = str | list[str] | None
 
 
 class ScoringBody(Struct, kw_only=True):
-    """What vLLM's two scoring bodies share; the fields that change how vLLM makes its scores,
-    which the score task does not do, are refused where given."""
+    """What vLLM's scoring bodies share; the fields that change how vLLM makes its scores are refused."""
 
     model: str | None = None
     use_activation: bool | None = None
@@ -258,7 +236,7 @@ class ScoringBody(Struct, kw_only=True):
 
 
 class ScoreBody(ScoringBody, kw_only=True):
-    """vLLM's ``/v1/score`` body: its pairs in one of four spellings (pipeline/data/scoring_lines.py)."""
+    """vLLM's ``/v1/score`` body, whose pairs come in one of four spellings."""
 
     queries: Texts = None
     documents: Texts = None
@@ -272,7 +250,7 @@ class ScoreBody(ScoringBody, kw_only=True):
 
 
 class RerankBody(ScoringBody, kw_only=True):
-    """vLLM's ``/v1/rerank`` body: one query, its documents, and how many of them to keep (0: all)."""
+    """vLLM's ``/v1/rerank`` body; ``top_n`` says how many documents to keep, 0 for all."""
 
     query: str
     documents: str | list[str]
@@ -283,7 +261,7 @@ B = TypeVar("B")
 
 
 def read_as(value: Any, model: type[B], root: str = "") -> tuple[B | None, str | None]:
-    """``value`` (parsed JSON) as ``model``, and None; or None and why not (``why_invalid``)."""
+    """``value`` as ``model`` and None, or None and why not."""
     try:
         return msgspec.convert(value, model), None
     except msgspec.ValidationError as exc:
@@ -291,8 +269,8 @@ def read_as(value: Any, model: type[B], root: str = "") -> tuple[B | None, str |
 
 
 def why_invalid(exc: msgspec.ValidationError, root: str = "") -> str:
-    """A validation error as the user reads it, the field named from the line's top:
-    ``body.temperature: expected number or null, got str``, ``custom_id is missing``."""
+    """A validation error naming the field from the line's top: ``body.temperature: expected number or null, got
+    str``."""
     message, _, at = str(exc).partition(" - at `$")
     path = root + at.rstrip("`")
     missing = re.fullmatch(r"Object missing required field `(.+)`", message)

@@ -1,7 +1,5 @@
-"""What every job's output shares: ``OUTPUT.partial/_job.json`` (``META``: which input the
-answers there belong to), the check that OUTPUT can be written, and writes that never leave a
-torn file (a temporary name, then a rename). The answer files and parts themselves:
-pipeline/data/answer_files.py."""
+"""What every job's output shares: ``_job.json``, the check that OUTPUT can be written, and writes that never leave a
+torn file."""
 
 from __future__ import annotations
 
@@ -35,14 +33,12 @@ def check_writable(final: Path) -> Path:
 
 
 def meta_differences(old: dict, new: dict, unchecked: tuple[str, ...]) -> str:
-    """The keys (comma-separated) in which a partial output's recorded ``_job.json`` and this
-    run's differ, those in ``unchecked`` aside ("": the same job)."""
+    """The keys in which the recorded ``_job.json`` and this run's differ, apart from ``unchecked``."""
     return ", ".join(k for k in sorted(set(old) | set(new)) if k not in unchecked and old.get(k) != new.get(k))
 
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """``table`` as Parquet at ``path``: written and synced under a temporary name, then renamed,
-    so a file that exists is whole."""
+    """Writes ``table`` under a temporary name, synced, then renames it, so that a file that exists is whole."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         pq.write_table(table, f)

@@ -1,13 +1,6 @@
-"""A file job's input cut into partitions without reading a row in the client: each partition is
-read by one Dask task on a worker.
-
-- Parquet (``plan_partitions``, from the files' footers): a run of consecutive rows of one
-  file (pipeline/steps/prompt_table.py). Partitions follow row groups where they can; a row
-  group larger than twice the partition size is read in slices.
-- OpenAI batch JSONL (``plan_blocks``, from the file's size): a range of the file's bytes, cut
-  at line ends when read (pipeline/steps/jsonl_input.py). Its rows are counted only when read,
-  so a row's position is the block's number, then the row's place in it (``PARTITION_BITS``).
-"""
+"""A file job's input cut into partitions without reading a row in the client. A Parquet partition is a run of rows
+of one file that follows row groups where it can. A JSONL partition is a range of bytes whose rows are counted
+only when read, so a row's position is the block's number, then its place in the block."""
 
 from __future__ import annotations
 
@@ -16,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-PARTITION_BITS = 32  # a position made of a partition's number and a row's place in it (JSONL, DataFrames)
+PARTITION_BITS = 32  # JSONL and DataFrame positions: partition number, then place
 
 
 @dataclass(frozen=True)
 class Partition:
-    index: int  # its place in the input (the output's part number)
+    index: int  # the output's part number
     file: int  # index into the source's files
     row_groups: tuple[int, ...]  # the file's row groups it reads
     skip: int  # rows of the first row group before it
@@ -34,9 +27,8 @@ class Partition:
 
 
 def plan_partitions(row_groups: list[list[int]], partition_rows: int) -> list[Partition]:
-    """``row_groups``: per file, the rows of each row group (``ParquetSource.row_groups``).
-    Whole row groups are gathered up to ``partition_rows`` rows; a larger one is cut into
-    slices of about that size. Every row is in exactly one partition, in input order."""
+    """Gathers whole row groups up to ``partition_rows`` rows and slices a row group of over twice that, in input
+    order."""
     if partition_rows < 1:
         raise ValueError("partition_rows must be at least 1")
     out: list[Partition] = []
@@ -72,18 +64,16 @@ def plan_partitions(row_groups: list[list[int]], partition_rows: int) -> list[Pa
 
 @dataclass(frozen=True)
 class ByteBlock:
-    """A range of a JSONL file's bytes; the lines that start in it (after its first byte) are
-    its rows, so every line is in exactly one block."""
+    """A range of a JSONL file's bytes whose rows are the lines that start after its first byte."""
 
     index: int
     offset: int
     length: int
     file: int = 0
-    rows: None = None  # (not known until read)
+    rows: None = None  # not known until read
 
     @property
     def start(self) -> int:
-        """The position of its first row."""
         return self.index << PARTITION_BITS
 
 
@@ -99,8 +89,7 @@ def plan_blocks(size: int, block_bytes: int) -> list[ByteBlock]:
 
 @dataclass(frozen=True)
 class PartNumber:
-    """A partition known by its number only (a DataFrame's, a stream window's): what a job's
-    steps hand ``ClusterJob`` as the partitions to run."""
+    """A partition known only by its number, as a DataFrame's or a stream window's are."""
 
     index: int
 

@@ -1,10 +1,5 @@
-"""An OpenAI batch line (parsed JSON) as a row of the task that answers its endpoint's requests:
-a chat completion's messages and sampling settings (with its tools: pipeline/data/chat_tools.py),
-a Responses API request's input as chat messages (pipeline/data/responses_lines.py), an
-embedding request's text. A line that cannot be one is an error row with the reason, the field
-named from the line's top. (Completion and scoring lines fan out to several rows:
-pipeline/data/completion_lines.py, pipeline/data/scoring_lines.py.)
-"""
+"""Turns an OpenAI batch line into a row of the task that answers its endpoint. A line that cannot be one is an error
+row whose reason names the field from the line's top."""
 
 from __future__ import annotations
 
@@ -13,8 +8,8 @@ from typing import Any
 
 from pipeline.data.chat_tools import tool_fields
 from pipeline.data.openai_format import ChatBody, EmbeddingsBody, RequestLine, read_as
-from pipeline.data.scoring_lines import scoring_kind
-from pipeline.names import CHAT_URL, EMBEDDINGS_URL, ENDPOINTS, RESPONSES_URL
+from pipeline.data.scoring_lines import wrong_url
+from pipeline.names import CHAT_URL, EMBEDDINGS_URL, RESPONSES_URL
 
 
 def parse_line(raw: bytes) -> tuple[Any, str | None]:
@@ -30,20 +25,13 @@ def parse_line(raw: bytes) -> tuple[Any, str | None]:
 def request_row(
     request: Any, endpoint: str = CHAT_URL, adapters=frozenset(), tool_parser: str | None = None
 ) -> tuple[dict | None, str | None]:
-    """A request line (parsed) of a file for ``endpoint`` as a row of the task's columns, and
-    None; or None and why it cannot be one. A chat request whose ``model`` is one of ``adapters``
-    answers with that adapter; one with tool_choice "auto" is read by ``tool_parser``
-    (``engine.tool_call_parser``; None: such a line is an error)."""
+    """A parsed request line as a row of the task's columns and None, or None and why not. A chat ``model`` naming
+    one of ``adapters`` picks that adapter; ``tool_parser`` reads a tool_choice "auto" answer (None: an error line)."""
     line, error = read_as(request, RequestLine)
     if line is None:
         return None, error
     if line.url != endpoint:
-        other = (
-            "a file's requests are all for one endpoint, its first line's"
-            if line.url in ENDPOINTS or scoring_kind(line.url)
-            else f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
-        )
-        return None, f"url must be {endpoint} (got {line.url!r}); {other}"
+        return None, wrong_url(line.url, endpoint)
     if endpoint == EMBEDDINGS_URL:
         return _embedding_request(line.body)
     if endpoint == RESPONSES_URL:
@@ -68,7 +56,7 @@ def request_row(
 
 
 def _embedding_request(value: dict) -> tuple[dict | None, str | None]:
-    """An embeddings request's text (OpenAI's ``input``: a string, or a list of one string)."""
+    """An embeddings request's one text."""
     body, error = read_as(value, EmbeddingsBody, "body")
     if body is None:
         return None, error

@@ -1,13 +1,5 @@
-"""OpenAI batch lines for ``/v1/responses`` (the Responses API), answered by the chat task: the
-body's ``input`` (a text, or message items) after its ``instructions`` (a system message) is the
-conversation, rendered with the model's chat template; ``max_output_tokens``, ``temperature``,
-``top_p`` and ``text.format`` (a JSON schema, or any JSON object) set the sampling. The answer is
-OpenAI's ``response`` object (``response_body``).
-
-What a batch line cannot do is an error row naming the field: ``stream``, ``background``,
-``previous_response_id``, ``conversation``, stored ``prompt``s, ``tools``, and input items other
-than messages of text (images, files, earlier tool calls).
-"""
+"""OpenAI batch lines for ``/v1/responses``, answered by the chat task: ``instructions`` and ``input`` become the
+conversation, and the answer is OpenAI's ``response`` object."""
 
 from __future__ import annotations
 
@@ -29,8 +21,7 @@ ROLES = ("user", "assistant", "system", "developer")
 
 
 def responses_request(value: Any, adapters=frozenset()) -> tuple[dict | None, str | None]:
-    """A ``/v1/responses`` body (parsed) as a chat row (``messages`` and sampling columns), and
-    None; or None and why it cannot be one."""
+    """A parsed ``/v1/responses`` body as a chat row and None, or None and why it cannot be one."""
     body, error = read_as(value, ResponsesBody, "body")
     if body is None:
         return None, error
@@ -65,8 +56,7 @@ def responses_request(value: Any, adapters=frozenset()) -> tuple[dict | None, st
 
 
 def _messages(value: Any) -> tuple[list[dict], str | None]:
-    """``input`` as chat messages: a text is the user's message; items are messages (``type``
-    "message" or none) whose content is a text or text parts (``input_text``, ``output_text``)."""
+    """``input`` as chat messages: a text is the user's message, and items are messages of text."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}], None
     if not isinstance(value, list) or not value:
@@ -100,8 +90,7 @@ def _messages(value: Any) -> tuple[list[dict], str | None]:
 
 
 def response_body(position: int, result: RowResult, model: str, created: int, max_tokens: int) -> ResponseObject:
-    """A row's answer as OpenAI's ``response``; ``incomplete`` where it stopped at its token limit
-    (the engine's ``length``, or, where it did not say, the job's ``max_tokens`` reached)."""
+    """A row's answer as OpenAI's ``response``, ``incomplete`` if it stopped at its token limit."""
     cut = result.finish_reason == "length" or (result.finish_reason is None and result.completion_tokens >= max_tokens)
     status = "incomplete" if cut else "completed"
     message = OutputMessage(id=f"msg_{position}", status=status, content=[OutputText(text=result.answer or "")])

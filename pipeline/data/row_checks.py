@@ -1,9 +1,5 @@
-"""Text columns as Python values, with undecodable values turned into row errors.
-
-pyarrow reads a Parquet string column without checking its UTF-8; converting an invalid
-value to Python then fails for the whole batch. Here only the bad rows fail.
-Null, empty and non-text values pass through: the task kind reports those.
-"""
+"""Text columns as Python values. pyarrow reads Parquet strings without checking their UTF-8, and one invalid value
+fails the whole batch's conversion; here only the bad rows fail."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ from pipeline.sampling import REQUEST_COLUMNS, ROW_COLUMNS
 
 
 def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
-    """(values, errors): a value per row, and per row None or why the row fails (an
-    ``ErrorKind.INPUT`` error; the caller gives it its kind)."""
+    """A value per row and, per row, None or why the row fails; the caller gives the error its kind."""
     n = len(column)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         try:
@@ -25,7 +20,7 @@ def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
         except pa.ArrowInvalid:
             column = column.view(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
     if not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
-        return column.to_pylist(), [None] * n  # numbers etc.: the task says "not text"
+        return column.to_pylist(), [None] * n  # the task reports non-text values
     values: list = []
     errors: list[str | None] = []
     for raw in column.to_pylist():
@@ -44,8 +39,7 @@ def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
 
 @dataclass(frozen=True)
 class RowColumns:
-    """The columns of an input that a task reads: text (checked UTF-8), lists (chat messages),
-    then the rows' own sampling settings (read as they are)."""
+    """The input columns a task reads: texts checked for UTF-8, lists, then the rows' own sampling settings."""
 
     text_columns: tuple[str, ...]
     list_columns: tuple[str, ...]
@@ -53,7 +47,7 @@ class RowColumns:
 
     @classmethod
     def of(cls, columns, names) -> "RowColumns":
-        """``columns``: the task's (``tasks.Columns``); ``names``: the input's columns."""
+        """``columns`` are the task's, ``names`` the input's."""
         names = list(names)
         return cls(
             tuple(c for c in columns.all if c in names and c not in columns.lists),
@@ -66,8 +60,7 @@ class RowColumns:
         return [*self.text_columns, *self.list_columns, *self.sampling_columns]
 
     def task_rows(self, batch: pa.RecordBatch) -> tuple[list[dict | None], list[str | None]]:
-        """The rows the task gets from ``batch`` (None for a row that fails a check here) and
-        why those failed."""
+        """The task's rows from ``batch``, None for a row that fails a check here, and why those failed."""
         names, values = [], []
         errors: list[str | None] = [None] * batch.num_rows
         for name in self.text_columns:

@@ -1,23 +1,6 @@
-"""OpenAI batch lines for vLLM's scoring endpoints (``/v1/score``, ``/v1/rerank``), answered by
-the ``score`` task (tasks/classify.py: the generation model's probability of "yes" for a
-(query, document) pair).
-
-One line holds many pairs, as ``vllm run-batch`` reads it (vLLM 0.32's ``ScoreRequest`` and
-``RerankRequest``):
-
-- ``/score``: ``queries`` and ``documents`` (or ``queries`` and ``items``, ``data_1`` and
-  ``data_2``, ``text_1`` and ``text_2``), each a string or a list of strings; one query and N
-  documents (1:N) or N queries and N documents paired in order (N:N);
-- ``/rerank``: one ``query``, ``documents`` (a string or a list) and ``top_n`` (0: all).
-
-A line fans out to one row per pair (``line_rows``, pipeline/data/fanned_lines.py): each pair is
-an ordinary score row (``document``, ``query``), so the pairs of many lines about one document
-share its prefill. A line that is not a request becomes one error row. Each row's carry holds
-its line, the pair's index, the line's custom_id, kind and ``top_n``, and a rerank's document
-text; ``lines_of`` gathers a line's rows back into one output line in OpenAI's batch shape:
-vLLM's ``ScoreResponse`` or ``RerankResponse`` (sorted by score, cut at ``top_n``), or an error
-line where the line or any of its pairs failed.
-"""
+"""OpenAI batch lines for vLLM's ``/v1/score`` and ``/v1/rerank``, answered by the ``score`` task. A line fans out to
+one score row per pair, so that the pairs of many lines about one document share its prefill, and ``lines_of``
+gathers them back into vLLM's response."""
 
 from __future__ import annotations
 
@@ -38,11 +21,11 @@ from pipeline.data.openai_output import (
 )
 from pipeline.names import ENDPOINTS
 
-SCORING = "score"  # a file of scoring requests' endpoint (``OpenAIBatchSource.endpoint``)
+SCORING = "score"  # a scoring file's endpoint; it may mix score and rerank lines
 
 
 def scoring_task(config, tokenizer):
-    """The task that answers a file of scoring requests (``tasks.registry.scoring_requests_kind``)."""
+    """The task that answers a file of scoring requests."""
     from pipeline.data.errors import JobError
     from pipeline.model import head_labels
     from tasks.registry import scoring_requests_kind
@@ -55,27 +38,32 @@ def scoring_task(config, tokenizer):
 
 
 def scoring_kind(url) -> str | None:
-    """``score`` or ``rerank`` for a scoring endpoint's url (as vLLM matches them: by the url's
-    end, ``/v1/score`` or ``/score``), else None."""
+    """``score`` or ``rerank`` for a scoring url, else None; vLLM matches the url's end, so ``/score`` counts too."""
     if not isinstance(url, str):
         return None
     return "score" if url.endswith("/score") else "rerank" if url.endswith("/rerank") else None
 
 
+def wrong_url(url: str, expected: str) -> str:
+    """The error of a line whose url is not its file's ``expected`` endpoint."""
+    if expected == SCORING:
+        same = "a file's requests are all for the scoring endpoints, its first line's"
+        served, expected = "the scoring endpoints served are /v1/score and /v1/rerank", "/v1/score or /v1/rerank"
+    else:
+        same = "a file's requests are all for one endpoint, its first line's"
+        served = f"the endpoints served are {', '.join(ENDPOINTS)}, /v1/score and /v1/rerank"
+    other = same if url in ENDPOINTS or scoring_kind(url) else served
+    return f"url must be {expected} (got {url!r}); {other}"
+
+
 def scoring_request(request, adapters=frozenset()) -> tuple[dict | None, str | None]:
-    """A scoring line (parsed) as ``{"kind", "pairs": [(query, document)], "top_n"}`` and None,
-    or None and why it is not one."""
+    """A parsed scoring line as ``{"kind", "pairs", "top_n"}`` and None, or None and why it is not one."""
     line, why = read_as(request, RequestLine)
     if line is None:
         return None, why
     kind = scoring_kind(line.url)
     if kind is None:
-        other = (
-            "a file's requests are all for the scoring endpoints, its first line's"
-            if line.url in ENDPOINTS
-            else "the scoring endpoints served are /v1/score and /v1/rerank"
-        )
-        return None, f"url must be /v1/score or /v1/rerank (got {line.url!r}); {other}"
+        return None, wrong_url(line.url, SCORING)
     model: type[RerankBody] | type[ScoreBody] = RerankBody if kind == "rerank" else ScoreBody
     body, why = read_as(line.body, model, "body")
     if body is None:
@@ -134,14 +122,13 @@ def _rerank_pairs(body: RerankBody) -> tuple[list[tuple[str, str]], int]:
 
 
 def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> list[tuple]:
-    """A line's rows, each ``(row or None, error or None, carry)``: one per pair (``row``: the
-    score task's ``document`` and ``query``), or one error row for a line that is not a request."""
+    """A line's rows as ``(row or None, error or None, carry)``: one per pair, or one error row for a bad line."""
     custom_id = request.get("custom_id") if isinstance(request, dict) else None
     if error is None:
         scoring, error = scoring_request(request, adapters)
     if error is not None:
         return [(None, error, {"line": line, "custom_id": custom_id})]
-    assert scoring is not None  # (scoring_request gives a request whenever it gives no error)
+    assert scoring is not None  # no error means a request
     kind, top_n = scoring["kind"], scoring["top_n"]
     out = []
     for i, (query, document) in enumerate(scoring["pairs"]):
@@ -153,13 +140,12 @@ def line_rows(line: int, request, error: str | None, adapters=frozenset()) -> li
 
 
 def lines_of(rows: list[dict], first: int, model: str, created: int, max_tokens: int = 0) -> str:
-    """A merged part's rows (``id``: each row's carry, then the result columns), a line's rows
-    together and in order, as output lines; the first line's number is ``first``."""
+    """A merged part's rows, whose ``id`` is each row's carry, as output lines numbered from ``first``."""
     return "".join(_line(first + k, group, model, created) + "\n" for k, group in enumerate(by_line(rows)))
 
 
 def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int) -> str:
-    """One line's output: its response, or its error (its own, or its first failed pair's)."""
+    """One line's response, or the error of the line or of its first failed pair."""
     carry = group[0][0]
     failed = error_line(number, group, "pair")
     if failed is not None:
@@ -194,8 +180,7 @@ def _score_body(number: int, group, model: str, created: int) -> ScoreResponse:
 
 
 def _rerank_body(number: int, group, model: str) -> RerankResponse:
-    """vLLM's ``RerankResponse``: the documents by score, highest first (ties in their order),
-    the first ``top_n`` of them (0: all)."""
+    """vLLM's ``RerankResponse``: the documents by score, highest first with ties in their order, cut at ``top_n``."""
     prompt, _ = _tokens(group)
     results = [
         RerankResult(index=c["index"], document=RerankDocument(text=c["document"]), relevance_score=r["score"])

@@ -1,11 +1,5 @@
-"""Where job files live: local paths, or any fsspec URL (``s3://``, ``gs://``, ``memory://``, ...).
-A ``file://`` (or ``local://``) URL names a local path and is written like one.
-
-Credentials and endpoints come from the config's ``storage_options`` (passed to fsspec, e.g.
-``{endpoint_url: http://127.0.0.1:9000, key: ..., secret: ...}`` for s3fs) or from the
-environment the store's library reads (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_ENDPOINT_URL``, ... for S3).
-"""
+"""Where job files live: local paths or any fsspec URL. Credentials and endpoints come from the config's
+``storage_options`` or from the environment the store's library reads."""
 
 from __future__ import annotations
 
@@ -26,10 +20,7 @@ def is_url(spec: str | os.PathLike) -> bool:
 
 
 def local_path(spec: str | os.PathLike) -> str:
-    """The absolute local path a spec that is not :func:`is_url` names: itself, or a ``file://``
-    URL's path (``file:///data/in.parquet``: ``/data/in.parquet``), ``~`` expanded. Absolute
-    because a cluster job's workers read and write it from their own working folder (a resident
-    cluster's, from ``up``, is not the client's)."""
+    """The absolute local path a spec names; absolute because the workers resolve it from their own working folder."""
     text = str(spec)
     for prefix in LOCAL_PREFIXES:
         if text.startswith(prefix):
@@ -67,9 +58,7 @@ def store_error(exc: BaseException, what: str) -> JobError:
 
 
 def address(spec: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> str:
-    """Where a path or URL points, comparable with another's: a local path's real path (so a
-    symlink and its target, ``./x`` and ``x`` are one place); a URL as ``protocol://path``,
-    normalized (:func:`address_on`). It need not exist."""
+    """Where a path or URL points, comparable with another's: a local real path or a normalized URL."""
     if not is_url(spec):
         return os.path.realpath(local_path(spec))
     fs, path = filesystem(str(spec), storage_options)
@@ -77,7 +66,7 @@ def address(spec: str | os.PathLike, storage_options: dict[str, Any] | None = No
 
 
 def address_on(fs, path: str) -> str:
-    """:func:`address` of ``path`` (a URL, or a path within it) on the fsspec file system ``fs``."""
+    """``address`` of ``path`` on the fsspec file system ``fs``."""
     return fs.unstrip_protocol(posixpath.normpath(fs._strip_protocol(path)))
 
 
@@ -87,10 +76,8 @@ def inside(path: str, folder: str) -> bool:
 
 
 def glob_reaches(pattern: str, path: str, below: bool = False) -> bool:
-    """Whether the glob ``pattern`` matches ``path`` (both addresses), as ``glob`` matches:
-    name by name, ``**`` standing for any number of folders; ``below``: or may match something
-    inside the folder ``path``. A path the glob does not match yet still counts: a file written
-    there later is read as input by the next run."""
+    """Whether the glob ``pattern`` matches ``path``, or with ``below`` may match something inside it. A path that
+    does not exist yet counts, because a file written there later is read by the next run."""
     pat, parts = pattern.split("/"), path.split("/")
 
     def match(i: int, j: int) -> bool:

@@ -1,6 +1,5 @@
-"""Arrow string columns holding a text on some rows only, as views of the same bytes where
-they can be (no copy of a document's text for each of its rows): what a partition's prompt rows
-(pipeline/steps/prompt_table.py) carry, each document's text on its first row."""
+"""Arrow string columns holding a text on some rows only, as views of the same bytes, so that a document's text is
+not copied for each of its rows."""
 
 from __future__ import annotations
 
@@ -11,9 +10,8 @@ from pipeline.prefix_memory import value_bounds
 
 
 def on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
-    """A column of ``n`` rows holding ``texts[i]`` (no nulls) on row ``first[i]``, null on every
-    other: where ``first`` ascends (the values come in the order of their rows, the usual case),
-    a view of their text, not a copy."""
+    """A column of ``n`` rows holding ``texts[i]`` on row ``first[i]`` and null elsewhere; a view where ``first``
+    ascends."""
     texts = texts.cast(pa.large_string())
     order = np.argsort(first, kind="stable")
     if (order != np.arange(len(order))).any():
@@ -32,7 +30,7 @@ def on_first_rows(texts: pa.Array, first: np.ndarray, n: int) -> pa.Array:
 
 
 def only_on(texts: pa.Array, rows: np.ndarray) -> pa.Array:
-    """``texts`` with every row but ``rows`` (ascending, valid ones) null: a view of the same text."""
+    """``texts`` with every row but the ascending ``rows`` null, as a view of the same text."""
     valid = np.zeros(texts.offset + len(texts), bool)
     valid[texts.offset + rows] = True
     _, offsets, data = texts.buffers()
@@ -46,8 +44,7 @@ def only_on(texts: pa.Array, rows: np.ndarray) -> pa.Array:
 
 
 def packed(texts: pa.Array, rows: np.ndarray) -> pa.Array:
-    """The values of ``texts`` (large_string) on ``rows`` (ascending; every other row null), as
-    an array of their own: a view where nothing lies between them (null rows take no bytes),
+    """The values of ``texts`` on the ascending ``rows`` as an array of their own: a view where they are adjacent,
     else a copy."""
     bounds = value_bounds(texts)
     if len(rows) and np.array_equal(bounds[rows[1:]], bounds[rows[:-1] + 1]):

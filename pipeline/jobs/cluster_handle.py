@@ -1,6 +1,4 @@
-"""What a job needs of the cluster it runs on: ``ClusterHandle``. ``Pipeline``
-(pipeline/client/pipeline.py) is one; a job never imports it (the client runs jobs, not the
-other way round)."""
+"""What a job needs of its cluster. ``Pipeline`` is one, but jobs never import it: the client runs jobs."""
 
 from __future__ import annotations
 
@@ -19,19 +17,19 @@ class ClusterHandle(Protocol):
 
     @property
     def config(self) -> "Config":
-        """The cluster's config (a job runs with its own, ``Config.for_job``)."""
+        """The cluster's config; a job runs with its own, from ``Config.for_job``."""
 
     @property
     def model(self) -> str:
-        """The engines' model (its folder or hub name)."""
+        """The engines' model, as its folder or hub name."""
 
     @property
     def tokenizer(self) -> Any:
-        """The model's tokenizer, this side (prompt lengths, labels)."""
+        """The model's tokenizer on the client, for prompt lengths and labels."""
 
     @property
     def engine_tasks(self) -> frozenset[str]:
-        """What every engine serves ("generate", "embed", "classify")."""
+        """What every engine serves: generate, embed or classify."""
 
     @property
     def embedding_size(self) -> int | None:

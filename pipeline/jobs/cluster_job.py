@@ -1,33 +1,7 @@
-"""A job run on the cluster: the workers read the input, group its rows by document, answer
-and write; this process (the client) only plans and coordinates. It plans the partitions,
-submits the tasks (pipeline/steps/cluster_tasks.py), shows progress from the counts the answer
-tasks publish, and has the partitions merged in input order when all are answered. What it
-holds grows with the number of partitions and buckets, not rows.
-
-The steps, each a set of Dask tasks:
-1. read: each input partition becomes prompt rows on a worker, with per-document counts;
-2. place: one task counts every document of the job and places it on a shard, in buckets
-   (pipeline/steps/placement.py: bounded load, engines' held documents kept where they are);
-3. split: each partition's rows cut by shard, sorted by bucket; the pieces move worker to
-   worker (partitions × shards of them; a bucket takes its slice of each of its shard's);
-4. answer: one task per bucket on its shard, rows grouped by document
-   (pipeline/worker/grouped_answers.py);
-5. complete: each partition's answers merged in input order.
-
-What the input and output are is the job's ``steps``: ``FileSteps`` (pipeline/jobs/file_steps.py:
-Parquet files or an OpenAI batch JSONL file in; answer files committed as they come,
-pipeline/data/answer_files.py; parts merged with the input's own columns, then OUTPUT),
-``FrameSteps`` for a Dask DataFrame (pipeline/jobs/frame_steps.py: answers kept in the
-cluster's memory), ``IterableSteps`` for ``Pipeline.stream`` (pipeline/jobs/stream_steps.py:
-a window of a Python iterable's rows, each bucket's answers handed back as it ends). Each is a
-``JobSteps`` (pipeline/jobs/job_steps.py).
-
-A worker lost mid-job costs no row: Dask reruns its tasks (a file job's answer task skips the
-rows it committed before). A partition that cannot be read is left for a rerun, after the
-others are committed. An answer task whose write failed for good (``cluster_tasks.Stopped``)
-stops the job at once: its other tasks are cancelled, and waited for until none runs
-(pipeline/jobs/let_go.py), so nothing of the job is written after ``run`` ends.
-"""
+"""Coordinates a job on the cluster from the client. The workers read, place, split, answer and write; this process
+submits the tasks, shows progress and has the partitions merged in input order, so what it holds grows with
+partitions and buckets, not rows. Dask reruns a lost worker's tasks. An answer task whose write failed for good
+stops the job, and its other tasks are waited for, so that nothing is written after ``run`` ends."""
 
 from __future__ import annotations
 
@@ -61,21 +35,18 @@ LOST_AFTER_S = 10.0
 
 @dataclass
 class _Reads:
-    """What a job's reads have said so far (``ClusterJob._watch``)."""
-
     errors: int = 0  # rows that failed reading
-    rows: int = 0  # rows read
-    done: int = 0  # reads ended
+    rows: int = 0
+    done: int = 0  # reads that ended
     unreadable: dict[int, str] = field(default_factory=dict)  # partition -> why it could not be read
 
 
 class JobLeft(Exception):
-    """The job was let go before its end (``ClusterJob.run``'s ``stop``): its tasks are cancelled."""
+    """Raised when the job is let go before its end; its tasks are cancelled."""
 
 
 def _cancelled(client, key: str) -> str:
-    """Why a task of the job was cancelled, as the user reads it: most often the client lost its
-    scheduler (it stopped, or cannot be reached), which cancels every task at once."""
+    """The reason shown for a cancelled task; usually the client lost its scheduler, which cancels every task."""
     if client.status != "running":
         where = getattr(client.scheduler, "address", None) or "the cluster"
         return (
@@ -90,19 +61,17 @@ def _cancelled(client, key: str) -> str:
 
 
 class ClusterJob:
-    """The coordinator of a job on the cluster; ``steps`` (a ``JobSteps``: pipeline/jobs/job_steps.py)
-    says what its input and output are. A file job is a ``FileJob`` (pipeline/jobs/file_steps.py)."""
+    """Coordinates one job on the cluster; ``steps`` decides what its input and output are."""
 
     def __init__(self, steps: JobSteps, config, truncate: bool, part_rows: int = 10_000, flush_seconds: float = 30.0):
         self.steps, self.config, self.truncate = steps, config, truncate
         self.part_rows, self.flush_seconds = part_rows, flush_seconds  # how often answers are committed
-        self.rows_total = steps.rows_total  # None until every partition is read (a Dask DataFrame's)
-        self.on_progress = None  # (rows done, rows failed, tokens) while the job runs: ``run``'s
-        self._tokens: dict[int, list[int]] = {}  # (bucket -> its rows' tokens so far, as its task reports them)
+        self.rows_total = steps.rows_total  # None until every partition is read
+        self.on_progress = None
+        self._tokens: dict[int, list[int]] = {}  # bucket -> the tokens its task reported so far
 
     @property
     def done(self) -> int:
-        """Rows committed (answer files and merged parts)."""
         return self.steps.committed()
 
     def run(
@@ -114,15 +83,11 @@ class ClusterJob:
         on_progress=None,
         title: str | None = None,
     ) -> JobSummary:
-        """``progress``: show a bar (default: on a terminal); ``watched``: someone watches the job
-        for its first answers (``intake.first_answer_rows``; default: ``progress``); ``stop``: set,
-        the job is let go (its tasks cancelled) and ``JobLeft`` raised; ``on_progress(done,
-        failed, tokens)``: called about once a second with the rows answered so far (those resumed
-        included), those of them answered with an error, and the prompt, cached and completion
-        tokens of the rows this run has answered so far; ``title``:
-        what the job is to its user, shown beside its id on the dashboard page."""
+        """Runs the job. ``watched`` asks for the first answers early; setting ``stop`` cancels the tasks and raises
+        ``JobLeft``. ``on_progress(done, failed, tokens)`` is called about once a second with the rows answered,
+        resumed ones included, those that failed, and this run's prompt, cached and completion tokens."""
         self.on_progress = on_progress
-        from tqdm import tqdm  # start time: loaded when a job runs
+        from tqdm import tqdm  # imported here to keep start-up fast
 
         if progress is None:
             progress = sys.stderr.isatty()
@@ -134,9 +99,9 @@ class ClusterJob:
         job_id = f"pipeline-job-{uuid.uuid4().hex[:12]}"
         summary.job = job_id
         spec = self._spec(pipeline, job_id, watched)
-        answered: dict[int, int] = {}  # bucket -> rows answered so far (its task's latest count)
+        answered: dict[int, int] = {}  # bucket -> rows its task answered so far
         t0 = time.perf_counter()
-        subscription = Subscription(self._progress_taker(summary, answered, t0))  # (let go of at the end)
+        subscription = Subscription(self._progress_taker(summary, answered, t0))
         client.subscribe_topic(spec.topic, subscription)
         futures: list = []
         try:
@@ -148,7 +113,7 @@ class ClusterJob:
                 disable=not progress,
                 dynamic_ncols=True,
             ) as bar:
-                # (its tasks in one Dask span, named as the job: the dashboard's standard pages group them)
+                # One Dask span named after the job lets the dashboard group its tasks.
                 with dask.annotate(span={"name": (job_id,), "ids": (uuid.uuid4().hex,)}):
                     unreadable = self._run(pipeline, spec, todo, summary, answered, futures, bar, stop)
         finally:
@@ -163,8 +128,7 @@ class ClusterJob:
         return summary
 
     def _progress_taker(self, summary: JobSummary, answered: dict[int, int], t0: float):
-        """The handler of the job's progress topic: each answer task's rows answered so far (into
-        ``answered``) and their tokens, and when the first answer came."""
+        """Handles the job's progress topic, where each answer task reports its rows and tokens so far."""
         self._tokens = {}
 
         def take_progress(event) -> None:
@@ -177,7 +141,7 @@ class ClusterJob:
         return take_progress
 
     def _spec(self, pipeline: ClusterHandle, job_id: str, watched: bool) -> JobSpec:
-        """What every task of the job shares; a ``JobError`` where the engines cannot run it."""
+        """What every task of the job shares; raises ``JobError`` when the engines cannot serve the task."""
         task_name = self.steps.task_name(self.config)
         refused = unserved(task_name, pipeline.engine_tasks, pipeline.model)
         if refused:
@@ -209,16 +173,16 @@ class ClusterJob:
         bar,
         stop: threading.Event | None = None,
     ) -> dict[int, str]:
-        """Read, place, split, answer, complete; the partitions that could not be read, and why."""
+        """Runs the job's steps and returns the partitions that could not be read, with the reason."""
         client = pipeline.client
-        if not todo:  # (every partition merged by an earlier run: only the end is left)
+        if not todo:  # an earlier run merged every partition
             futures += self.steps.complete(client, spec, [], {}, {})
             return {}
         rec = self.config.recovery
         watch = ShardWatch(
             client, {s.name: s.resource for s in self.config.shards}, rec.poll_interval_s, rec.rejoin_timeout_s
         )
-        shards = [s for s in self.config.shard_names if s in watch.workers]  # those with a worker now
+        shards = [s for s in self.config.shard_names if s in watch.workers]
         if not shards:
             raise JobError("no shard has a worker; nothing can answer the job")
         plan = JobPlan(client, spec, self.steps, self.config)
@@ -241,12 +205,11 @@ class ClusterJob:
         bar,
         stop: threading.Event | None,
     ) -> dict[int, str]:
-        """Take each read's and answer's figures as they come, move the buckets of a shard given
-        up on, show progress; the partitions that could not be read, and why."""
+        """Takes each read's and answer's figures as they come, moves the buckets of a lost shard and shows progress."""
         client = pipeline.client
         reads = _Reads()
         pending = as_completed(list(plan.watched.values()) + plan.figures)
-        moved_away: set[str] = set()  # answer tasks cancelled here: their buckets moved
+        moved_away: set[str] = set()  # answer tasks cancelled because their buckets moved
         while not pending.is_empty():
             if stop is not None and stop.is_set():
                 raise JobLeft()
@@ -260,10 +223,10 @@ class ClusterJob:
                 summary.events.append(event)
                 if event.kind == GONE:
                     plan.move(event.shard, watch, moved_away, pending, futures, summary)
-            live = reads.errors + sum(answered.values())  # rows answered so far, as the tasks report them
+            live = reads.errors + sum(answered.values())
             bar.update(max(0, summary.resumed + live - bar.n))
             self._publish(pipeline, summary, live)
-            with pending.thread_condition:  # (the last one taken: on at once, to the merges)
+            with pending.thread_condition:  # wake as soon as a task ends
                 if not pending.has_ready() and not pending.is_empty():
                     pending.thread_condition.wait(timeout=0.5)
         return reads.unreadable
@@ -271,21 +234,19 @@ class ClusterJob:
     def _take(
         self, client, f, plan: JobPlan, pending, moved_away: set[str], summary: JobSummary, reads: "_Reads"
     ) -> None:
-        """A watched task ended: a read's figures or an answer's, taken into ``summary`` and
-        ``reads``; one lost with its worker before it was taken is watched again."""
+        """Takes a finished read's or answer's figures; a result lost with its worker is watched again."""
         if f.cancelled():
             if f.key in moved_away:  # its bucket went to another shard
                 return
             raise JobError(_cancelled(client, f.key))
         try:
             result = f.result(timeout=LOST_AFTER_S)
-            if isinstance(result, Stopped):  # (a write failed for good: the other tasks are cancelled)
+            if isinstance(result, Stopped):  # a write failed for good
                 raise JobError(result.why)
             if f.key not in plan.partition_of and self.steps.answered is not None:
                 self.steps.answered(client, plan.answers[plan.of_answer[f.key]])
         except TimeoutError:
-            # (done, then lost with its worker before it was taken: Dask computes it again, or its
-            # bucket moves once its shard is given up on)
+            # The result was lost with its worker: Dask computes it again, or the bucket moves with its shard.
             pending.add(f)
             return
         summary.take(result)
@@ -296,13 +257,12 @@ class ClusterJob:
             if result.unreadable is not None:
                 reads.unreadable[plan.partition_of[f.key].index] = result.unreadable
         else:
-            plan.pieces[plan.of_answer[f.key]] = []  # (answered: its rows are no longer needed)
+            plan.pieces[plan.of_answer[f.key]] = []  # its rows can be freed
         f.release()
 
     def _publish(self, pipeline, summary: JobSummary, live_rows: int = 0, force: bool = False) -> None:
-        """The job's figures for the dashboard page (its job plot), at most once a second;
-        ``live_rows``: rows answered so far as the answer tasks report them (the summary counts
-        a bucket's rows when it ends)."""
+        """Publishes the job's figures for the dashboard at most once a second; ``live_rows`` includes running
+        buckets' rows."""
         now = time.monotonic()
         if not force and now - getattr(self, "_published", 0.0) < 1.0:
             return
@@ -313,6 +273,6 @@ class ClusterJob:
         if self.on_progress is not None:
             tokens = [sum(t[k] for t in self._tokens.values()) for k in range(3)]
             self.on_progress(summary.resumed + job["rows"], summary.errors, tokens)
-        if self.steps.shown is not None:  # (a stream's window: shown as part of the stream)
+        if self.steps.shown is not None:  # a stream shows its window as part of itself
             job = self.steps.shown(job)
         pipeline.client.set_metadata(VIEW_METADATA_KEY, {"job": job, "time": time.time()})

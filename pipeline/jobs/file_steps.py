@@ -1,8 +1,5 @@
-"""A file job's steps on the cluster (pipeline/jobs/cluster_job.py runs them): each input
-partition read on a worker (Parquet row groups, or an OpenAI batch file's blocks of lines),
-its rows split by shard, answers committed to answer files in OUTPUT.partial, each partition
-merged into a part of the output in input order, then OUTPUT; ids used twice refused on the
-workers before any row is answered."""
+"""A file job's steps on the cluster: answers committed to OUTPUT.partial as they come, each partition merged into an
+output part, then OUTPUT. Ids used twice are refused on the workers before any row is answered."""
 
 from __future__ import annotations
 
@@ -31,29 +28,27 @@ from pipeline.steps.output_tasks import finish_task, merge_task
 from tasks import Embed, get_task_kind
 from tasks.registry import task_kind
 
-MIN_LINE_BYTES = 100  # a JSONL request is longer than this (its rows, for the duplicate check's ranges)
+MIN_LINE_BYTES = 100  # no JSONL request is shorter, so it bounds a file's rows
 
 
 class FileSteps:
-    """A Parquet file job's steps: partitions of the input files read on the workers, answers
-    committed to answer files, each partition merged into a part, then OUTPUT."""
+    """The steps of a job that reads files and commits its answers to OUTPUT.partial."""
 
     answer = staticmethod(answer_task)
-    answered: Callable[..., None] | None = None  # (a stream's steps take each bucket's answers as it ends)
-    shown: Callable[[dict], dict] | None = None  # (and show the stream's figures on the dashboard)
+    answered: Callable[..., None] | None = None  # only a stream takes each bucket's answers as it ends
+    shown: Callable[[dict], dict] | None = None  # and shows its own figures on the dashboard
 
     def __init__(self, source, sink: ClusterParts, check_keys: bool = False, lines=None):
         self.source, self.sink = source, sink
-        # (a JSONL job's rows are counted as its blocks are read: known from the start only when
-        # an earlier run of it counted them, ``rows_counted``)
+        # A JSONL file's rows are counted as its blocks are read, so only an earlier run can know them at the start.
         self.rows_total = (
             sink.meta.get("rows")
             if any(p.rows is None for p in sink.partitions)
             else sum(p.rows for p in sink.partitions)
         )
         self.resumed = sink.resumed
-        self.check_keys = check_keys  # the workers check that no id is used twice (pipeline/jobs/key_check.py)
-        self.lines = lines  # an OpenAI batch job's output lines (openai_batch.ResponseLines); None: Parquet
+        self.check_keys = check_keys  # the workers check that no id is used twice
+        self.lines = lines  # a batch job's ``ResponseLines``; None for Parquet
 
     def committed(self) -> int:
         return self.sink.refresh()
@@ -71,49 +66,45 @@ class FileSteps:
         )
 
     def read(self, client, spec: JobSpec, part, key: str, resources: dict | None = None):
-        """``resources``: the read slot the task takes on its worker (``jobs.reads_per_worker``)."""
+        """``resources`` is the read slot the task takes on its worker."""
         return client.submit(read_task, spec, part, key=key, priority=PLAN_PRIORITY, resources=resources)
 
     def task_kind(self, config, tokenizer):
-        """An OpenAI batch job's requests are chats, prompts to continue (a file of completion
-        requests), texts to embed (of embedding requests) or pairs to score (of scoring requests);
-        any other job's rows are the config's task's."""
+        """A batch file's endpoint decides what each row is for the engine; any other job takes the config's task."""
         if self.lines is None:
             return get_task_kind(config, tokenizer, head_labels(config))
         if self.lines.endpoint == SCORING:
             return scoring_task(config, tokenizer)
-        if self.lines.embeds:  # (the embed task's defaults: the config's template is its own task's)
+        if self.lines.embeds:  # the config's template belongs to its own task
             return Embed(tokenizer)
         return task_kind(self.task_name(config), config.prompt, tokenizer)
 
     def task_name(self, config) -> str:
-        """The name of ``task_kind``'s task (known before it is made)."""
+        """The name of ``task_kind``'s task, known before the task is made."""
         if self.lines is None:
             return config.task
         return ENDPOINT_TASKS[self.lines.endpoint]
 
     def rows_counted(self, rows: int) -> None:
-        """Every partition read: the input has ``rows`` rows (a JSONL job's partial output
-        records it, for a resumed run's progress and note)."""
+        """Records the input's row count once every partition is read, for a resumed run's progress."""
         if self.sink.meta.get("rows") != rows:
             self.sink.record(rows=rows)
 
     def rows_merged(self) -> int:
-        """Rows of the partitions an earlier run merged (not read again)."""
+        """Rows of the partitions an earlier run merged, which are not read again."""
         files = self.sink.files
         return sum(
             files.folder.num_rows(files.part_path(p.index)) for p in self.sink.partitions if files.merged(p.index)
         )
 
     def split(self, client, spec: JobSpec, read, place, part, key: str, resources: dict | None = None):
-        """``resources``: the read slot, as ``read``'s (a split reads its partition's texts again)."""
+        """``resources`` is the read slot, as for ``read``, because a split reads its partition's texts again."""
         return client.submit(
             file_split_task, spec, read, place, part, key=key, priority=PLAN_PRIORITY, resources=resources
         )
 
     def key_checks(self, client, spec: JobSpec) -> list:
-        """With ``check_keys``: the tasks that find the hashes of ids used twice, over every
-        partition (those merged by an earlier run too), one task per range of hash values."""
+        """The tasks that find hashes of ids used twice, one per range of hash values."""
         if not self.check_keys:
             return []
         rows = self.rows_total if self.rows_total is not None else self.source.size // MIN_LINE_BYTES
@@ -138,8 +129,7 @@ class FileSteps:
         ]
 
     def refuse_duplicates(self, client, spec: JobSpec, checks: list) -> None:
-        """Raise ``JobError`` if an id is used twice (``key_checks``); before any row is answered.
-        A folder this run started is removed: it holds nothing yet."""
+        """Raises ``JobError`` if an id is used twice; a folder this run started holds nothing yet and is removed."""
         again = np.concatenate(client.gather(checks)) if checks else []
         if not len(again):
             return
@@ -150,14 +140,14 @@ class FileSteps:
             for p in self.sink.partitions
         ]
         found, shown = client.submit(duplicate_report, *suspects, key=f"{spec.job_id}-duplicates").result()
-        if not found:  # (hashes alike, ids not)
+        if not found:  # the hashes collided but the ids differ
             return
         if not self.sink.resumed:
             self.sink.folder.remove()
         raise JobError(duplicates_message(self.source.key, found, shown))
 
     def complete(self, client, spec: JobSpec, todo: list, unreadable: dict, answers: dict) -> list:
-        """Each readable partition merged; then, if every one was, OUTPUT. The futures submitted."""
+        """Merges each readable partition and, if all were readable, writes OUTPUT; returns the futures submitted."""
         merges = [
             client.submit(merge_task, spec, p, key=f"{spec.job_id}-merge-{p.index}")
             for p in todo
@@ -174,11 +164,10 @@ class FileSteps:
 
 
 class FileJob(ClusterJob):
-    """A file job (``prepare_job``): a ``ClusterJob`` over ``FileSteps``, with its partial output."""
+    """A file job: a ``ClusterJob`` over ``FileSteps``."""
 
     steps: FileSteps
 
     @property
     def sink(self) -> ClusterParts:
-        """The job's partial output (OUTPUT.partial: answer files and merged parts)."""
         return self.steps.sink

@@ -1,6 +1,5 @@
-"""A Dask DataFrame job's steps (``Pipeline.map_dataframe``, pipeline/client/dataframes.py):
-each input partition computed and read on a worker, answers kept in the cluster's memory, each
-partition's answers merged into a pandas DataFrame with the input's index."""
+"""A Dask DataFrame job's steps: each partition is computed and read on a worker, and answered into a pandas
+DataFrame."""
 
 from __future__ import annotations
 
@@ -9,32 +8,30 @@ from pipeline.jobs.kept_steps import KeptSteps
 
 
 class FrameSteps(KeptSteps):
-    """A Dask DataFrame job's steps on the cluster (pipeline/jobs/cluster_job.py): each input
-    partition computed and read on a worker (pipeline/steps/frame_tasks.py), answers kept in
-    memory, each partition's answers merged into a pandas DataFrame with the input's index
-    (``frames``: one future per partition, in order, once the job has run)."""
+    """A Dask DataFrame job's steps; after the job, ``frames`` holds one future per partition, in order."""
 
     def __init__(self, parts: list, columns: RowColumns, out_columns: list[str], rows_total: int | None):
         super().__init__(parts, source=columns)
         self.out_columns = out_columns
         self.rows_total = rows_total
         self.frames: list = []
-        self._tails: dict = {}  # partition -> what its merge needs of its read (``frame_tail_of``)
+        self._tails: dict = {}  # partition -> what its merge needs of its read
 
     def read(self, client, spec, part, key: str, resources: dict | None = None):
-        """(``resources`` is not asked for: a DataFrame's partition is read where the cluster
-        computed it, which may be a worker serving no shard.)"""
+        """Takes no read slot: a partition is read where the cluster computed it, maybe on a worker with no shard."""
         from pipeline.jobs.job_plan import PLAN_PRIORITY
         from pipeline.steps.frame_tasks import frame_read_task, frame_tail_of
 
-        frame = client.compute(self.parts[part.index], priority=PLAN_PRIORITY)  # on the cluster, read beside it
+        frame = client.compute(
+            self.parts[part.index], priority=PLAN_PRIORITY
+        )  # computed on the cluster, read beside it
         read = client.submit(frame_read_task, spec, frame, part.index, key=key, priority=PLAN_PRIORITY)
-        # (what the merge needs of the read, kept: the read itself is let go once split)
+        # Keep what the merge needs, because the read itself is let go once it is split.
         self._tails[part.index] = client.submit(frame_tail_of, read, key=f"{key}-tail", priority=PLAN_PRIORITY)
         return read
 
     def complete(self, client, spec, todo: list, unreadable: dict, answers: dict) -> list:
-        """Each partition's answers merged on the cluster (waited for, not fetched)."""
+        """Merges each partition's answers on the cluster and waits for them without fetching them."""
         from distributed import wait
 
         from pipeline.steps.cluster_tasks import kept_piece

@@ -1,23 +1,10 @@
-"""Jobs: Parquet (or OpenAI batch JSONL) in, exactly one output row per input row out.
+"""File jobs: Parquet or OpenAI batch JSONL in, exactly one output row per input row out.
 
     from pipeline import Pipeline, run_job
     with Pipeline() as p:
         summary = run_job(p, "in/*.parquet", "answers.parquet", truncate=True)
 
-``prepare_job`` does every check that needs no engine (input readable, columns, duplicate
-ids, output writable and apart from the input, resume state; the ids of a job larger than one
-partition are checked by the workers, before any row is answered: pipeline/jobs/key_check.py).
-The job runs on the cluster (``ClusterJob``, ``pipeline/jobs/cluster_job.py``: the workers
-read, group by document, answer and write). Input and output are local paths or fsspec URLs
-(``pipeline/data/storage.py``).
-
-Parquet output columns: the input's own columns (except those the task reads, ``document``
-and ``question`` for the default task, and those named like output columns) followed by ``id,
-answer, error, prompt_tokens, cached_tokens, completion_tokens, shard, latency_s,
-finish_reason`` and, for a job that asks for JSON answers, ``answer_json``
-(``pipeline.results.RESULT_FIELDS``). OpenAI batch output: one response line per request
-(``pipeline/jobs/openai_batch.py``).
-"""
+``prepare_job`` does every check that needs no engine, so that a bad input fails before the cluster does any work."""
 
 from __future__ import annotations
 
@@ -65,24 +52,21 @@ def prepare_job(
     notify: Callable[[str], None] | None = None,
     config: "Config | None" = None,
 ) -> FileJob:
-    """Check everything that needs no engine; raise :class:`JobError` with the reason.
-    ``config``: the one the pipeline runs with (its task says which columns the input needs;
-    default: the repository's cluster.yaml)."""
+    """Checks everything that needs no engine and returns the job, or raises ``JobError`` with the reason."""
     notify = notify or (lambda message: print(message, file=sys.stderr))
     config = config or load_config()
     source = _checked_source(input_path, output_path, format, config)
     notes = _input_notes(source, input_path)
     remote = is_url(output_path)
     final: str | Path = str(output_path) if remote else Path(local_path(output_path))
-    partial = _partial_meta(final, config.storage_options)  # an earlier run's, if any (read once)
+    partial = _partial_meta(final, config.storage_options)  # an earlier run's, if any
     if partial is not None and partial.get("path", "client") != "cluster":
         raise JobError(
             f"{final}.partial was left by an earlier version's client-side job, which this version no "
             f"longer runs; finish it with the version that started it, or delete it to start over"
         )
     meta, partitions = _meta_and_partitions(source, partial, config)
-    # the workers check the keys of a job larger than a partition (the client would hold 8 bytes
-    # a row); a smaller job's are checked here, before anything starts
+    # The workers check a larger job's keys so that the client does not hold them all.
     keys_on_workers = source.key is not None and not allow_duplicate_ids and len(partitions) > 1
     if not keys_on_workers:
         check_duplicates(source, allow_duplicate_ids)
@@ -93,7 +77,7 @@ def prepare_job(
         else ClusterParts.local(Path(final), meta, schema, partitions)
     )
     done = sink.open()
-    notes += sink.notes  # (answer files found damaged and dropped)
+    notes += sink.notes  # damaged answer files that were dropped
     if done:
         of = f" of {meta['rows']}" if meta["rows"] is not None else ""
         notes.append(f"resuming: {done}{of} rows are already in {sink.dir}; answering the rest")
@@ -112,9 +96,7 @@ def prepare_job(
 
 
 def _checked_source(input_path, output_path, format: str, config: "Config") -> ParquetSource | OpenAIBatchSource:
-    """The job's input, opened and checked as far as it can be without reading every row: the
-    columns the config's task reads, a batch file's lines, OUTPUT apart from it, its keys' type,
-    and an adapter column only where the engines run adapters."""
+    """Opens the input and checks what can be checked without reading every row."""
     source = open_source(
         input_path,
         format,
@@ -136,15 +118,13 @@ def _checked_source(input_path, output_path, format: str, config: "Config") -> P
 
 
 def _meta_and_partitions(source, partial: dict | None, config: "Config") -> tuple[dict[str, Any], list]:
-    """What the partial output records of the job (its ``_job.json``), and its partitions: an
-    OpenAI batch file's blocks of bytes, or Parquet row groups' partitions, as an earlier run
-    (``partial``) cut them."""
+    """The job's ``_job.json`` record and its partitions, cut as an earlier run cut them so that the run can resume."""
     jsonl = isinstance(source, OpenAIBatchSource)
-    # the files as they are: answers are matched to rows by position, so a changed file must not resume
+    # Answers are matched to rows by position, so a changed input file must not resume.
     meta: dict[str, Any] = {
         "input": source.description,
         "format": source.format,
-        "rows": None if jsonl else source.num_rows,  # (a JSONL job's: counted by the workers)
+        "rows": None if jsonl else source.num_rows,  # the workers count a JSONL file's rows
         "key": source.key or "position",
         "started": int(time.time()),
         "path": "cluster",
@@ -163,7 +143,6 @@ def _meta_and_partitions(source, partial: dict | None, config: "Config") -> tupl
 
 
 def _input_notes(source, input_path) -> list[str]:
-    """What the user should know about the input before the job runs."""
     notes = []
     if source.key is None:
         notes.append(
@@ -180,9 +159,8 @@ def _input_notes(source, input_path) -> list[str]:
 
 
 def _output_schema(source, config: "Config") -> pa.Schema:
-    """The output parts' columns: the input's own (an OpenAI batch job's: each row's custom_id
-    as JSON text), then the results (``answer_json``, ``logprobs``, ``choices`` only when the job asks for them)."""
-    jsonl = source.format == "openai"  # (its lines may ask for anything: every column)
+    """The output parts' columns: the input's own, then the results the job asks for."""
+    jsonl = source.format == "openai"  # its lines may ask for any result column
     fields = (
         list(RESULT_FIELDS[1:])
         if jsonl
@@ -210,16 +188,14 @@ def run_job(
     sampling: dict | None = None,
     **options,
 ) -> JobSummary:
-    """The whole job from Python: the same checks and options as ``python -m pipeline run``.
-    ``task``, ``prompt``, ``sampling``: this job's, over the pipeline's config (the engines keep
-    running; e.g. ``prompt={"template": "Summarize: {text}"}, sampling={"max_tokens": 64}``)."""
+    """Runs a whole file job from Python as ``python -m pipeline run`` does; ``task``, ``prompt`` and ``sampling``
+    apply to this job only."""
     config = pipeline.config.for_job(task, prompt, sampling)
     return prepare_job(input_path, output_path, config=config, **options).run(pipeline, progress=progress)
 
 
 def _fingerprint(files: list[str], fs=None) -> list[list]:
-    """Each input file's size and modification time (ns); on an object store (``fs``), its size
-    and the store's version stamp (ETag, else its modification time)."""
+    """Each input file's size and change stamp, so that a rerun can tell whether the input changed."""
     out = []
     for f in files:
         if fs is not None:
@@ -240,8 +216,7 @@ def _fingerprint(files: list[str], fs=None) -> list[list]:
 
 
 def _partial_meta(final, storage_options: dict | None = None) -> dict | None:
-    """The ``_job.json`` of OUTPUT.partial, if there is one (on an object store, a client-path
-    job's manifest holds it under ``meta``)."""
+    """The ``_job.json`` of OUTPUT.partial, if any; a client-path job's manifest holds it under ``meta``."""
     try:
         if is_url(str(final)):
             fs, path = filesystem(str(final), storage_options)
@@ -256,6 +231,5 @@ def _partial_meta(final, storage_options: dict | None = None) -> dict | None:
 
 
 def _resumed(partial: dict | None, setting: str):
-    """A partition setting (``partition_rows``, ``partition_bytes``) of a cluster job's partial
-    output (its ``_job.json``) that a rerun resumes: the partitions must be the same."""
+    """A partition setting of an earlier cluster run, which a rerun must reuse so that the partitions match."""
     return partial.get(setting) if partial is not None and partial.get("path") == "cluster" else None

@@ -1,9 +1,5 @@
-"""A cluster job's tasks as the client submits them (``JobPlan``): each input partition read, its
-documents placed on the shards in buckets, split into per-shard pieces, and each bucket's answer
-task on its shard's worker; and, where a shard is given up on, its unfinished buckets' answer
-tasks submitted again on the live shards (``move``). pipeline/jobs/cluster_job.py runs the job and
-watches these tasks.
-"""
+"""Submits a cluster job's tasks: reads, placement on shards in buckets, per-shard pieces and one answer task per
+bucket. ``move`` resubmits a lost shard's unfinished buckets on the live shards."""
 
 from __future__ import annotations
 
@@ -27,16 +23,14 @@ from pipeline.steps.placement import Bucket
 from pipeline.summary import JobSummary
 from pipeline.token_estimate import CHARS_PER_TOKEN
 
-# Several jobs on one cluster share it fairly: the short planning tasks (read's figures, place,
-# split, pieces) go ahead of any job's answering, each job's k-th bucket on a shard has the same
-# priority as every other job's (so a new job's first buckets run next, not after every bucket
-# an earlier job queued), and answer tasks leave each worker a thread for the others' reads.
+# Jobs that share a cluster share it fairly. The short planning tasks go ahead of any answering, each job's k-th
+# bucket on a shard has the same priority as every other job's so that a new job does not wait behind an earlier
+# job's queue, and answer tasks leave each worker a thread for reads.
 PLAN_PRIORITY = 100
 
 
 def _slots_everywhere(client) -> set[str]:
-    """Which of the slot resources (answer slots, read slots) every shard's worker has: a cluster
-    started by an earlier version may lack one, and a task asking for it would never run."""
+    """The slot resources every shard's worker has; a task asking for one a worker lacks would never run."""
     workers = [w.get("resources", {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
     shard_workers = [r for r in workers if any(k.startswith(shard_resource("")) for k in r)]
     return {
@@ -47,13 +41,13 @@ def _slots_everywhere(client) -> set[str]:
 
 
 class JobPlan:
-    """A job's tasks (futures), submitted by ``submit``; what the job's watch reads of them."""
+    """Submits a job's tasks and keeps the futures that the job's watch reads."""
 
     def __init__(self, client, spec: JobSpec, steps: JobSteps, config):
         self.client, self.spec, self.steps, self.config = client, spec, steps, config
         self.slots = _slots_everywhere(client)
-        self.rank: dict[int, int] = {}  # a bucket's place among its shard's: each job's k-th go together
-        self.moves = itertools.count(1)  # buckets moved off a gone shard (their tasks' keys)
+        self.rank: dict[int, int] = {}  # a bucket's rank on its shard, its priority
+        self.moves = itertools.count(1)  # numbers the moved answer tasks' keys
         self.figures: list = []  # each read's figures, in partition order
         self.partition_of: dict = {}  # a read's figures' key -> its partition
         self.bucket: dict[int, Bucket] = {}  # bucket index -> Bucket
@@ -61,11 +55,10 @@ class JobPlan:
         self.answers: dict = {}  # bucket index -> its answer task
         self.watched: dict = {}  # bucket index -> its answer's figures
         self.of_answer: dict = {}  # an answer's figures' key -> its bucket index
-        self.split_done: list = []  # each split, ended (before the merges)
+        self.split_done: list = []  # all must end before the merges
 
     def submit(self, todo: list, shards: list[str], futures: list) -> None:
-        """Each partition of ``todo`` read, its documents placed on ``shards`` in buckets, split
-        into per-shard pieces, and each bucket's answer task (all added to ``futures``)."""
+        """Submits the reads, placement, splits and answer tasks for ``todo``, adding them to ``futures``."""
         client, spec, job = self.client, self.spec, self.spec.job_id
         slot = {"resources": {READ_SLOTS_RESOURCE: 1}} if READ_SLOTS_RESOURCE in self.slots else {}
         reads = [self.steps.read(client, spec, p, key=f"{job}-read-{p.index}", **slot) for p in todo]
@@ -80,9 +73,7 @@ class JobPlan:
             self.steps.split(client, spec, r, place, p, key=f"{job}-split-{p.index}", **slot)
             for r, p in zip(reads, todo)
         ]
-        # each partition's rows for each shard: a bucket's answer task takes its slice of its shard's
-        # (P × shards tasks, not P × buckets; a bucket's entry is let go once it is answered, a
-        # shard's pieces with its last bucket's)
+        # One piece per partition and shard, not per bucket: each answer task takes its slice of its shard's pieces.
         of_shard = {
             shard: [
                 client.submit(piece_of, s, shard, key=f"{job}-piece-{p.index}-{shard}", priority=PLAN_PRIORITY)
@@ -91,17 +82,14 @@ class JobPlan:
             for shard in sorted({b.shard for b in buckets})
         }
         self.pieces = {b.index: of_shard[b.shard] for b in buckets}
-        # (a file job's split also commits its partition's rows that failed reading: each must
-        # run, and end before the merges, even where no bucket takes a piece of it)
+        # A file job's split also commits the rows that failed reading, so every split must end before the merges.
         self.split_done = [
             client.submit(len, s, key=f"{job}-split-done-{p.index}", priority=PLAN_PRIORITY)
             for s, p in zip(splits, todo)
         ]
         futures += self.split_done
-        # The reads and splits are let go here: Dask drops each once the tasks that take it have
-        # run, so the workers hold a partition's rows once (its pieces), not three times. A worker
-        # lost later takes pieces with it; Dask computes them again from the graph (the split, and
-        # the read before it, rerun: a read gives the same rows again, spec.run).
+        # Letting go of the reads and splits lets Dask drop each once its dependents have run, so the workers hold a
+        # partition's rows once. Pieces lost with a worker are computed again, and a reread gives the same rows.
         del of_shard, reads, splits
         per_shard: dict[str, int] = {}
         for b in buckets:
@@ -109,23 +97,23 @@ class JobPlan:
             per_shard[b.shard] = self.rank[b.index] + 1
         self.bucket = {b.index: b for b in buckets}
         self.answers = {b.index: self.answer(b, self.pieces[b.index]) for b in buckets}
-        self.watched = {i: self.figures_of(a) for i, a in self.answers.items()}  # each answer's figures
+        self.watched = {i: self.figures_of(a) for i, a in self.answers.items()}
         self.of_answer = {f.key: i for i, f in self.watched.items()}
         futures += self.answers.values()
         futures += self.watched.values()
 
     def _place(self, reads: list, todo: list, shards: list[str], futures: list) -> tuple:
-        """The read partitions' documents placed on ``shards`` (the place task, and its buckets),
-        once no id is used twice."""
+        """Submits the placement of the documents on ``shards`` and returns it with its buckets, once no id is used
+        twice."""
         client, spec, job = self.client, self.spec, self.spec.job_id
         held = held_documents(client, shards)
         documents = [
             client.submit(documents_of, r, key=f"{job}-documents-{p.index}", priority=PLAN_PRIORITY)
             for r, p in zip(reads, todo)
         ]
-        checks = self.steps.key_checks(client, spec)  # (ids used twice: refused before any answer)
+        checks = self.steps.key_checks(client, spec)  # duplicate ids are refused before any answer
         futures += checks
-        decode_bytes = CHARS_PER_TOKEN * self.config.sampling.max_tokens  # (ASCII: a byte a character)
+        decode_bytes = CHARS_PER_TOKEN * self.config.sampling.max_tokens  # a byte per character
         place = client.submit(
             place_task,
             shards,
@@ -144,7 +132,6 @@ class JobPlan:
         return place, buckets
 
     def answer(self, b: Bucket, pieces: list, attempt: int = 0):
-        """Bucket ``b``'s answer task, on its shard's worker."""
         key = f"{self.spec.job_id}-answer-{b.index}" + (f"-moved{attempt}" if attempt else "")
         resources = {self.config.shard(b.shard).resource: 1}
         if ANSWER_SLOTS_RESOURCE in self.slots:
@@ -165,11 +152,8 @@ class JobPlan:
         return self.client.submit(figures_of_answer, answer, key=f"{answer.key}-figures", priority=PLAN_PRIORITY)
 
     def move(self, gone: str, watch, moved_away: set, pending, futures: list, summary: JobSummary) -> None:
-        """Shard ``gone`` has had no worker for ``recovery.rejoin_timeout_s``: its unfinished
-        buckets go to the live shards, least loaded first, their new answers' figures watched
-        instead of the old ones' (the tasks cancelled here are added to ``moved_away``). A moved
-        task skips the rows its earlier attempts committed (the same answer-file name), so none
-        is answered twice."""
+        """Moves shard ``gone``'s unfinished buckets to the live shards, least loaded first. A moved task skips the
+        rows its earlier attempts committed."""
         live = [s for s in self.config.shard_names if s in watch.workers and s not in watch.gone]
         if not live:
             raise JobError(

@@ -1,9 +1,5 @@
-"""What a job kind gives the coordinator (``ClusterJob``, pipeline/jobs/cluster_job.py): its
-input's partitions and how the workers read them, how each bucket is answered and its answers
-kept, and how the job ends. The kinds: ``FileSteps`` (Parquet or OpenAI batch files in, answer
-files and OUTPUT out: file_steps), ``FrameSteps`` (a Dask DataFrame: frame_steps) and
-``IterableSteps`` (a stream's window: stream_steps); the last two share ``KeptSteps``
-(kept_steps: answers kept in the cluster's memory, nothing to resume)."""
+"""What a job kind gives ``ClusterJob``: its partitions and how they are read, how each bucket is answered and kept,
+and how the job ends."""
 
 from __future__ import annotations
 
@@ -15,20 +11,20 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class JobSteps(Protocol):
-    resumed: int  # rows an earlier run committed (0: nothing to resume)
-    rows_total: int | None  # the job's rows (None until every partition is read)
+    resumed: int  # rows an earlier run committed
+    rows_total: int | None  # None until every partition is read
     answer: Callable[..., Any]  # the answer task each bucket runs on its shard
-    answered: Callable[..., None] | None  # given each bucket's answer as it ends (a stream's); None: not asked
-    shown: Callable[[dict], dict] | None  # the job's figures as the dashboard shows them; None: as they are
+    answered: Callable[..., None] | None  # takes each bucket's answers as it ends
+    shown: Callable[[dict], dict] | None  # adapts the job's figures for the dashboard
 
     def committed(self) -> int:
-        """Rows whose answers are kept for good so far (a file job's committed rows)."""
+        """Rows whose answers are kept for good so far."""
 
     def partitions(self) -> list:
-        """The partitions left to read (a resumed file job's: those not merged yet)."""
+        """The partitions left to read; a resumed file job skips those it merged."""
 
     def spec(self, **fields) -> "JobSpec":
-        """The ``JobSpec`` every task of the job gets (``fields``: the job's own settings)."""
+        """The ``JobSpec`` every task of the job gets, with the job's own ``fields``."""
 
     def read(self, client, spec: "JobSpec", part, key: str, resources: dict | None = None):
         """The task that reads partition ``part`` as prompt rows."""
@@ -37,22 +33,22 @@ class JobSteps(Protocol):
         """The task that cuts a partition's rows by shard and bucket once they are placed."""
 
     def key_checks(self, client, spec: "JobSpec") -> list:
-        """The tasks that look for ids used twice ([]: rows are keyed by their place)."""
+        """The tasks that look for ids used twice; none where rows are keyed by position."""
 
     def refuse_duplicates(self, client, spec: "JobSpec", checks: list) -> None:
-        """Raise ``JobError`` naming ids used twice, from ``key_checks``' tasks."""
+        """Raises ``JobError`` naming the ids that ``key_checks`` found used twice."""
 
     def rows_merged(self) -> int:
-        """Rows of partitions an earlier run merged (not read again)."""
+        """Rows of the partitions an earlier run merged, which are not read again."""
 
     def rows_counted(self, rows: int) -> None:
-        """Every partition is read: the job has ``rows`` rows (kept for a resumed run's progress)."""
+        """Records the job's row count once every partition is read."""
 
     def task_kind(self, config, tokenizer):
         """The task kind the rows are prompts of."""
 
     def task_name(self, config) -> str:
-        """The name of ``task_kind``'s task, known before it is made (tasks/registry.py)."""
+        """The name of ``task_kind``'s task, known before the task is made."""
 
     def complete(self, client, spec: "JobSpec", todo: list, unreadable: dict, answers: dict) -> list:
-        """The tasks that end the job once every bucket is answered (a file job's merges and OUTPUT)."""
+        """The tasks that end the job once every bucket is answered."""

@@ -1,7 +1,5 @@
-"""What the steps of a job whose answers are kept in the cluster's memory have in common (a
-Dask DataFrame's, pipeline/client/dataframes.py; a stream window's,
-pipeline/client/iterable_job.py): nothing committed, nothing to resume, no ids to check, each
-partition split as it was read. pipeline/jobs/cluster_job.py runs them."""
+"""What a DataFrame's and a stream window's steps share: answers stay in the cluster's memory, nothing is resumed,
+and rows are keyed by position."""
 
 from __future__ import annotations
 
@@ -14,13 +12,12 @@ from tasks import get_task_kind
 
 
 class KeptSteps:
-    """``parts``: the job's partitions (one per entry); ``source``: what the workers read them
-    with (``JobSpec.source``); ``task``: the task kind (None: the config's)."""
+    """``source`` is what the workers read ``parts`` with; ``task`` is the task kind, None for the config's."""
 
     resumed = 0
     rows_total: int | None = None
-    answered: Callable[..., None] | None = None  # (a stream's steps take each bucket's answers as it ends)
-    shown: Callable[[dict], dict] | None = None  # (and show the stream's figures on the dashboard)
+    answered: Callable[..., None] | None = None  # only a stream takes each bucket's answers as it ends
+    shown: Callable[[dict], dict] | None = None  # and shows its own figures on the dashboard
     answer = staticmethod(kept_answer_task)
 
     def __init__(self, parts: list, source=None, task=None):
@@ -36,26 +33,26 @@ class KeptSteps:
         return JobSpec(source=self.source, folder=None, schema=None, **fields)
 
     def split(self, client, spec, read, place, part, key: str, resources: dict | None = None):
-        """(``resources`` is not asked for: the split reads nothing again.)"""
+        """Takes no read slot, because this split reads nothing again."""
         from pipeline.jobs.job_plan import PLAN_PRIORITY
 
         return client.submit(split_task, read, place, key=key, priority=PLAN_PRIORITY)
 
-    def key_checks(self, client, spec) -> list:  # (rows are keyed by their place: a frame's index, a stream's)
+    def key_checks(self, client, spec) -> list:  # rows are keyed by position
         return []
 
-    def refuse_duplicates(self, client, spec, checks: list) -> None:  # (no checks: nothing to refuse)
+    def refuse_duplicates(self, client, spec, checks: list) -> None:
         return None
 
-    def rows_merged(self) -> int:  # (every partition is read)
+    def rows_merged(self) -> int:  # every partition is read
         return 0
 
-    def rows_counted(self, rows: int) -> None:  # (nothing to resume: no record kept)
+    def rows_counted(self, rows: int) -> None:  # nothing to resume
         pass
 
     def task_kind(self, config, tokenizer):
         return self.task if self.task is not None else get_task_kind(config, tokenizer, head_labels(config))
 
     def task_name(self, config) -> str:
-        """The name of ``task_kind``'s task (known before it is made)."""
+        """The name of ``task_kind``'s task, known before the task is made."""
         return getattr(self.task, "name", "chat") if self.task is not None else config.task

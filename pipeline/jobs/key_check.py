@@ -1,16 +1,6 @@
-"""No key (``id`` value) used by two rows of a job's input: output rows are matched to input rows
-by key, so a job with a repeated key is refused before any row is answered (unless the user
-allows it).
-
-Keys are hashed (8 bytes a row held, not the keys); only the keys whose hash repeats are then
-compared exactly. Where the hashes are held:
-- ``check_duplicates``: in this process, the whole input at once (a client-path job, or an input
-  of one partition, refused before the cluster starts);
-- on the workers for a larger cluster job (pipeline/jobs/cluster_job.py): each partition's keys
-  hashed and cut into ranges of hash values (``partition_key_hashes``), each range checked by one
-  task (``repeated_hashes``), so no process holds more than a range's hashes; the keys of any
-  repeated hash are then counted exactly (``suspect_keys``, ``duplicate_report``).
-"""
+"""Refuses an input that uses a key for two rows, because output rows are matched to input rows by key. Keys are
+hashed, 8 bytes a row, and only keys whose hash repeats are compared; a larger job's check runs on the workers,
+one task per range of hash values."""
 
 from __future__ import annotations
 
@@ -21,7 +11,7 @@ from pipeline.data.errors import JobError
 from pipeline.data.partitions import ByteBlock, Partition
 
 DUPLICATES_SHOWN = 10
-RANGE_ROWS = 1 << 24  # about the rows (hashes, 8 bytes each: 128 MB) one range's check task holds
+RANGE_ROWS = 1 << 24  # the hashes one range's task holds, 8 bytes each
 
 
 def hash_ranges(rows: int) -> int:
@@ -31,7 +21,7 @@ def hash_ranges(rows: int) -> int:
 
 def key_hashes(keys: pa.Array) -> np.ndarray:
     """A 64-bit hash of each non-null key."""
-    import pandas as pd  # start time: loaded by jobs only
+    import pandas as pd  # imported here to keep start-up fast
 
     keys = keys.drop_null()
     if not len(keys):
@@ -40,20 +30,20 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
 
 
 def check_key_type(source) -> None:
-    """Keys must be strings or numbers (what hashes and compares exactly)."""
+    """Keys must be strings or numbers, which hash and compare exactly."""
     key_type = source.key_type
     if source.key and (pa.types.is_nested(key_type) or pa.types.is_dictionary(key_type)):
         raise JobError(f"the {source.key} column has type {key_type}, which cannot key rows; use strings or integers")
 
 
 def repeated(hashes: np.ndarray) -> np.ndarray:
-    """The values that occur more than once in ``hashes`` (sorted here, in place)."""
+    """The values that occur more than once in ``hashes``, which it sorts in place."""
     hashes.sort()
     return np.unique(hashes[1:][hashes[1:] == hashes[:-1]])
 
 
 def count_repeated(keys) -> list[tuple]:
-    """(key, count) of each key that occurs more than once in ``keys``, in first-seen order."""
+    """(key, count) for each key seen more than once, in first-seen order."""
     counts: dict = {}
     for key in keys:
         counts[key] = counts.get(key, 0) + 1
@@ -61,7 +51,7 @@ def count_repeated(keys) -> list[tuple]:
 
 
 def duplicates_message(key: str, found: int, shown: list[tuple]) -> str:
-    """The refusal: ``found`` keys repeated, the first of them (``shown``: key, count)."""
+    """The refusal for ``found`` repeated keys, listing the first of ``shown``."""
     listed = ", ".join(f"{k!r} ({c} times)" for k, c in shown[:DUPLICATES_SHOWN])
     more = f" and {found - DUPLICATES_SHOWN} more" if found > DUPLICATES_SHOWN else ""
     return (
@@ -73,13 +63,13 @@ def duplicates_message(key: str, found: int, shown: list[tuple]) -> str:
 
 
 def check_duplicates(source, allowed: bool) -> None:
-    """The whole input's keys checked in this process (8 bytes a row held)."""
+    """Checks the whole input's keys in this process."""
     check_key_type(source)
     hashes = [key_hashes(keys) for keys in source.key_arrays()]
     if allowed or not hashes:
         return
     ordered = np.concatenate(hashes)
-    del hashes[:]  # (the batches' copies go before the sort, which works in place)
+    del hashes[:]  # free the batches' copies before the in-place sort
     again = repeated(ordered)
     del ordered
     if not len(again):
@@ -96,18 +86,17 @@ def check_duplicates(source, allowed: bool) -> None:
         raise JobError(duplicates_message(source.key, len(found), found))
 
 
-# On the workers (a cluster job larger than one partition)
+# The checks of a job larger than one partition run on the workers.
 
 
 def _partition_keys(source, part: Partition | ByteBlock) -> pa.Array:
-    """Partition ``part``'s keys; none if it cannot be read (its read task says why, and its rows
-    wait for a rerun, which checks every partition again)."""
+    """``part``'s keys, or none if it cannot be read; its read task reports that, and a rerun checks again."""
     from pipeline.steps.jsonl_input import block_keys
     from pipeline.steps.prompt_table import read_partition
     from pipeline.steps.template_pieces import whole
 
     try:
-        if isinstance(part, ByteBlock):  # (an OpenAI batch file's block of bytes)
+        if isinstance(part, ByteBlock):  # a batch file's block of bytes
             return block_keys(source, part)
         return whole(read_partition(source, part, columns=["id"]).column(0))
     except JobError:

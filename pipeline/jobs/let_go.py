@@ -1,26 +1,20 @@
-"""A job's tasks let go when it ends before its last answer (a write failed for good, the user
-stopped it, an error): cancelled, and waited for until no worker still runs one.
-
-Dask's cancel only tells the workers; an answer task running there stops a moment later, and
-the answers it had in hand are committed before it ends (pipeline/worker/grouped_answers.py).
-Waiting for that here means that once ``ClusterJob.run`` has returned or raised, nothing of the
-job is written any more: a rerun started at once reads a folder that stays as it read it."""
+"""Lets go of a job that ends early: its tasks are cancelled and waited for until no worker runs one. Dask's cancel
+only tells the workers, and a running answer task commits what it holds before it stops, so waiting means nothing
+is written after ``ClusterJob.run`` ends."""
 
 from __future__ import annotations
 
 import time
 
 RUNNING = ("executing", "long-running", "cancelled", "resumed")  # a Dask task's states while its code runs
-WAIT_S = 10.0  # at most this long: a worker that does not answer is not waited for
+WAIT_S = 10.0  # a worker that does not answer is not waited for longer
 POLL_S = 0.05
 
 
 class Subscription:
-    """A job's handler of its progress topic, for ``client.subscribe_topic``. Dask keeps a handler
-    after ``unsubscribe_topic``, for the client's life (``Client._event_handlers``; popping it
-    there makes a late event raise), so this one lets go of ``handle`` (which holds the job: its
-    steps, a stream window's prompt rows) once ``close`` d: every window of a long stream
-    otherwise stays in the client's memory."""
+    """A progress-topic handler that can be let go of. Dask keeps handlers for the client's life, and removing one
+    makes a late event raise, so ``close`` drops the job it holds; otherwise a long stream's windows would stay in
+    memory."""
 
     def __init__(self, handle):
         self.handle = handle
@@ -34,7 +28,7 @@ class Subscription:
 
 
 def job_tasks_running(dask_worker, job_id: str) -> int:
-    """For ``client.run``: how many of job ``job_id``'s tasks this worker still runs."""
+    """For ``client.run``: how many of the job's tasks this worker still runs."""
     prefix = f"{job_id}-"
     return sum(
         1
@@ -44,8 +38,7 @@ def job_tasks_running(dask_worker, job_id: str) -> int:
 
 
 def let_go(client, futures: list, job_id: str, wait_s: float = WAIT_S) -> None:
-    """The job's unfinished ``futures`` cancelled; if there were any, returns once no worker
-    runs a task of the job (or after ``wait_s``, or at once where the cluster cannot be asked)."""
+    """Cancels the unfinished ``futures`` and waits, at most ``wait_s``, until no worker runs a task of the job."""
     unfinished = [f for f in futures if not f.done()]
     if not unfinished:
         return

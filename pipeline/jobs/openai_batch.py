@@ -1,14 +1,5 @@
-"""Output lines of the OpenAI batch format, as ``vllm run-batch`` writes them (the typed models:
-pipeline/data/openai_format.py).
-
-A row with an answer: ``{"id", "custom_id", "response": {"status_code": 200, "request_id",
-"body": <chat.completion>}, "error": null}`` (an embedding request's body: OpenAI's list of one
-embedding; a scoring request's: vLLM's score or rerank response, pipeline/data/scoring_lines.py).
-A row that failed: ``"response": {"status_code": 400, "request_id", "body": null}`` and the
-reason in ``"error": {"code", "message"}`` (``LineError.of``). Ids are
-derived from the row's position, so a resumed job writes exactly what an uninterrupted one
-would.
-"""
+"""Turns answered rows into output lines of the OpenAI batch format, as ``vllm run-batch`` writes them. Ids derive
+from the row's position, so a resumed job writes exactly what an uninterrupted one would."""
 
 from __future__ import annotations
 
@@ -44,9 +35,9 @@ from pipeline.data.scoring_lines import SCORING
 from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
 from pipeline.results import RESULT_FIELDS, RowResult
 
-# the files whose lines are answered as several rows each, and how their rows become lines again
+# Endpoints whose lines fan out into several rows, and how those rows become one line again.
 LINES_OF = {SCORING: scoring_lines.lines_of, COMPLETIONS_URL: completion_lines.lines_of}
-# the task (tasks/registry.py) that answers each endpoint's lines
+# The task that answers each endpoint's lines.
 ENDPOINT_TASKS = {
     CHAT_URL: "chat",
     COMPLETIONS_URL: "completion",
@@ -66,8 +57,7 @@ def output_line(
     endpoint: str = CHAT_URL,
     tool: str | None = None,
 ) -> str:
-    """A line (a row) of a file of ``endpoint``'s requests as its output line; ``tool``: how a
-    chat line's tools are answered (pipeline/data/chat_tools.py), None: as text."""
+    """One answered row as an output line for ``endpoint``; ``tool`` says how a chat line's tools are answered."""
     request_id = f"pipeline-batch-{position}"
     if result.error is not None:
         return encode(
@@ -115,9 +105,7 @@ def embedding_body(result: RowResult, model: str) -> EmbeddingList:
 
 
 def _choices(result: RowResult, max_tokens: int, tool: str | None, position: int) -> list[ChatChoice]:
-    """The response's choices: the row's answer, or each of its answers (``sampling.n``), with
-    their log-probabilities where asked for (OpenAI's ``logprobs.content``); a tool line's
-    answers as its calls."""
+    """The response's choices, one per answer the row asked for; a tool line's answers become tool calls."""
     answers = result.choices or [
         {
             "answer": result.answer,
@@ -131,7 +119,7 @@ def _choices(result: RowResult, max_tokens: int, tool: str | None, position: int
         ChatChoice(
             index=i,
             message=_message(a, tool, f"{position}_{i}"),
-            # as the engine says: at max_tokens (length) or at the end of the answer (stop)
+            # Without the engine's reason, an answer that used max_tokens stopped for length.
             finish_reason="tool_calls"
             if tool and a.get("answer_json")
             else a["finish_reason"] or ("length" if a["completion_tokens"] >= max_tokens else "stop"),
@@ -169,13 +157,12 @@ def _token(t: dict) -> TokenLogprob:
 
 @dataclass(frozen=True)
 class ResponseLines:
-    """A cluster job's merged rows (``id``: each custom_id as JSON text, then the result
-    columns) as output lines; what every line shares."""
+    """Turns a cluster job's merged rows into output lines; their ``id`` holds each custom_id as JSON text."""
 
     model: str
     max_tokens: int
     created: int
-    endpoint: str = CHAT_URL  # the file's (``OpenAIBatchSource.endpoint``; ``SCORING`` for scoring requests)
+    endpoint: str = CHAT_URL  # ``SCORING`` for scoring requests
 
     @property
     def embeds(self) -> bool:
@@ -183,8 +170,7 @@ class ResponseLines:
 
     @property
     def fans_out(self) -> bool:
-        """A line is answered as several rows (a completion's prompts, a scoring line's pairs),
-        which make one line again."""
+        """Whether each line is answered as several rows that make one line again."""
         return self.endpoint in LINES_OF
 
     def of(self, table: pa.Table, first: int) -> str:
@@ -197,7 +183,7 @@ class ResponseLines:
         out = []
         for k, row in enumerate(table.select(["id", *fields]).to_pylist()):
             result = RowResult(first + k, **{n: row[n] for n in fields})
-            carry = json.loads(row["id"])  # (a custom_id, or a tool line's {"custom_id", "tool"})
+            carry = json.loads(row["id"])  # a custom_id, or a tool line's {"custom_id", "tool"}
             custom_id, tool = (carry["custom_id"], carry["tool"]) if isinstance(carry, dict) else (carry, None)
             out.append(
                 output_line(

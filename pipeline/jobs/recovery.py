@@ -1,26 +1,7 @@
-"""Worker loss during a job: notice it, and say what happened.
-
-Dask does the first half itself. A batch task is restricted to its shard's worker
-resource; when that worker process dies, the scheduler puts the task back and runs it
-again as soon as a worker with the resource is there (the nanny restarts the process
-within seconds, and the engine plugin, registered on the scheduler, builds a fresh
-engine in it). A batch that kills its worker more than
-``distributed.scheduler.allowed-failures`` times fails with ``KilledWorker``.
-
-The client does the rest, with ``ShardWatch``: it polls the scheduler's worker list and
-reports, per shard, when its worker left, when a new one can answer in its place (the router
-then forgets what that shard had cached), and when a shard has had no worker that can answer
-for ``recovery.rejoin_timeout_s`` (no nanny brought it back, or its new engine takes that long
-to start: the client takes it out of routing and re-routes its unanswered rows to the surviving
-shards). The job's ``JobSummary`` (pipeline/summary.py) tells its caller what happened.
-
-"Can answer" is not "has joined": a restarted worker registers with the scheduler within
-seconds and builds its engine only then (the plugin's setup runs after registration), which
-takes from seconds to minutes. A worker that joined during the watch is asked for its engine's
-phase (``engine_phase``) at each poll until it is ready; the timeout counts from the poll
-that first saw the shard's worker gone (or replaced) until then. The workers there when the
-watch starts are taken as able to answer (their engines started before the job).
-"""
+"""Watches the shards' workers during a job so that a lost shard's buckets can move. Dask reruns a lost worker's
+tasks once a worker with its resource is back; ``ShardWatch`` reports when a worker left, when a new one can
+answer, and when a shard has had none for ``recovery.rejoin_timeout_s``. A restarted worker registers within
+seconds but builds its engine afterwards, which can take minutes, so it counts only once its engine is ready."""
 
 from __future__ import annotations
 
@@ -56,14 +37,13 @@ class ShardWatch:
         return out
 
     def _answering(self, listed: dict[str, str]) -> dict[str, str]:
-        """The shards of ``listed`` (shard -> worker) whose worker's engine is ready; a worker
-        not known to be is asked (module docstring)."""
-        self.ready &= set(listed.values())  # (a worker that left is forgotten)
+        """The shards of ``listed`` whose worker's engine is ready; a worker not yet known to be ready is asked."""
+        self.ready &= set(listed.values())  # forget the workers that left
         new = [addr for addr in listed.values() if addr not in self.ready]
         if new:
             try:
                 phases = self.client.run(engine_phase, workers=new, on_error="return")
-            except Exception:  # noqa: BLE001 - e.g. the worker left meanwhile: not ready, asked again next poll
+            except Exception:  # noqa: BLE001 - it may have left; it is asked again next poll
                 phases = {}
             self.ready.update(addr for addr, p in phases.items() if isinstance(p, dict) and p.get("phase") == "ready")
         return {shard: addr for shard, addr in listed.items() if addr in self.ready}
@@ -98,7 +78,6 @@ class ShardWatch:
 
 
 def current_workers(client: Client) -> dict[str, dict]:
-    """The scheduler's workers now (address -> info), asked for directly. Not
-    ``client.scheduler_info()``: it returns a cache that the client's background refresh
-    overwrites, every few seconds, with an identity that lists no workers."""
+    """The scheduler's workers, asked for directly: ``client.scheduler_info()`` is a cache that a background refresh
+    overwrites with an identity listing no workers."""
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]

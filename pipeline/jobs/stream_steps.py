@@ -1,6 +1,5 @@
-"""A stream window's steps (``Pipeline.stream``, pipeline/client/iterable_job.py): the window's
-partitions' prompt rows, made on the client, are the reads; answers are kept in the cluster's
-memory and each bucket's are handed back as it ends."""
+"""A stream window's steps: prompt rows made on the client are the reads, and each bucket's answers are handed back
+as it ends."""
 
 from __future__ import annotations
 
@@ -11,19 +10,15 @@ from pipeline.summary import Figures
 
 
 def _read(read):
-    """A stream partition's read: its prompt rows and figures, made on the client (the task's
-    argument; Dask computes it again wherever a lost worker held it)."""
+    """Returns the rows made on the client; as a task, Dask can recompute it wherever a lost worker held it."""
     return read
 
 
 class IterableSteps(KeptSteps):
-    """A window's steps on the cluster (pipeline/jobs/cluster_job.py): its partitions' prompt
-    rows, made here, are the reads; answers are kept in memory and each bucket's go to
-    ``on_answers`` (a table of ``ANSWER_SCHEMA`` rows, positions as the window's) as it ends."""
+    """A stream window's steps; each bucket's answers go to ``on_answers`` as an ``ANSWER_SCHEMA`` table."""
 
     def __init__(self, window, task, on_answers, shown):
-        """``window``: the stream's window (``client.iterable_job.Window``: its ``parts``, their
-        ``sizes``, its ``rows``)."""
+        """``window`` is the stream's ``Window``, with its ``parts``, their ``sizes`` and its ``rows``."""
         super().__init__(window.parts, task=task)
         self.window, self.on_answers, self.shown = window, on_answers, shown
         self.rows_total = window.rows
@@ -32,15 +27,13 @@ class IterableSteps(KeptSteps):
         from pipeline.jobs.job_plan import PLAN_PRIORITY
 
         rows = self.window.parts[part.index]
-        # (submitted, the rows are the task's: the client lets go of its copy, so that it holds a
-        # window's prompt rows only while it reads them, not while they are answered)
+        # Once submitted the rows belong to the task, so the client holds a window's rows only while reading them.
         self.window.parts[part.index] = None
         figures = Figures.of_read(self.window.sizes[part.index], rows.errors.column("error"))
         return client.submit(_read, (rows, figures), key=key, priority=PLAN_PRIORITY)
 
     def answered(self, client, answer) -> None:
-        """A bucket's answer task ended: its answers, to ``on_answers`` (``TimeoutError``: they
-        were lost with their worker before they came here)."""
+        """Hands a finished bucket's answers to ``on_answers``; ``TimeoutError`` if they were lost with their worker."""
         from pipeline.jobs.cluster_job import LOST_AFTER_S
 
         _, by_partition = answer.result(timeout=LOST_AFTER_S)

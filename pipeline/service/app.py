@@ -1,6 +1,4 @@
-"""The HTTP routes: OpenAI's Files and Batches API (FastAPI), every error in OpenAI's shape, and
-``GET /metrics`` (the batches for Prometheus). With an API key, every request must carry it
-(``Authorization: Bearer KEY``)."""
+"""The service's HTTP routes: OpenAI's Files and Batches API, errors in OpenAI's shape, and ``GET /metrics``."""
 
 from __future__ import annotations
 
@@ -33,7 +31,7 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
     app = FastAPI(title="dask-vllm-pipeline batch service", docs_url=None, redoc_url=None, openapi_url=None)
     _error_shapes(app)
 
-    async def authorized(request: Request) -> None:  # (async: no thread hop per request)
+    async def authorized(request: Request) -> None:  # async, so that a request does not hop to a thread
         if api_key is None:
             return
         given = request.headers.get("authorization", "")
@@ -48,7 +46,6 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
 
     @app.get("/metrics", dependencies=auth)
     def prometheus() -> Response:
-        """The batches in Prometheus' text format (pipeline/service/metrics.py)."""
         return Response(metrics.exposition(batch_metrics), media_type=CONTENT_TYPE_LATEST)
 
     return app
@@ -100,7 +97,7 @@ def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
         return runner.list_batches(after, limit)
 
     @app.get(f"{V1}/batches/{{batch_id}}", dependencies=auth)
-    async def batch(batch_id: str) -> dict:  # (on the event loop: the poll answers without a thread's hop)
+    async def batch(batch_id: str) -> dict:  # async, so that a poll does not hop to a thread
         return runner.get(batch_id)
 
     @app.post(f"{V1}/batches/{{batch_id}}/cancel", dependencies=auth)
@@ -109,7 +106,6 @@ def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
 
 
 def _error_shapes(app: FastAPI) -> None:
-    """Every error answered as OpenAI answers it: ``{"error": {"message", "type", "param", "code"}}``."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -1,17 +1,5 @@
-"""The service's ``GET /metrics`` (Prometheus' text format, prometheus_client): its batches as
-they are when scraped (``Runner.records``), in a registry of the app's own.
-
-    pipeline_service_batches{status}                       batches in each state (every state listed)
-    pipeline_service_batch_requests{batch_id}              a batch's requests (its input file's)
-    pipeline_service_batch_requests_completed{batch_id}    answered so far
-    pipeline_service_batch_requests_failed{batch_id}       failed so far (an expired or cancelled
-                                                           batch's: with those left unanswered)
-    pipeline_service_batch_info{batch_id, status, endpoint}  1, the batch's state
-    pipeline_service_batch_created_seconds{batch_id}       its created_at (Unix time)
-
-The per-batch figures are gauges, not counters: an expired or cancelled batch's counts become
-those of its files (what its job committed), which may be fewer than it had counted.
-"""
+"""The service's ``GET /metrics``. The per-batch figures are gauges, not counters, because an expired or cancelled
+batch's counts become those of its files, which may be fewer."""
 
 from __future__ import annotations
 
@@ -22,13 +10,13 @@ STATES = ("validating", "in_progress", "finalizing", "completed", "failed", "exp
 
 
 class BatchCollector:
-    """prometheus_client collector reading the batches at scrape time (``records()``: their objects)."""
+    """Reads the batches at scrape time."""
 
     def __init__(self, records):
         self.records = records
 
     def describe(self):
-        return []  # (no collect at registration: the batches change)
+        return []  # so that registering does not collect
 
     def collect(self):
         batches = self.records()
@@ -62,7 +50,7 @@ class BatchCollector:
 
 
 def registry(records) -> CollectorRegistry:
-    """A registry of the batches' metrics alone (not the process's default one)."""
+    """A registry of the batches' metrics alone, not the process's default one."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(BatchCollector(records))
     return reg

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
-# the states of a batch that are over: nothing runs for them any more
+# the states of a batch that is over
 FINAL = ("completed", "failed", "expired", "cancelled")
 # the purposes OpenAI's files.create takes; a batch's input must be "batch"
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
@@ -76,11 +76,10 @@ def batch_record(
         "usage": None,
         "metadata": metadata,
         "_created_ns": ns,
-    }  # (the order of batches created within one second)
+    }  # _created_ns orders the batches created within one second
 
 
 def batch_errors(*errors: dict) -> dict:
-    """A batch's ``errors``: ``{"object": "list", "data": [{"code", "message", "param", "line"}]}``."""
     return {
         "object": "list",
         "data": [
@@ -91,7 +90,6 @@ def batch_errors(*errors: dict) -> dict:
 
 
 def page(objects: list[dict], has_more: bool) -> dict:
-    """A list answer (files, batches)."""
     return {
         "object": "list",
         "data": objects,

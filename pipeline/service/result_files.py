@@ -1,13 +1,5 @@
-"""A finished batch job's output (one response line per request, as ``python -m pipeline run``
-writes it: pipeline/jobs/openai_batch.py) split into OpenAI's two files: the output file (the
-requests answered, their lines as the job wrote them) and the error file (the requests that
-failed, in OpenAI's error shape: ``"response": {"status_code", "request_id", "body": {"error":
-{"message", "type", "param", "code"}}}``). Read and written a line at a time.
-
-A job let go before its end (its batch cancelled or expired) is split from its committed answers
-(``split_partial``): the requests it did not answer are in the error file too, as OpenAI lists
-them (``"response": null, "error": {"code": "batch_expired", "message"}``). A scoring request's
-pairs (``/v1/score``, ``/v1/rerank``: a row each) are kept only as its whole line."""
+"""Splits a batch job's output into OpenAI's output file, with the answered requests' lines as the job wrote them,
+and error file, with the failed ones in OpenAI's error shape."""
 
 from __future__ import annotations
 
@@ -20,14 +12,12 @@ from pipeline.data.openai_output import ApiError, Envelope, ErrorBody, LineError
 from pipeline.jobs.openai_batch import LINES_OF, output_line
 from pipeline.results import RESULT_FIELDS, RowResult
 
-# a row's error starts with its group (docs/usage.md, "Errors per row"): the request's own fault,
-# or the service's
+# A row's error starts with its group; these groups are the request's own fault, the others the service's.
 CLIENT_GROUPS = ("input", "output")
 
 
 class BatchUsage:
-    """The tokens of a batch's answered requests, summed from their lines' ``usage`` as OpenAI's
-    Batch object gives them (``input_tokens``, ``output_tokens``, ``total_tokens``, cached input)."""
+    """Sums the answered requests' ``usage`` as OpenAI's Batch object gives it."""
 
     def __init__(self):
         self.input = self.output = self.cached = 0
@@ -46,7 +36,6 @@ class BatchUsage:
 
 
 def usage_of(input_tokens: int, cached: int, output: int) -> dict:
-    """A Batch object's ``usage``."""
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached},
@@ -57,8 +46,7 @@ def usage_of(input_tokens: int, cached: int, output: int) -> dict:
 
 
 def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dict]:
-    """Write ``answered`` and ``failed`` from the job's output; their numbers of lines, and the
-    answered requests' usage."""
+    """Writes ``answered`` and ``failed`` from the job's output; returns their line counts and the usage."""
     counts = [0, 0]
     usage = BatchUsage()
     with (
@@ -91,7 +79,7 @@ def error_line(row: OutputLine) -> OutputLine:
     )
 
 
-# what a request the batch did not answer says in its error file (OpenAI's words for an expired one)
+# The error of a request the batch did not answer, in OpenAI's words for an expired one.
 UNANSWERED = {
     "expired": ("batch_expired", "This request could not be executed before the completion window expired."),
     "cancelled": ("batch_cancelled", "This request could not be executed before the batch was cancelled."),
@@ -99,14 +87,8 @@ UNANSWERED = {
 
 
 def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int, int, dict]:
-    """A job let go before its end (its batch cancelled or expired): its committed answers split
-    into ``answered`` and ``failed`` as ``split`` does, each request it had not answered (or whose
-    answer was not yet committed) an error line in ``failed`` (``why``: a key of ``UNANSWERED``),
-    all in input order and numbered as a whole job's output. A completion or scoring request (a
-    row per prompt or pair) is answered when every one of its rows was committed: its line is
-    then whole, as a whole job writes it; else it is unanswered. The numbers of answered, failed
-    and unanswered requests (lines, not rows). ``job``: the batch's ``ClusterJob`` (its partial
-    output is read a block of the input at a time)."""
+    """Splits the committed answers of a job that was let go, as ``split`` does, with an error line for each request
+    not answered, in input order. A fanned-out request counts as answered only when all its rows were committed."""
     code, message = UNANSWERED[why]
     sink, lines = job.sink, job.steps.lines
     answers = _fanned_answers if lines.fans_out else _request_answers
@@ -141,8 +123,7 @@ def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int
 
 
 def _request_answers(source, block, done: dict[int, dict], lines, first: int):
-    """A block's requests (a row each), in order: (custom_id, its output line or None where its
-    answer was not committed); the first is the output's line ``first``."""
+    """Each request of a block in order, as (custom_id, its output line or None if its answer was not committed)."""
     from pipeline.data.request_rows import parse_line
     from pipeline.steps.jsonl_input import block_lines
 
@@ -168,8 +149,7 @@ def _request_answers(source, block, done: dict[int, dict], lines, first: int):
 
 
 def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):
-    """A block of requests answered as several rows each (pipeline/data/fanned_lines.py), a line
-    at a time, in order: (custom_id, its output line, or None unless every one of its rows was
+    """Each line of a block of fanned-out requests as (custom_id, its output line, None unless all its rows were
     committed)."""
     from pipeline.steps.jsonl_input import fanned_rows
 
@@ -190,8 +170,8 @@ def _fanned_answers(source, block, done: dict[int, dict], lines, first: int):
 
 
 def _committed(sink, block) -> dict[int, dict]:
-    """A block's committed answers (its merged part's, or its answer files'; a row answered twice,
-    by two runs: its first answer) by the row's place in the block: its result fields."""
+    """A block's committed result fields by the row's place in the block; a row answered twice keeps its first
+    answer."""
     files = sink.files
     if files.merged(block.index):
         table = files.folder.read_table(files.part_path(block.index), schema=sink.schema)

@@ -1,16 +1,7 @@
-"""Batches as jobs on the cluster: each batch runs in a thread of its own as an ordinary file
-job (``prepare_job`` / ``job.run``, as ``python -m pipeline run`` does), its input the uploaded
-file, its output in the store. Cancelling lets the job go (its tasks are cancelled on the
-cluster), and so does the batch's ``expires_at`` passing (its ``completion_window``, or the
-service's ``max_window_s`` if shorter): the batch is then ``cancelled`` or ``expired``, its
-output file the answers its job committed, its error file the requests it did not answer
-(``result_files.split_partial``). A service started again resumes every batch that was not
-over: the job takes up its committed answers, so nothing is answered twice; one whose
-``expires_at`` passed meanwhile expires at once.
-
-The batches' records are kept in memory (what ``GET /v1/batches/{id}`` answers) and written to
-the store at every change of state, and while a job runs at most once a second, when its
-counts moved."""
+"""Runs each batch as an ordinary file job in a thread of its own, with its output in the store. Cancelling a batch
+or passing its ``expires_at`` lets the job go; its files then hold what the job committed and the requests left
+unanswered. A restarted service resumes every batch that was not over. Records live in memory and are written to
+the store at every change of state."""
 
 from __future__ import annotations
 
@@ -32,8 +23,7 @@ from pipeline.service.store import Store
 
 log = logging.getLogger("pipeline.service")
 
-# each endpoint and what the cluster's engines must serve for it
-# (the scoring ones: the score task, on a generation model; pipeline/data/scoring_lines.py)
+# What the cluster's engines must serve for each endpoint; scoring runs on a generation model.
 ENDPOINT_TASKS = {
     CHAT_URL: "generate",
     COMPLETIONS_URL: "generate",
@@ -46,11 +36,7 @@ WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 
 
 class Runner:
-    """The service's batches; ``pipeline``: the running ``Pipeline`` whose cluster answers them;
-    ``part_rows``: a job's answers per committed file (``python -m pipeline run --part-rows``);
-    ``notify``: what the service's terminal should say (a batch resumed, a batch's job notes);
-    ``max_window_s``: the longest a batch may take, whatever its ``completion_window`` says
-    (None: no limit but its own)."""
+    """The service's batches; ``max_window_s`` caps every batch's ``completion_window``."""
 
     def __init__(
         self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify, max_window_s: int | None = None
@@ -63,27 +49,25 @@ class Runner:
         self._threads: dict[str, threading.Thread] = {}
         self._timers: dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
-        self._closing = False  # the service stops: its batches' jobs are let go, their records left as they are
+        self._closing = False  # set when the service stops
 
-    # -- start ------------------------------------------------------------------
     def resume(self) -> list[str]:
-        """Take up the store's batches; start again those that were not over. Their ids."""
+        """Takes up the store's batches and starts again those that were not over; returns their ids."""
         resumed = []
         for record in self.store.batches():
             self._records[record["id"]] = record
-            if record["status"] == "cancelling":  # (its job was let go, or the service stopped first)
-                self._why[record["id"]] = "cancelled"  # (its files are made from what its job committed)
+            if record["status"] == "cancelling":  # the service stopped while it was cancelling
+                self._why[record["id"]] = "cancelled"
                 self._launch(record["id"])
             elif record["status"] not in FINAL:
                 resumed.append(record["id"])
                 self._launch(record["id"])
-            elif record["status"] == "completed":  # (its job's folder, if the last service stopped before removing it)
+            elif record["status"] == "completed":  # the last service may have left its job's folder
                 self.store.drop_job_output(record["id"])
         return resumed
 
-    # -- the API's operations ---------------------------------------------------
     def create(self, input_file_id: str, endpoint: str, completion_window: str, metadata: dict | None) -> dict:
-        """A new batch (the checks that need no reading of the file answer at once)."""
+        """Creates a batch; the checks that need no reading of the file answer at once."""
         task = ENDPOINT_TASKS.get(endpoint)
         if task is None:
             raise invalid(
@@ -133,7 +117,7 @@ class Runner:
             return shown(record)
 
     def records(self) -> list[dict]:
-        """Every batch's object, as it is now (``/metrics``)."""
+        """Every batch's object as it is now, for ``/metrics``."""
         with self._lock:
             return [shown(r) for r in self._records.values()]
 
@@ -155,14 +139,13 @@ class Runner:
             raise invalid(f"Cannot cancel a batch with status '{record['status']}'.", code="batch_not_cancellable")
         if record["status"] != "cancelling":
             with self._lock:
-                self._why.setdefault(batch_id, "cancelled")  # (an expiry already under way stays one)
+                self._why.setdefault(batch_id, "cancelled")  # an expiry already under way stays an expiry
             self._update(batch_id, status="cancelling", cancelling_at=int(time.time()))
             self._stops[batch_id].set()
         return self.get(batch_id)
 
     def expire(self, batch_id: str) -> None:
-        """The batch's ``expires_at`` has passed: its job is let go and the batch expires (one
-        already over, or finalizing its complete output, is left to end)."""
+        """Lets the job go once ``expires_at`` has passed, unless the batch is over or finalizing its whole output."""
         with self._lock:
             record = self._records[batch_id]
             if self._closing or record["status"] in FINAL or record["status"] in ("finalizing", "cancelling"):
@@ -172,15 +155,13 @@ class Runner:
         self._stops[batch_id].set()
 
     def running_on(self, file_id: str) -> list[str]:
-        """The batches not over that read ``file_id``."""
         with self._lock:
             return [
                 r["id"] for r in self._records.values() if r["input_file_id"] == file_id and r["status"] not in FINAL
             ]
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """The service stops: every job is let go (what it committed is kept) and its batch left in
-        its state, for the next service to resume."""
+        """Lets every job go when the service stops and leaves each batch for the next service to resume."""
         self._closing = True
         for timer in self._timers.values():
             timer.cancel()
@@ -189,9 +170,8 @@ class Runner:
         for t in list(self._threads.values()):
             t.join(timeout_s)
 
-    # -- a batch's job ----------------------------------------------------------
     def _launch(self, batch_id: str) -> None:
-        """The batch's job in a thread; its expiry timed (at once where ``expires_at`` has passed)."""
+        """Starts the batch's job in a thread and times its expiry."""
         self._stops[batch_id] = stop = threading.Event()
         if batch_id in self._why:
             stop.set()
@@ -209,7 +189,7 @@ class Runner:
             if self.get(batch_id)["status"] in FINAL:
                 self._timers[batch_id].cancel()
         except Exception as exc:  # noqa: BLE001 - the batch fails, the service goes on
-            if self._closing:  # (the cluster's client closed under the job: the next service resumes it)
+            if self._closing:  # the client closed under the job; the next service resumes it
                 return
             log.exception("batch %s failed", batch_id)
             self._fail(batch_id, "job_failed", f"{type(exc).__name__}: {exc}")
@@ -218,7 +198,7 @@ class Runner:
         record = self.get(batch_id)
         output = self.store.job_output(batch_id)
         stop = self._stops[batch_id]
-        # a job that ended before the service stopped (its output written): only the files are left to make
+        # A job that wrote its output before the service stopped only needs its files made.
         if record["status"] != "finalizing" or not output.exists():
             file = self.store.file(record["input_file_id"])
             why = _invalid_file(file, record["endpoint"], self.store.content_path(file["id"]))
@@ -252,7 +232,7 @@ class Runner:
                 )
             except JobLeft:
                 return self._let_go(batch_id, job)
-            if stop.is_set() and not self._closing:  # (the job ended before it saw the stop: its output is whole)
+            if stop.is_set() and not self._closing:  # the job ended before it saw the stop
                 self.notify(
                     f"batch {batch_id}: {self._why.get(batch_id, 'let go')} as its job ended; it completes "
                     f"with its whole output"
@@ -261,9 +241,7 @@ class Runner:
         self._finalize(batch_id, output)
 
     def _progress(self, batch_id: str, job, done: int, failed: int, tokens: list[int]) -> None:
-        """The batch's request counts and usage while its job runs (about once a second), from the
-        job's rows answered and failed and the tokens of the rows this run has answered; a
-        completion or scoring batch's rows are its lines' prompts or pairs (``_pairs_as_lines``)."""
+        """Updates the batch's request counts and usage while its job runs; fanned-out rows are counted as lines."""
         record = self.get(batch_id)
         usage = result_files.usage_of(*tokens) if any(tokens) else None
         if usage != record["usage"]:
@@ -279,7 +257,7 @@ class Runner:
             self._update(batch_id, request_counts=now)
 
     def _finalize(self, batch_id: str, output) -> None:
-        """The job's output as the batch's output and error files; the batch completed."""
+        """Turns the job's output into the batch's output and error files and completes the batch."""
         answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
         ok, bad, usage = result_files.split(output, answered, failed)
         fields = self._store_files(batch_id, answered, ok, failed, bad)
@@ -295,8 +273,7 @@ class Runner:
         self.store.drop_job_output(batch_id)
 
     def _store_files(self, batch_id: str, answered, ok: int, failed, bad: int) -> dict:
-        """The batch's output and error files (each only where it has lines) moved into the store;
-        their ids as the batch's fields."""
+        """Moves the batch's non-empty output and error files into the store; returns their ids as its fields."""
         hexid = batch_id.removeprefix("batch_")
         fields = {}
         for name, path, count in (("output", answered, ok), ("error", failed, bad)):
@@ -318,11 +295,10 @@ class Runner:
         )
 
     def _let_go(self, batch_id: str, job) -> None:
-        """The batch's job was let go: the batch ``cancelled`` or ``expired``, its output file what
-        the job committed, its error file the failed requests and those left unanswered."""
+        """Ends a batch whose job was let go; its error file holds the failed requests and those left unanswered."""
         why = self._why.get(batch_id)
         if why is None:
-            return  # (let go because the service stops: the next service resumes it)
+            return  # the service stops; the next one resumes it
         answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
         ok, bad, left, usage = result_files.split_partial(job, answered, failed, why)
         fields = self._store_files(batch_id, answered, ok, failed, bad + left)
@@ -337,16 +313,14 @@ class Runner:
         self.store.drop_job_output(batch_id)
 
     def _update(self, batch_id: str, **fields) -> None:
-        with self._lock:  # (written under the lock: the store's record is never older than another thread's)
+        with self._lock:  # so that the store never goes back to an older record
             record = {**self._records[batch_id], **fields}
             self._records[batch_id] = record
             self.store.save_batch(record)
 
 
 def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None, str | None] | None:
-    """Why a batch's input file fails validation (the batch fails, as OpenAI's does): its error's
-    code, message, line and field; or None. Every line needs a custom_id and the batch's endpoint
-    (a scoring batch's lines too: its file holds no line for the other scoring endpoint)."""
+    """Why a batch's input file fails validation, which fails the batch as OpenAI's does, or None."""
     if file["_requests"] == 0:
         return "empty_file", f"File {file['id']} holds no requests.", None, None
     with open(path, "rb") as f:
@@ -357,10 +331,8 @@ def _invalid_file(file: dict, endpoint: str, path) -> tuple[str, str, int | None
 
 
 def _pairs_as_lines(done: int, failed: int, lines: int, pairs: int | None) -> tuple[int | None, int]:
-    """A scoring job's pairs answered and failed so far as requests (lines): the pairs answered in
-    proportion (``done`` of ``pairs`` as that share of ``lines``, rounded down, so every line once
-    every pair), the failed ones at most as many lines (a bad line is one failed row). None until
-    the job has read its input and knows its pairs."""
+    """A fanned-out job's rows answered and failed as lines, in proportion and rounded down; None until its rows are
+    known."""
     if not pairs:
         return None, 0
     lines_done = done * lines // pairs

@@ -1,14 +1,11 @@
-"""The service's store: a local folder that holds the uploaded files, the batches' records and
-their jobs' output, so that a service started again finds everything where it was::
+"""The service's store: a local folder that holds everything a restarted service needs::
 
     STORE/files/<file id>.jsonl       a file's content
-    STORE/files/<file id>.json        its record (OpenAI's file object, plus the request count)
-    STORE/batches/<batch id>.json     a batch's record (OpenAI's batch object)
-    STORE/batches/<batch id>/         its job's output (output.jsonl, and output.jsonl.partial/ while it runs)
+    STORE/files/<file id>.json        its record
+    STORE/batches/<batch id>.json     a batch's record
+    STORE/batches/<batch id>/         its job's output
 
-Every record and file is written under a temporary name and renamed, so a service killed
-midway leaves only whole ones (a left temporary file is removed when the store opens).
-"""
+Every record and file is written under a temporary name and renamed, so a killed service leaves only whole ones."""
 
 from __future__ import annotations
 
@@ -38,10 +35,8 @@ class Store:
                 left.unlink()
         self._lock = threading.Lock()
 
-    # -- files ------------------------------------------------------------------
     def add_file(self, file_id: str, filename: str, purpose: str, content: BinaryIO) -> dict:
-        """Store an uploaded file (read in chunks); refuses one over ``max_bytes`` or, for a
-        batch's input, one with more than ``max_requests`` requests."""
+        """Stores an upload, refusing one over ``max_bytes`` or a batch input of over ``max_requests`` requests."""
         tmp = self.files_dir / f"{TMP}{file_id}.jsonl"
         size = 0
         try:
@@ -70,7 +65,7 @@ class Store:
         return record
 
     def add_written_file(self, file_id: str, filename: str, purpose: str, written: Path) -> dict:
-        """A file the service wrote itself (a batch's output or errors), moved into the store."""
+        """Moves a file the service wrote itself, a batch's output or errors, into the store."""
         os.replace(written, self.content_path(file_id))
         record = file_record(file_id, filename, purpose, self.content_path(file_id).stat().st_size, 0, None)
         self._write_json(self.files_dir / f"{file_id}.json", record)
@@ -98,7 +93,6 @@ class Store:
         """A path for a file being written, removed if the service stops before it is stored."""
         return self.files_dir / f"{TMP}{name}"
 
-    # -- batches ----------------------------------------------------------------
     def save_batch(self, record: dict) -> None:
         self._write_json(self.batches_dir / f"{record['id']}.json", record)
 
@@ -107,7 +101,7 @@ class Store:
         return [r for r in records if r is not None]
 
     def job_output(self, batch_id: str) -> Path:
-        """Where the batch's job writes its output (OUTPUT.partial/ beside it while it runs)."""
+        """Where the batch's job writes its output; OUTPUT.partial/ sits beside it while the job runs."""
         folder = self.batches_dir / batch_id
         folder.mkdir(exist_ok=True)
         return folder / "output.jsonl"
@@ -115,36 +109,33 @@ class Store:
     def drop_job_output(self, batch_id: str) -> None:
         shutil.rmtree(self.batches_dir / batch_id, ignore_errors=True)
 
-    # -- records ----------------------------------------------------------------
     def _write_json(self, path: Path, record: dict) -> None:
         tmp = path.with_name(f"{TMP}{path.name}.{threading.get_ident()}")
         tmp.write_text(json.dumps(record))
-        with self._lock:  # (the last one written wins, whole)
+        with self._lock:  # the last write wins, whole
             os.replace(tmp, path)
 
     @staticmethod
     def _read_json(path: Path) -> dict | None:
         try:
             return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):  # (not there, or not a name the file system takes)
+        except (OSError, json.JSONDecodeError):  # missing, or a name the file system refuses
             return None
 
 
 def default_root(config) -> Path:
-    """The store of ``python -m pipeline serve`` without ``--store``: ``model.cache_dir/service``."""
     return config.model.cache_path / "service"
 
 
 def stored_batches(root: str | os.PathLike) -> list[dict]:
-    """The batches' records in the store at ``root``, newest first, read without opening the store
-    (nothing is created or removed: ``python -m pipeline status``); none where there is no store."""
+    """The batches' records at ``root``, newest first, read without opening, creating or cleaning the store."""
     records = (Store._read_json(p) for p in (Path(root).expanduser() / "batches").glob("*.json"))
     return sorted((r for r in records if r is not None), key=lambda r: r.get("_created_ns", 0), reverse=True)
 
 
 def count_requests(path: Path) -> tuple[int, str | None]:
-    """The requests (non-blank lines) in a batch input file, and its first line's ``url`` (the
-    file's endpoint), None when it cannot be read; a line's own faults are the job's to answer."""
+    """A batch input file's non-blank lines and its first line's ``url``; a line's own faults are the job's to
+    answer."""
     requests, endpoint = 0, None
     with open(path, "rb") as f:
         for line in f:
@@ -164,6 +155,5 @@ ID_CHARACTERS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # the ids the st
 
 
 def _plain(object_id: str) -> bool:
-    """An id that could name a file of the store and nothing else: no path, no name the file
-    system refuses (a 5,000-character id is not found, not an error)."""
+    """Whether an id could name a file of the store and nothing else, so a path or an overlong id is not found."""
     return ID_CHARACTERS.fullmatch(object_id) is not None
