@@ -25,7 +25,9 @@ from typing import Any
 from pipeline.data.openai_format import ChatBody, NamedToolChoice
 
 REQUIRED = "required"
-AUTO = "(auto)"  # (not a function name: OpenAI's allow letters, digits, _ and - only)
+# How a line's answer is read. Neither is a function name, since OpenAI's allow letters, digits, _ and - only, so
+# a function named "required" stays a named choice.
+AUTO, ALL_REQUIRED = "(auto)", "(required)"
 
 
 def tool_fields(body: ChatBody, parser: str | None = None) -> tuple[dict, str | None]:
@@ -101,7 +103,7 @@ def _shown(choice) -> str:
 
 
 def tool_mode(request: Any) -> str | None:
-    """How a chat line (parsed JSON) is answered: ``"required"``, ``AUTO`` (the parser's calls, or
+    """How a chat line (parsed JSON) is answered: ``ALL_REQUIRED``, ``AUTO`` (the parser's calls, or
     text), the named function's name, or None (as text; a line whose tools fail is an error row
     either way)."""
     body = request.get("body") if isinstance(request, dict) else None
@@ -109,7 +111,7 @@ def tool_mode(request: Any) -> str | None:
         return None
     choice = body.get("tool_choice")
     if choice == REQUIRED:
-        return REQUIRED
+        return ALL_REQUIRED
     if choice in (None, "auto"):
         return AUTO
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
@@ -126,6 +128,6 @@ def tool_calls(answer_json: str, mode: str, prefix: str) -> list[tuple[str, str,
     if mode == AUTO:
         calls = [(c["name"], c["arguments"]) for c in value]
     else:
-        pairs = [(c["name"], c["parameters"]) for c in value] if mode == REQUIRED else [(mode, value)]
+        pairs = [(c["name"], c["parameters"]) for c in value] if mode == ALL_REQUIRED else [(mode, value)]
         calls = [(name, json.dumps(arguments, ensure_ascii=False)) for name, arguments in pairs]
     return [(f"call_{prefix}_{i}", name, arguments) for i, (name, arguments) in enumerate(calls)]

@@ -82,7 +82,8 @@ def test_what_the_cluster_cannot_serve_is_an_error_naming_the_field(body, why):
 def test_calls_come_back_as_openais_tool_calls():
     calls = json.dumps([{"name": "weather", "parameters": {"city": "Paris"}}, {"name": "time", "parameters": {}}])
     result = RowResult(0, answer=calls, answer_json=calls, prompt_tokens=30, completion_tokens=20, finish_reason="stop")
-    body = json.loads(output_line(4, "t", result, "m", 64, 0, tool="required"))["response"]["body"]
+    required = tool_mode(chat(tools=TOOLS, tool_choice="required"))
+    body = json.loads(output_line(4, "t", result, "m", 64, 0, tool=required))["response"]["body"]
     completion = ChatCompletion.model_validate(body)
     (choice,) = completion.choices
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -95,6 +96,11 @@ def test_calls_come_back_as_openais_tool_calls():
     body = json.loads(output_line(5, "t", named, "m", 64, 0, tool="weather"))["response"]["body"]
     (call,) = ChatCompletion.model_validate(body).choices[0].message.tool_calls
     assert call.function.name == "weather" and json.loads(call.function.arguments) == {"city": "Lyon"}
+    # A function may be called "required": named, it is answered as that function, not as tool_choice "required".
+    named = tool_mode(chat(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "required"}}))
+    body = json.loads(output_line(5, "t", RowResult(0, answer_json='{"a":1}'), "m", 64, 0, tool=named))
+    (call,) = ChatCompletion.model_validate(body["response"]["body"]).choices[0].message.tool_calls
+    assert call.function.name == "required" and json.loads(call.function.arguments) == {"a": 1}
     text = json.loads(output_line(6, "t", RowResult(0, answer="Sunny."), "m", 64, 0))["response"]["body"]
     assert text["choices"][0]["message"] == {"content": "Sunny.", "role": "assistant"}  # (no tool_calls key)
 
