@@ -4,9 +4,10 @@ grouped by document).
 
 The iterable is read here a window at a time (``intake.read_ahead_rows`` rows, or
 ``intake.read_ahead_chars`` characters of prompt text, whichever comes first; for a watched
-stream the first windows smaller, so that the first answers come soon). Each row becomes its
-prompt (the task's own split, its own sampling settings checked) as it is read; a row that
-cannot be answered as it is gets its error at once. A window's prompt rows go to the cluster as
+stream the first windows smaller, so that the first answers come soon). Each partition's rows
+become their prompts as they are read: column-wise where they are plain text, as a file's
+(``prompt_rows_of_mappings``), else the task's own split and each row's own sampling settings
+checked, row by row; a row that cannot be answered as it is gets its error at once. A window's prompt rows go to the cluster as
 the tasks of one cluster job (``IterableSteps``), whose answer tasks keep their answers in
 memory; each bucket's answers come back here as the bucket completes and are yielded then. A
 document's questions are grouped within a window; the next window is read while one is
@@ -38,7 +39,7 @@ from pipeline.jobs.stream_steps import IterableSteps
 from pipeline.model import head_labels
 from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
 from pipeline.steps.cluster_tasks import frame_positions
-from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_dicts
+from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_mappings
 from pipeline.summary import JobSummary
 from tasks import get_task_kind
 
@@ -114,7 +115,7 @@ def windows(
 def _add_part(window: Window, batch: list, task) -> int:
     """``batch`` as the window's next partition; its prompt text's characters."""
     number = len(window.parts)
-    rows = prompt_rows_of_dicts(batch, frame_positions(number, len(batch)), task)
+    rows = prompt_rows_of_mappings(batch, frame_positions(number, len(batch)), task)
     window.parts.append(rows)
     window.sizes.append(len(batch))
     docs = rows.documents
