@@ -158,6 +158,43 @@ def prompt_rows_of_dicts(
     )
 
 
+def prompt_rows_of_mappings(rows: list[tuple[dict | None, str | None]], positions: pa.Array, task) -> PromptRows:
+    """``prompt_rows_of_dicts``'s rows (a Python iterable's: ``Pipeline.stream``) as prompt rows,
+    with the same prompts and errors: column-wise, as a file's are (``prompt_rows_of``), where
+    every row is a mapping that holds each field of a prompt template as text or None and sets no
+    sampling settings of its own; else row by row. Column-wise costs ~1.5 us a row against ~10,
+    and makes no Python string per row."""
+    table = _text_columns(rows, task)
+    if table is None:
+        return prompt_rows_of_dicts(rows, positions, task)
+    return prompt_rows_of(table, positions, task, RowColumns(tuple(table.column_names), (), ()))
+
+
+_TEXT_OR_NONE = {str, type(None)}
+
+
+def _text_columns(rows: list[tuple[dict | None, str | None]], task) -> pa.Table | None:
+    """The template's fields of ``rows`` as large_string columns, or None where a row is not
+    that plain (not a mapping, a field missing or not text, its own sampling settings)."""
+    if not isinstance(task, PromptTemplate) or any(
+        row is None or not _SAMPLING_NAMES.isdisjoint(row.keys()) for row, _ in rows
+    ):
+        return None
+    columns = {}
+    try:
+        for name in dict.fromkeys(task.fields):
+            values = [row[name] for row, _ in rows]  # type: ignore[index]
+            if not set(map(type, values)) <= _TEXT_OR_NONE:
+                return None
+            columns[name] = pa.array(values, pa.large_string())
+    except (KeyError, TypeError, ValueError, pa.ArrowException):  # (a field missing; a lone surrogate)
+        return None
+    return pa.table(columns)
+
+
+_SAMPLING_NAMES = frozenset(ROW_COLUMNS)
+
+
 def prompt_rows_from(
     prefix: pa.Array,
     suffix: pa.Array,

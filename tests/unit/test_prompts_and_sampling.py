@@ -155,3 +155,33 @@ def test_json_answers_parsed_checked_or_explained():
     value, why = check_answer('{"a": ', s, True)
     assert value is None and why.startswith("answer is not valid JSON") and "raise max_tokens" in why
     assert check_answer("free text", Sampling(), False) == (None, None)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize(
+    "rows, plain",
+    [
+        ([{"title": "a", "text": "x"}, {"title": "a", "text": "y"}, {"title": "b", "text": "z"}], True),
+        ([{"title": "a", "text": "x"}, {"title": None, "text": "y"}, {"title": "", "text": " "}], True),
+        ([{"title": " \t", "text": "q"}, {"title": "é", "text": ""}, {"title": "a", "text": None}], True),
+        ([{"title": "a", "text": "x"}, {"title": "b"}], False),
+        ([{"title": "a", "text": "x"}, {"title": 3, "text": "y"}, {"title": ["l"], "text": "z"}], False),
+        ([{"title": "a", "text": "x", "temperature": 0.5}, {"title": "a", "text": "y", "temperature": None}], False),
+        ([{"title": "a", "text": "x"}, None, {"title": "a", "text": "q"}], False),
+    ],
+)
+def test_a_streams_rows_column_wise_or_row_by_row_give_the_same_prompt_rows(rows, plain, strict):
+    """A Python iterable's rows take the column-wise path where they are plain text and the
+    row-by-row one where not: the same prompts, digests, documents and errors either way."""
+    import pyarrow as pa
+
+    from pipeline.steps.prompt_table import _text_columns, prompt_rows_of_dicts, prompt_rows_of_mappings
+
+    task = PromptTemplate(ChatMLTokenizer(), "{title}\n\n{text} ({title})", strict_text=strict)
+    batch = [(r, None) if r is not None else (None, "row 1 is not a mapping") for r in rows]
+    assert (_text_columns(batch, task) is not None) == plain
+    positions = pa.array(range(len(rows)), pa.int64())
+    fast, slow = prompt_rows_of_mappings(batch, positions, task), prompt_rows_of_dicts(batch, positions, task)
+    assert fast.rows.equals(slow.rows)
+    assert fast.errors.equals(slow.errors)
+    assert fast.documents.sort_by("digest").equals(slow.documents.sort_by("digest"))
