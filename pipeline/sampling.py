@@ -140,11 +140,14 @@ def schema_text(value: Any, name: str = "json_schema") -> str:
 @lru_cache(maxsize=256)
 def _schema_of_text(text: str, name: str) -> str:
     """Cached, because a per-row schema column usually repeats a few schemas."""
+    return _schema_of(_parsed(text, name), name)
+
+
+def _parsed(text: str, name: str) -> Any:
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SamplingError(f"{name} is not valid JSON ({exc.msg} at position {exc.pos})") from None
-    return _schema_of(value, name)
 
 
 def _schema_of(value: Any, name: str) -> str:
@@ -189,12 +192,8 @@ def _tools(value: Any, name: str) -> str:
 
 @lru_cache(maxsize=64)
 def _tools_of_text(text: str, name: str) -> str:
-    """(A file's lines usually repeat a few tool lists: each is read once per worker.)"""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SamplingError(f"{name} is not valid JSON ({exc.msg} at position {exc.pos})") from None
-    return _tools(value, name)
+    """Cached, because a file's lines usually repeat a few tool lists."""
+    return _tools(_parsed(text, name), name)
 
 
 def _name(value: Any, name: str) -> str:
