@@ -1,23 +1,11 @@
-"""``Pipeline.stream`` and ``Pipeline.run``: rows from a Python iterable, answered on the cluster
-the way a file job's are (pipeline/jobs/cluster_job.py: place by document, split, answer
-grouped by document).
+"""``Pipeline.stream`` and ``Pipeline.run``: rows of a Python iterable, answered on the cluster as a file job's are.
 
-The iterable is read here a window at a time (``intake.read_ahead_rows`` rows, or
-``intake.read_ahead_chars`` characters of prompt text, whichever comes first; for a watched
-stream the first windows smaller, so that the first answers come soon). Each partition's rows
-become their prompts as they are read: column-wise where they are plain text, as a file's
-(``prompt_rows_of_mappings``), else the task's own split and each row's own sampling settings
-checked, row by row; a row that cannot be answered as it is gets its error at once. A window's
-prompt rows go to the cluster as the tasks of one cluster job (``IterableSteps``), whose answer
-tasks keep their answers in memory; each bucket's answers come back here as the bucket completes
-and are yielded then. A document's questions are grouped within a window; the next window is read while one is
-answered, and starts once the caller has taken all but a window of the results. So this process
-holds at most the window being read, the one being answered and a window of results, however
-long the input and however slow the caller.
-
-A worker lost mid-job costs no row: the window's rows are part of its tasks' graph, so Dask
-computes what the worker held again, and a shard that does not come back is given up on as in
-any cluster job (``recovery.rejoin_timeout_s``).
+The iterable is read a window at a time, bounded by ``intake.read_ahead_rows`` and ``read_ahead_chars``, and
+each window is one cluster job whose answer tasks keep their answers in memory. The next window is read while
+one is answered, and only once the caller has taken all but a window of the results, so this process holds at
+most three windows however long the input and however slow the caller. A row that cannot be answered gets its
+error at once. A lost worker costs no row: the window's rows are part of its tasks' graph, so Dask computes
+again what the worker held.
 """
 
 from __future__ import annotations
@@ -43,9 +31,8 @@ from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_mappings
 from pipeline.summary import JobSummary
 from tasks import get_task_kind
 
-# Rows of a window in one partition: each partition's prompt rows travel in one task. Its rows
-# are held as the caller's dicts until the partition is full, so few (16,384 rows of ~1,500
-# characters: ~35 MB of the caller's strings held, and the window's bound checked as rarely).
+# Rows of a window in one partition, whose prompt rows travel in one task. The caller's dicts are held until
+# their partition is full, and the window's bound is checked once a partition, so partitions stay small.
 PARTITION_ROWS = 4096
 # A watched stream's first window's rows: its first answers come once this many are answered
 # (each window's answers come back as its buckets end); its windows then grow to the full size.
@@ -126,11 +113,8 @@ def _add_part(window: Window, batch: list, task) -> int:
 
 
 def _release_arrow_memory() -> None:
-    """Arrow's memory pool (mimalloc) keeps what the arrays made and let go here held, per thread,
-    instead of giving it back: a partition's prompt rows, a window's answers, and the caller's own
-    reading of Parquet through the same pool. Given back once a partition and once a window.
-    (With 4,096-row partitions: the client's peak on a 300k-row stream 548 -> 430 MiB, each of
-    the two alone ~40 MiB; scripts/stream_scale.py.)"""
+    """Arrow's default pool keeps freed memory per thread instead of giving it back, the caller's own Parquet
+    reading included, so a long stream would hold its largest windows' worth for good."""
     pa.default_memory_pool().release_unused()
 
 
