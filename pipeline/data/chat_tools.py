@@ -14,7 +14,7 @@ model: by structured output over the tools' parameter schemas.
 The answer's JSON is checked against the schema as any JSON answer is (pipeline/sampling.py): an
 answer that does not match is the line's ``output:`` error. The output line carries the calls
 as ``message.tool_calls`` (``tool_calls``) with ``finish_reason`` ``tool_calls``; the line's carry
-says which kind of answer it is (``mode``: ``"required"``, ``AUTO`` or the function's name).
+says which kind of answer it is (``mode``: ``ALL_REQUIRED``, ``AUTO`` or the function's name).
 """
 
 from __future__ import annotations
