@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 
@@ -51,11 +51,8 @@ class FolderTokenizer:
     worker host has at the same path (docs/operating.md)."""
 
     def __init__(self, folder: Path):
-        from tokenizers import Tokenizer
-
         self.folder = folder
         self.digest = _digest(folder)
-        self._tk = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.chat_template = chat_template_of(folder)
         config = _tokenizer_config(folder)
         self.special_tokens = {
@@ -66,6 +63,14 @@ class FolderTokenizer:
 
     def __reduce__(self):
         return _folder_tokenizer, (str(self.folder), self.digest)
+
+    @cached_property
+    def _tk(self):
+        """Loaded when first asked to encode: a client that only renders chat templates never needs it, and a
+        loaded vocabulary holds ~30 MB of the caller's memory."""
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(self.folder / "tokenizer.json"))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tk.encode(text, add_special_tokens=add_special_tokens).ids

@@ -59,3 +59,12 @@ def test_tasks_split_rows_the_same_with_either(both):
     assert DocumentQuestion(light).split(row) == DocumentQuestion(hf).split(row)
     chat = {"messages": CONVERSATIONS[1]}
     assert Chat(light).split(chat) == Chat(hf).split(chat)
+
+
+def test_a_client_that_only_renders_prompts_never_loads_the_vocabulary(both):
+    """A document question is rendered without the vocabulary (~30 MB of the caller's memory); encoding loads it."""
+    tokenizer = load_tokenizer(both[0].folder)
+    DocumentQuestion(tokenizer).split({"document": "Ada has a parrot.", "question": "What pet?"})
+    assert "_tk" not in vars(tokenizer)
+    assert tokenizer.encode(TEXTS[0]) == both[1].encode(TEXTS[0])
+    assert "_tk" in vars(tokenizer)
