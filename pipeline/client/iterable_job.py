@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 from pipeline.data.partitions import PARTITION_BITS
 from pipeline.jobs.stream_steps import IterableSteps
 from pipeline.model import head_labels
-from pipeline.results import RESULT_FIELDS, ErrorKind, RowResult
+from pipeline.results import ErrorKind, RowResult
 from pipeline.steps.cluster_tasks import frame_positions
 from pipeline.steps.prompt_table import PromptRows, prompt_rows_of_mappings
 from pipeline.summary import JobSummary
@@ -119,15 +120,15 @@ def _release_arrow_memory() -> None:
 
 
 def results_of(table: pa.Table, window: Window) -> list[RowResult]:
-    """Answer rows (``ANSWER_SCHEMA``) as ``RowResult`` s with the iterable's indices and ids."""
-    index = window.index(table.column("position").to_numpy())
-    columns = {n: table.column(n).to_pylist() for n in RESULT_FIELDS[1:]}
-    out = []
-    for k, i in enumerate(index.tolist()):
-        r = RowResult(i, window.ids[i - window.start], **{n: columns[n][k] for n in RESULT_FIELDS[1:]})
-        if r.error is not None:
-            r.error_kind = ErrorKind.of(r.error)
-        out.append(r)
+    """Answer rows (``ANSWER_SCHEMA``) as ``RowResult`` s with the iterable's indices and ids, built by one C loop
+    over the columns: a stream makes one for every row."""
+    index = window.index(table.column("position").to_numpy()).tolist()
+    ids = list(map(window.ids.__getitem__, [i - window.start for i in index]))
+    given = {"index": index, "id": ids, "error_kind": repeat(None)}
+    columns = [given[n] if n in given else table.column(n).to_pylist() for n in RowResult.__struct_fields__]
+    out = list(map(RowResult, *columns))
+    for k in pc.indices_nonzero(table.column("error").is_valid()).to_pylist():
+        out[k].error_kind = ErrorKind.of(out[k].error)
     return out
 
 

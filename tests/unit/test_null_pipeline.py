@@ -11,6 +11,7 @@ import pytest
 
 from pipeline import Pipeline, load_config
 from pipeline.bench.workloads import document_questions
+from pipeline.results import ErrorKind
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +82,7 @@ def test_rows_without_id_get_their_position_and_bad_rows_an_error(null_pipeline)
         "input: question is not text (got int)",
         None,
     ]
+    assert [r.error_kind for r in results] == [None, ErrorKind.INPUT, ErrorKind.INPUT, None]
 
 
 def _documents_stay_on_one_shard(p, seed):
