@@ -63,26 +63,14 @@ class PipelinePlots:
         ]:
             self.figures[name] = self._figure(name, title, label, x_range, share, **kwargs)
         progress = self._figure("progress", "Job progress", "rows", x_range, False, **kwargs)
-        progress.line(
-            source=self.job_source,
-            x="time",
-            y="rows_total",
-            color="gray",
-            line_dash="dashed",
-            line_width=2,
-            legend_label="rows in the input",
-        )
-        progress.line(
-            source=self.job_source, x="time", y="rows_done", color="#1f77b4", line_width=2, legend_label="rows answered"
-        )
-        progress.line(
-            source=self.job_source,
-            x="time",
-            y="rows_with_error",
-            color="#d62728",
-            line_width=2,
-            legend_label="rows with an error",
-        )
+        for y, color, dash, legend in (
+            ("rows_total", "gray", "dashed", "rows in the input"),
+            ("rows_done", "#1f77b4", "solid", "rows answered"),
+            ("rows_with_error", "#d62728", "solid", "rows with an error"),
+        ):
+            progress.line(
+                source=self.job_source, x="time", y=y, color=color, line_dash=dash, line_width=2, legend_label=legend
+            )
         progress.legend.location = "top_left"
         self.figures["progress"] = progress
         self.summary = Div(
@@ -125,11 +113,10 @@ class PipelinePlots:
         color = Category10_10[list(self.history.shards).index(shard) % len(Category10_10)]
         for name, _, _, col, _ in SHARD_FIGURES:
             self.figures[name].line(source=source, x="time", y=col, color=color, line_width=2, legend_label=shard)
-        load = self.figures["load"]
-        load.line(source=source, x="time", y="in_flight", color=color, line_width=2, legend_label=shard)
-        load.line(
-            source=source, x="time", y="queued", color=color, line_width=2, line_dash="dashed", legend_label=shard
-        )
+        for y, dash in (("in_flight", "solid"), ("queued", "dashed")):
+            self.figures["load"].line(
+                source=source, x="time", y=y, color=color, line_width=2, line_dash=dash, legend_label=shard
+            )
         for name, *_ in SHARD_FIGURES + [("load",)]:
             self.figures[name].legend.location = "top_left"
             self.figures[name].legend.click_policy = "hide"
@@ -185,17 +172,11 @@ def pipeline_doc(scheduler, extra: dict, doc) -> None:
     doc.template_variables.update(extra)
 
 
-def dask_dashboard(scheduler) -> BokehTornado | None:
-    """The Bokeh application of the scheduler's Dask dashboard; None if it has none."""
-    return next(
-        (a for a in getattr(scheduler.http_application, "applications", ()) if isinstance(a, BokehTornado)), None
-    )
-
-
 def register(scheduler) -> BokehTornado | None:
     """Serves ``/pipeline`` from the scheduler's dashboard and links it from Dask's navigation bar; None without a
     dashboard."""
-    dask_app = dask_dashboard(scheduler)
+    apps = getattr(scheduler.http_application, "applications", ())
+    dask_app = next((a for a in apps if isinstance(a, BokehTornado)), None)  # the Dask dashboard's
     if dask_app is None:
         return None
     from distributed.dashboard.core import BokehApplication
