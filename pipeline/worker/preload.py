@@ -33,15 +33,13 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     if shard is None:
         raise click.UsageError(f"--shard {shard_name}: not in the config's shards ({', '.join(config.shard_names)})")
     os.environ.update(shard.worker_env())  # read when the engine starts, after this
-    # Set before the worker registers, so the scheduler sees the resource from the start.
-    worker.state.total_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
-    worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
-    slots = answer_slots(worker.state.nthreads)
-    worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = (
-        slots
-    )
-    reads = config.jobs.reads_per_worker
-    worker.state.total_resources[READ_SLOTS_RESOURCE] = worker.state.available_resources[READ_SLOTS_RESOURCE] = reads
+    # Set before the worker registers, so the scheduler sees the resources from the start.
+    for resource, amount in (
+        (shard.resource, SHARD_RESOURCE_AMOUNT),
+        (ANSWER_SLOTS_RESOURCE, answer_slots(worker.state.nthreads)),
+        (READ_SLOTS_RESOURCE, config.jobs.reads_per_worker),
+    ):
+        worker.state.total_resources[resource] = worker.state.available_resources[resource] = amount
     logger.info("pipeline: this worker serves shard %s", shard.name)
 
 
