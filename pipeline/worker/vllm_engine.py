@@ -48,14 +48,9 @@ def engine_dtype(config: Config) -> str:
     return "bfloat16" if cpu_has_bf16() else "float32"
 
 
-def engine_eager(config: Config, shard: ShardConfig | None = None) -> bool:
-    """Resolves ``auto``: eager on CPU, where compiling slows every start for little gain, and CUDA graphs on
-    GPUs."""
-    eager = config.engine.enforce_eager
-    if eager != "auto":
-        return eager
-    kind = shard.kind if shard is not None else ("gpu" if any(s.kind == "gpu" for s in config.shards) else "cpu")
-    return kind == "cpu"
+def on_cpu(config: Config, shard: ShardConfig | None) -> bool:
+    """Whether the engine runs on CPU: the shard's kind, or without a shard, whether no shard has GPUs."""
+    return shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
 
 
 def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) -> dict:
@@ -71,7 +66,8 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
         enable_prefix_caching=e.enable_prefix_caching,
         seed=e.seed,
         disable_log_stats=True,
-        enforce_eager=engine_eager(config, shard),
+        # ``auto``: eager on CPU, where compiling slows every start for little gain, and CUDA graphs on GPUs
+        enforce_eager=on_cpu(config, shard) if e.enforce_eager == "auto" else e.enforce_eager,
     )
     if shard is not None and shard.tensor_parallel > 1:
         kwargs["tensor_parallel_size"] = shard.tensor_parallel
@@ -183,7 +179,7 @@ class VllmEngine:
 
         # vLLM's offline ``LLM`` defaults, as plain vLLM gets for a batch. A request's priority is its job's count of
         # admitted requests, so jobs sharing the engine take turns; on CPU, JobFairScheduler also seats a small job.
-        cpu = shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
+        cpu = on_cpu(config, shard)
         scheduler: dict[str, Any] = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
         kwargs = fitted_kwargs(engine_kwargs(model, config, shard))
         args = AsyncEngineArgs(**kwargs, scheduling_policy="priority", **scheduler)
