@@ -19,7 +19,7 @@ def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
         return None
     # The watchdog imports only this module and psutil, since pipeline/__init__.py and pipeline/worker/__init__.py
     # import nothing eagerly.
-    code = "import sys; from pipeline.worker.reaper import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from pipeline.worker.reaper import watch; watch(int(sys.argv[1]), [*map(int, sys.argv[2:])])"
     return subprocess.Popen(
         [sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
         stdin=subprocess.DEVNULL,
@@ -59,12 +59,3 @@ def watch(parent_pid: int, child_pids: list[int], interval_s: float = 0.5) -> li
         except psutil.NoSuchProcess:
             pass
     return killed
-
-
-def main(argv: list[str]) -> int:
-    watch(int(argv[0]), [int(a) for a in argv[1:]])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
