@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from itertools import takewhile
 from typing import Sequence
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -93,12 +94,7 @@ class History:
 
 
 def _columns(series: deque[tuple], after: int, names: Sequence[str]) -> dict[str, list]:
-    new = []
-    for point in reversed(series):  # the newest last: read back from the end
-        if point[0] <= after:
-            break
-        new.append(point)
-    new.reverse()
+    new = list(takewhile(lambda point: point[0] > after, reversed(series)))[::-1]  # the newest last: read from the end
     return {name: [p[i] for p in new] for i, name in enumerate(("seq", "time", *names))}
 
 
