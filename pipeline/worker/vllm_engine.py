@@ -71,10 +71,7 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
     )
     if shard is not None and shard.tensor_parallel > 1:
         kwargs["tensor_parallel_size"] = shard.tensor_parallel
-    if e.max_num_batched_tokens is not None:
-        kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
-    if e.block_size is not None:
-        kwargs["block_size"] = e.block_size
+    kwargs.update({k: getattr(e, k) for k in ("max_num_batched_tokens", "block_size") if getattr(e, k) is not None})
     if config.lora_slots:
         kwargs.update(
             enable_lora=True,
