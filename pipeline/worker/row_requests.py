@@ -17,7 +17,7 @@ from pipeline.worker.engine import BadSampling, Engine, EngineDead, TokenIds
 from pipeline.worker.metrics import ShardMetrics
 from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from pipeline.worker.row_results import answered, labelled
-from pipeline.worker.tool_calls import auto_tools
+from pipeline.worker.tool_calls import AutoTools
 from tasks.classify import head_probs, label_probs
 
 Out = TypeVar("Out")  # an engine call's output
@@ -46,9 +46,12 @@ class RowRequests:
         engine = self._running()
         tools = None
         if sampling.tool_parser is not None and sampling.tools is not None:
-            tools, error = auto_tools(sampling.tool_parser, sampling.tools, engine.tokenizer)
-            if tools is None:
-                return RowResult.failed(index, ErrorKind.ENGINE, error or "", shard=self.shard)
+            try:
+                tools = AutoTools(sampling.tool_parser, sampling.tools, engine.tokenizer)
+            except Exception as exc:  # noqa: BLE001 - a parser refuses a tokenizer its own way (RuntimeError, ValueError)
+                parser, why = sampling.tool_parser, f"{type(exc).__name__}: {exc}"
+                problem = f"engine.tool_call_parser {parser!r} cannot read this model's answers: {why}"
+                return RowResult.failed(index, ErrorKind.ENGINE, problem, shard=self.shard)
             if tools.keeps_special_tokens:
                 sampling = msgspec.structs.replace(sampling, keep_special_tokens=True)
         max_tokens = sampling.max_tokens or self.config.sampling.max_tokens

@@ -37,11 +37,3 @@ class AutoTools:
             return text, None
         calls = [{"name": c.function.name, "arguments": c.function.arguments} for c in found.tool_calls]
         return found.content or "", json.dumps(calls, ensure_ascii=False)
-
-
-def auto_tools(name: str, tools: str, tokenizer: Any) -> tuple[AutoTools | None, str | None]:
-    """The row's parser, or None and why it cannot read this model's answers."""
-    try:
-        return AutoTools(name, tools, tokenizer), None
-    except Exception as exc:  # noqa: BLE001 - a parser refuses a tokenizer its own way (RuntimeError, ValueError)
-        return None, f"engine.tool_call_parser {name!r} cannot read this model's answers: {type(exc).__name__}: {exc}"
