@@ -102,7 +102,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         self.metrics = metrics.ShardMetrics(self.shard, self.gc_pauses)
         self.metrics.engine_builds = 1
         self.metrics.engine_start_s = start_s
-        self._collector = metrics.install(self.metrics)
+        metrics.install(self.metrics)
         self._dead = False
         self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
         self._publisher.start()
@@ -137,7 +137,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
     async def teardown(self, worker) -> None:
         if getattr(self, "_publisher", None) is not None:
             self._publisher.stop()
-            metrics.uninstall(self._collector)
+            metrics.uninstall(self.metrics)
         await self.stop_engine()
 
     async def stop_engine(self) -> None:
