@@ -51,7 +51,7 @@ class PipelinePlots:
     """The page's figures; ``update`` streams the points sampled since the last one. Sources are named
     ``pipeline-shard-<shard>`` and ``pipeline-job``, with ``time`` in ms since the epoch."""
 
-    def __init__(self, history: History, **kwargs):
+    def __init__(self, history: History):
         self.history = history
         self.seq = 0  # the history's last sample this page shows
         self.sources: dict[str, ColumnDataSource] = {}
@@ -59,10 +59,11 @@ class PipelinePlots:
         x_range = DataRange1d(range_padding=0)  # shared: the plots' time axes move together
         self.figures = {}
         for name, title, label, _, share in SHARD_FIGURES + [
-            ("load", "Requests in flight (solid) and queued (dashed) per shard", "requests", None, False)
+            ("load", "Requests in flight (solid) and queued (dashed) per shard", "requests", None, False),
+            ("progress", "Job progress", "rows", None, False),
         ]:
-            self.figures[name] = self._figure(name, title, label, x_range, share, **kwargs)
-        progress = self._figure("progress", "Job progress", "rows", x_range, False, **kwargs)
+            self.figures[name] = self._figure(name, title, label, x_range, share)
+        progress = self.figures["progress"]
         for y, color, dash, legend in (
             ("rows_total", "gray", "dashed", "rows in the input"),
             ("rows_done", "#1f77b4", "solid", "rows answered"),
@@ -72,7 +73,6 @@ class PipelinePlots:
                 source=self.job_source, x="time", y=y, color=color, line_dash=dash, line_width=2, legend_label=legend
             )
         progress.legend.location = "top_left"
-        self.figures["progress"] = progress
         self.summary = Div(
             text="No job has run yet.", name="pipeline-summary", styles={"font-size": "110%", "padding": "4px 12px"}
         )
@@ -88,7 +88,7 @@ class PipelinePlots:
         self.update()
 
     @staticmethod
-    def _figure(name: str, title: str, label: str, x_range, share: bool, **kwargs):
+    def _figure(name: str, title: str, label: str, x_range, share: bool):
         fig = figure(
             title=title,
             name=f"pipeline-{name}",
@@ -99,7 +99,6 @@ class PipelinePlots:
             sizing_mode="stretch_width",
             tools="reset, xpan, xwheel_zoom, save",
             toolbar_location="above",
-            **kwargs,
         )
         fig.yaxis.axis_label = label
         fig.yaxis.minor_tick_line_alpha = 0
@@ -182,8 +181,7 @@ def register(scheduler) -> BokehTornado | None:
     from distributed.dashboard.core import BokehApplication
     from distributed.dashboard.scheduler import template_variables
 
-    # ``template_variables`` is memoized per scheduler and every page shares its list, so the entry shows on all of
-    # them.
+    # ``template_variables`` is memoized per scheduler and every page shares its list, so the entry shows on all.
     variables = template_variables(scheduler)
     pages = variables["pages"]
     if NAV_PAGE not in pages:

@@ -72,7 +72,6 @@ def dask_setup(server, shard, config_path):
         write_output_to(log_file)
     if shard:
         join_shard(server, shard, config_path)
-    # Load what a cluster job's tasks unpickle into while the engine starts, rather than during the first job's
-    # first task.
+    # Load what a cluster job's tasks unpickle into while the engine starts, not during the first job's first task.
     import pipeline.data.input  # noqa: F401
     import pipeline.steps.cluster_tasks  # noqa: F401
