@@ -21,6 +21,7 @@ from pipeline.worker.tool_calls import AutoTools
 from tasks.classify import head_probs, label_probs
 
 Out = TypeVar("Out")  # an engine call's output
+Labels = tuple[str, ...]  # a classify row's labels
 
 
 class RowRequests:
@@ -31,7 +32,7 @@ class RowRequests:
     shard: str
     metrics: ShardMetrics
     _intake: FairAdmission
-    _label_ids: dict[tuple[str, ...], list[int]]
+    _label_ids: dict[Labels, list[int]]
 
     def _running(self) -> Engine:
         if self.engine is None:
@@ -85,14 +86,7 @@ class RowRequests:
         )
 
     async def classify_row(
-        self,
-        job: str,
-        batch_id: str,
-        index: int,
-        prefix_ids: TokenIds,
-        suffix: str,
-        truncate: bool,
-        labels: tuple[str, ...],
+        self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, labels: Labels
     ) -> RowResult:
         """Weighs ``labels`` by the probability of each label's first token as the answer's first token, normalised
         over the labels; a classification model uses its own head instead, on the row's text. The likeliest label is
