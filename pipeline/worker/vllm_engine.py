@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import msgspec
 
+from pipeline.classifier_model import classifier_labels
 from pipeline.config import Config
 from pipeline.config.shards import ShardConfig
 from pipeline.sampling import Sampling
@@ -170,6 +171,7 @@ def read_labels(output, label_ids: Sequence[int]) -> list[float]:
 
 class VllmEngine:
     def __init__(self, model: str, config: Config, shard: ShardConfig | None = None):
+        from transformers import AutoTokenizer
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -188,14 +190,10 @@ class VllmEngine:
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
         self.max_model_len = int(model_config.max_model_len)
         pooling = model_config.runner_type == "pooling"
-        from pipeline.classifier_model import classifier_labels
-
         # A sequence-classification model uses vLLM's "classify" pooling: its head's logits, softmaxed.
         self.labels = classifier_labels(model) if pooling else None
         self.tasks: tuple[str, ...] = ("classify",) if self.labels else ("embed",) if pooling else ("generate",)
         self.embedding_size = int(model_config.embedding_size) if pooling and not self.labels else None
-        from transformers import AutoTokenizer
-
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self._head, self._tail = special_tokens(self.tokenizer) if pooling else ([], [])
         self.special_tokens = len(self._head) + len(self._tail)
