@@ -6,6 +6,7 @@ The watchdog checks each child's start time, so a reused pid is left alone."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -36,10 +37,8 @@ def watch(parent_pid: int, child_pids: list[int], interval_s: float = 0.5) -> li
     """Block until ``parent_pid`` is gone, then kill ``child_pids``; returns the pids killed."""
     children = []
     for pid in child_pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             children.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
     try:
         parent = psutil.Process(parent_pid)
     except psutil.NoSuchProcess:
@@ -50,12 +49,10 @@ def watch(parent_pid: int, child_pids: list[int], interval_s: float = 0.5) -> li
         time.sleep(interval_s)
     killed = []
     for c in children:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if c.is_running():  # same pid *and* start time
                 for grandchild in c.children(recursive=True):
                     grandchild.kill()
                 c.kill()
                 killed.append(c.pid)
-        except psutil.NoSuchProcess:
-            pass
     return killed
