@@ -132,13 +132,8 @@ class PipelineStatus(RequestHandler):
 def install(scheduler) -> None:
     """Adds the table and JSON pages, and with the Dask dashboard on, the plots page and the history it draws
     from."""
-    scheduler.http_application.add_handlers(
-        r".*",
-        [
-            (TABLE_PATH, PipelineTable, {"dask_server": scheduler}),
-            (JSON_PATH, PipelineStatus, {"dask_server": scheduler}),
-        ],
-    )
+    pages = [(TABLE_PATH, PipelineTable), (JSON_PATH, PipelineStatus)]
+    scheduler.http_application.add_handlers(r".*", [(path, page, {"dask_server": scheduler}) for path, page in pages])
     if has_dashboard(scheduler):
         from pipeline.scheduler import dashboard_plots  # Bokeh: imported only where it is served
 

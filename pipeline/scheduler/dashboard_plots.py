@@ -51,7 +51,7 @@ class PipelinePlots:
     """The page's figures; ``update`` streams the points sampled since the last one. Sources are named
     ``pipeline-shard-<shard>`` and ``pipeline-job``, with ``time`` in ms since the epoch."""
 
-    def __init__(self, history: History, **kwargs):
+    def __init__(self, history: History):
         self.history = history
         self.seq = 0  # the history's last sample this page shows
         self.sources: dict[str, ColumnDataSource] = {}
@@ -59,32 +59,20 @@ class PipelinePlots:
         x_range = DataRange1d(range_padding=0)  # shared: the plots' time axes move together
         self.figures = {}
         for name, title, label, _, share in SHARD_FIGURES + [
-            ("load", "Requests in flight (solid) and queued (dashed) per shard", "requests", None, False)
+            ("load", "Requests in flight (solid) and queued (dashed) per shard", "requests", None, False),
+            ("progress", "Job progress", "rows", None, False),
         ]:
-            self.figures[name] = self._figure(name, title, label, x_range, share, **kwargs)
-        progress = self._figure("progress", "Job progress", "rows", x_range, False, **kwargs)
-        progress.line(
-            source=self.job_source,
-            x="time",
-            y="rows_total",
-            color="gray",
-            line_dash="dashed",
-            line_width=2,
-            legend_label="rows in the input",
-        )
-        progress.line(
-            source=self.job_source, x="time", y="rows_done", color="#1f77b4", line_width=2, legend_label="rows answered"
-        )
-        progress.line(
-            source=self.job_source,
-            x="time",
-            y="rows_with_error",
-            color="#d62728",
-            line_width=2,
-            legend_label="rows with an error",
-        )
+            self.figures[name] = self._figure(name, title, label, x_range, share)
+        progress = self.figures["progress"]
+        for y, color, dash, legend in (
+            ("rows_total", "gray", "dashed", "rows in the input"),
+            ("rows_done", "#1f77b4", "solid", "rows answered"),
+            ("rows_with_error", "#d62728", "solid", "rows with an error"),
+        ):
+            progress.line(
+                source=self.job_source, x="time", y=y, color=color, line_dash=dash, line_width=2, legend_label=legend
+            )
         progress.legend.location = "top_left"
-        self.figures["progress"] = progress
         self.summary = Div(
             text="No job has run yet.", name="pipeline-summary", styles={"font-size": "110%", "padding": "4px 12px"}
         )
@@ -100,7 +88,7 @@ class PipelinePlots:
         self.update()
 
     @staticmethod
-    def _figure(name: str, title: str, label: str, x_range, share: bool, **kwargs):
+    def _figure(name: str, title: str, label: str, x_range, share: bool):
         fig = figure(
             title=title,
             name=f"pipeline-{name}",
@@ -111,7 +99,6 @@ class PipelinePlots:
             sizing_mode="stretch_width",
             tools="reset, xpan, xwheel_zoom, save",
             toolbar_location="above",
-            **kwargs,
         )
         fig.yaxis.axis_label = label
         fig.yaxis.minor_tick_line_alpha = 0
@@ -125,11 +112,10 @@ class PipelinePlots:
         color = Category10_10[list(self.history.shards).index(shard) % len(Category10_10)]
         for name, _, _, col, _ in SHARD_FIGURES:
             self.figures[name].line(source=source, x="time", y=col, color=color, line_width=2, legend_label=shard)
-        load = self.figures["load"]
-        load.line(source=source, x="time", y="in_flight", color=color, line_width=2, legend_label=shard)
-        load.line(
-            source=source, x="time", y="queued", color=color, line_width=2, line_dash="dashed", legend_label=shard
-        )
+        for y, dash in (("in_flight", "solid"), ("queued", "dashed")):
+            self.figures["load"].line(
+                source=source, x="time", y=y, color=color, line_width=2, line_dash=dash, legend_label=shard
+            )
         for name, *_ in SHARD_FIGURES + [("load",)]:
             self.figures[name].legend.location = "top_left"
             self.figures[name].legend.click_policy = "hide"
@@ -185,24 +171,17 @@ def pipeline_doc(scheduler, extra: dict, doc) -> None:
     doc.template_variables.update(extra)
 
 
-def dask_dashboard(scheduler) -> BokehTornado | None:
-    """The Bokeh application of the scheduler's Dask dashboard; None if it has none."""
-    return next(
-        (a for a in getattr(scheduler.http_application, "applications", ()) if isinstance(a, BokehTornado)), None
-    )
-
-
 def register(scheduler) -> BokehTornado | None:
     """Serves ``/pipeline`` from the scheduler's dashboard and links it from Dask's navigation bar; None without a
     dashboard."""
-    dask_app = dask_dashboard(scheduler)
+    apps = getattr(scheduler.http_application, "applications", ())
+    dask_app = next((a for a in apps if isinstance(a, BokehTornado)), None)  # the Dask dashboard's
     if dask_app is None:
         return None
     from distributed.dashboard.core import BokehApplication
     from distributed.dashboard.scheduler import template_variables
 
-    # ``template_variables`` is memoized per scheduler and every page shares its list, so the entry shows on all of
-    # them.
+    # ``template_variables`` is memoized per scheduler and every page shares its list, so the entry shows on all.
     variables = template_variables(scheduler)
     pages = variables["pages"]
     if NAV_PAGE not in pages:

@@ -2,12 +2,13 @@
 
 ``History`` holds a time series per shard of the figures its worker publishes, and one of the current job's
 progress; it has no Dask in it. ``HistoryPlugin`` feeds it the snapshots as they are logged and samples it every
-second. A shard whose worker has sent nothing for ``stale_after_s`` counts as idle."""
+second. A shard whose worker has sent nothing for ``STALE_AFTER_S`` counts as idle."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from itertools import takewhile
 from typing import Sequence
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -52,21 +53,17 @@ def slide(window: deque, snapshot: dict, window_s: float) -> None:
 
 
 class History:
-    def __init__(
-        self, max_points: int = MAX_POINTS, window_s: float = RATE_WINDOW_S, stale_after_s: float = STALE_AFTER_S
-    ):
-        self.max_points = max_points
-        self.window_s = window_s
-        self.stale_after_s = stale_after_s
+    def __init__(self) -> None:
+        self.max_points = MAX_POINTS
         self._recent: dict[str, deque[dict]] = {}  # shard -> its snapshots within the rate window
         self._received: dict[str, float] = {}  # shard -> when its latest snapshot came (scheduler clock)
         self.shards: dict[str, deque[tuple]] = {}  # shard -> (seq, time, *SHARD_COLUMNS) points
-        self.job: deque[tuple] = deque(maxlen=max_points)  # (seq, time, *JOB_COLUMNS) points
+        self.job: deque[tuple] = deque(maxlen=self.max_points)  # (seq, time, *JOB_COLUMNS) points
         self.seq = 0  # the latest sample's number (points carry it)
 
     def add(self, snapshot: dict, received: float) -> None:
         shard = snapshot["shard"]
-        slide(self._recent.setdefault(shard, deque()), snapshot, self.window_s)
+        slide(self._recent.setdefault(shard, deque()), snapshot, RATE_WINDOW_S)
         self._received[shard] = received
 
     def sample(self, now: float, view: dict | None = None) -> int:
@@ -76,27 +73,15 @@ class History:
         view = view or {}
         for shard in sorted(set(self._recent) | set(view.get("shards") or {})):
             window = self._recent.get(shard)
-            if window and now - self._received[shard] <= self.stale_after_s:
-                rates = window_rates(window)
-            else:
-                rates = window_rates(())
+            rates = window_rates(window if window and now - self._received[shard] <= STALE_AFTER_S else ())
             latest = window[-1] if window else {}
             point = {**rates, "queued": latest.get("queued", 0), "in_flight": latest.get("in_flight", 0)}
             series = self.shards.setdefault(shard, deque(maxlen=self.max_points))
             series.append((self.seq, now, *(point[c] for c in SHARD_COLUMNS)))
         job = view.get("job")
         if job:
-            self.job.append(
-                (
-                    self.seq,
-                    now,
-                    job.get("job"),
-                    job.get("rows", 0),
-                    job.get("rows_total"),
-                    job.get("rows_read"),
-                    job.get("rows_with_error"),
-                )
-            )
+            # the view counts the rows answered as "rows"
+            self.job.append((self.seq, now, job.get("job"), job.get("rows", 0), *map(job.get, JOB_COLUMNS[2:])))
         return self.seq
 
     def points(self, after: int = 0) -> dict:
@@ -109,28 +94,22 @@ class History:
 
 
 def _columns(series: deque[tuple], after: int, names: Sequence[str]) -> dict[str, list]:
-    new = []
-    for point in reversed(series):  # the newest last: read back from the end
-        if point[0] <= after:
-            break
-        new.append(point)
-    new.reverse()
+    new = list(takewhile(lambda point: point[0] > after, reversed(series)))[::-1]  # the newest last: read from the end
     return {name: [p[i] for p in new] for i, name in enumerate(("seq", "time", *names))}
 
 
 class HistoryPlugin(SchedulerPlugin):
-    """Feeds a ``History`` the workers' snapshots as they are logged, and samples it every ``interval_s``."""
+    """Feeds a ``History`` the workers' snapshots as they are logged, and samples it every ``PUBLISH_INTERVAL_S``."""
 
     name = "pipeline-dashboard-history"
 
-    def __init__(self, history: History | None = None, interval_s: float = PUBLISH_INTERVAL_S):
-        self.history = history or History()
-        self.interval_s = interval_s
+    def __init__(self) -> None:
+        self.history = History()
         self._sampler: PeriodicCallback | None = None
 
     async def start(self, scheduler) -> None:
         self.scheduler = scheduler
-        self._sampler = PeriodicCallback(self.sample, self.interval_s * 1000)
+        self._sampler = PeriodicCallback(self.sample, PUBLISH_INTERVAL_S * 1000)
         self._sampler.start()
 
     def log_event(self, topic: str, msg) -> None:

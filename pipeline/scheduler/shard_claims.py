@@ -44,21 +44,14 @@ def choose_shard(
     return next((name for name in candidates if free(name)), None)
 
 
-def served_shards(scheduler, candidates: list[str]) -> set[str]:
-    held: set[str] = set()
-    for ws in scheduler.workers.values():
-        held.update(name for name in candidates if shard_resource(name) in (ws.resources or {}))
-    return held
-
-
 def install(scheduler) -> None:
     """Adds the claim and settings handlers to the scheduler."""
     claims = Claims()
 
     def claim(comm=None, candidates=(), claimant: str = "", prefer: str | None = None) -> str | None:
-        now = time.monotonic()
-        held = claims.live(now)
-        chosen = choose_shard(list(candidates), served_shards(scheduler, list(candidates)), held, claimant, prefer)
+        now, names = time.monotonic(), list(candidates)
+        served = {n for ws in scheduler.workers.values() for n in names if shard_resource(n) in (ws.resources or {})}
+        chosen = choose_shard(names, served, claims.live(now), claimant, prefer)
         if chosen is not None:
             claims.held = {s: c for s, c in claims.held.items() if c[0] != claimant}
             claims.held[chosen] = (claimant, now + CLAIM_TTL_S)

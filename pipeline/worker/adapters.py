@@ -64,29 +64,26 @@ class Adapters:
 
     def _fetch(self, adapter: str, url: str) -> str:
         with self._fetch_lock:  # two names for one URL fetch it once
-            return self._fetch_once(adapter, url)
-
-    def _fetch_once(self, adapter: str, url: str) -> str:
-        folder = self.cache_dir / "adapters" / hashlib.sha256(url.encode()).hexdigest()[:16]
-        if (folder / "adapter_config.json").is_file():
+            folder = self.cache_dir / "adapters" / hashlib.sha256(url.encode()).hexdigest()[:16]
+            if (folder / "adapter_config.json").is_file():
+                return str(folder)
+            fs, path = filesystem(url, self.storage_options)
+            partial = folder.with_name(f"{folder.name}.{uuid.uuid4().hex}.partial")
+            try:
+                fs.get(path.rstrip("/") + "/", str(partial) + "/", recursive=True)
+            except FileNotFoundError:
+                raise AdapterError(f"adapter {adapter!r}: nothing at {url}") from None
+            except (OSError, ValueError) as exc:
+                raise AdapterError(f"adapter {adapter!r}: cannot fetch {url}: {type(exc).__name__}: {exc}") from None
+            if not (partial / "adapter_config.json").is_file():
+                raise AdapterError(f"adapter {adapter!r}: {url} has no adapter_config.json (a PEFT adapter's folder)")
+            try:
+                os.replace(partial, folder)
+            except OSError:  # another worker on this machine fetched it meanwhile
+                if not (folder / "adapter_config.json").is_file():
+                    raise
+                shutil.rmtree(partial, ignore_errors=True)
             return str(folder)
-        fs, path = filesystem(url, self.storage_options)
-        partial = folder.with_name(f"{folder.name}.{uuid.uuid4().hex}.partial")
-        try:
-            fs.get(path.rstrip("/") + "/", str(partial) + "/", recursive=True)
-        except FileNotFoundError:
-            raise AdapterError(f"adapter {adapter!r}: nothing at {url}") from None
-        except (OSError, ValueError) as exc:
-            raise AdapterError(f"adapter {adapter!r}: cannot fetch {url}: {type(exc).__name__}: {exc}") from None
-        if not (partial / "adapter_config.json").is_file():
-            raise AdapterError(f"adapter {adapter!r}: {url} has no adapter_config.json (a PEFT adapter's folder)")
-        try:
-            os.replace(partial, folder)
-        except OSError:  # another worker on this machine fetched it meanwhile
-            if not (folder / "adapter_config.json").is_file():
-                raise
-            shutil.rmtree(partial, ignore_errors=True)
-        return str(folder)
 
 
 def check_adapter(adapter: str, folder: str, max_rank: int) -> str:
@@ -106,18 +103,16 @@ def check_adapter(adapter: str, folder: str, max_rank: int) -> str:
     if rank > max_rank:
         raise AdapterError(f"adapter {adapter!r} has rank {rank}, more than engine.max_lora_rank ({max_rank})")
     weights = Path(folder) / "adapter_model.safetensors"
-    if not weights.is_file():
-        if (Path(folder) / "adapter_model.bin").is_file():
-            return str(Path(folder).resolve())
-        raise AdapterError(f"adapter {adapter!r}: {folder} has no adapter_model.safetensors")
-    try:  # read the header: a file vLLM cannot read would stop the engine, not fail the row
-        from safetensors import safe_open
+    if weights.is_file():
+        try:  # read the header: a file vLLM cannot read would stop the engine, not fail the row
+            from safetensors import safe_open
 
-        with safe_open(str(weights), "numpy") as f:
-            if not any("lora_A" in k for k in f.keys()):
-                raise AdapterError(f"adapter {adapter!r}: {weights} holds no LoRA weights (lora_A)")
-    except AdapterError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-        raise AdapterError(f"adapter {adapter!r}: {weights} cannot be read: {exc}") from None
+            with safe_open(str(weights), "numpy") as f:
+                names = list(f.keys())
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+            raise AdapterError(f"adapter {adapter!r}: {weights} cannot be read: {exc}") from None
+        if not any("lora_A" in k for k in names):
+            raise AdapterError(f"adapter {adapter!r}: {weights} holds no LoRA weights (lora_A)")
+    elif not (Path(folder) / "adapter_model.bin").is_file():
+        raise AdapterError(f"adapter {adapter!r}: {folder} has no adapter_model.safetensors")
     return str(Path(folder).resolve())

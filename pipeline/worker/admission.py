@@ -25,14 +25,6 @@ class FairAdmission:
         self._served: dict[str, int] = {}  # job -> requests admitted while it was active
         self._active: dict[str, int] = {}  # job -> its requests waiting or admitted
 
-    @property
-    def free(self) -> int:
-        """Places left below ``slots``."""
-        return max(0, self.slots - self.in_engine)
-
-    def jobs(self) -> int:
-        return len(self._active)
-
     def _below_share(self, job: str) -> bool:
         return self._held.get(job, 0) < self.slots // len(self._active)
 

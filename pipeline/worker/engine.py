@@ -86,7 +86,6 @@ class Labelled:
     logprobs: list[float]
     prompt_tokens: int
     cached_tokens: int
-    completion_tokens: int = 0
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from array import array
 from typing import Sequence
 
@@ -92,8 +93,6 @@ class FakeEngine:
         """Deterministic: the label the prompt names most is the likeliest."""
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        import math
-
         ids = list(prompt_ids)
         weights = [1 + ids.count(t) for t in label_ids]
         total = sum(weights)
@@ -103,8 +102,6 @@ class FakeEngine:
         """Deterministic: the label the text names most is the likeliest."""
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        import math
-
         assert self.labels is not None
         text = "".join(map(chr, prompt_ids))
         counts = [text.count(label) for label in self.labels]

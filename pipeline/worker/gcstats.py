@@ -12,9 +12,7 @@ class GcPauses:
     machine."""
 
     def __init__(self) -> None:
-        self.pauses_ms: list[float] = []
-        self.generations: list[int] = []
-        self.cpu_ms: list[float] = []
+        self.reset()
         self._t0 = 0.0
         self._c0 = 0.0
         # Since install, never reset, for counters such as Prometheus's.
@@ -42,9 +40,9 @@ class GcPauses:
         return self
 
     def reset(self) -> None:
-        self.pauses_ms = []
-        self.generations = []
-        self.cpu_ms = []
+        self.pauses_ms: list[float] = []
+        self.generations: list[int] = []
+        self.cpu_ms: list[float] = []
 
     def summary(self) -> dict:
         p = sorted(self.pauses_ms)

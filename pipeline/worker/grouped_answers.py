@@ -28,35 +28,12 @@ T = TypeVar("T")
 
 
 async def answer_grouped(
-    plugin,
-    rows: pa.Table,
-    bucket_id: str,
-    sampling,
-    truncate: bool,
-    progress=None,
-    commit=None,
-    first_rows: int = 0,
-    prefixes: dict[int, str] | None = None,
-    job: str | None = None,
-    embed: bool = False,
-    labels: tuple[str, ...] | None = None,
+    plugin, rows: pa.Table, bucket_id: str, sampling, truncate: bool, progress=None, commit=None, **rest
 ) -> list[RowResult]:
-    """One result per row, in ``rows``' order. ``commit`` runs in the thread pool; the first that fails aborts the
-    rows in flight. Until the first answer only ``first_rows`` are admitted, so it is not decoded in a full batch."""
+    """One result per row, in ``rows``' order; ``rest`` is the rest of ``Admission``'s arguments. ``commit`` runs
+    in the thread pool; the first that fails aborts the rows in flight."""
     book = Bookkeeping(rows.num_rows, progress, commit)
-    admission = Admission(
-        plugin,
-        rows,
-        bucket_id,
-        job or bucket_id,
-        sampling,
-        truncate,
-        first_rows,
-        prefixes if prefixes is not None else prefixes_of(rows),
-        book,
-        embed,
-        labels,
-    )
+    admission = Admission(plugin, rows, bucket_id, sampling, truncate, book, **rest)
     try:
         await admission.run()
     except BaseException:  # Dask cancelled the task: the rows in flight stop too.
@@ -161,25 +138,27 @@ class Bookkeeping:
 
 class Admission:
     """Starts a bucket's rows one document at a time, within the token gate, the in-flight window and
-    ``first_rows``."""
+    ``first_rows``: until the first answer only that many are admitted, so it is not decoded in a full batch.
+    ``prefixes`` defaults to those the rows carry, ``job`` to the bucket."""
 
     def __init__(
         self,
         plugin,
         rows: pa.Table,
         bucket_id: str,
-        job: str,
         sampling,
         truncate: bool,
-        first_rows: int,
-        prefixes: dict[int, str],
         book: Bookkeeping,
+        first_rows: int = 0,
+        prefixes: dict[int, str] | None = None,
+        job: str | None = None,
         embed: bool = False,
         labels: tuple[str, ...] | None = None,
     ):
-        self.embed, self.labels = embed, labels
-        self.plugin, self.bucket_id, self.job, self.sampling, self.truncate = plugin, bucket_id, job, sampling, truncate
-        self.first_rows, self.prefixes, self.book = first_rows, prefixes, book
+        self.embed, self.labels, self.job = embed, labels, job or bucket_id
+        self.plugin, self.bucket_id, self.sampling, self.truncate = plugin, bucket_id, sampling, truncate
+        self.first_rows, self.book = first_rows, book
+        self.prefixes = prefixes if prefixes is not None else prefixes_of(rows)
         n = rows.num_rows
         self.positions = rows.column("position").to_numpy()
         self.digests = rows.column("digest").to_numpy()

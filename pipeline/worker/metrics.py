@@ -1,14 +1,35 @@
 """Per-shard figures counted on the worker, for the dashboard and Prometheus. ``snapshot()`` is what the worker
-sends the scheduler every second; ``ShardCollector`` serves the same figures on the worker's own ``/metrics``, which
+sends the scheduler every second; ``collect`` serves the same figures on the worker's own ``/metrics``, which
 Dask's HTTP server already serves from prometheus_client's default registry."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 
 from pipeline.worker.gcstats import GcPauses
+
+# What ``/metrics`` serves: (kind, name after "pipeline_", help, the snapshot's key)
+FIGURES = (
+    ("gauge", "requests_queued", "Requests of running batches waiting to be admitted to the engine", "queued"),
+    ("gauge", "requests_in_flight", "Requests admitted to the engine and not finished", "in_flight"),
+    ("gauge", "prefill_tokens_outstanding", "Prompt tokens of queued and in-flight requests", "prefill_outstanding"),
+    ("gauge", "prefix_cache_hit_ratio", "Share of prompt tokens served from the prefix cache", "cache_hit_share"),
+    ("counter", "requests", "Requests finished (answered or failed)", "requests"),
+    ("counter", "request_errors", "Requests that failed in the engine", "errors"),
+    ("counter", "prompt_tokens", "Prompt tokens of finished requests", "prompt_tokens"),
+    ("counter", "cached_prompt_tokens", "Prompt tokens served from the prefix cache", "cached_tokens"),
+    ("counter", "output_tokens", "Generated tokens", "output_tokens"),
+    ("counter", "batches", "Batches (Dask tasks) finished", "batches"),
+    ("counter", "gc_collections", "Garbage collections in the worker process", "gc_collections"),
+    ("counter", "gc_pause_seconds", "Time spent in garbage collection (wall clock)", "gc_pause_s"),
+    ("gauge", "gc_max_pause_seconds", "Longest garbage-collection pause", "gc_max_pause_s"),
+    ("counter", "engine_builds", "Engines built in this worker process", "engine_builds"),
+    ("counter", "engine_busy_seconds", "Time with at least one request in the engine", "engine_busy_s"),
+)
+FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
 
 
 class ShardMetrics:
@@ -86,60 +107,24 @@ class ShardMetrics:
             "engine_busy_s": self.engine_busy_s,
         }
 
-
-class ShardCollector:
-    """prometheus_client collector reading one ShardMetrics at scrape time."""
-
-    def __init__(self, metrics: ShardMetrics):
-        self.metrics = metrics
-
-    def describe(self):
-        return []  # no collect at registration time: the figures change
+    def describe(self) -> list:
+        """What prometheus_client reads at registration: nothing, as the figures change."""
+        return []
 
     def collect(self):
-        m = self.metrics
-        s = m.snapshot()
-
-        def gauge(name, doc, value):
-            g = GaugeMetricFamily(f"pipeline_{name}", doc, labels=["shard"])
-            g.add_metric([m.shard], value)
-            return g
-
-        def counter(name, doc, value):
-            c = CounterMetricFamily(f"pipeline_{name}", doc, labels=["shard"])
-            c.add_metric([m.shard], value)
-            return c
-
-        yield gauge("requests_queued", "Requests of running batches waiting to be admitted to the engine", s["queued"])
-        yield gauge("requests_in_flight", "Requests admitted to the engine and not finished", s["in_flight"])
-        yield gauge(
-            "prefill_tokens_outstanding", "Prompt tokens of queued and in-flight requests", s["prefill_outstanding"]
-        )
-        yield gauge(
-            "prefix_cache_hit_ratio", "Share of prompt tokens served from the prefix cache", s["cache_hit_share"]
-        )
-        yield counter("requests", "Requests finished (answered or failed)", s["requests"])
-        yield counter("request_errors", "Requests that failed in the engine", s["errors"])
-        yield counter("prompt_tokens", "Prompt tokens of finished requests", s["prompt_tokens"])
-        yield counter("cached_prompt_tokens", "Prompt tokens served from the prefix cache", s["cached_tokens"])
-        yield counter("output_tokens", "Generated tokens", s["output_tokens"])
-        yield counter("batches", "Batches (Dask tasks) finished", s["batches"])
-        yield counter("gc_collections", "Garbage collections in the worker process", s["gc_collections"])
-        yield counter("gc_pause_seconds", "Time spent in garbage collection (wall clock)", s["gc_pause_s"])
-        yield gauge("gc_max_pause_seconds", "Longest garbage-collection pause", s["gc_max_pause_s"])
-        yield counter("engine_builds", "Engines built in this worker process", s["engine_builds"])
-        yield counter("engine_busy_seconds", "Time with at least one request in the engine", s["engine_busy_s"])
+        """The figures as prometheus_client reads them at each scrape."""
+        snapshot = self.snapshot()
+        for kind, name, doc, key in FIGURES:
+            metric = FAMILIES[kind](f"pipeline_{name}", doc, labels=["shard"])
+            metric.add_metric([self.shard], snapshot[key])
+            yield metric
 
 
-def install(metrics: ShardMetrics) -> ShardCollector:
+def install(metrics: ShardMetrics) -> None:
     """Exposes ``metrics`` on this process's ``/metrics``."""
-    collector = ShardCollector(metrics)
-    REGISTRY.register(collector)
-    return collector
+    REGISTRY.register(metrics)
 
 
-def uninstall(collector: ShardCollector) -> None:
-    try:
-        REGISTRY.unregister(collector)
-    except KeyError:
-        pass
+def uninstall(metrics: ShardMetrics) -> None:
+    with contextlib.suppress(KeyError):
+        REGISTRY.unregister(metrics)

@@ -70,7 +70,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         loop = asyncio.get_running_loop()
         # Building takes seconds; keep the event loop free for heartbeats.
         try:
-            self.engine = await loop.run_in_executor(None, self._build_engine)
+            engine = self.engine = await loop.run_in_executor(None, self._build_engine)
         except BaseException as exc:
             self._set_phase("failed")
             self.error = f"{type(exc).__name__}: {exc}"
@@ -84,23 +84,25 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         self.info = {
             "shard": self.shard,
             "pid": os.getpid(),
-            "block_size": self.engine.block_size,
-            "kv_cache_tokens": self.engine.kv_cache_tokens,
-            "engine_settings": self.engine.settings,
-            "tasks": list(self.engine.tasks),
-            "embedding_size": self.engine.embedding_size,
+            "block_size": engine.block_size,
+            "kv_cache_tokens": engine.kv_cache_tokens,
+            "engine_settings": engine.settings,
+            "tasks": list(engine.tasks),
+            "embedding_size": engine.embedding_size,
         }
         self._intake = FairAdmission(self.config.intake.max_in_flight)  # shared fairly by the jobs
-        budget = self.config.intake.kv_budget_share * (self.engine.kv_cache_tokens or 0)
+        budget = self.config.intake.kv_budget_share * (engine.kv_cache_tokens or 0)
         self.token_gate = TokenGate(budget) if budget else None  # cluster jobs' grouped answering
-        self.prefixes = self._prefix_memory(self.engine)
+        # Bounded by the engine's KV cache, or for the fake engine by the router's bound split over the shards.
+        cap = engine.kv_cache_tokens or self.config.routing.max_blocks * engine.block_size // len(self.config.shards)
+        self.prefixes = PrefixMemory(max(1, cap))
         gc.collect()
         gc.freeze()  # the start-up heap is never scanned again
         self.gc_pauses = GcPauses().install()
         self.metrics = metrics.ShardMetrics(self.shard, self.gc_pauses)
         self.metrics.engine_builds = 1
         self.metrics.engine_start_s = start_s
-        self._collector = metrics.install(self.metrics)
+        metrics.install(self.metrics)
         self._dead = False
         self._publisher = PeriodicCallback(self._publish, PUBLISH_INTERVAL_S * 1000)
         self._publisher.start()
@@ -112,11 +114,6 @@ class EnginePlugin(RowRequests, WorkerPlugin):
         self._reaper = reaper.start(os.getpid(), reaper.engine_children())
         self._engine_stopped = engine_stopped
         atexit.register(self._exit_without_finalizing)
-
-    def _prefix_memory(self, engine: Engine) -> PrefixMemory:
-        """Bounded by the engine's KV cache, or for the fake engine by the router's bound split over the shards."""
-        cap = engine.kv_cache_tokens or self.config.routing.max_blocks * engine.block_size // len(self.config.shards)
-        return PrefixMemory(max(1, cap))
 
     def _build_engine(self) -> Engine:
         """Spawns the engine without the variables Dask's nanny gave this worker; the shard's own variables still
@@ -140,7 +137,7 @@ class EnginePlugin(RowRequests, WorkerPlugin):
     async def teardown(self, worker) -> None:
         if getattr(self, "_publisher", None) is not None:
             self._publisher.stop()
-            metrics.uninstall(self._collector)
+            metrics.uninstall(self.metrics)
         await self.stop_engine()
 
     async def stop_engine(self) -> None:

@@ -46,6 +46,3 @@ class PrefixCacheModel:
 
     def reset(self) -> None:
         self._blocks.clear()
-
-    def __len__(self) -> int:
-        return len(self._blocks)

@@ -33,15 +33,13 @@ def join_shard(worker: Worker, shard_name: str, config_path: str | None) -> None
     if shard is None:
         raise click.UsageError(f"--shard {shard_name}: not in the config's shards ({', '.join(config.shard_names)})")
     os.environ.update(shard.worker_env())  # read when the engine starts, after this
-    # Set before the worker registers, so the scheduler sees the resource from the start.
-    worker.state.total_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
-    worker.state.available_resources[shard.resource] = SHARD_RESOURCE_AMOUNT
-    slots = answer_slots(worker.state.nthreads)
-    worker.state.total_resources[ANSWER_SLOTS_RESOURCE] = worker.state.available_resources[ANSWER_SLOTS_RESOURCE] = (
-        slots
-    )
-    reads = config.jobs.reads_per_worker
-    worker.state.total_resources[READ_SLOTS_RESOURCE] = worker.state.available_resources[READ_SLOTS_RESOURCE] = reads
+    # Set before the worker registers, so the scheduler sees the resources from the start.
+    for resource, amount in (
+        (shard.resource, SHARD_RESOURCE_AMOUNT),
+        (ANSWER_SLOTS_RESOURCE, answer_slots(worker.state.nthreads)),
+        (READ_SLOTS_RESOURCE, config.jobs.reads_per_worker),
+    ):
+        worker.state.total_resources[resource] = worker.state.available_resources[resource] = amount
     logger.info("pipeline: this worker serves shard %s", shard.name)
 
 
@@ -74,7 +72,6 @@ def dask_setup(server, shard, config_path):
         write_output_to(log_file)
     if shard:
         join_shard(server, shard, config_path)
-    # Load what a cluster job's tasks unpickle into while the engine starts, rather than during the first job's
-    # first task.
+    # Load what a cluster job's tasks unpickle into while the engine starts, not during the first job's first task.
     import pipeline.data.input  # noqa: F401
     import pipeline.steps.cluster_tasks  # noqa: F401

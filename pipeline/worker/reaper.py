@@ -6,6 +6,7 @@ The watchdog checks each child's start time, so a reused pid is left alone."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ def start(parent_pid: int, child_pids: list[int]) -> subprocess.Popen | None:
         return None
     # The watchdog imports only this module and psutil, since pipeline/__init__.py and pipeline/worker/__init__.py
     # import nothing eagerly.
-    code = "import sys; from pipeline.worker.reaper import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from pipeline.worker.reaper import watch; watch(int(sys.argv[1]), [*map(int, sys.argv[2:])])"
     return subprocess.Popen(
         [sys.executable, "-c", code, str(parent_pid), *map(str, child_pids)],
         stdin=subprocess.DEVNULL,
@@ -36,10 +37,8 @@ def watch(parent_pid: int, child_pids: list[int], interval_s: float = 0.5) -> li
     """Block until ``parent_pid`` is gone, then kill ``child_pids``; returns the pids killed."""
     children = []
     for pid in child_pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             children.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
     try:
         parent = psutil.Process(parent_pid)
     except psutil.NoSuchProcess:
@@ -50,21 +49,10 @@ def watch(parent_pid: int, child_pids: list[int], interval_s: float = 0.5) -> li
         time.sleep(interval_s)
     killed = []
     for c in children:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if c.is_running():  # same pid *and* start time
                 for grandchild in c.children(recursive=True):
                     grandchild.kill()
                 c.kill()
                 killed.append(c.pid)
-        except psutil.NoSuchProcess:
-            pass
     return killed
-
-
-def main(argv: list[str]) -> int:
-    watch(int(argv[0]), [int(a) for a in argv[1:]])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -17,10 +17,11 @@ from pipeline.worker.engine import BadSampling, Engine, EngineDead, TokenIds
 from pipeline.worker.metrics import ShardMetrics
 from pipeline.worker.prompt_fit import fit_prompt, fit_text
 from pipeline.worker.row_results import answered, labelled
-from pipeline.worker.tool_calls import auto_tools
+from pipeline.worker.tool_calls import AutoTools
 from tasks.classify import head_probs, label_probs
 
 Out = TypeVar("Out")  # an engine call's output
+Labels = tuple[str, ...]  # a classify row's labels
 
 
 class RowRequests:
@@ -31,7 +32,7 @@ class RowRequests:
     shard: str
     metrics: ShardMetrics
     _intake: FairAdmission
-    _label_ids: dict[tuple[str, ...], list[int]]
+    _label_ids: dict[Labels, list[int]]
 
     def _running(self) -> Engine:
         if self.engine is None:
@@ -46,29 +47,23 @@ class RowRequests:
         engine = self._running()
         tools = None
         if sampling.tool_parser is not None and sampling.tools is not None:
-            tools, error = auto_tools(sampling.tool_parser, sampling.tools, engine.tokenizer)
-            if tools is None:
-                return RowResult.failed(index, ErrorKind.ENGINE, error or "", shard=self.shard)
+            try:
+                tools = AutoTools(sampling.tool_parser, sampling.tools, engine.tokenizer)
+            except Exception as exc:  # noqa: BLE001 - a parser refuses a tokenizer its own way (RuntimeError, ValueError)
+                parser, why = sampling.tool_parser, f"{type(exc).__name__}: {exc}"
+                problem = f"engine.tool_call_parser {parser!r} cannot read this model's answers: {why}"
+                return RowResult.failed(index, ErrorKind.ENGINE, problem, shard=self.shard)
             if tools.keeps_special_tokens:
                 sampling = msgspec.structs.replace(sampling, keep_special_tokens=True)
-        ids, error = fit_prompt(
-            prefix_ids,
-            engine.encode(suffix),
-            engine.max_model_len,
-            sampling.max_tokens or self.config.sampling.max_tokens,
-            truncate,
-        )
+        max_tokens = sampling.max_tokens or self.config.sampling.max_tokens
+        ids, error = fit_prompt(prefix_ids, engine.encode(suffix), engine.max_model_len, max_tokens, truncate)
         if error is not None:
             return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
+        rid = f"{batch_id}-{index}"
         gen, t0 = await self._at_engine(
-            job,
-            ids,
-            lambda priority: self._running().generate(
-                ids, request_id=f"{batch_id}-{index}", sampling=sampling, priority=priority
-            ),
+            job, index, ids, lambda priority: self._running().generate(ids, rid, sampling, priority)
         )
         if isinstance(gen, RowResult):
-            gen.index = index
             return gen
         return answered(index, gen, sampling, tools, self.shard, t0)
 
@@ -76,113 +71,63 @@ class RowRequests:
         self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, sampling: Sampling
     ) -> RowResult:
         """Embeds the row's text, cut to what the model takes when ``truncate``."""
-        out, t0 = await self._on_text(
-            job,
-            batch_id,
-            index,
-            prefix_ids,
-            suffix,
-            truncate,
-            lambda ids, rid, priority: self._running().embed(
-                ids, request_id=rid, normalize=sampling.normalize, priority=priority
-            ),
+        ids, error = self._fit_text(prefix_ids, suffix, truncate)
+        if error is not None:
+            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
+        rid = f"{batch_id}-{index}"
+        out, t0 = await self._at_engine(
+            job, index, ids, lambda priority: self._running().embed(ids, rid, sampling.normalize, priority)
         )
         if isinstance(out, RowResult):
             return out
-        assert t0 is not None
+        latency_s = time.perf_counter() - t0
         return RowResult(
-            index,
-            embedding=out.vector,
-            prompt_tokens=out.prompt_tokens,
-            shard=self.shard,
-            latency_s=time.perf_counter() - t0,
+            index, embedding=out.vector, prompt_tokens=out.prompt_tokens, shard=self.shard, latency_s=latency_s
         )
 
     async def classify_row(
-        self,
-        job: str,
-        batch_id: str,
-        index: int,
-        prefix_ids: TokenIds,
-        suffix: str,
-        truncate: bool,
-        labels: tuple[str, ...],
+        self, job: str, batch_id: str, index: int, prefix_ids: TokenIds, suffix: str, truncate: bool, labels: Labels
     ) -> RowResult:
         """Weighs ``labels`` by the probability of each label's first token as the answer's first token, normalised
-        over the labels; a classification model uses its own head instead. The likeliest label is the answer and the
-        first label's probability the score."""
-        engine = self._running()
+        over the labels; a classification model uses its own head instead, on the row's text. The likeliest label is
+        the answer and the first label's probability the score."""
+        engine, rid = self._running(), f"{batch_id}-{index}"
         if "classify" in engine.tasks:
-            return await self._head(job, batch_id, index, prefix_ids, suffix, truncate, labels)
+            ids, error = self._fit_text(prefix_ids, suffix, truncate)
+            if error is not None:
+                return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
+            out, t0 = await self._at_engine(
+                job, index, ids, lambda priority: self._running().classify(ids, rid, priority)
+            )
+            if isinstance(out, RowResult):
+                return out
+            head = self._running().labels
+            assert head is not None
+            return labelled(index, labels, head_probs(out.probs, head, labels), out, self.shard, t0)
         label_ids = self._label_ids.get(labels)
         if label_ids is None:
             label_ids = self._label_ids[labels] = [engine.encode(label)[0] for label in labels]
         ids, error = fit_prompt(prefix_ids, engine.encode(suffix), engine.max_model_len, 1, truncate)
         if error is not None:
             return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard)
-        out, t0 = await self._at_engine(
-            job,
-            ids,
-            lambda priority: engine.label_logprobs(ids, label_ids, request_id=f"{batch_id}-{index}", priority=priority),
+        logprobs, t0 = await self._at_engine(
+            job, index, ids, lambda priority: engine.label_logprobs(ids, label_ids, rid, priority)
         )
-        if isinstance(out, RowResult):
-            out.index = index
-            return out
-        return labelled(index, labels, label_probs(out.logprobs), out, self.shard, t0)
+        if isinstance(logprobs, RowResult):
+            return logprobs
+        return labelled(index, labels, label_probs(logprobs.logprobs), logprobs, self.shard, t0)
 
-    async def _head(
-        self,
-        job: str,
-        batch_id: str,
-        index: int,
-        prefix_ids: TokenIds,
-        suffix: str,
-        truncate: bool,
-        labels: tuple[str, ...],
-    ) -> RowResult:
-        """Classifies the row's text with the model's own head."""
-        out, t0 = await self._on_text(
-            job,
-            batch_id,
-            index,
-            prefix_ids,
-            suffix,
-            truncate,
-            lambda ids, rid, priority: self._running().classify(ids, request_id=rid, priority=priority),
-        )
-        if isinstance(out, RowResult):
-            return out
-        head = self._running().labels
-        assert head is not None and t0 is not None
-        return labelled(index, labels, head_probs(out.probs, head, labels), out, self.shard, t0)
-
-    async def _on_text(
-        self,
-        job: str,
-        batch_id: str,
-        index: int,
-        prefix_ids: TokenIds,
-        suffix: str,
-        truncate: bool,
-        call: Callable[[TokenIds, str, int], Awaitable[Out]],
-    ) -> tuple[Out | RowResult, float | None]:
-        """Sends the row's text, cut to what the model takes when ``truncate``, to ``call``. Returns the output and
-        its start time, or the row's failed result and None."""
+    def _fit_text(self, prefix_ids: TokenIds, suffix: str, truncate: bool) -> tuple[TokenIds, str | None]:
+        """The row's text to embed or classify with a head, cut to what the model takes when ``truncate``."""
         engine = self._running()
         ids = prefix_ids + engine.encode(suffix) if suffix else prefix_ids
-        ids, error = fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
-        if error is not None:
-            return RowResult.failed(index, ErrorKind.INPUT, error, shard=self.shard), None
-        out, t0 = await self._at_engine(job, ids, lambda priority: call(ids, f"{batch_id}-{index}", priority))
-        if isinstance(out, RowResult):
-            out.index = index
-        return out, t0
+        return fit_text(ids, engine.max_model_len - engine.special_tokens, truncate)
 
     async def _at_engine(
-        self, job: str, ids: TokenIds, request: Callable[[int], Awaitable[Out]]
+        self, job: str, index: int, ids: TokenIds, request: Callable[[int], Awaitable[Out]]
     ) -> tuple[Out | RowResult, float]:
-        """Runs ``request(priority)`` at ``job``'s turn, counted in the shard's figures. Where the engine refuses or
-        fails it, returns the row's failed result, its index still to set."""
+        """Runs ``request(priority)`` at ``job``'s turn, counted in the shard's figures, and returns its output and
+        start time. Where the engine refuses or fails it, the output is row ``index``'s failed result."""
         m = self.metrics
         m.queue(len(ids))
         try:
@@ -207,7 +152,7 @@ class RowRequests:
             kind = ErrorKind.INPUT if _bad_request(exc) else ErrorKind.ENGINE
             why = str(exc) if isinstance(exc, BadSampling) else f"{type(exc).__name__}: {exc}"  # ours says it all
             return RowResult.failed(
-                -1, kind, why, prompt_tokens=len(ids), shard=self.shard, latency_s=time.perf_counter() - t0
+                index, kind, why, prompt_tokens=len(ids), shard=self.shard, latency_s=time.perf_counter() - t0
             ), t0
         finally:
             self._intake.release(job)

@@ -32,8 +32,8 @@ def labelled(
 def answered(
     index: int, gen: Generation, sampling: Sampling, tools: AutoTools | None, shard: str, t0: float
 ) -> RowResult:
-    """A row's result from the engine's answer (or answers: ``sampling.n``), each checked
-    (``checked``); the row fails when no answer is usable."""
+    """A row's result from the engine's answer (or answers: ``sampling.n``), each checked (``checked``); the row
+    fails when no answer is usable."""
     answer, parsed, problem = checked(gen.text, gen.finish_reason, sampling, tools)
     result = RowResult(
         index,
@@ -61,9 +61,9 @@ def answered(
 def checked(
     text: str, finish_reason: str | None, sampling: Sampling, tools: AutoTools | None
 ) -> tuple[str, str | None, str | None]:
-    """An answer as the row keeps it (``answer_text``), its JSON, and what is wrong with it: a
-    JSON-schema answer's JSON, checked (``check_answer``); a tool_choice "auto" answer's calls
-    (``AutoTools.read``: then the text is what the answer says beside them)."""
+    """An answer as the row keeps it (``answer_text``), its JSON, and what is wrong with it: a JSON-schema answer's
+    JSON, checked (``check_answer``); a tool_choice "auto" answer's calls (``AutoTools.read``: then the text is what
+    the answer says beside them)."""
     if tools is not None:
         content, calls = tools.read(text)
         return answer_text(content, sampling), calls, None

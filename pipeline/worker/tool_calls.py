@@ -1,10 +1,9 @@
-"""A tool_choice "auto" chat line's answer read by vLLM's own tool-call parser for the model's
-format (``engine.tool_call_parser``; pipeline/data/chat_tools.py). It runs on the worker because
-the engine's tokenizer is there: some parsers look their markers up in it, and refuse a model
-whose vocabulary lacks them.
+"""A tool_choice "auto" chat line's answer read by vLLM's own tool-call parser for the model's format
+(``engine.tool_call_parser``; pipeline/data/chat_tools.py). It runs on the worker because the engine's tokenizer is
+there: some parsers look their markers up in it, and refuse a model whose vocabulary lacks them.
 
-A row's parser is built before its request goes to the engine, as vLLM's ``serving_chat`` builds
-one per request, so a parser that cannot read this model fails the row without an answer spent.
+A row's parser is built before its request goes to the engine, as vLLM's ``serving_chat`` builds one per request, so
+a parser that cannot read this model fails the row without an answer spent.
 """
 
 from __future__ import annotations
@@ -31,19 +30,10 @@ class AutoTools:
         return not self.request.skip_special_tokens
 
     def read(self, text: str) -> tuple[str, str | None]:
-        """The answer's text beside its calls, and the calls as JSON text (``[{"name",
-        "arguments"}]``, arguments as the parser wrote them); where it calls none: the whole text
-        and None."""
+        """The answer's text beside its calls, and the calls as JSON text (``[{"name", "arguments"}]``, arguments
+        as the parser wrote them); where it calls none: the whole text and None."""
         found = self.parser.extract_tool_calls(text, self.request)
         if not found.tools_called or not found.tool_calls:
             return text, None
         calls = [{"name": c.function.name, "arguments": c.function.arguments} for c in found.tool_calls]
         return found.content or "", json.dumps(calls, ensure_ascii=False)
-
-
-def auto_tools(name: str, tools: str, tokenizer: Any) -> tuple[AutoTools | None, str | None]:
-    """The row's parser, or None and why it cannot read this model's answers."""
-    try:
-        return AutoTools(name, tools, tokenizer), None
-    except Exception as exc:  # noqa: BLE001 - a parser refuses a tokenizer its own way (RuntimeError, ValueError)
-        return None, f"engine.tool_call_parser {name!r} cannot read this model's answers: {type(exc).__name__}: {exc}"

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import msgspec
 
+from pipeline.classifier_model import classifier_labels
 from pipeline.config import Config
 from pipeline.config.shards import ShardConfig
 from pipeline.sampling import Sampling
@@ -48,14 +49,9 @@ def engine_dtype(config: Config) -> str:
     return "bfloat16" if cpu_has_bf16() else "float32"
 
 
-def engine_eager(config: Config, shard: ShardConfig | None = None) -> bool:
-    """Resolves ``auto``: eager on CPU, where compiling slows every start for little gain, and CUDA graphs on
-    GPUs."""
-    eager = config.engine.enforce_eager
-    if eager != "auto":
-        return eager
-    kind = shard.kind if shard is not None else ("gpu" if any(s.kind == "gpu" for s in config.shards) else "cpu")
-    return kind == "cpu"
+def on_cpu(config: Config, shard: ShardConfig | None) -> bool:
+    """Whether the engine runs on CPU: the shard's kind, or without a shard, whether no shard has GPUs."""
+    return shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
 
 
 def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) -> dict:
@@ -71,14 +67,12 @@ def engine_kwargs(model: str, config: Config, shard: ShardConfig | None = None) 
         enable_prefix_caching=e.enable_prefix_caching,
         seed=e.seed,
         disable_log_stats=True,
-        enforce_eager=engine_eager(config, shard),
+        # ``auto``: eager on CPU, where compiling slows every start for little gain, and CUDA graphs on GPUs
+        enforce_eager=on_cpu(config, shard) if e.enforce_eager == "auto" else e.enforce_eager,
     )
     if shard is not None and shard.tensor_parallel > 1:
         kwargs["tensor_parallel_size"] = shard.tensor_parallel
-    if e.max_num_batched_tokens is not None:
-        kwargs["max_num_batched_tokens"] = e.max_num_batched_tokens
-    if e.block_size is not None:
-        kwargs["block_size"] = e.block_size
+    kwargs.update({k: getattr(e, k) for k in ("max_num_batched_tokens", "block_size") if getattr(e, k) is not None})
     if config.lora_slots:
         kwargs.update(
             enable_lora=True,
@@ -177,13 +171,14 @@ def read_labels(output, label_ids: Sequence[int]) -> list[float]:
 
 class VllmEngine:
     def __init__(self, model: str, config: Config, shard: ShardConfig | None = None):
+        from transformers import AutoTokenizer
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         # vLLM's offline ``LLM`` defaults, as plain vLLM gets for a batch. A request's priority is its job's count of
         # admitted requests, so jobs sharing the engine take turns; on CPU, JobFairScheduler also seats a small job.
-        cpu = shard.kind == "cpu" if shard is not None else not any(s.kind == "gpu" for s in config.shards)
+        cpu = on_cpu(config, shard)
         scheduler: dict[str, Any] = {"scheduler_cls": "pipeline.worker.job_scheduler.JobFairScheduler"} if cpu else {}
         kwargs = fitted_kwargs(engine_kwargs(model, config, shard))
         args = AsyncEngineArgs(**kwargs, scheduling_policy="priority", **scheduler)
@@ -195,14 +190,10 @@ class VllmEngine:
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * self.block_size
         self.max_model_len = int(model_config.max_model_len)
         pooling = model_config.runner_type == "pooling"
-        from pipeline.classifier_model import classifier_labels
-
         # A sequence-classification model uses vLLM's "classify" pooling: its head's logits, softmaxed.
         self.labels = classifier_labels(model) if pooling else None
         self.tasks: tuple[str, ...] = ("classify",) if self.labels else ("embed",) if pooling else ("generate",)
         self.embedding_size = int(model_config.embedding_size) if pooling and not self.labels else None
-        from transformers import AutoTokenizer
-
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self._head, self._tail = special_tokens(self.tokenizer) if pooling else ([], [])
         self.special_tokens = len(self._head) + len(self._tail)

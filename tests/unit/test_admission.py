@@ -86,11 +86,11 @@ def test_a_cancelled_request_gives_its_place_back_and_nothing_leaks():
         admission.release("a")  # the place goes to c
         await later
         admission.release("c")
-        return held, log, admission.free, admission.jobs()
+        return held, log, admission.in_engine, admission._active
 
-    held, log, free, jobs = asyncio.run(run())
+    held, log, in_engine, active = asyncio.run(run())
     assert held == 0 and log == [("c", 0)]
-    assert free == 1 and jobs == 0
+    assert in_engine == 0 and not active
 
 
 def test_the_token_gate_lets_a_new_job_start_a_document_while_another_fills_it():

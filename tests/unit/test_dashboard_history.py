@@ -3,6 +3,7 @@ page drawn from it: no cluster."""
 
 import math
 
+from pipeline.scheduler import history
 from pipeline.scheduler.history import History, window_rates
 
 
@@ -41,7 +42,7 @@ def test_window_rates_over_the_first_and_last_snapshot():
 
 
 def test_each_sample_is_one_point_per_shard_and_one_for_the_job():
-    h = History(window_s=10, stale_after_s=3)
+    h = History()
     for i in range(6):
         h.add(
             snap("s0", 100 + i, 5 * i, 50 * i, prompt=100 * i, cached=60 * i, busy_s=0.5 * i, queued=3, in_flight=2),
@@ -72,8 +73,9 @@ def test_points_after_a_sample_are_only_the_newer_ones():
     assert h.points(after=5)["shards"]["s0"]["seq"] == [] and h.points(after=5)["job"]["seq"] == []
 
 
-def test_the_history_is_bounded():
-    h = History(max_points=50)
+def test_the_history_is_bounded(monkeypatch):
+    monkeypatch.setattr(history, "MAX_POINTS", 50)
+    h = History()
     for i in range(200):
         h.add(snap("s0", 100 + i, i), received=100 + i)
         h.sample(100 + i, view(i))
@@ -83,7 +85,7 @@ def test_the_history_is_bounded():
 
 
 def test_a_worker_that_stopped_sending_is_idle_and_a_new_one_starts_its_counters_again():
-    h = History(window_s=10, stale_after_s=3)
+    h = History()
     for i in range(4):
         h.add(snap("s0", 100 + i, 10 * i, in_flight=0 if i == 3 else 4), received=100 + i)
     h.sample(103.5)

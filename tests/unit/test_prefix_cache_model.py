@@ -33,7 +33,7 @@ def test_least_recently_used_blocks_go_first_a_documents_tail_before_its_head():
     a, b = ids(1, 64), ids(2, 64)
     cache.serve(a + [7])
     cache.serve(b + [7])  # 8 blocks for 6: two of a's go, its last two
-    assert len(cache) == 6
+    assert len(cache._blocks) == 6
     assert cache.serve(a + [8]) == 32
     cache.reset()
     assert cache.serve(b + [8]) == 0
