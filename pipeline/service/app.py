@@ -7,7 +7,7 @@ import hmac
 from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
@@ -46,7 +46,7 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
 
     @app.get("/metrics", dependencies=auth)
     def prometheus() -> Response:
-        return Response(metrics.exposition(batch_metrics), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(batch_metrics), media_type=CONTENT_TYPE_LATEST)
 
     return app
 

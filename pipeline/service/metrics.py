@@ -3,7 +3,7 @@ batch's counts become those of its files, which may be fewer."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
 STATES = ("validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled")
@@ -14,9 +14,6 @@ class BatchCollector:
 
     def __init__(self, records):
         self.records = records
-
-    def describe(self):
-        return []  # so that registering does not collect
 
     def collect(self):
         batches = self.records()
@@ -50,11 +47,8 @@ class BatchCollector:
 
 
 def registry(records) -> CollectorRegistry:
-    """A registry of the batches' metrics alone, not the process's default one."""
+    """A registry of the batches' metrics alone, not the process's default one. Without auto_describe,
+    registering does not collect."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(BatchCollector(records))
     return reg
-
-
-def exposition(reg: CollectorRegistry) -> bytes:
-    return generate_latest(reg)
