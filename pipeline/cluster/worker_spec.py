@@ -39,7 +39,7 @@ def cluster_settings(config: Config) -> dict:
     return {**DASK_SETTINGS, pipeline.compression.SETTING: pipeline.compression.dask_value(config.network.compression)}
 
 
-def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
+def dask_env(settings: dict) -> dict[str, str]:
     return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
 
 
