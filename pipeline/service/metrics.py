@@ -23,26 +23,25 @@ class BatchCollector:
         for state in STATES:
             by_status.add_metric([state], sum(1 for b in batches if b["status"] == state))
         yield by_status
-        families = {
-            name: GaugeMetricFamily(f"pipeline_service_batch_{name}", doc, labels=["batch_id"])
-            for name, doc in (
-                ("requests", "Requests in the batch's input file"),
-                ("requests_completed", "The batch's requests answered"),
-                ("requests_failed", "The batch's requests failed (or left unanswered)"),
-                ("created_seconds", "When the batch was created (Unix time)"),
-            )
-        }
+        for name, doc, value in (
+            ("requests", "Requests in the batch's input file", lambda b: b["request_counts"]["total"]),
+            ("requests_completed", "The batch's requests answered", lambda b: b["request_counts"]["completed"]),
+            (
+                "requests_failed",
+                "The batch's requests failed (or left unanswered)",
+                lambda b: b["request_counts"]["failed"],
+            ),
+            ("created_seconds", "When the batch was created (Unix time)", lambda b: b["created_at"]),
+        ):
+            family = GaugeMetricFamily(f"pipeline_service_batch_{name}", doc, labels=["batch_id"])
+            for b in batches:
+                family.add_metric([b["id"]], value(b))
+            yield family
         info = GaugeMetricFamily(
             "pipeline_service_batch_info", "A batch's state (1)", labels=["batch_id", "status", "endpoint"]
         )
         for b in batches:
-            counts = b["request_counts"]
-            families["requests"].add_metric([b["id"]], counts["total"])
-            families["requests_completed"].add_metric([b["id"]], counts["completed"])
-            families["requests_failed"].add_metric([b["id"]], counts["failed"])
-            families["created_seconds"].add_metric([b["id"]], b["created_at"])
             info.add_metric([b["id"], b["status"], b["endpoint"]], 1)
-        yield from families.values()
         yield info
 
 
