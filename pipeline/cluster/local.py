@@ -157,7 +157,6 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
     """Call before any nanny has started in this process: each worker records which variables the
     nannies add, so its engine does not inherit them. With ``log_dir`` each worker and its engine
     write to ``<shard>.log`` there instead of the terminal."""
-    apply_dask_settings(config)
     quiet = {}
     if log_dir is not None and QUIET_DASK[0] not in os.environ:
         # A worker reads its logging levels on importing Dask, before a nanny's env applies, so this
