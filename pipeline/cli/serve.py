@@ -25,20 +25,18 @@ def add_serve_parser(sub) -> None:
     serve = sub.add_parser(
         "serve", help="serve OpenAI's Files and Batches API over HTTP on the local cluster (docs/service.md)"
     )
-    serve.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    serve.add_argument("--config", help="cluster.yaml (default: the repository's)")
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs an API key)"
     )
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     serve.add_argument(
         "--store",
-        default=None,
         metavar="DIR",
         help="folder of the files and batches (default: model.cache_dir/service)",
     )
     serve.add_argument(
         "--api-key",
-        default=None,
         help=f"the key every request must carry (Authorization: Bearer KEY); default: ${API_KEY_ENV}",
     )
     serve.add_argument(
@@ -63,7 +61,6 @@ def add_serve_parser(sub) -> None:
     serve.add_argument(
         "--max-window-s",
         type=int,
-        default=None,
         metavar="SECONDS",
         help="every batch expires at most this long after it is created, whatever its "
         "completion_window (default: its completion_window alone)",
