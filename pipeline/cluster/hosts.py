@@ -264,7 +264,7 @@ class WorkerHost:
         self.shard = shard
         shard_config = self.config.shard(shard)
         assert shard_config is not None  # checked when the command started
-        spec = WorkerSpec.for_shard(self.config, shard_config, starter_env=os.environ, bind_host=self.host)
+        spec = WorkerSpec(self.config, shard_config, starter_env=os.environ, bind_host=self.host)
         env = spec.process_env(process_env(self.config))
         given = os.environ.get("CUDA_VISIBLE_DEVICES")
         if shard_config.kind == "gpu" and given and "CUDA_VISIBLE_DEVICES" not in shard_config.env:

@@ -171,7 +171,7 @@ def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecClus
         if log_dir is not None:
             (log_dir / f"{shard.name}.log").write_text("")
             env[LOG_FILE_ENV] = str(log_dir / f"{shard.name}.log")
-        workers[shard.name] = WorkerSpec.for_shard(config, shard, extra_env=env).nanny()
+        workers[shard.name] = WorkerSpec(config, shard, extra_env=env).nanny()
     scheduler = {
         "cls": SchedulerProcess,
         "options": {"config": config, "log": log_dir / "scheduler.log" if log_dir is not None else None},

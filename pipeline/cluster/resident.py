@@ -74,7 +74,7 @@ def start_processes(config: Config, model: str, folder: Path) -> ClusterState:
         info = read_scheduler_file(scheduler_file, procs["scheduler"], log, 60)
         # starter_env tells each worker which variables its nanny adds, so its engine starts without them.
         for shard in config.shards:
-            worker = WorkerSpec.for_shard(config, shard, starter_env=base_env)
+            worker = WorkerSpec(config, shard, starter_env=base_env)
             procs[shard.name] = spawn(
                 worker.command(info["address"]),
                 worker.process_env(base_env),
