@@ -23,7 +23,7 @@ from distributed.comm import get_address_host, parse_address
 from distributed.comm.core import FatalCommClosedError
 from distributed.core import rpc
 
-from pipeline.cluster.local import process_env, read_scheduler_file, scheduler_command
+from pipeline.cluster.local import process_env, read_scheduler_file, scheduler_command, spawn
 from pipeline.cluster.security import dask_security, protocol
 from pipeline.cluster.settings_check import settings_mismatch
 from pipeline.cluster.supervisor import Backoff, Supervisor
@@ -89,17 +89,6 @@ def _die_with_parent() -> None:
 PR_SET_PDEATHSIG = 1
 
 
-def _spawn(args: list[str], env: dict, log: IO | None) -> subprocess.Popen:
-    return subprocess.Popen(
-        args,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT if log is not None else None,
-        preexec_fn=_die_with_parent,
-    )
-
-
 def run_scheduler(
     config: Config, host: str | None, port: int | None, dashboard: str | None, insecure: bool, log_file: str | None
 ) -> int:
@@ -122,7 +111,7 @@ def run_scheduler(
     scheduler_file = Path(folder) / "scheduler.json"
 
     def start(_supervisor: Supervisor) -> subprocess.Popen:
-        child = _spawn(scheduler_command(config, scheduler_file), process_env(config), log)
+        child = spawn(scheduler_command(config, scheduler_file), process_env(config), log, preexec_fn=_die_with_parent)
         info = read_scheduler_file(scheduler_file, child, target, 120)
         board = info.get("services", {}).get("dashboard") if config.scheduler.dashboard_address else None
         say(
@@ -269,7 +258,7 @@ class WorkerHost:
         given = os.environ.get("CUDA_VISIBLE_DEVICES")
         if shard_config.kind == "gpu" and given and "CUDA_VISIBLE_DEVICES" not in shard_config.env:
             env["CUDA_VISIBLE_DEVICES"] = visible_devices(given, shard_config.devices)
-        return _spawn([*spec.command(self.address), *self.dask_args], env, self.log)
+        return spawn([*spec.command(self.address), *self.dask_args], env, self.log, preexec_fn=_die_with_parent)
 
 
 def run_worker(

@@ -7,6 +7,7 @@ client's job loop do not take turns at one interpreter lock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import dask
 from distributed import Client, SpecCluster
@@ -93,16 +95,10 @@ def tail(path: Path) -> str:
         return ""
 
 
-def spawn(args: list[str], env: dict, log: Path | None, **popen) -> subprocess.Popen:
-    """A Dask process writing to ``log``, emptied first, or to this terminal."""
-    out = open(log, "w") if log is not None else None
-    try:
-        return subprocess.Popen(
-            args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT if out else None, **popen
-        )
-    finally:
-        if out is not None:
-            out.close()
+def spawn(args: list[str], env: dict, out: IO | None, **popen) -> subprocess.Popen:
+    """A Dask process writing to ``out``, or to this terminal."""
+    stderr = subprocess.STDOUT if out is not None else None
+    return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=stderr, **popen)
 
 
 class SchedulerProcess(ProcessInterface):
@@ -122,7 +118,8 @@ class SchedulerProcess(ProcessInterface):
         with tempfile.TemporaryDirectory(prefix="pipeline-scheduler-") as folder:
             scheduler_file = Path(folder) / "scheduler.json"
             env = {**process_env(self.config), EXIT_WITH_PARENT_ENV: "1"}
-            self.proc = spawn(scheduler_command(self.config, scheduler_file), env, self.log)
+            with open(self.log, "w") if self.log is not None else contextlib.nullcontext() as out:
+                self.proc = spawn(scheduler_command(self.config, scheduler_file), env, out)
             try:
                 self.address = read_scheduler_file(scheduler_file, self.proc, self.log, 60)["address"]
             except BaseException:

@@ -65,22 +65,20 @@ def start_processes(config: Config, model: str, folder: Path) -> ClusterState:
     scheduler_file = folder / "scheduler.json"
     scheduler_file.unlink(missing_ok=True)
     base_env = process_env(config)
-    # A session of its own, so neither Ctrl-C nor closing the terminal that ran `up` stops it.
-    own_session = {"cwd": folder, "start_new_session": True}
     procs: dict[str, subprocess.Popen] = {}
+
+    def start(name: str, args: list[str], env: dict) -> None:
+        with open(log_dir / f"{name}.log", "w") as out:
+            # A session of its own, so neither Ctrl-C nor closing the terminal that ran `up` stops it.
+            procs[name] = spawn(args, env, out, cwd=folder, start_new_session=True)
+
     try:
-        log = log_dir / "scheduler.log"
-        procs["scheduler"] = spawn(scheduler_command(config, scheduler_file), base_env, log, **own_session)
-        info = read_scheduler_file(scheduler_file, procs["scheduler"], log, 60)
+        start("scheduler", scheduler_command(config, scheduler_file), base_env)
+        info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", 60)
         # starter_env tells each worker which variables its nanny adds, so its engine starts without them.
         for shard in config.shards:
             worker = WorkerSpec(config, shard, starter_env=base_env)
-            procs[shard.name] = spawn(
-                worker.command(info["address"]),
-                worker.process_env(base_env),
-                log_dir / f"{shard.name}.log",
-                **own_session,
-            )
+            start(shard.name, worker.command(info["address"]), worker.process_env(base_env))
     except BaseException:
         for p in procs.values():
             _each(reversed(_tree(p.pid)), psutil.Process.kill)
