@@ -66,18 +66,13 @@ class Runner:
     def create(self, input_file_id: str, endpoint: str, completion_window: str, metadata: dict | None) -> dict:
         """Creates a batch; the checks that need no reading of the file answer at once."""
         task = ENDPOINT_TASKS.get(endpoint)
-        if task is None:
-            raise invalid(
-                f"Unsupported endpoint '{endpoint}'; this service runs {', '.join(ENDPOINT_TASKS)}.",
-                param="endpoint",
-                code="unsupported_endpoint",
+        if task is None or task not in self.pipeline.engine_tasks:
+            why = (
+                f"Unsupported endpoint '{endpoint}'; this service runs {', '.join(ENDPOINT_TASKS)}."
+                if task is None
+                else f"The cluster's model ({self.pipeline.model}) does not serve {endpoint}."
             )
-        if task not in self.pipeline.engine_tasks:
-            raise invalid(
-                f"The cluster's model ({self.pipeline.model}) does not serve {endpoint}.",
-                param="endpoint",
-                code="unsupported_endpoint",
-            )
+            raise invalid(why, param="endpoint", code="unsupported_endpoint")
         window = WINDOW.match(completion_window or "")
         if window is None:
             raise invalid(
