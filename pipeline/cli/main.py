@@ -104,8 +104,7 @@ def _add_prompt_options(prompt) -> None:
         "--template",
         metavar="TEXT",
         help="the user message, naming input columns, e.g. 'Summarize in one line: {text}' "
-        "(sets --task "
-        "template unless --task embed, classify or score); put what rows share first",
+        "(sets --task template unless --task embed, classify or score); put what rows share first",
     )
     prompt.add_argument(
         "--prefix-column",
