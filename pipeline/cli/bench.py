@@ -10,7 +10,7 @@ from pathlib import Path
 
 def add_bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="the pipeline side by side with standalone vLLM, in one run")
-    bench.add_argument("--config", default=None)
+    bench.add_argument("--config")
     bench.add_argument("--pairs", type=int, default=5, help="rounds per burst (default 5)")
     bench.add_argument(
         "--bursts",
@@ -32,7 +32,6 @@ def add_bench_parser(sub) -> None:
     )
     bench.add_argument(
         "--contenders",
-        default=None,
         help="comma-separated subset of standalone-rr, standalone-routed, standalone-arrival, "
         "standalone-sorted, pipeline (default: standalone-rr,standalone-routed,pipeline)",
     )

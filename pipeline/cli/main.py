@@ -27,9 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     bench_cli.add_bench_parser(sub)
     service_command.add_serve_parser(sub)
     prep = sub.add_parser("prepare-model", help="convert the default model once into the cache folder")
-    prep.add_argument("--config", default=None)
+    prep.add_argument("--config")
     check = sub.add_parser("check-config", help="validate a cluster.yaml and print it")
-    check.add_argument("config", nargs="?", default=None)
+    check.add_argument("config", nargs="?")
     return p
 
 
@@ -45,7 +45,7 @@ def _add_run_parser(sub) -> None:
         help="output file (Parquet, or JSONL for OpenAI batch input); results so far are "
         "kept in OUTPUT.partial/ and running the same command again resumes",
     )
-    run.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    run.add_argument("--config", help="cluster.yaml (default: the repository's)")
     run.add_argument(
         "--format",
         choices=("auto", "parquet", "openai"),
@@ -71,7 +71,6 @@ def _add_run_parser(sub) -> None:
     )
     run.add_argument(
         "--model",
-        default=None,
         metavar="PATH",
         help="overrides the config's model.path: a model folder, a hub name, or a packaged model "
         "(all-MiniLM-L6-v2: an embedding model, for --task embed)",
@@ -79,7 +78,6 @@ def _add_run_parser(sub) -> None:
     run.add_argument(
         "--engine",
         choices=("vllm", "fake", "null"),
-        default=None,
         help="overrides the config's engine.kind; for testing: 'fake' answers every row with an "
         "empty string (after engine.null_latency_s), no vLLM ('null': its old name)",
     )
@@ -96,7 +94,6 @@ def _add_prompt_options(prompt) -> None:
     prompt.add_argument(
         "--task",
         choices=CONFIG_TASKS,
-        default=None,
         help="document_question: columns document, question; generate: a prompt (optional prefix) "
         "or messages column; template: --template's columns; embed: a document column (or "
         "--template's), embedded by the embedding model in model.path; classify: --template's "
@@ -105,22 +102,18 @@ def _add_prompt_options(prompt) -> None:
     )
     prompt.add_argument(
         "--template",
-        default=None,
         metavar="TEXT",
         help="the user message, naming input columns, e.g. 'Summarize in one line: {text}' "
-        "(sets --task "
-        "template unless --task embed, classify or score); put what rows share first",
+        "(sets --task template unless --task embed, classify or score); put what rows share first",
     )
     prompt.add_argument(
         "--prefix-column",
-        default=None,
         metavar="COLUMN",
         help="the template's shareable prefix runs through this column (default: its first)",
     )
-    prompt.add_argument("--system", default=None, metavar="TEXT", help="a system prompt")
+    prompt.add_argument("--system", metavar="TEXT", help="a system prompt")
     prompt.add_argument(
         "--json-schema",
-        default=None,
         metavar="FILE_OR_JSON",
         help="answers are JSON matching this schema (a .json file or the schema's text); the "
         "output gets an answer_json column",
@@ -128,20 +121,18 @@ def _add_prompt_options(prompt) -> None:
     prompt.add_argument(
         "--choice",
         action="append",
-        default=None,
         metavar="TEXT",
         help="the answer is exactly one of these (repeat: --choice yes --choice no)",
     )
     prompt.add_argument(
         "--label",
         action="append",
-        default=None,
         metavar="TEXT",
         dest="labels",
         help="--task classify/score: a label to weigh (repeat: --label positive --label negative)",
     )
-    prompt.add_argument("--max-tokens", type=int, default=None, help="tokens per answer at most")
-    prompt.add_argument("--temperature", type=float, default=None)
+    prompt.add_argument("--max-tokens", type=int, help="tokens per answer at most")
+    prompt.add_argument("--temperature", type=float)
 
 
 def _add_cluster_parsers(sub) -> None:
@@ -149,22 +140,21 @@ def _add_cluster_parsers(sub) -> None:
         "up",
         help="start the local cluster in the background and keep its engines warm for later runs with the same config",
     )
-    up.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    up.add_argument("--config", help="cluster.yaml (default: the repository's)")
     status = sub.add_parser(
         "status",
         help="the resident local cluster: shards, engines, requests served, "
         "prefix-cache use; and the batch service's batches",
     )
-    status.add_argument("--config", default=None)
+    status.add_argument("--config")
     status.add_argument("--json", action="store_true", help="print it as JSON (for scripts)")
     status.add_argument(
         "--store",
-        default=None,
         metavar="DIR",
         help="the batch service's store whose batches are listed (default: serve's, model.cache_dir/service)",
     )
     down = sub.add_parser("down", help="stop the resident local cluster (engines first)")
-    down.add_argument("--config", default=None)
+    down.add_argument("--config")
     _add_host_parsers(sub)
 
 
@@ -173,13 +163,9 @@ def _add_host_parsers(sub) -> None:
         "scheduler",
         help="run this host's Dask scheduler with the pipeline's settings (several machines: docs/operating.md)",
     )
-    sched.add_argument(
-        "--host", default=None, help="the address to listen on (default: the config's scheduler.host, 127.0.0.1)"
-    )
-    sched.add_argument("--port", type=int, default=None, help="default 8786")
-    sched.add_argument(
-        "--dashboard-address", default=None, metavar="HOST:PORT", help="the dashboard (default: HOST:8787; none: off)"
-    )
+    sched.add_argument("--host", help="the address to listen on (default: the config's scheduler.host, 127.0.0.1)")
+    sched.add_argument("--port", type=int, help="default 8786")
+    sched.add_argument("--dashboard-address", metavar="HOST:PORT", help="the dashboard (default: HOST:8787; none: off)")
     worker = sub.add_parser(
         "worker",
         help="run this host's Dask worker for one shard, rejoining its scheduler "
@@ -198,7 +184,6 @@ def _add_host_parsers(sub) -> None:
     )
     worker.add_argument(
         "--host",
-        default=None,
         help="the address to listen on, this host's on the network that reaches the scheduler "
         "(default: 127.0.0.1 when the scheduler is on this host)",
     )
@@ -209,7 +194,7 @@ def _add_host_parsers(sub) -> None:
         help="end when the Dask worker ends instead of starting it again",
     )
     for p in (sched, worker):
-        p.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+        p.add_argument("--config", help="cluster.yaml (default: the repository's)")
         p.add_argument(
             "--insecure",
             action="store_true",
@@ -217,7 +202,6 @@ def _add_host_parsers(sub) -> None:
         )
         p.add_argument(
             "--log-file",
-            default=None,
             metavar="PATH",
             help="Dask's and vLLM's output (default: model.cache_dir/logs/<scheduler|shard>.log; "
             "-: this terminal, e.g. for systemd's journal or kubectl logs)",

@@ -20,27 +20,13 @@ from tasks import TASKS, TemplateError, get_task_kind
 from tasks.registry import unserved
 
 
+def _given(args, names: tuple[str, ...]) -> dict:
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
 def prompt_options(args, config: Config) -> Config:
-    prompt = {
-        k: v
-        for k, v in (
-            ("system", args.system),
-            ("template", args.template),
-            ("prefix_column", args.prefix_column),
-            ("labels", args.labels),
-        )
-        if v is not None
-    }
-    sampling = {
-        k: v
-        for k, v in (
-            ("json_schema", args.json_schema),
-            ("choice", args.choice),
-            ("max_tokens", args.max_tokens),
-            ("temperature", args.temperature),
-        )
-        if v is not None
-    }
+    prompt = _given(args, ("system", "template", "prefix_column", "labels"))
+    sampling = _given(args, ("json_schema", "choice", "max_tokens", "temperature"))
     if "json_schema" in sampling or "choice" in sampling:  # one constraint: the command line's
         sampling = {"json_schema": None, "choice": None, **sampling}
     task = args.task or ("template" if args.template is not None else "classify" if args.labels else None)

@@ -7,12 +7,10 @@ import contextlib
 import ipaddress
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline import console
-from pipeline.console import EXIT_USAGE
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -27,20 +25,18 @@ def add_serve_parser(sub) -> None:
     serve = sub.add_parser(
         "serve", help="serve OpenAI's Files and Batches API over HTTP on the local cluster (docs/service.md)"
     )
-    serve.add_argument("--config", default=None, help="cluster.yaml (default: the repository's)")
+    serve.add_argument("--config", help="cluster.yaml (default: the repository's)")
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs an API key)"
     )
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     serve.add_argument(
         "--store",
-        default=None,
         metavar="DIR",
         help="folder of the files and batches (default: model.cache_dir/service)",
     )
     serve.add_argument(
         "--api-key",
-        default=None,
         help=f"the key every request must carry (Authorization: Bearer KEY); default: ${API_KEY_ENV}",
     )
     serve.add_argument(
@@ -65,7 +61,6 @@ def add_serve_parser(sub) -> None:
     serve.add_argument(
         "--max-window-s",
         type=int,
-        default=None,
         metavar="SECONDS",
         help="every batch expires at most this long after it is created, whatever its "
         "completion_window (default: its completion_window alone)",
@@ -85,43 +80,18 @@ def serve(args, config: "Config") -> int:
     import uvicorn  # (start time: only when serving)
 
     from pipeline.client.pipeline import Pipeline
+    from pipeline.config import ConfigError
     from pipeline.service.app import create_app
     from pipeline.service.runner import Runner
     from pipeline.service.store import Store, default_root
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    if args.part_rows < 1:
-        print(f"error: --part-rows must be at least 1 (got {args.part_rows})", file=sys.stderr)
-        return EXIT_USAGE
+    if args.part_rows < 1:  # (main answers a ConfigError on stderr, with exit code 2)
+        raise ConfigError(f"--part-rows must be at least 1 (got {args.part_rows})")
     if args.max_window_s is not None and args.max_window_s < 1:
-        print(f"error: --max-window-s must be at least 1 (got {args.max_window_s})", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError(f"--max-window-s must be at least 1 (got {args.max_window_s})")
     if not loopback(args.host) and api_key is None:
-        print(
-            f"error: serving on {args.host} (beyond this machine) needs an API key: --api-key or ${API_KEY_ENV}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    store = Store(Path(args.store) if args.store else default_root(config), args.max_file_bytes, args.max_requests)
-    with Pipeline(config) as pipeline:
-        runner = Runner(pipeline, store, args.part_rows, max_window_s=args.max_window_s)
-        resumed = runner.resume()
-        if resumed:
-            console.notify(f"resuming {len(resumed)} batch(es): {', '.join(resumed)}")
-        console.notify(
-            f"serving OpenAI's Files and Batches API at http://{args.host}:{args.port}/v1 (store: {store.root})"
-        )
-        try:
-            _server_class()(
-                uvicorn.Config(create_app(runner, store, api_key), host=args.host, port=args.port, log_level="warning")
-            ).run()
-        finally:
-            runner.close()
-    return 0
-
-
-def _server_class():
-    import uvicorn
+        raise ConfigError(f"serving on {args.host} (beyond this machine) needs an API key: --api-key or ${API_KEY_ENV}")
 
     class Server(uvicorn.Server):
         """uvicorn's server, except that Ctrl-C or SIGTERM is not raised again once it has stopped
@@ -136,4 +106,19 @@ def _server_class():
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
-    return Server
+    store = Store(Path(args.store) if args.store else default_root(config), args.max_file_bytes, args.max_requests)
+    with Pipeline(config) as pipeline:
+        runner = Runner(pipeline, store, args.part_rows, max_window_s=args.max_window_s)
+        resumed = runner.resume()
+        if resumed:
+            console.notify(f"resuming {len(resumed)} batch(es): {', '.join(resumed)}")
+        console.notify(
+            f"serving OpenAI's Files and Batches API at http://{args.host}:{args.port}/v1 (store: {store.root})"
+        )
+        try:
+            Server(
+                uvicorn.Config(create_app(runner, store, api_key), host=args.host, port=args.port, log_level="warning")
+            ).run()
+        finally:
+            runner.close()
+    return 0

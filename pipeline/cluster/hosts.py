@@ -23,7 +23,7 @@ from distributed.comm import get_address_host, parse_address
 from distributed.comm.core import FatalCommClosedError
 from distributed.core import rpc
 
-from pipeline.cluster.local import process_env, read_scheduler_file, scheduler_command
+from pipeline.cluster.local import process_env, read_scheduler_file, scheduler_command, spawn
 from pipeline.cluster.security import dask_security, protocol
 from pipeline.cluster.settings_check import settings_mismatch
 from pipeline.cluster.supervisor import Backoff, Supervisor
@@ -57,17 +57,13 @@ def exposure_error(host: str, config: Config, insecure: bool) -> str | None:
     )
 
 
-def log_target(path: str | None, config: Config, name: str) -> Path | None:
-    """The log file, or None for stderr (``--log-file -``)."""
+def _open_log(path: str | None, config: Config, name: str) -> tuple[Path | None, IO | None]:
+    """The log file and its handle, or None for stderr (``--log-file -``)."""
     if path == "-":
-        return None
+        return None, None
     target = Path(path).expanduser() if path else config.model.cache_path / "logs" / f"{name}.log"
     target.parent.mkdir(parents=True, exist_ok=True)
-    return target
-
-
-def _open_log(target: Path | None) -> IO | None:
-    return open(target, "a", buffering=1) if target is not None else None
+    return target, open(target, "a", buffering=1)
 
 
 def _reporter(log: IO | None) -> Callable[[str], None]:
@@ -93,17 +89,6 @@ def _die_with_parent() -> None:
 PR_SET_PDEATHSIG = 1
 
 
-def _spawn(args: list[str], env: dict, log: IO | None) -> subprocess.Popen:
-    return subprocess.Popen(
-        args,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT if log is not None else None,
-        preexec_fn=_die_with_parent,
-    )
-
-
 def run_scheduler(
     config: Config, host: str | None, port: int | None, dashboard: str | None, insecure: bool, log_file: str | None
 ) -> int:
@@ -120,14 +105,13 @@ def run_scheduler(
             "dashboard_address": None if dashboard == "none" else dashboard,
         }
     )
-    target = log_target(log_file, config, "scheduler")
-    log = _open_log(target)
+    target, log = _open_log(log_file, config, "scheduler")
     say = _reporter(log)
     folder = tempfile.mkdtemp(prefix="pipeline-scheduler-")
     scheduler_file = Path(folder) / "scheduler.json"
 
     def start(_supervisor: Supervisor) -> subprocess.Popen:
-        child = _spawn(scheduler_command(config, scheduler_file), process_env(config), log)
+        child = spawn(scheduler_command(config, scheduler_file), process_env(config), log, preexec_fn=_die_with_parent)
         info = read_scheduler_file(scheduler_file, child, target, 120)
         board = info.get("services", {}).get("dashboard") if config.scheduler.dashboard_address else None
         say(
@@ -173,17 +157,17 @@ def check_protocol(address: str, config: Config) -> None:
         raise ConfigError(f"scheduler address {address}: {why}, so it must start with {wanted}://")
 
 
-async def _ask(address: str, config: Config, op: str, **kwargs):
-    security = dask_security(config)
-    args = security.get_connection_args("client") if security is not None else {}
-    async with rpc(address, connection_args=args, timeout=10) as r:
-        return await getattr(r, op)(**kwargs)
-
-
 def ask_scheduler(address: str, config: Config, op: str, **kwargs):
     """Call the scheduler's handler ``op``; OSError while it cannot be reached."""
+
+    async def ask():
+        security = dask_security(config)
+        args = security.get_connection_args("client") if security is not None else {}
+        async with rpc(address, connection_args=args, timeout=10) as r:
+            return await getattr(r, op)(**kwargs)
+
     with dask.config.set(cluster_settings(config)):
-        return asyncio.run(_ask(address, config, op, **kwargs))
+        return asyncio.run(ask())
 
 
 def visible_devices(inherited: str, devices: list[int]) -> str:
@@ -201,29 +185,17 @@ def visible_devices(inherited: str, devices: list[int]) -> str:
 class WorkerHost:
     """What a worker host keeps across restarts of its ``dask worker``: its shard."""
 
-    def __init__(
-        self,
-        config: Config,
-        address: str,
-        shard: str,
-        host: str,
-        dask_args: list[str],
-        log_file: str | None,
-        wait_s: float = 5.0,
-    ):
+    def __init__(self, config: Config, address: str, shard: str, host: str, dask_args: list[str], log_file: str | None):
         self.config, self.address, self.host, self.dask_args = config, address, host, dask_args
-        self.wanted = shard
-        self.shard: str | None = None if shard == "auto" else shard
+        self.wanted, self.log_file = shard, log_file
+        self.shard: str | None = None  # the running worker's
         self.claimant = f"{socket.gethostname()}/{host}/{os.getpid()}"
-        self.log_file = log_file
-        self.wait_s = wait_s
         self.log: IO | None = None
-        self.started = False
         self.say: Callable[[str], None] = _reporter(None)
 
     def _agree(self, supervisor: Supervisor) -> str:
         """Wait until the scheduler answers; check its settings; claim a shard (``--shard auto``)."""
-        waited = Backoff(first_s=1.0, cap_s=self.wait_s)
+        waited = Backoff(first_s=1.0, cap_s=5.0)
         while True:
             try:
                 theirs = ask_scheduler(self.address, self.config, SETTINGS_HANDLER)
@@ -270,24 +242,23 @@ class WorkerHost:
 
     def start(self, supervisor: Supervisor) -> subprocess.Popen:
         shard = self._agree(supervisor)
-        if shard != self.shard or not self.started:
+        if shard != self.shard:
             if self.log is not None:
                 self.log.close()
-            target = log_target(self.log_file, self.config, shard)
-            self.log = _open_log(target)
+            target, self.log = _open_log(self.log_file, self.config, shard)
             self.say = _reporter(self.log)
             self.say(
                 f"worker for shard {shard} on {self.host}, scheduler {self.address}; logs: {target or 'this terminal'}"
             )
-        self.shard, self.started = shard, True
+        self.shard = shard
         shard_config = self.config.shard(shard)
         assert shard_config is not None  # checked when the command started
-        spec = WorkerSpec.for_shard(self.config, shard_config, starter_env=os.environ, bind_host=self.host)
+        spec = WorkerSpec(self.config, shard_config, starter_env=os.environ, bind_host=self.host)
         env = spec.process_env(process_env(self.config))
         given = os.environ.get("CUDA_VISIBLE_DEVICES")
         if shard_config.kind == "gpu" and given and "CUDA_VISIBLE_DEVICES" not in shard_config.env:
             env["CUDA_VISIBLE_DEVICES"] = visible_devices(given, shard_config.devices)
-        return _spawn([*spec.command(self.address), *self.dask_args], env, self.log)
+        return spawn([*spec.command(self.address), *self.dask_args], env, self.log, preexec_fn=_die_with_parent)
 
 
 def run_worker(

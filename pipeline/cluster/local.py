@@ -7,6 +7,7 @@ client's job loop do not take turns at one interpreter lock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import dask
 from distributed import Client, SpecCluster
@@ -86,22 +88,26 @@ def read_scheduler_file(path: Path, proc: subprocess.Popen, log: Path | None, ti
         time.sleep(0.05)
 
 
-def tail(path: Path, lines: int = 5) -> str:
+def tail(path: Path) -> str:
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(path.read_text(errors="replace").splitlines()[-5:])
     except OSError:
         return ""
+
+
+def spawn(args: list[str], env: dict, out: IO | None, **popen) -> subprocess.Popen:
+    """A Dask process writing to ``out``, or to this terminal."""
+    stderr = subprocess.STDOUT if out is not None else None
+    return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=stderr, **popen)
 
 
 class SchedulerProcess(ProcessInterface):
     """SpecCluster's scheduler as a ``dask scheduler`` process of its own, writing to ``log`` or the terminal."""
 
-    def __init__(self, config: Config, log: Path | None = None, timeout_s: float = 60.0):
+    def __init__(self, config: Config, log: Path | None = None):
         self.config = config
         self.log = log
-        self.timeout_s = timeout_s
         self.proc: subprocess.Popen | None = None
-        self.info: dict = {}
         super().__init__()
 
     async def start(self) -> None:
@@ -111,24 +117,14 @@ class SchedulerProcess(ProcessInterface):
     def _start(self) -> None:
         with tempfile.TemporaryDirectory(prefix="pipeline-scheduler-") as folder:
             scheduler_file = Path(folder) / "scheduler.json"
-            out = open(self.log, "w") if self.log is not None else None
+            env = {**process_env(self.config), EXIT_WITH_PARENT_ENV: "1"}
+            with open(self.log, "w") if self.log is not None else contextlib.nullcontext() as out:
+                self.proc = spawn(scheduler_command(self.config, scheduler_file), env, out)
             try:
-                self.proc = subprocess.Popen(
-                    scheduler_command(self.config, scheduler_file),
-                    env={**process_env(self.config), EXIT_WITH_PARENT_ENV: "1"},
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT if out else None,
-                )
-            finally:
-                if out is not None:
-                    out.close()
-            try:
-                self.info = read_scheduler_file(scheduler_file, self.proc, self.log, self.timeout_s)
+                self.address = read_scheduler_file(scheduler_file, self.proc, self.log, 60)["address"]
             except BaseException:
                 self.proc.kill()
                 raise
-        self.address = self.info["address"]
 
     async def close(self) -> None:
         # SpecCluster has already asked the scheduler to terminate; wait for it, then make sure.
@@ -136,10 +132,10 @@ class SchedulerProcess(ProcessInterface):
             await asyncio.get_running_loop().run_in_executor(None, self._stop)
         await super().close()
 
-    def _stop(self, timeout_s: float = 10.0) -> None:
+    def _stop(self) -> None:
         assert self.proc is not None
         try:
-            self.proc.wait(timeout_s)
+            self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -154,40 +150,29 @@ def worker_log_dir(config: Config) -> Path:
     return Path(override).expanduser() if override else config.model.cache_path / "logs"
 
 
-def worker_specs(config: Config, log_dir: Path | None = None, extra_env: dict | None = None) -> dict:
+def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
     """Call before any nanny has started in this process: each worker records which variables the
     nannies add, so its engine does not inherit them. With ``log_dir`` each worker and its engine
     write to ``<shard>.log`` there instead of the terminal."""
-    if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for shard in config.shards:
-            (log_dir / f"{shard.name}.log").write_text("")
-    return {
-        shard.name: WorkerSpec.for_shard(
-            config,
-            shard,
-            extra_env={
-                **({LOG_FILE_ENV: str(log_dir / f"{shard.name}.log")} if log_dir is not None else {}),
-                **(extra_env or {}),
-            },
-        ).nanny()
-        for shard in config.shards
-    }
-
-
-def start_local_cluster(config: Config, log_dir: Path | None = None) -> SpecCluster:
-    apply_dask_settings(config)
     quiet = {}
     if log_dir is not None and QUIET_DASK[0] not in os.environ:
         # A worker reads its logging levels on importing Dask, before a nanny's env applies, so this
         # goes in the environment it is spawned with; Pipeline.start restores it once the workers run.
         os.environ[QUIET_DASK[0]] = QUIET_DASK[1]
         quiet = {LOG_ENV_ADDED: QUIET_DASK[0]}
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    workers = {}
+    for shard in config.shards:
+        env = dict(quiet)
+        if log_dir is not None:
+            (log_dir / f"{shard.name}.log").write_text("")
+            env[LOG_FILE_ENV] = str(log_dir / f"{shard.name}.log")
+        workers[shard.name] = WorkerSpec(config, shard, extra_env=env).nanny()
     scheduler = {
         "cls": SchedulerProcess,
         "options": {"config": config, "log": log_dir / "scheduler.log" if log_dir is not None else None},
     }
-    workers = worker_specs(config, log_dir, extra_env=quiet)
     return SpecCluster(workers=workers, scheduler=scheduler, name="pipeline", security=dask_security(config))
 
 

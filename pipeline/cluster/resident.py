@@ -5,7 +5,6 @@ differs is refused with the differences rather than silently reusing workers bui
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -16,7 +15,7 @@ import yaml
 from distributed import Client
 
 from pipeline.cluster.engines import start_engines, wait_for_shard_workers
-from pipeline.cluster.local import apply_dask_settings, process_env, read_scheduler_file, scheduler_command
+from pipeline.cluster.local import apply_dask_settings, process_env, read_scheduler_file, scheduler_command, spawn
 from pipeline.cluster.resident_state import (
     STATE_FILE,
     ClusterMismatch,
@@ -56,23 +55,8 @@ def find(config: Config, model: str, notify: Callable[[str], None]) -> ClusterSt
     return state
 
 
-def _spawn(args: list[str], env: dict, log: Path, cwd: Path) -> subprocess.Popen:
-    with open(log, "w") as out:
-        # A session of its own, so neither Ctrl-C nor closing the terminal that ran `up` stops it.
-        return subprocess.Popen(
-            args,
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tuple[str, str | None, dict, Path]:
-    """Start the scheduler and one ``dask worker`` per shard, without engines; returns (address,
-    dashboard link, processes, frozen config file)."""
+def start_processes(config: Config, model: str, folder: Path) -> ClusterState:
+    """Start the scheduler and one ``dask worker`` per shard, without engines."""
     folder.mkdir(parents=True, exist_ok=True)
     log_dir = folder / "logs"
     log_dir.mkdir(exist_ok=True)
@@ -81,33 +65,32 @@ def start_processes(config: Config, folder: Path, timeout_s: float = 60.0) -> tu
     scheduler_file = folder / "scheduler.json"
     scheduler_file.unlink(missing_ok=True)
     base_env = process_env(config)
-    host = config.scheduler.host
-    dash = config.scheduler.dashboard_address
     procs: dict[str, subprocess.Popen] = {}
+
+    def start(name: str, args: list[str], env: dict) -> None:
+        with open(log_dir / f"{name}.log", "w") as out:
+            # A session of its own, so neither Ctrl-C nor closing the terminal that ran `up` stops it.
+            procs[name] = spawn(args, env, out, cwd=folder, start_new_session=True)
+
     try:
-        procs["scheduler"] = _spawn(
-            scheduler_command(config, scheduler_file), base_env, log_dir / "scheduler.log", folder
-        )
-        info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", timeout_s)
-        address = info["address"]
+        start("scheduler", scheduler_command(config, scheduler_file), base_env)
+        info = read_scheduler_file(scheduler_file, procs["scheduler"], log_dir / "scheduler.log", 60)
         # starter_env tells each worker which variables its nanny adds, so its engine starts without them.
         for shard in config.shards:
-            worker = WorkerSpec.for_shard(config, shard, starter_env=base_env)
-            procs[shard.name] = _spawn(
-                worker.command(address), worker.process_env(base_env), log_dir / f"{shard.name}.log", folder
-            )
+            worker = WorkerSpec(config, shard, starter_env=base_env)
+            start(shard.name, worker.command(info["address"]), worker.process_env(base_env))
     except BaseException:
         for p in procs.values():
-            _kill_tree(p.pid)
+            _each(reversed(_tree(p.pid)), psutil.Process.kill)
         raise
-    dashboard = None
-    if dash and info.get("services", {}).get("dashboard"):
-        dashboard = f"http://{host}:{info['services']['dashboard']}/status"
-    return (
-        address,
-        dashboard,
-        {name: [p.pid, psutil.Process(p.pid).create_time()] for name, p in procs.items()},
-        config_file,
+    board = info.get("services", {}).get("dashboard") if config.scheduler.dashboard_address else None
+    return ClusterState(
+        address=info["address"],
+        dashboard=f"http://{config.scheduler.host}:{board}/status" if board else None,
+        config_file=str(config_file),
+        fingerprint=fingerprint(config, model),
+        processes={name: [p.pid, psutil.Process(p.pid).create_time()] for name, p in procs.items()},
+        log_dir=str(log_dir),
     )
 
 
@@ -121,10 +104,10 @@ def _tree(pid: int, created: float | None = None) -> list[psutil.Process]:
         return []
 
 
-def _kill_tree(pid: int) -> None:
-    for p in reversed(_tree(pid)):
+def _each(procs, act: Callable[[psutil.Process], None]) -> None:
+    for p in procs:
         try:
-            p.kill()
+            act(p)
         except psutil.NoSuchProcess:
             pass
 
@@ -134,65 +117,44 @@ def cluster_processes(state: ClusterState) -> list[psutil.Process]:
 
 
 def _discard(state: ClusterState, folder: Path) -> None:
-    _stop_processes(state, timeout_s=10)
+    _stop_processes(state)
     (folder / STATE_FILE).unlink(missing_ok=True)
 
 
-def _stop_processes(state: ClusterState, timeout_s: float) -> list[int]:
-    """SIGTERM every process of the cluster, SIGKILL what outlives ``timeout_s``; returns the killed pids."""
+def _stop_processes(state: ClusterState) -> None:
+    """SIGTERM every process of the cluster, SIGKILL what outlives 10 s."""
     procs = cluster_processes(state)
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    _each(procs, psutil.Process.terminate)
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    _each(alive, psutil.Process.kill)
     psutil.wait_procs(alive, timeout=5)
-    return [p.pid for p in alive]
 
 
 def up(
-    config: Config,
-    model: str,
-    notify: Callable[[str], None],
-    live: Callable[[str], None] | None = None,
-    timeout_s: float = 600.0,
+    config: Config, model: str, notify: Callable[[str], None], live: Callable[[str], None] | None = None
 ) -> tuple[ClusterState, bool]:
     """Start the resident cluster and wait for every engine; returns its state and False if it was up already."""
     folder = cluster_dir(config)
     running = find(config, model, notify)
     if running is not None:
         return running, False
-    address, dashboard, processes, config_file = start_processes(config, folder)
-    state = ClusterState(
-        address=address,
-        dashboard=dashboard,
-        config_file=str(config_file),
-        fingerprint=fingerprint(config, model),
-        processes=processes,
-        log_dir=str(folder / "logs"),
-    )
-    notify(f"scheduler at {address}; logs in {state.log_dir}/")
+    state = start_processes(config, model, folder)
+    notify(f"scheduler at {state.address}; logs in {state.log_dir}/")
     try:
         apply_dask_settings(config)
-        with Client(address, security=dask_security(config), timeout=30) as client:
-            wait_for_shard_workers(client, config, timeout_s)
+        with Client(state.address, security=dask_security(config), timeout=30) as client:
+            wait_for_shard_workers(client, config, 600)
             start_engines(client, config, model, config.engine.kind, notify, live, logs=state.log_dir)
     except BaseException:
-        _stop_processes(state, timeout_s=10)
+        _stop_processes(state)
         raise
     state.save(folder)
     return state, True
 
 
-def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0, answer_s: float = 30.0) -> bool:
+def down(config: Config, notify: Callable[[str], None]) -> bool:
     """Stop the engines first so each engine core exits cleanly, then Dask's processes, killing
-    whatever outlives ``timeout_s``. Returns False if none was up."""
+    whatever outlives a minute. Returns False if none was up."""
     folder = cluster_dir(config)
     state = ClusterState.load(folder)
     if state is None:
@@ -214,16 +176,16 @@ def down(config: Config, notify: Callable[[str], None], timeout_s: float = 60.0,
         # A scheduler that accepts connections but never answers must not hold `down` up.
         t = threading.Thread(target=through_scheduler, name="pipeline-down", daemon=True)
         t.start()
-        t.join(answer_s)
+        t.join(30)
         if outcome and outcome[0] is None:
-            _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+            _, alive = psutil.wait_procs(procs, timeout=60)
         else:
-            why = f"{type(outcome[0]).__name__}: {outcome[0]}" if outcome else f"no answer within {answer_s:.0f} s"
+            why = f"{type(outcome[0]).__name__}: {outcome[0]}" if outcome else "no answer within 30 s"
             notify(f"could not stop the cluster through its scheduler ({why}); stopping its processes")
     alive = [p for p in alive if p.is_running()]
     if alive:
         notify(f"{len(alive)} process(es) of the cluster still running: stopping them")
-        _stop_processes(state, timeout_s=10)
+        _stop_processes(state)
     (folder / STATE_FILE).unlink(missing_ok=True)
     return True
 

@@ -38,12 +38,11 @@ class ClusterState:
     log_dir: str
     started: float = field(default_factory=time.time)
 
-    def save(self, folder: Path) -> Path:
+    def save(self, folder: Path) -> None:
         path = folder / STATE_FILE
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2))
         tmp.replace(path)
-        return path
 
     @classmethod
     def load(cls, folder: Path) -> "ClusterState | None":
@@ -61,10 +60,10 @@ class ClusterState:
         """The recorded processes that are gone; a pid reused since counts as gone."""
         return [name for name, (pid, created) in self.processes.items() if not _same_process(pid, created)]
 
-    def scheduler_reachable(self, timeout_s: float = 2.0) -> bool:
+    def scheduler_reachable(self) -> bool:
         u = urlparse(self.address)
         try:
-            with socket.create_connection((u.hostname, u.port), timeout=timeout_s):
+            with socket.create_connection((u.hostname, u.port), timeout=2):
                 return True
         except OSError:
             return False

@@ -33,13 +33,5 @@ def tls_args(config: Config) -> list[str]:
     s = config.security
     if not s.enabled:
         return []
-    return [
-        "--protocol",
-        "tls",
-        "--tls-ca-file",
-        str(s.tls_ca_file),
-        "--tls-cert",
-        str(s.tls_cert),
-        "--tls-key",
-        str(s.tls_key),
-    ]
+    options = {"--protocol": "tls", "--tls-ca-file": s.tls_ca_file, "--tls-cert": s.tls_cert, "--tls-key": s.tls_key}
+    return [str(part) for option in options.items() for part in option]

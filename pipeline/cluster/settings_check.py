@@ -14,11 +14,11 @@ def settings_mismatch(theirs: dict | None, config: Config, them: str, us: str) -
     without the pipeline's preload answers None and is not checked."""
     if theirs is None:
         return None
-    ours = cluster_settings(config)[compression.SETTING]
-    if compression.describe(theirs.get("compression")) == compression.describe(ours):
+    ours = compression.describe(cluster_settings(config)[compression.SETTING])
+    running = compression.describe(theirs.get("compression"))
+    if running == ours:
         return None
     return (
-        f"network.compression differs: {them} runs {compression.describe(theirs.get('compression'))}, "
-        f"{us} says {compression.describe(ours)}. Every host's config must give the same value; Dask would "
-        f"send raw between processes that differ"
+        f"network.compression differs: {them} runs {running}, {us} says {ours}. Every host's config must give "
+        f"the same value; Dask would send raw between processes that differ"
     )

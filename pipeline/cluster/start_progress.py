@@ -14,19 +14,8 @@ from pipeline.worker.queries import engine_phase
 
 
 class StartProgress:
-    def __init__(
-        self,
-        client: Client,
-        shards: list[str],
-        notify: Callable[[str], None],
-        live: Callable[[str], None] | None = None,
-        interval_s: float = 1.0,
-    ):
-        self.client = client
-        self.shards = shards
-        self.notify = notify
-        self.live = live
-        self.interval_s = interval_s
+    def __init__(self, client: Client, shards: list[str], notify: Callable[[str], None], live: Callable | None):
+        self.client, self.shards, self.notify, self.live = client, shards, notify, live
         self.reported: dict[str, str] = {}  # shard -> the final phase it was reported in
         self.errors: dict[str, str] = {}  # shard -> why its engine did not start
         self._stop = threading.Event()
@@ -47,7 +36,7 @@ class StartProgress:
             self.live("")
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(1.0):
             try:
                 self.poll()
             except Exception:  # noqa: BLE001 - progress only; the start itself reports errors

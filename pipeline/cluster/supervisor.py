@@ -47,13 +47,11 @@ class Supervisor:
         say: Callable[[str], None],
         restart: bool = True,
         backoff: Backoff | None = None,
-        stop_timeout_s: float = 60.0,
     ):
         self.start = start
         self.say = say
         self.restart = restart
         self.backoff = backoff or Backoff()
-        self.stop_timeout_s = stop_timeout_s
         self.stopping = threading.Event()
         self.child: subprocess.Popen | None = None
         self.restarts = 0
@@ -105,7 +103,7 @@ class Supervisor:
             return
         child.send_signal(signal.SIGTERM)
         try:
-            child.wait(self.stop_timeout_s)
+            child.wait(60)
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()

@@ -4,7 +4,6 @@ cluster's ``dask worker`` process start it with the same settings."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 
 from distributed import Nanny
 
@@ -39,40 +38,26 @@ def cluster_settings(config: Config) -> dict:
     return {**DASK_SETTINGS, pipeline.compression.SETTING: pipeline.compression.dask_value(config.network.compression)}
 
 
-def dask_env(settings: dict = DASK_SETTINGS) -> dict[str, str]:
+def dask_env(settings: dict) -> dict[str, str]:
     return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
 
 
-@dataclass(frozen=True)
 class WorkerSpec:
     """A shard's worker. ``env`` holds what it adds to its starter's environment, including the record
-    of which variables the nanny adds."""
+    of which variables the nanny adds; ``starter_env`` is the starting process's environment from before
+    any nanny started in it."""
 
-    config: Config
-    shard: ShardConfig
-    env: dict[str, str] = field(default_factory=dict)
-    bind_host: str | None = None  # default: the config's scheduler.host
-
-    @classmethod
-    def for_shard(
-        cls,
+    def __init__(
+        self,
         config: Config,
         shard: ShardConfig,
         starter_env=None,
         extra_env: dict | None = None,
         bind_host: str | None = None,
-    ) -> "WorkerSpec":
-        """``starter_env`` is the starting process's environment from before any nanny started in it."""
-        return cls(
-            config,
-            shard,
-            {**shard.worker_env(), **engine_env.worker_record(starter_env), **(extra_env or {})},
-            bind_host,
-        )
-
-    @property
-    def host(self) -> str:
-        return self.bind_host or self.config.scheduler.host
+    ):
+        self.config, self.shard = config, shard
+        self.env = {**shard.worker_env(), **engine_env.worker_record(starter_env), **(extra_env or {})}
+        self.host = bind_host or config.scheduler.host
 
     @property
     def nthreads(self) -> int:

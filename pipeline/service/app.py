@@ -7,7 +7,7 @@ import hmac
 from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
@@ -28,9 +28,6 @@ class BatchRequest(BaseModel):
 
 
 def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
-    app = FastAPI(title="dask-vllm-pipeline batch service", docs_url=None, redoc_url=None, openapi_url=None)
-    _error_shapes(app)
-
     async def authorized(request: Request) -> None:  # async, so that a request does not hop to a thread
         if api_key is None:
             return
@@ -39,41 +36,43 @@ def create_app(runner: Runner, store: Store, api_key: str | None) -> FastAPI:
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), api_key.encode()):
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
 
-    auth = [Depends(authorized)]
-    _file_routes(app, runner, store, auth)
-    _batch_routes(app, runner, auth)
+    # No OpenAPI schema or docs pages are served, so the app needs no title either.
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, dependencies=[Depends(authorized)])
+    _error_shapes(app)
+    _file_routes(app, runner, store)
+    _batch_routes(app, runner)
     batch_metrics = metrics.registry(runner.records)
 
-    @app.get("/metrics", dependencies=auth)
+    @app.get("/metrics")
     def prometheus() -> Response:
-        return Response(metrics.exposition(batch_metrics), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(batch_metrics), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
 
-def _file_routes(app: FastAPI, runner: Runner, store: Store, auth: list) -> None:
-    @app.post(f"{V1}/files", dependencies=auth)
+def _file_routes(app: FastAPI, runner: Runner, store: Store) -> None:
+    @app.post(f"{V1}/files")
     def upload(file: UploadFile = File(...), purpose: str = Form(...)) -> dict:
         if purpose not in PURPOSES:
             raise invalid(f"Invalid purpose '{purpose}'; one of {', '.join(PURPOSES)}.", param="purpose")
         return shown(store.add_file(new_file_id(), file.filename or "upload.jsonl", purpose, file.file))
 
-    @app.get(f"{V1}/files", dependencies=auth)
+    @app.get(f"{V1}/files")
     def files(purpose: str | None = None) -> dict:
         return page([shown(f) for f in store.files() if purpose is None or f["purpose"] == purpose], has_more=False)
 
-    @app.get(f"{V1}/files/{{file_id}}", dependencies=auth)
+    @app.get(f"{V1}/files/{{file_id}}")
     def file(file_id: str) -> dict:
         return shown(store.file(file_id))
 
-    @app.get(f"{V1}/files/{{file_id}}/content", dependencies=auth)
+    @app.get(f"{V1}/files/{{file_id}}/content")
     def content(file_id: str) -> FileResponse:
         record = store.file(file_id)
         return FileResponse(
             store.content_path(file_id), media_type="application/octet-stream", filename=record["filename"]
         )
 
-    @app.delete(f"{V1}/files/{{file_id}}", dependencies=auth)
+    @app.delete(f"{V1}/files/{{file_id}}")
     def delete(file_id: str) -> dict:
         store.file(file_id)
         using = runner.running_on(file_id)
@@ -87,26 +86,25 @@ def _file_routes(app: FastAPI, runner: Runner, store: Store, auth: list) -> None
         return {"id": file_id, "object": "file", "deleted": True}
 
 
-def _batch_routes(app: FastAPI, runner: Runner, auth: list) -> None:
-    @app.post(f"{V1}/batches", dependencies=auth)
+def _batch_routes(app: FastAPI, runner: Runner) -> None:
+    @app.post(f"{V1}/batches")
     def create(body: BatchRequest) -> dict:
         return runner.create(body.input_file_id, body.endpoint, body.completion_window, body.metadata)
 
-    @app.get(f"{V1}/batches", dependencies=auth)
+    @app.get(f"{V1}/batches")
     def batches(after: str | None = None, limit: int = Query(20)) -> dict:
         return runner.list_batches(after, limit)
 
-    @app.get(f"{V1}/batches/{{batch_id}}", dependencies=auth)
+    @app.get(f"{V1}/batches/{{batch_id}}")
     async def batch(batch_id: str) -> dict:  # async, so that a poll does not hop to a thread
         return runner.get(batch_id)
 
-    @app.post(f"{V1}/batches/{{batch_id}}/cancel", dependencies=auth)
+    @app.post(f"{V1}/batches/{{batch_id}}/cancel")
     def cancel(batch_id: str) -> dict:
         return runner.cancel(batch_id)
 
 
 def _error_shapes(app: FastAPI) -> None:
-
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)

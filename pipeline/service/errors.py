@@ -6,20 +6,14 @@ from __future__ import annotations
 class ApiError(Exception):
     """An error the service answers with ``status`` and OpenAI's error body."""
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        type: str = "invalid_request_error",
-    ):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+        self.status, self.message, self.param, self.code = status, message, param, code
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {
+            "error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.code}
+        }
 
 
 def not_found(kind: str, object_id: str, param: str | None = None) -> ApiError:

@@ -79,16 +79,6 @@ def batch_record(
     }  # _created_ns orders the batches created within one second
 
 
-def batch_errors(*errors: dict) -> dict:
-    return {
-        "object": "list",
-        "data": [
-            {"code": e.get("code"), "message": e["message"], "param": e.get("param"), "line": e.get("line")}
-            for e in errors
-        ],
-    }
-
-
 def page(objects: list[dict], has_more: bool) -> dict:
     return {
         "object": "list",

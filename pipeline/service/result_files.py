@@ -55,15 +55,19 @@ def split(job_output: Path, answered: Path, failed: Path) -> tuple[int, int, dic
         open(failed, "w", encoding="utf-8") as bad,
     ):
         for line in src:
-            row = decode(line)
-            if row.error is None:
-                ok.write(line)
-                usage.add(row)
-                counts[0] += 1
-            else:
-                bad.write(encode(error_line(row)) + "\n")
-                counts[1] += 1
+            counts[0 if _sort(line, ok, bad, usage) else 1] += 1
     return counts[0], counts[1], usage.shown()
+
+
+def _sort(line: str, ok, bad, usage: BatchUsage) -> bool:
+    """Writes a job's output line to ``ok`` if it was answered, else its error line to ``bad``; True if answered."""
+    row = decode(line)
+    if row.error is None:
+        ok.write(line)
+        usage.add(row)
+        return True
+    bad.write(encode(error_line(row)) + "\n")
+    return False
 
 
 def error_line(row: OutputLine) -> OutputLine:
@@ -86,40 +90,28 @@ UNANSWERED = {
 }
 
 
-def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int, int, dict]:
+def split_partial(job, answered: Path, failed: Path, why: str) -> tuple[int, int, dict]:
     """Splits the committed answers of a job that was let go, as ``split`` does, with an error line for each request
     not answered, in input order. A fanned-out request counts as answered only when all its rows were committed."""
     code, message = UNANSWERED[why]
     sink, lines = job.sink, job.steps.lines
     answers = _fanned_answers if lines.fans_out else _request_answers
-    counts = [0, 0, 0]
+    counts = [0, 0]
     usage = BatchUsage()
     position = 0
     with open(answered, "w", encoding="utf-8") as ok, open(failed, "w", encoding="utf-8") as bad:
         for block in sink.partitions:
             for custom_id, line in answers(job.steps.source, block, _committed(sink, block), lines, position):
                 if line is None:
-                    bad.write(
-                        encode(
-                            OutputLine(
-                                id=f"pipeline-{position}",
-                                custom_id=custom_id,
-                                response=None,
-                                error=LineError(code, message),
-                            )
-                        )
-                        + "\n"
+                    unanswered = OutputLine(
+                        id=f"pipeline-{position}", custom_id=custom_id, response=None, error=LineError(code, message)
                     )
-                    counts[2] += 1
-                elif (row := decode(line)).error is None:
-                    ok.write(line + "\n")
-                    usage.add(row)
-                    counts[0] += 1
-                else:
-                    bad.write(encode(error_line(row)) + "\n")
+                    bad.write(encode(unanswered) + "\n")
                     counts[1] += 1
+                else:
+                    counts[0 if _sort(line + "\n", ok, bad, usage) else 1] += 1
                 position += 1
-    return counts[0], counts[1], counts[2], usage.shown()
+    return counts[0], counts[1], usage.shown()
 
 
 def _request_answers(source, block, done: dict[int, dict], lines, first: int):

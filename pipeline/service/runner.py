@@ -18,7 +18,7 @@ from pipeline.jobs.job import prepare_job
 from pipeline.names import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RERANK_URL, RESPONSES_URL, SCORE_URL
 from pipeline.service import result_files
 from pipeline.service.errors import invalid, not_found
-from pipeline.service.objects import FINAL, OUTPUT_PURPOSE, batch_errors, batch_record, new_batch_id, page, shown
+from pipeline.service.objects import FINAL, OUTPUT_PURPOSE, batch_record, new_batch_id, page, shown
 from pipeline.service.store import Store
 
 log = logging.getLogger("pipeline.service")
@@ -38,11 +38,8 @@ WINDOW = re.compile(r"^([1-9][0-9]*)h$")
 class Runner:
     """The service's batches; ``max_window_s`` caps every batch's ``completion_window``."""
 
-    def __init__(
-        self, pipeline, store: Store, part_rows: int = 10_000, notify=console.notify, max_window_s: int | None = None
-    ):
-        self.pipeline, self.store, self.part_rows, self.notify = pipeline, store, part_rows, notify
-        self.max_window_s = max_window_s
+    def __init__(self, pipeline, store: Store, part_rows: int = 10_000, max_window_s: int | None = None):
+        self.pipeline, self.store, self.part_rows, self.max_window_s = pipeline, store, part_rows, max_window_s
         self._records: dict[str, dict] = {}
         self._stops: dict[str, threading.Event] = {}
         self._why: dict[str, str] = {}  # a batch whose job is let go: "cancelled" or "expired"
@@ -69,18 +66,13 @@ class Runner:
     def create(self, input_file_id: str, endpoint: str, completion_window: str, metadata: dict | None) -> dict:
         """Creates a batch; the checks that need no reading of the file answer at once."""
         task = ENDPOINT_TASKS.get(endpoint)
-        if task is None:
-            raise invalid(
-                f"Unsupported endpoint '{endpoint}'; this service runs {', '.join(ENDPOINT_TASKS)}.",
-                param="endpoint",
-                code="unsupported_endpoint",
+        if task is None or task not in self.pipeline.engine_tasks:
+            why = (
+                f"Unsupported endpoint '{endpoint}'; this service runs {', '.join(ENDPOINT_TASKS)}."
+                if task is None
+                else f"The cluster's model ({self.pipeline.model}) does not serve {endpoint}."
             )
-        if task not in self.pipeline.engine_tasks:
-            raise invalid(
-                f"The cluster's model ({self.pipeline.model}) does not serve {endpoint}.",
-                param="endpoint",
-                code="unsupported_endpoint",
-            )
+            raise invalid(why, param="endpoint", code="unsupported_endpoint")
         window = WINDOW.match(completion_window or "")
         if window is None:
             raise invalid(
@@ -151,7 +143,7 @@ class Runner:
             if self._closing or record["status"] in FINAL or record["status"] in ("finalizing", "cancelling"):
                 return
             self._why.setdefault(batch_id, "expired")
-        self.notify(f"batch {batch_id}: its completion window ({record['completion_window']}) is over; it expires")
+        console.notify(f"batch {batch_id}: its completion window ({record['completion_window']}) is over; it expires")
         self._stops[batch_id].set()
 
     def running_on(self, file_id: str) -> list[str]:
@@ -217,7 +209,7 @@ class Runner:
             except JobError as exc:
                 return self._fail(batch_id, "invalid_file", str(exc))
             for note in notes:
-                self.notify(f"batch {batch_id}: {note}")
+                console.notify(f"batch {batch_id}: {note}")
             if stop.is_set():
                 return self._let_go(batch_id, job)
             if record["in_progress_at"] is None:
@@ -233,12 +225,12 @@ class Runner:
             except JobLeft:
                 return self._let_go(batch_id, job)
             if stop.is_set() and not self._closing:  # the job ended before it saw the stop
-                self.notify(
+                console.notify(
                     f"batch {batch_id}: {self._why.get(batch_id, 'let go')} as its job ended; it completes "
                     f"with its whole output"
                 )
             self._update(batch_id, status="finalizing", finalizing_at=int(time.time()))
-        self._finalize(batch_id, output)
+        self._end(batch_id, "completed")
 
     def _progress(self, batch_id: str, job, done: int, failed: int, tokens: list[int]) -> None:
         """Updates the batch's request counts and usage while its job runs; fanned-out rows are counted as lines."""
@@ -256,24 +248,16 @@ class Runner:
         if now != counts:
             self._update(batch_id, request_counts=now)
 
-    def _finalize(self, batch_id: str, output) -> None:
-        """Turns the job's output into the batch's output and error files and completes the batch."""
+    def _end(self, batch_id: str, status: str, job=None) -> None:
+        """Ends the batch with ``status``, its output and error files made from the job's whole output, or, for a
+        ``job`` that was let go, from what it committed, with the requests left unanswered as failed."""
         answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
-        ok, bad, usage = result_files.split(output, answered, failed)
-        fields = self._store_files(batch_id, answered, ok, failed, bad)
-        total = self.get(batch_id)["request_counts"]["total"]
-        self._update(
-            batch_id,
-            status="completed",
-            completed_at=int(time.time()),
-            usage=usage,
-            request_counts={"total": max(total, ok + bad), "completed": ok, "failed": bad},
-            **fields,
-        )
-        self.store.drop_job_output(batch_id)
-
-    def _store_files(self, batch_id: str, answered, ok: int, failed, bad: int) -> dict:
-        """Moves the batch's non-empty output and error files into the store; returns their ids as its fields."""
+        if job is None:
+            ok, bad, usage = result_files.split(self.store.job_output(batch_id), answered, failed)
+            total = max(self.get(batch_id)["request_counts"]["total"], ok + bad)
+        else:
+            ok, bad, usage = result_files.split_partial(job, answered, failed, status)
+            total = ok + bad
         hexid = batch_id.removeprefix("batch_")
         fields = {}
         for name, path, count in (("output", answered, ok), ("error", failed, bad)):
@@ -284,33 +268,28 @@ class Runner:
                 fields[f"{name}_file_id"] = file["id"]
             else:
                 path.unlink(missing_ok=True)
-        return fields
+        self._update(
+            batch_id,
+            status=status,
+            **{f"{status}_at": int(time.time())},
+            usage=usage,
+            request_counts={"total": total, "completed": ok, "failed": bad},
+            **fields,
+        )
+        self.store.drop_job_output(batch_id)
 
     def _fail(self, batch_id: str, code: str, message: str, line: int | None = None, param: str | None = None) -> None:
         self._update(
             batch_id,
             status="failed",
             failed_at=int(time.time()),
-            errors=batch_errors({"code": code, "message": message, "line": line, "param": param}),
+            errors={"object": "list", "data": [{"code": code, "message": message, "param": param, "line": line}]},
         )
 
     def _let_go(self, batch_id: str, job) -> None:
-        """Ends a batch whose job was let go; its error file holds the failed requests and those left unanswered."""
         why = self._why.get(batch_id)
-        if why is None:
-            return  # the service stops; the next one resumes it
-        answered, failed = self.store.temporary(f"{batch_id}-output"), self.store.temporary(f"{batch_id}-errors")
-        ok, bad, left, usage = result_files.split_partial(job, answered, failed, why)
-        fields = self._store_files(batch_id, answered, ok, failed, bad + left)
-        self._update(
-            batch_id,
-            status=why,
-            **{f"{why}_at": int(time.time())},
-            usage=usage,
-            request_counts={"total": ok + bad + left, "completed": ok, "failed": bad + left},
-            **fields,
-        )
-        self.store.drop_job_output(batch_id)
+        if why is not None:  # else the service stops; the next one resumes it
+            self._end(batch_id, why, job)
 
     def _update(self, batch_id: str, **fields) -> None:
         with self._lock:  # so that the store never goes back to an older record

@@ -72,14 +72,13 @@ class Store:
         return record
 
     def file(self, file_id: str, param: str | None = None) -> dict:
-        record = self._read_json(self.files_dir / f"{file_id}.json") if _plain(file_id) else None
+        record = _read_json(self.files_dir / f"{file_id}.json") if _plain(file_id) else None
         if record is None:
             raise not_found("file", file_id, param)
         return record
 
     def files(self) -> list[dict]:
-        records = (self._read_json(p) for p in self.files_dir.glob("*.json"))
-        return sorted((r for r in records if r is not None), key=lambda r: (r["created_at"], r["id"]))
+        return sorted(_records(self.files_dir), key=lambda r: (r["created_at"], r["id"]))
 
     def content_path(self, file_id: str) -> Path:
         return self.files_dir / f"{file_id}.jsonl"
@@ -97,8 +96,7 @@ class Store:
         self._write_json(self.batches_dir / f"{record['id']}.json", record)
 
     def batches(self) -> list[dict]:
-        records = (self._read_json(p) for p in self.batches_dir.glob("*.json"))
-        return [r for r in records if r is not None]
+        return _records(self.batches_dir)
 
     def job_output(self, batch_id: str) -> Path:
         """Where the batch's job writes its output; OUTPUT.partial/ sits beside it while the job runs."""
@@ -115,12 +113,16 @@ class Store:
         with self._lock:  # the last write wins, whole
             os.replace(tmp, path)
 
-    @staticmethod
-    def _read_json(path: Path) -> dict | None:
-        try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):  # missing, or a name the file system refuses
-            return None
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):  # missing, or a name the file system refuses
+        return None
+
+
+def _records(folder: Path) -> list[dict]:
+    return [r for r in map(_read_json, folder.glob("*.json")) if r is not None]
 
 
 def default_root(config) -> Path:
@@ -129,8 +131,7 @@ def default_root(config) -> Path:
 
 def stored_batches(root: str | os.PathLike) -> list[dict]:
     """The batches' records at ``root``, newest first, read without opening, creating or cleaning the store."""
-    records = (Store._read_json(p) for p in (Path(root).expanduser() / "batches").glob("*.json"))
-    return sorted((r for r in records if r is not None), key=lambda r: r.get("_created_ns", 0), reverse=True)
+    return sorted(_records(Path(root).expanduser() / "batches"), key=lambda r: r.get("_created_ns", 0), reverse=True)
 
 
 def count_requests(path: Path) -> tuple[int, str | None]:

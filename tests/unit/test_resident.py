@@ -171,7 +171,7 @@ def test_an_engine_start_error_becomes_one_line():
 def test_an_embedded_and_a_resident_worker_start_from_one_description():
     config = load_config().replace(intake={"concurrent_batches": 3})
     shard = config.shards[0]
-    spec = worker_spec.WorkerSpec.for_shard(config, shard, starter_env={})
+    spec = worker_spec.WorkerSpec(config, shard, starter_env={})
     nanny = spec.nanny()["options"]
     args = spec.command("tcp://127.0.0.1:8786")
     flag = {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
