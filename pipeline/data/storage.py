@@ -8,7 +8,7 @@ import os
 import posixpath
 from typing import Any
 
-from pipeline.data.errors import JobError
+from pipeline.data.errors import JobError, one_line
 
 LOCAL_PREFIXES = ("file://", "local://")  # fsspec's protocols for the local file system
 
@@ -41,7 +41,7 @@ def filesystem(spec: str, storage_options: dict[str, Any] | None = None):
 
 def store_error(exc: BaseException, what: str) -> JobError:
     """One clear line for a failed store operation on ``what`` (a URL)."""
-    text = " ".join(str(exc).split())
+    text = one_line(exc)
     name = type(exc).__name__
     if isinstance(exc, PermissionError) or any(
         s in text for s in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")
