@@ -52,15 +52,8 @@ class ClusterParts:
         """On an object store each file is one object written once under its final name, and OUTPUT appears when its
         upload completes."""
         fs, path = filesystem(url, storage_options)
-        return cls(
-            StoreFolder(fs, path + ".partial", url + ".partial"),
-            path,
-            url + ".partial",
-            meta,
-            schema,
-            partitions,
-            store_url=url,
-        )
+        partial = url + ".partial"
+        return cls(StoreFolder(fs, path + ".partial", partial), path, partial, meta, schema, partitions, url)
 
     def open(self) -> int:
         """Starts the folder, or takes up the one an earlier run left; returns the rows it holds committed."""
