@@ -8,10 +8,10 @@ from pipeline.data.fanned_lines import answered_line, by_line, error_line, row_t
 from pipeline.data.openai_format import RequestLine, RerankBody, ScoreBody, ScoringBody, read_as
 from pipeline.data.openai_output import (
     PromptTokensDetails,
+    PromptUsage,
     RerankDocument,
     RerankResponse,
     RerankResult,
-    RerankUsage,
     ScoreData,
     ScoreResponse,
     Usage,
@@ -174,4 +174,4 @@ def _rerank_body(number: int, group, model: str) -> RerankResponse:
     top_n = group[0][0]["top_n"]
     if 0 < top_n < len(results):
         results = results[:top_n]
-    return RerankResponse(id=f"score-{number}", model=model, usage=RerankUsage(prompt, prompt), results=results)
+    return RerankResponse(id=f"score-{number}", model=model, usage=PromptUsage(prompt, prompt), results=results)
