@@ -24,12 +24,8 @@ def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
     values: list = []
     errors: list[str | None] = []
     for raw in column.to_pylist():
-        if raw is None:
-            values.append(None)
-            errors.append(None)
-            continue
         try:
-            values.append(raw.decode("utf-8"))
+            values.append(None if raw is None else raw.decode("utf-8"))
             errors.append(None)
         except UnicodeDecodeError as exc:
             values.append(None)

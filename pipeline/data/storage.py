@@ -22,10 +22,8 @@ def is_url(spec: str | os.PathLike) -> bool:
 def local_path(spec: str | os.PathLike) -> str:
     """The absolute local path a spec names; absolute because the workers resolve it from their own working folder."""
     text = str(spec)
-    for prefix in LOCAL_PREFIXES:
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-            break
+    if text.startswith(LOCAL_PREFIXES):
+        text = text.split("://", 1)[1]
     return os.path.abspath(os.path.expanduser(text))
 
 
