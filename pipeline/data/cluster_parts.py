@@ -91,15 +91,13 @@ class ClusterParts:
         """An earlier run's ``_job.json``; None if there is no folder yet."""
         try:
             old = json.loads(self.folder.read_bytes(self.folder.path(META)))
-        except FileNotFoundError:
-            if self.folder.exists(self.folder.root):
-                raise JobError(
-                    f"{self.dir} exists but is not a partial output of this program (no {META}); move or delete it"
-                ) from None
-            return None
-        except ValueError:
+        except (FileNotFoundError, ValueError) as exc:
+            missing = isinstance(exc, FileNotFoundError)
+            if missing and not self.folder.exists(self.folder.root):
+                return None
             raise JobError(
-                f"{self.dir} exists but is not a partial output of this program (unreadable {META}); move or delete it"
+                f"{self.dir} exists but is not a partial output of this program ({'no' if missing else 'unreadable'} "
+                f"{META}); move or delete it"
             ) from None
         return old if isinstance(old, dict) else {}
 
