@@ -166,11 +166,9 @@ class AnswerFiles:
         answers = self._read_answers(self.answer_files(part.index))
         answers = answers.take(pc.sort_indices(answers, [("position", "ascending")]))
         positions = answers.column("position").to_numpy()
-        if len(positions) > 1:  # a row answered by two runs keeps its first answer
-            keep = pa.array(positions[1:] != positions[:-1])
-            if not pc.all(keep).as_py():
-                answers = answers.filter(pa.concat_arrays([pa.array([True]), keep]))
-                positions = answers.column("position").to_numpy()
+        keep = np.append(True, positions[1:] != positions[:-1])  # a row answered by two runs keeps its first answer
+        if not keep.all():
+            answers, positions = answers.filter(keep), positions[keep]
         rows = part.rows if part.rows is not None else carry.num_rows  # a JSONL block's rows are counted as it is read
         if len(positions) != rows or (rows and (positions[0] != part.start or positions[-1] != part.start + rows - 1)):
             raise JobError(
