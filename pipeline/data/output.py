@@ -1,13 +1,9 @@
-"""What every job's output shares: ``_job.json``, the check that OUTPUT can be written, and writes that never leave a
-torn file."""
+"""What every job's output shares: ``_job.json`` and the check that OUTPUT can be written."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.data.errors import JobError
 
@@ -35,19 +31,3 @@ def check_writable(final: Path) -> Path:
 def meta_differences(old: dict, new: dict, unchecked: tuple[str, ...]) -> str:
     """The keys in which the recorded ``_job.json`` and this run's differ, apart from ``unchecked``."""
     return ", ".join(k for k in sorted(set(old) | set(new)) if k not in unchecked and old.get(k) != new.get(k))
-
-
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """Writes ``table`` under a temporary name, synced, then renames it, so that a file that exists is whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        pq.write_table(table, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
