@@ -261,23 +261,19 @@ B = TypeVar("B")
 
 
 def read_as(value: Any, model: type[B], root: str = "") -> tuple[B | None, str | None]:
-    """``value`` as ``model`` and None, or None and why not."""
+    """``value`` as ``model`` and None, or None and why not, naming the field from the line's top:
+    ``body.temperature: expected number or null, got str``."""
     try:
         return msgspec.convert(value, model), None
     except msgspec.ValidationError as exc:
-        return None, why_invalid(exc, root)
-
-
-def why_invalid(exc: msgspec.ValidationError, root: str = "") -> str:
-    """A validation error naming the field from the line's top: ``body.temperature: expected number or null, got
-    str``."""
-    message, _, at = str(exc).partition(" - at `$")
-    path = root + at.rstrip("`")
-    missing = re.fullmatch(r"Object missing required field `(.+)`", message)
-    if missing:
-        return f"{path}.{missing[1]}".lstrip(".") + " is missing"
-    if message.startswith("Expected `object`") and not path:
-        return "line is not a JSON object"
-    message = message.replace("`", "").replace(" | ", " or ").replace("array", "list").replace("int or float", "number")
-    message = message[0].lower() + message[1:]
-    return f"{path.lstrip('.')}: {message}" if path else message
+        message, _, at = str(exc).partition(" - at `$")
+        path = root + at.rstrip("`")
+        missing = re.fullmatch(r"Object missing required field `(.+)`", message)
+        if missing:
+            return None, f"{path}.{missing[1]}".lstrip(".") + " is missing"
+        if message.startswith("Expected `object`") and not path:
+            return None, "line is not a JSON object"
+        message = message.replace("`", "").replace(" | ", " or ").replace("array", "list")
+        message = message.replace("int or float", "number")
+        message = message[0].lower() + message[1:]
+        return None, f"{path.lstrip('.')}: {message}" if path else message
