@@ -83,7 +83,14 @@ class ClusterParts:
                 self.notes += self.files.drop_damaged(self.partitions, self.schema)
                 self.meta = old  # keeps the first run's start time
                 self.committed = self.resumed = self.files.committed_rows(self.partitions)
-        _check_files_unchanged(self, current)
+                # An input file changed under committed answers is refused: answers are matched to rows by position.
+                for i, (was, now) in enumerate(zip(old.get("files") or [], current)):
+                    if was != now and self.files.committed_rows([p for p in self.partitions if p.file == i]):
+                        raise JobError(
+                            f"input file {old['input'][i]} changed since this job started, and {self.dir} holds "
+                            f"answers for its rows; run it with the original file, or delete the folder to start over"
+                        )
+        self.meta["files"] = current
         self.record()
         return self.committed
 
@@ -109,16 +116,3 @@ class ClusterParts:
         """Adds ``facts`` to the partial output's ``_job.json``, which a resumed run reads, and writes it."""
         self.meta.update(facts)
         self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
-
-
-def _check_files_unchanged(sink, current: list) -> None:
-    """Refuses an input file that changed under committed answers, because answers are matched to rows by position."""
-    before = sink.meta.get("files") or []
-    for i, (was, now) in enumerate(zip(before, current)):
-        if was != now and sink.files.committed_rows([p for p in sink.partitions if p.file == i]):
-            raise JobError(
-                f"input file {sink.meta['input'][i]} changed since this job started, and {sink.dir} "
-                f"holds answers for its rows; run it with the original file, or delete the folder to "
-                f"start over"
-            )
-    sink.meta["files"] = current
