@@ -3,9 +3,9 @@ checked before an engine starts is checked on opening."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -53,10 +53,8 @@ def check_output_apart(
     out = address(output, storage_options)
     partial = out + ".partial"
     spec = str(source.spec if isinstance(source, ParquetSource) else source.path)
-    if source.fs is not None:
-        root, files = address_on(source.fs, spec), [address_on(source.fs, f) for f in source.files]
-    else:
-        root, files = os.path.realpath(spec), [os.path.realpath(f) for f in source.files]
+    where = functools.partial(address_on, source.fs) if source.fs is not None else os.path.realpath
+    root, files = where(spec), [where(f) for f in source.files]
     problem = None
     if out in files:
         problem = f"is the job's input ({out})"
@@ -244,7 +242,7 @@ class OpenAIBatchSource:
                 if raw.strip():
                     yield parse_line(raw)
 
-    @cached_property
+    @functools.cached_property
     def _keys(self) -> list:
         """Each request's custom_id, read from every line."""
         try:
