@@ -148,19 +148,11 @@ def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int)
         return failed
     if group[0][0]["kind"] == "rerank":
         return answered_line(number, group, _rerank_body(number, group, model))
-    return answered_line(number, group, _score_body(number, group, model, created))
-
-
-def _score_body(number: int, group, model: str, created: int) -> ScoreResponse:
-    """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
     prompt, cached = row_tokens(group)
-    return ScoreResponse(
-        id=f"score-{number}",
-        created=created,
-        model=model,
-        data=[ScoreData(index=c["index"], score=r["score"]) for c, r in group],
-        usage=Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails(cached)),
-    )
+    usage = Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails(cached))
+    scores = [ScoreData(index=c["index"], score=r["score"]) for c, r in group]
+    body = ScoreResponse(id=f"score-{number}", created=created, model=model, data=scores, usage=usage)
+    return answered_line(number, group, body)
 
 
 def _rerank_body(number: int, group, model: str) -> RerankResponse:
