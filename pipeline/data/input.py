@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import glob
 import os
-from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -113,18 +112,17 @@ def _parquet_files(spec: str) -> list[str]:
         if not files:
             raise JobError(f"input not found: no file matches {spec}")
         return files
-    p = Path(spec)
-    if not p.exists():
-        raise JobError(f"input not found: {p}")
-    if p.is_dir():
+    if not os.path.exists(spec):
+        raise JobError(f"input not found: {spec}")
+    if os.path.isdir(spec):
         # Imported here because pyarrow.dataset loads pandas, which would slow every process's start.
         import pyarrow.dataset as ds
 
-        files = sorted(ds.dataset(str(p), format="parquet").files)
+        files = sorted(ds.dataset(spec, format="parquet").files)
         if not files:
-            raise JobError(f"input folder {p} holds no Parquet files")
+            raise JobError(f"input folder {spec} holds no Parquet files")
         return files
-    return [str(p)]
+    return [spec]
 
 
 class ParquetSource:
