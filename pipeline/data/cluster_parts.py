@@ -4,14 +4,14 @@ make resuming safe."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
 
 from pipeline.data.answer_files import AnswerFiles
 from pipeline.data.errors import JobError
-from pipeline.data.job_folder import LocalFolder, StoreFolder
-from pipeline.data.output import META, check_writable, meta_differences
+from pipeline.data.job_folder import META, LocalFolder, StoreFolder
 from pipeline.data.partitions import Partition
 from pipeline.data.storage import filesystem, store_error
 
@@ -42,7 +42,21 @@ class ClusterParts:
 
     @classmethod
     def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list) -> "ClusterParts":
-        where = check_writable(final)
+        """After checking that OUTPUT can be written."""
+        if final.is_dir():
+            raise JobError(f"output path {final} is a folder; give a file name (e.g. {final / 'answers.parquet'})")
+        parent = final.parent
+        if not parent.exists():
+            raise JobError(f"output folder does not exist: {parent}")
+        if not parent.is_dir():
+            raise JobError(f"output path {final} is not writable: {parent} is not a folder")
+        probe = parent / f".{final.name}.probe-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise JobError(f"output folder is not writable: {parent} ({exc.strerror or exc})") from None
+        where = final.with_name(final.name + ".partial")
         return cls(LocalFolder(where), final, where, meta, schema, partitions)
 
     @classmethod
@@ -73,7 +87,8 @@ class ClusterParts:
             self.folder.create()
         else:
             self.folder.drop_torn()
-            diff = meta_differences(old, self.meta, self.unchecked)
+            keys = sorted(set(old) | set(self.meta))
+            diff = ", ".join(k for k in keys if k not in self.unchecked and old.get(k) != self.meta.get(k))
             if diff and self.folder.glob("answers/p*/*.parquet") + self.folder.glob("parts/*.parquet"):
                 raise JobError(
                     f"{self.dir} holds partial results of another job (different {diff}); run the "

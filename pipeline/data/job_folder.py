@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.data.errors import OutputGone
-from pipeline.data.output import META
+
+META = "_job.json"  # which input and partitions, checked on resume
 
 # Write errors a retry cannot fix, so the job stops at once rather than answer its rows again to fail the same way.
 PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # PermissionError counts too
@@ -46,7 +47,7 @@ class LocalFolder:
         return sorted(str(p) for p in Path(self.root).glob(pattern))
 
     def create(self) -> None:
-        """Makes the folder itself; ``output.check_writable`` has checked its parent."""
+        """Makes the folder itself; ``ClusterParts.local`` has checked its parent."""
         Path(self.root).mkdir(exist_ok=True)
 
     def present(self) -> bool:
