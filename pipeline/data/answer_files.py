@@ -39,23 +39,14 @@ RESULT_TYPES = {  # the output's result columns
     "finish_reason": pa.string(),
     "answer_json": pa.string(),
     "logprobs": LOGPROBS_TYPE,
-    "choices": pa.list_(
-        pa.struct(
-            [
-                pa.field("answer", pa.string()),
-                pa.field("finish_reason", pa.string()),
-                pa.field("completion_tokens", pa.int64()),
-                pa.field("answer_json", pa.string()),
-                pa.field("error", pa.string()),
-                pa.field("logprobs", LOGPROBS_TYPE),
-            ]
-        )
-    ),
     "embedding": pa.list_(pa.float32()),
     "label": pa.string(),
     "label_probs": pa.list_(pa.float64()),
     "score": pa.float64(),
 }
+# each of a row's answers, when it asked for several: some of the row's own result columns
+_CHOICE = ("answer", "finish_reason", "completion_tokens", "answer_json", "error", "logprobs")
+RESULT_TYPES["choices"] = pa.list_(pa.struct([pa.field(n, RESULT_TYPES[n]) for n in _CHOICE]))
 # The same columns as a DataFrame job's output has them.
 PANDAS_TYPES = {
     n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t) else t.to_pandas_dtype().__name__
