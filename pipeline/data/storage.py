@@ -40,7 +40,6 @@ def filesystem(spec: str, storage_options: dict[str, Any] | None = None):
 def store_error(exc: BaseException, what: str) -> JobError:
     """One clear line for a failed store operation on ``what`` (a URL)."""
     text = one_line(exc)
-    name = type(exc).__name__
     if isinstance(exc, PermissionError) or any(
         s in text for s in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")
     ):
@@ -52,7 +51,7 @@ def store_error(exc: BaseException, what: str) -> JobError:
         return JobError(f"{what}: the bucket does not exist ({text})")
     if isinstance(exc, FileNotFoundError):
         return JobError(f"{what} not found")
-    return JobError(f"cannot reach {what}: {name}: {text}")
+    return JobError(f"cannot reach {what}: {type(exc).__name__}: {text}")
 
 
 def address(spec: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> str:
