@@ -22,8 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.data.errors import JobError, OutputGone
-from pipeline.data.job_folder import LocalFolder, StoreFolder
+from pipeline.data.errors import JobError, OutputGone, one_line
 from pipeline.data.partitions import ByteBlock, Partition, by_partition
 from pipeline.results import RESULT_FIELDS, RowResult
 
@@ -40,23 +39,14 @@ RESULT_TYPES = {  # the output's result columns
     "finish_reason": pa.string(),
     "answer_json": pa.string(),
     "logprobs": LOGPROBS_TYPE,
-    "choices": pa.list_(
-        pa.struct(
-            [
-                pa.field("answer", pa.string()),
-                pa.field("finish_reason", pa.string()),
-                pa.field("completion_tokens", pa.int64()),
-                pa.field("answer_json", pa.string()),
-                pa.field("error", pa.string()),
-                pa.field("logprobs", LOGPROBS_TYPE),
-            ]
-        )
-    ),
     "embedding": pa.list_(pa.float32()),
     "label": pa.string(),
     "label_probs": pa.list_(pa.float64()),
     "score": pa.float64(),
 }
+# each of a row's answers, when it asked for several: some of the row's own result columns
+_CHOICE = ("answer", "finish_reason", "completion_tokens", "answer_json", "error", "logprobs")
+RESULT_TYPES["choices"] = pa.list_(pa.struct([pa.field(n, RESULT_TYPES[n]) for n in _CHOICE]))
 # The same columns as a DataFrame job's output has them.
 PANDAS_TYPES = {
     n: "string" if pa.types.is_string(t) else "object" if pa.types.is_list(t) else t.to_pandas_dtype().__name__
@@ -93,7 +83,7 @@ class AnswerFiles:
     """The folder's answer files and merged parts, used on the workers and by the client."""
 
     def __init__(self, folder):
-        self.folder = folder if isinstance(folder, (LocalFolder, StoreFolder)) else LocalFolder(folder)
+        self.folder = folder
 
     def part_path(self, partition: int) -> str:
         return self.folder.path("parts", f"part-{partition:06d}.parquet")
@@ -107,14 +97,9 @@ class AnswerFiles:
     def answer_files(self, partition: int) -> list[str]:
         return self.folder.glob(f"answers/p{partition:06d}/*.parquet")
 
-    def answered_positions(self, partition: int, before_run: str | None = None) -> pa.Array:
-        """With ``before_run`` only earlier runs count, so that this run's own writes cannot change what a rerun task
-        computes."""
-        files = [
-            f
-            for f in self.answer_files(partition)
-            if before_run is None or not posixpath.basename(f).startswith(f"{before_run}-")
-        ]
+    def answered_positions(self, partition: int, before_run: str) -> pa.Array:
+        """Only earlier runs count, so that this run's own writes cannot change what a rerun task computes."""
+        files = [f for f in self.answer_files(partition) if not posixpath.basename(f).startswith(f"{before_run}-")]
         if not files:
             return pa.array([], pa.int64())
         return pa.concat_arrays(
@@ -126,12 +111,11 @@ class AnswerFiles:
         return self.folder.glob(f"answers/p*/{name}-*.parquet")
 
     def read_named(self, name: str) -> pa.Table:
-        files = self.named(name)
-        return (
-            pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files])
-            if files
-            else ANSWER_SCHEMA.empty_table()
-        )
+        return self._read_answers(self.named(name))
+
+    def _read_answers(self, files: list[str]) -> pa.Table:
+        tables = [self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files]
+        return pa.concat_tables(tables) if tables else ANSWER_SCHEMA.empty_table()
 
     def next_seq(self, name: str) -> int:
         seqs = [int(posixpath.basename(f).removesuffix(".parquet").rsplit("-", 1)[1]) for f in self.named(name)]
@@ -159,7 +143,7 @@ class AnswerFiles:
                     found = self.folder.read_schema(path)
                     problem = None if found.equals(expected) else "not this job's columns"
                 except (pa.ArrowException, OSError) as exc:
-                    problem = " ".join(str(exc).split())
+                    problem = one_line(exc)
                 if problem is not None:
                     self.folder.remove_file(path)
                     notes.append(f"dropped the damaged file {path} ({problem}); its rows are answered again")
@@ -170,19 +154,12 @@ class AnswerFiles:
         answer."""
         if not self.folder.present():
             raise OutputGone.at(self.folder.url)
-        files = self.answer_files(part.index)
-        answers = (
-            pa.concat_tables([self.folder.read_table(f, schema=ANSWER_SCHEMA) for f in files])
-            if files
-            else ANSWER_SCHEMA.empty_table()
-        )
+        answers = self._read_answers(self.answer_files(part.index))
         answers = answers.take(pc.sort_indices(answers, [("position", "ascending")]))
         positions = answers.column("position").to_numpy()
-        if len(positions) > 1:  # a row answered by two runs keeps its first answer
-            keep = pa.array(positions[1:] != positions[:-1])
-            if not pc.all(keep).as_py():
-                answers = answers.filter(pa.concat_arrays([pa.array([True]), keep]))
-                positions = answers.column("position").to_numpy()
+        keep = np.append(True, positions[1:] != positions[:-1])  # a row answered by two runs keeps its first answer
+        if not keep.all():
+            answers, positions = answers.filter(keep), positions[keep]
         rows = part.rows if part.rows is not None else carry.num_rows  # a JSONL block's rows are counted as it is read
         if len(positions) != rows or (rows and (positions[0] != part.start or positions[-1] != part.start + rows - 1)):
             raise JobError(

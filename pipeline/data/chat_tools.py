@@ -1,21 +1,10 @@
-"""Tools in chat lines (``body.tools``, ``body.tool_choice``), answered as vLLM answers them for any
-model: by structured output over the tools' parameter schemas.
-
-- ``tool_choice: "required"``: the answer is a JSON list of one or more ``{"name", "parameters"}``
-  calls, each ``parameters`` valid against its tool's schema (vLLM's schema for it, ``_required``);
-- a named function (``{"type": "function", "function": {"name"}}``): the answer is that tool's
-  arguments, valid against its schema;
-- ``"none"``: the tools are left out and the line is answered as text;
-- ``"auto"`` (OpenAI's default where tools are given): the model chooses. Its answer is text,
-  read by vLLM's tool-call parser for the model's format (``engine.tool_call_parser``) on the
-  worker (pipeline/worker/tool_calls.py); with no parser configured the line is an error naming
-  the key.
-
-The answer's JSON is checked against the schema as any JSON answer is (pipeline/sampling.py): an
-answer that does not match is the line's ``output:`` error. The output line carries the calls
-as ``message.tool_calls`` (``tool_calls``) with ``finish_reason`` ``tool_calls``; the line's carry
-says which kind of answer it is (``mode``: ``ALL_REQUIRED``, ``AUTO`` or the function's name).
-"""
+"""Tools in chat lines (``body.tools``, ``body.tool_choice``), answered as vLLM answers them for any model: by
+structured output over the tools' parameter schemas. ``"required"``: a JSON list of one or more ``{"name",
+"parameters"}`` calls (vLLM's schema, ``_required``); a named function: that tool's arguments; ``"none"``: a text
+answer without the tools; ``"auto"`` (OpenAI's default where tools are given): the model's text, read on the worker
+by vLLM's tool-call parser for its format (``engine.tool_call_parser``; pipeline/worker/tool_calls.py), and with no
+parser configured the line is an error. An answer that does not match its schema is the line's ``output:`` error;
+the output line carries the calls as ``message.tool_calls`` with ``finish_reason`` ``tool_calls``."""
 
 from __future__ import annotations
 
@@ -37,7 +26,8 @@ def tool_fields(body: ChatBody, parser: str | None = None) -> tuple[dict, str | 
     choice = body.tool_choice
     if not body.tools or choice == "none":
         if isinstance(choice, NamedToolChoice) or choice in (REQUIRED, "auto"):
-            return {}, f"body.tool_choice {_shown(choice)} names tools, and body.tools gives none"
+            shown = repr(choice) if isinstance(choice, str) else f"function {choice.function.name!r}"
+            return {}, f"body.tool_choice {shown} names tools, and body.tools gives none"
         return {}, None
     tools = body.tools
     for i, t in enumerate(tools):
@@ -96,10 +86,6 @@ def _plain(tool) -> dict:
             if v is not None
         },
     }
-
-
-def _shown(choice) -> str:
-    return repr(choice) if isinstance(choice, str) else f"function {choice.function.name!r}"
 
 
 def tool_mode(request: Any) -> str | None:

@@ -4,14 +4,14 @@ make resuming safe."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
 
 from pipeline.data.answer_files import AnswerFiles
 from pipeline.data.errors import JobError
-from pipeline.data.job_folder import LocalFolder, StoreFolder
-from pipeline.data.output import META, check_writable, meta_differences
+from pipeline.data.job_folder import META, LocalFolder, StoreFolder
 from pipeline.data.partitions import Partition
 from pipeline.data.storage import filesystem, store_error
 
@@ -42,7 +42,21 @@ class ClusterParts:
 
     @classmethod
     def local(cls, final: Path, meta: dict, schema: pa.Schema, partitions: list) -> "ClusterParts":
-        where = check_writable(final)
+        """After checking that OUTPUT can be written."""
+        if final.is_dir():
+            raise JobError(f"output path {final} is a folder; give a file name (e.g. {final / 'answers.parquet'})")
+        parent = final.parent
+        if not parent.exists():
+            raise JobError(f"output folder does not exist: {parent}")
+        if not parent.is_dir():
+            raise JobError(f"output path {final} is not writable: {parent} is not a folder")
+        probe = parent / f".{final.name}.probe-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise JobError(f"output folder is not writable: {parent} ({exc.strerror or exc})") from None
+        where = final.with_name(final.name + ".partial")
         return cls(LocalFolder(where), final, where, meta, schema, partitions)
 
     @classmethod
@@ -52,15 +66,8 @@ class ClusterParts:
         """On an object store each file is one object written once under its final name, and OUTPUT appears when its
         upload completes."""
         fs, path = filesystem(url, storage_options)
-        return cls(
-            StoreFolder(fs, path + ".partial", url + ".partial"),
-            path,
-            url + ".partial",
-            meta,
-            schema,
-            partitions,
-            store_url=url,
-        )
+        partial = url + ".partial"
+        return cls(StoreFolder(fs, path + ".partial", partial), path, partial, meta, schema, partitions, url)
 
     def open(self) -> int:
         """Starts the folder, or takes up the one an earlier run left; returns the rows it holds committed."""
@@ -80,7 +87,8 @@ class ClusterParts:
             self.folder.create()
         else:
             self.folder.drop_torn()
-            diff = meta_differences(old, self.meta, self.unchecked)
+            keys = sorted(set(old) | set(self.meta))
+            diff = ", ".join(k for k in keys if k not in self.unchecked and old.get(k) != self.meta.get(k))
             if diff and self.folder.glob("answers/p*/*.parquet") + self.folder.glob("parts/*.parquet"):
                 raise JobError(
                     f"{self.dir} holds partial results of another job (different {diff}); run the "
@@ -90,7 +98,14 @@ class ClusterParts:
                 self.notes += self.files.drop_damaged(self.partitions, self.schema)
                 self.meta = old  # keeps the first run's start time
                 self.committed = self.resumed = self.files.committed_rows(self.partitions)
-        _check_files_unchanged(self, current)
+                # An input file changed under committed answers is refused: answers are matched to rows by position.
+                for i, (was, now) in enumerate(zip(old.get("files") or [], current)):
+                    if was != now and self.files.committed_rows([p for p in self.partitions if p.file == i]):
+                        raise JobError(
+                            f"input file {old['input'][i]} changed since this job started, and {self.dir} holds "
+                            f"answers for its rows; run it with the original file, or delete the folder to start over"
+                        )
+        self.meta["files"] = current
         self.record()
         return self.committed
 
@@ -98,15 +113,13 @@ class ClusterParts:
         """An earlier run's ``_job.json``; None if there is no folder yet."""
         try:
             old = json.loads(self.folder.read_bytes(self.folder.path(META)))
-        except FileNotFoundError:
-            if self.folder.exists(self.folder.root):
-                raise JobError(
-                    f"{self.dir} exists but is not a partial output of this program (no {META}); move or delete it"
-                ) from None
-            return None
-        except ValueError:
+        except (FileNotFoundError, ValueError) as exc:
+            missing = isinstance(exc, FileNotFoundError)
+            if missing and not self.folder.exists(self.folder.root):
+                return None
             raise JobError(
-                f"{self.dir} exists but is not a partial output of this program (unreadable {META}); move or delete it"
+                f"{self.dir} exists but is not a partial output of this program ({'no' if missing else 'unreadable'} "
+                f"{META}); move or delete it"
             ) from None
         return old if isinstance(old, dict) else {}
 
@@ -118,16 +131,3 @@ class ClusterParts:
         """Adds ``facts`` to the partial output's ``_job.json``, which a resumed run reads, and writes it."""
         self.meta.update(facts)
         self.folder.write_bytes(self.folder.path(META), json.dumps(self.meta, indent=2).encode())
-
-
-def _check_files_unchanged(sink, current: list) -> None:
-    """Refuses an input file that changed under committed answers, because answers are matched to rows by position."""
-    before = sink.meta.get("files") or []
-    for i, (was, now) in enumerate(zip(before, current)):
-        if was != now and sink.files.committed_rows([p for p in sink.partitions if p.file == i]):
-            raise JobError(
-                f"input file {sink.meta['input'][i]} changed since this job started, and {sink.dir} "
-                f"holds answers for its rows; run it with the original file, or delete the folder to "
-                f"start over"
-            )
-    sink.meta["files"] = current

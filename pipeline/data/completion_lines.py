@@ -11,17 +11,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pipeline.data.fanned_lines import by_line, error_line
+from pipeline.data.fanned_lines import answered_line, by_line, error_line, row_tokens
 from pipeline.data.openai_format import CompletionBody, RequestLine, read_as
 from pipeline.data.openai_output import (
     Completion,
     CompletionChoice,
     CompletionLogprobs,
-    Envelope,
-    OutputLine,
     PromptTokensDetails,
     Usage,
-    encode,
 )
 from pipeline.data.scoring_lines import wrong_url
 from pipeline.names import COMPLETIONS_URL
@@ -98,29 +95,26 @@ def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int,
     failed = error_line(number, group, "prompt" if len(group) > 1 else None)
     if failed is not None:
         return failed
-    prompt = sum(r["prompt_tokens"] or 0 for _, r in group)
-    cached = sum(r["cached_tokens"] or 0 for _, r in group)
+    prompt, cached = row_tokens(group)
     answers = [a for _, r in group for a in _answers(r)]
     output = sum(a["completion_tokens"] or 0 for a in answers)
-    body = completion_body(
-        number,
-        answers,
-        model,
-        created,
-        max_tokens,
-        Usage(
-            prompt_tokens=prompt,
-            completion_tokens=output,
-            total_tokens=prompt + output,
-            prompt_tokens_details=PromptTokensDetails(cached),
-        ),
-    )
-    return encode(
-        OutputLine(
-            id=f"pipeline-{number}",
-            custom_id=group[0][0]["custom_id"],
-            response=Envelope(status_code=200, request_id=f"pipeline-batch-{number}", body=body),
+    choices = [
+        CompletionChoice(
+            index=i,
+            text=a["answer"] or "",
+            finish_reason=a["finish_reason"] or ("length" if (a["completion_tokens"] or 0) >= max_tokens else "stop"),
+            logprobs=None if a.get("logprobs") is None else _logprobs(a["logprobs"]),
         )
+        for i, a in enumerate(answers)
+    ]
+    usage = Usage(
+        prompt_tokens=prompt,
+        completion_tokens=output,
+        total_tokens=prompt + output,
+        prompt_tokens_details=PromptTokensDetails(cached),
+    )
+    return answered_line(
+        number, group, Completion(id=f"cmpl-{number}", created=created, model=model, usage=usage, choices=choices)
     )
 
 
@@ -133,27 +127,6 @@ def _answers(row: dict) -> list[dict]:
             "logprobs": row.get("logprobs"),
         }
     ]
-
-
-def completion_body(
-    number: int, answers: list[dict], model: str, created: int, max_tokens: int, usage: Usage
-) -> Completion:
-    return Completion(
-        id=f"cmpl-{number}",
-        created=created,
-        model=model,
-        usage=usage,
-        choices=[
-            CompletionChoice(
-                index=i,
-                text=a["answer"] or "",
-                finish_reason=a["finish_reason"]
-                or ("length" if (a["completion_tokens"] or 0) >= max_tokens else "stop"),
-                logprobs=None if a.get("logprobs") is None else _logprobs(a["logprobs"]),
-            )
-            for i, a in enumerate(answers)
-        ],
-    )
 
 
 def _logprobs(tokens: list[dict]) -> CompletionLogprobs:

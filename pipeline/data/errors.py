@@ -4,6 +4,10 @@ the top."""
 from __future__ import annotations
 
 
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
 class JobError(RuntimeError):
     """The job cannot run or go on; the message says why and what to do."""
 

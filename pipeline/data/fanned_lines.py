@@ -38,11 +38,22 @@ def error_line(number: int, group: list[tuple[dict, dict]], item: str | None) ->
     if "index" in carry and item is not None:
         kind, _, why = error.partition(": ")
         error = f"{kind}: {item} {carry['index']}: {why}" if why else f"{item} {carry['index']}: {error}"
+    return _encoded(number, group, 400, error=LineError.of(error))
+
+
+def answered_line(number: int, group: list[tuple[dict, dict]], body) -> str:
+    return _encoded(number, group, 200, body=body)
+
+
+def _encoded(
+    number: int, group: list[tuple[dict, dict]], status: int, body=None, error: LineError | None = None
+) -> str:
+    response = Envelope(status_code=status, request_id=f"pipeline-batch-{number}", body=body)
     return encode(
-        OutputLine(
-            id=f"pipeline-{number}",
-            custom_id=group[0][0]["custom_id"],
-            error=LineError.of(error),
-            response=Envelope(status_code=400, request_id=f"pipeline-batch-{number}"),
-        )
+        OutputLine(id=f"pipeline-{number}", custom_id=group[0][0]["custom_id"], response=response, error=error)
     )
+
+
+def row_tokens(group: list[tuple[dict, dict]]) -> tuple[int, int]:
+    """The line's prompt and cached tokens, summed over its rows."""
+    return sum(r["prompt_tokens"] or 0 for _, r in group), sum(r["cached_tokens"] or 0 for _, r in group)

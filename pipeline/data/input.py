@@ -3,15 +3,15 @@ checked before an engine starts is checked on opening."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
-from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.data.errors import JobError
+from pipeline.data.errors import JobError, one_line
 from pipeline.data.request_lines import first_bad_line
 from pipeline.data.request_rows import parse_line
 from pipeline.data.row_checks import RowColumns
@@ -19,13 +19,12 @@ from pipeline.data.scoring_lines import SCORING, scoring_kind
 from pipeline.data.storage import address, address_on, filesystem, glob_reaches, inside, is_url, local_path, store_error
 from pipeline.names import CHAT_URL, ENDPOINTS
 from pipeline.results import RESULT_FIELDS
-from tasks import Columns
 
 
 def open_source(
     spec: str | os.PathLike,
-    fmt: str = "auto",
-    columns=None,
+    fmt: str,
+    columns,
     storage_options: dict | None = None,
     adapters=(),
     tool_parser: str | None = None,
@@ -35,19 +34,14 @@ def open_source(
     text = str(spec)
     if fmt == "auto":
         fmt = "openai" if text.endswith(".jsonl") else "parquet"
-    fs = None
-    if fmt in ("openai", "parquet"):
-        if is_url(text):
-            fs, _ = filesystem(text, storage_options)
-        else:
-            text = local_path(text)
+    if fmt not in ("openai", "parquet"):
+        raise JobError(f"unknown input format {fmt!r}; use parquet or openai")
+    fs = filesystem(text, storage_options)[0] if is_url(text) else None
+    if fs is None:
+        text = local_path(text)
     if fmt == "openai":
-        return OpenAIBatchSource(text if fs is not None else Path(text), fs, adapters, tool_parser)
-    if fmt == "parquet":
-        if columns is None:
-            columns = Columns(required=("document", "question"))
-        return ParquetSource(text, columns, fs)
-    raise JobError(f"unknown input format {fmt!r}; use parquet or openai")
+        return OpenAIBatchSource(text, fs, adapters, tool_parser)
+    return ParquetSource(text, columns, fs)
 
 
 def check_output_apart(
@@ -58,10 +52,8 @@ def check_output_apart(
     out = address(output, storage_options)
     partial = out + ".partial"
     spec = str(source.spec if isinstance(source, ParquetSource) else source.path)
-    if source.fs is not None:
-        root, files = address_on(source.fs, spec), [address_on(source.fs, f) for f in source.files]
-    else:
-        root, files = os.path.realpath(spec), [os.path.realpath(f) for f in source.files]
+    where = functools.partial(address_on, source.fs) if source.fs is not None else os.path.realpath
+    root, files = where(spec), [where(f) for f in source.files]
     problem = None
     if out in files:
         problem = f"is the job's input ({out})"
@@ -120,18 +112,17 @@ def _parquet_files(spec: str) -> list[str]:
         if not files:
             raise JobError(f"input not found: no file matches {spec}")
         return files
-    p = Path(spec)
-    if not p.exists():
-        raise JobError(f"input not found: {p}")
-    if p.is_dir():
+    if not os.path.exists(spec):
+        raise JobError(f"input not found: {spec}")
+    if os.path.isdir(spec):
         # Imported here because pyarrow.dataset loads pandas, which would slow every process's start.
         import pyarrow.dataset as ds
 
-        files = sorted(ds.dataset(str(p), format="parquet").files)
+        files = sorted(ds.dataset(spec, format="parquet").files)
         if not files:
-            raise JobError(f"input folder {p} holds no Parquet files")
+            raise JobError(f"input folder {spec} holds no Parquet files")
         return files
-    return [str(p)]
+    return [spec]
 
 
 class ParquetSource:
@@ -144,14 +135,14 @@ class ParquetSource:
         root = fs._strip_protocol(spec) if fs is not None else spec
         # how the input was named, for the checks on OUTPUT
         self.named = "glob" if glob.has_magic(root) else "file" if self.files == [root] else "folder"
-        self._row_groups: list[list[int]] = []
+        self.row_groups: list[list[int]] = []  # per file, the rows of each of its row groups
         schema = None
         for f in self.files:
             try:
                 meta = pq.ParquetFile(f, filesystem=fs).metadata
                 file_schema = meta.schema.to_arrow_schema().remove_metadata()
             except (pa.ArrowException, OSError) as exc:
-                raise JobError(f"cannot read {f} as Parquet: {_one_line(exc)}") from None
+                raise JobError(f"cannot read {f} as Parquet: {one_line(exc)}") from None
             if schema is None:
                 schema = file_schema
             elif not file_schema.equals(schema):
@@ -159,10 +150,10 @@ class ParquetSource:
                     f"input files disagree on their columns: {self.files[0]} has "
                     f"{_describe(schema)}; {f} has {_describe(file_schema)}"
                 )
-            self._row_groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+            self.row_groups.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
         assert schema is not None  # files is never empty
         self.schema = schema
-        self.num_rows = sum(sum(g) for g in self._row_groups)
+        self.num_rows = sum(sum(g) for g in self.row_groups)
         missing = columns.missing(schema.names)
         if missing:
             raise JobError(f"input {spec} {missing}; it has: {', '.join(schema.names) or '(none)'}")
@@ -191,16 +182,7 @@ class ParquetSource:
                 for batch in pq.ParquetFile(f, filesystem=self.fs).iter_batches(batch_size=65536, columns=["id"]):
                     yield batch.column(0)
             except (pa.ArrowException, OSError) as exc:
-                raise JobError(f"cannot read the id column of {self.spec}: {_one_line(exc)}") from None
-
-    @property
-    def row_groups(self) -> list[list[int]]:
-        """Per file, the rows of each of its row groups."""
-        return self._row_groups
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
+                raise JobError(f"cannot read the id column of {self.spec}: {one_line(exc)}") from None
 
 
 def _describe(schema: pa.Schema) -> str:
@@ -218,24 +200,23 @@ class OpenAIBatchSource:
     passthrough: list[str] = []
     dropped: list[str] = []
 
-    def __init__(self, path: Path | str, fs=None, adapters=(), tool_parser: str | None = None):
-        self.path = path  # a local Path, or a URL on ``fs``
+    def __init__(self, path: str, fs=None, adapters=(), tool_parser: str | None = None):
+        self.path = path  # a local absolute path, or a URL on ``fs``
+        self.files = [path]
         self.fs = fs
         self.adapters = frozenset(adapters)  # a request's model naming one of these answers with that adapter
         self.tool_parser = tool_parser  # reads a chat line's answer under tool_choice "auto" (None: an error line)
-        if fs is None and not Path(path).exists():
-            raise JobError(f"input not found: {path}")
         try:
-            if fs is not None and not fs.isfile(path):
+            if not (fs.isfile(path) if fs is not None else os.path.exists(path)):
                 raise JobError(f"input not found: {path}")
-            self.size = fs.size(path) if fs is not None else Path(path).stat().st_size
+            self.size = fs.size(path) if fs is not None else os.path.getsize(path)
             first = next(self._lines(), None)
         except JobError:
             raise
         except OSError as exc:
             raise JobError(f"cannot read {path}: {exc.strerror or exc}") from None
         except Exception as exc:  # noqa: BLE001 - the store's own errors
-            raise store_error(exc, str(path)) from None
+            raise store_error(exc, path) from None
         if first is not None and not isinstance(first[0], dict):
             raise JobError(
                 f"{path} is not OpenAI batch JSONL: its first line is not a JSON object "
@@ -244,15 +225,10 @@ class OpenAIBatchSource:
         # The first line's url names every line's endpoint; chat if it names none this program serves.
         url = first[0].get("url") if first is not None else None
         self.endpoint = url if url in ENDPOINTS else SCORING if scoring_kind(url) else CHAT_URL
-        self._keys: list | None = None
-
-    @property
-    def files(self) -> list[str]:
-        return [str(self.path)]
 
     @property
     def description(self) -> list[str]:
-        return [str(self.path) if self.fs is not None else os.path.abspath(self.path)]
+        return self.files
 
     def open(self):
         return self.fs.open(self.path, "rb") if self.fs is not None else open(self.path, "rb")
@@ -264,16 +240,16 @@ class OpenAIBatchSource:
                 if raw.strip():
                     yield parse_line(raw)
 
+    @functools.cached_property
+    def _keys(self) -> list:
+        """Each request's custom_id, read from every line."""
+        try:
+            return [request.get("custom_id") if isinstance(request, dict) else None for request, _ in self._lines()]
+        except OSError as exc:
+            raise JobError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+
     @property
     def num_rows(self) -> int:
-        """The requests, counted by reading every line."""
-        if self._keys is None:
-            try:
-                self._keys = [
-                    request.get("custom_id") if isinstance(request, dict) else None for request, _ in self._lines()
-                ]
-            except OSError as exc:
-                raise JobError(f"cannot read {self.path}: {exc.strerror or exc}") from None
         return len(self._keys)
 
     def check_requests(self) -> None:
@@ -287,6 +263,4 @@ class OpenAIBatchSource:
             raise JobError(f"{self.path}: {bad.message}. Nothing was answered; fix the file and run again")
 
     def key_arrays(self) -> Iterator[pa.Array]:
-        self.num_rows
-        assert self._keys is not None  # num_rows read them
         yield pa.array([k if isinstance(k, str) else None for k in self._keys], pa.string())

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.data.errors import OutputGone
-from pipeline.data.output import META, write_atomic, write_table_atomic
+
+META = "_job.json"  # which input and partitions, checked on resume
 
 # Write errors a retry cannot fix, so the job stops at once rather than answer its rows again to fail the same way.
 PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # PermissionError counts too
@@ -46,19 +47,31 @@ class LocalFolder:
         return sorted(str(p) for p in Path(self.root).glob(pattern))
 
     def create(self) -> None:
-        """Makes the folder itself; ``output.check_writable`` has checked its parent."""
+        """Makes the folder itself; ``ClusterParts.local`` has checked its parent."""
         Path(self.root).mkdir(exist_ok=True)
 
     def present(self) -> bool:
         return os.path.isdir(self.root)
 
     def write_table(self, path: str, table: pa.Table) -> None:
-        with self._inside(path):
-            write_table_atomic(Path(path), table)
+        with self._replaced(path) as f:
+            pq.write_table(table, f)
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        with self._replaced(path) as f:
+            f.write(data)
+
+    @contextmanager
+    def _replaced(self, path: str):
+        """A file written under a temporary name, synced, then renamed to ``path``, so that a file that exists is
+        whole."""
+        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
         with self._inside(path):
-            write_atomic(Path(path), data)
+            with open(tmp, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
 
     @contextmanager
     def _inside(self, path: str):

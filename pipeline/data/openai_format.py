@@ -70,25 +70,44 @@ class NamedToolChoice(Struct, kw_only=True):
     function: NamedFunction
 
 
-class ChatBody(Struct, kw_only=True):
-    """A ``/v1/chat/completions`` body's served fields; the template checks ``messages``, pipeline/sampling.py the
-    rest."""
+class _SamplingBody(Struct, kw_only=True):
+    """The fields that chat and completion bodies share."""
 
-    messages: Any = None
     model: str | None = None
     max_tokens: int | None = None
-    max_completion_tokens: int | None = None
     temperature: int | float | None = None  # kept as given, so that an error quotes it as written
     top_p: int | float | None = None
     top_k: int | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
     n: int | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
     response_format: TextFormat | JsonObjectFormat | JsonSchemaFormat | None = None
     structured_outputs: StructuredOutputs | None = None
     stream: bool | None = None
+
+    def _given(self, names: tuple[str, ...], **more) -> dict:
+        """The fields ``names``, then ``more``, then the constraint on the answer as the row columns ``json_schema``
+        and ``choice``; only those given."""
+        out = {k: getattr(self, k) for k in names} | more
+        if isinstance(self.response_format, JsonSchemaFormat):
+            out["json_schema"] = self.response_format.json_schema.schema
+        elif isinstance(self.response_format, JsonObjectFormat):
+            out["json_schema"] = {"type": "object"}
+        if self.structured_outputs is not None:
+            out["choice"] = self.structured_outputs.choice
+            if self.structured_outputs.json is not None:
+                out["json_schema"] = self.structured_outputs.json
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class ChatBody(_SamplingBody, kw_only=True):
+    """A ``/v1/chat/completions`` body's served fields; the template checks ``messages``, pipeline/sampling.py the
+    rest."""
+
+    messages: Any = None
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     # These would change what a response holds, so they are refused where given.
@@ -100,41 +119,23 @@ class ChatBody(Struct, kw_only=True):
 
     def sampling(self) -> dict:
         """The sampling fields given, under the row columns' names; max_completion_tokens wins over max_tokens."""
-        out = {
-            k: getattr(self, k)
-            for k in ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs", "top_logprobs")
-        }
-        out["max_tokens"] = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        out.update(_constraint(self.response_format, self.structured_outputs))
-        return {k: v for k, v in out.items() if v is not None}
+        names = ("temperature", "top_p", "top_k", "stop", "seed", "n", "logprobs", "top_logprobs")
+        most = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return self._given(names, max_tokens=most)
 
 
-class CompletionBody(Struct, kw_only=True):
+class CompletionBody(_SamplingBody, kw_only=True):
     """A ``/v1/completions`` body's served fields; ``logprobs`` is a count, as in OpenAI's legacy endpoint."""
 
     prompt: Any = None
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: int | float | None = None
-    top_p: int | float | None = None
-    top_k: int | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    n: int | None = None
     logprobs: int | None = None
-    structured_outputs: StructuredOutputs | None = None
-    response_format: TextFormat | JsonObjectFormat | JsonSchemaFormat | None = None
-    stream: bool | None = None
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
 
     def sampling(self) -> dict:
-        out = {k: getattr(self, k) for k in ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n")}
-        if self.logprobs is not None:
-            out["logprobs"], out["top_logprobs"] = True, self.logprobs
-        out.update(_constraint(self.response_format, self.structured_outputs))
-        return {k: v for k, v in out.items() if v is not None}
+        more = {"logprobs": True, "top_logprobs": self.logprobs} if self.logprobs is not None else {}
+        return self._given(("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "n"), **more)
 
     def refused(self) -> str | None:
         if self.stream:
@@ -146,20 +147,6 @@ class CompletionBody(Struct, kw_only=True):
         if self.best_of not in (None, 1):
             return "body.best_of is not supported (use n for several answers)"
         return None
-
-
-def _constraint(response_format, structured_outputs: StructuredOutputs | None) -> dict:
-    """A body's constraint on its answer as the row columns ``json_schema`` and ``choice``."""
-    out: dict[str, Any] = {}
-    if isinstance(response_format, JsonSchemaFormat):
-        out["json_schema"] = response_format.json_schema.schema
-    elif isinstance(response_format, JsonObjectFormat):
-        out["json_schema"] = {"type": "object"}
-    if structured_outputs is not None:
-        out["choice"] = structured_outputs.choice
-        if structured_outputs.json is not None:
-            out["json_schema"] = structured_outputs.json
-    return out
 
 
 class ResponseFormat(Struct, kw_only=True):
@@ -261,23 +248,19 @@ B = TypeVar("B")
 
 
 def read_as(value: Any, model: type[B], root: str = "") -> tuple[B | None, str | None]:
-    """``value`` as ``model`` and None, or None and why not."""
+    """``value`` as ``model`` and None, or None and why not, naming the field from the line's top:
+    ``body.temperature: expected number or null, got str``."""
     try:
         return msgspec.convert(value, model), None
     except msgspec.ValidationError as exc:
-        return None, why_invalid(exc, root)
-
-
-def why_invalid(exc: msgspec.ValidationError, root: str = "") -> str:
-    """A validation error naming the field from the line's top: ``body.temperature: expected number or null, got
-    str``."""
-    message, _, at = str(exc).partition(" - at `$")
-    path = root + at.rstrip("`")
-    missing = re.fullmatch(r"Object missing required field `(.+)`", message)
-    if missing:
-        return f"{path}.{missing[1]}".lstrip(".") + " is missing"
-    if message.startswith("Expected `object`") and not path:
-        return "line is not a JSON object"
-    message = message.replace("`", "").replace(" | ", " or ").replace("array", "list").replace("int or float", "number")
-    message = message[0].lower() + message[1:]
-    return f"{path.lstrip('.')}: {message}" if path else message
+        message, _, at = str(exc).partition(" - at `$")
+        path = root + at.rstrip("`")
+        missing = re.fullmatch(r"Object missing required field `(.+)`", message)
+        if missing:
+            return None, f"{path}.{missing[1]}".lstrip(".") + " is missing"
+        if message.startswith("Expected `object`") and not path:
+            return None, "line is not a JSON object"
+        message = message.replace("`", "").replace(" | ", " or ").replace("array", "list")
+        message = message.replace("int or float", "number")
+        message = message[0].lower() + message[1:]
+        return None, f"{path.lstrip('.')}: {message}" if path else message

@@ -1,10 +1,5 @@
-"""The OpenAI batch format's output lines as typed models (msgspec Structs): each endpoint's
-answer body, the error objects, and the line around them, as OpenAI's Batch API and
-``vllm run-batch`` write them. The file job (pipeline/jobs/openai_batch.py), the completion and
-scoring lines and the service's result files (pipeline/service/result_files.py) write through
-these; tests/unit/test_openai_format.py checks them against the ``openai`` package's own types
-and vLLM's.
-"""
+"""The OpenAI batch format's output lines as msgspec Structs, as OpenAI's Batch API and ``vllm run-batch`` write
+them; tests/unit/test_openai_format.py checks them against the ``openai`` package's own types and vLLM's."""
 
 from __future__ import annotations
 
@@ -31,10 +26,7 @@ class TopLogprob(Struct):
     bytes: list[int]
 
 
-class TokenLogprob(Struct):
-    token: str
-    logprob: float
-    bytes: list[int]
+class TokenLogprob(TopLogprob):
     top_logprobs: list[TopLogprob]
 
 
@@ -169,7 +161,9 @@ class Embedding(Struct, kw_only=True):
     object: str = "embedding"
 
 
-class EmbeddingUsage(Struct):
+class PromptUsage(Struct):
+    """An embeddings or rerank answer's usage, which counts prompt tokens only."""
+
     prompt_tokens: int
     total_tokens: int
 
@@ -179,7 +173,7 @@ class EmbeddingList(Struct, kw_only=True):
 
     data: list[Embedding]
     model: str
-    usage: EmbeddingUsage
+    usage: PromptUsage
     object: str = "list"
 
 
@@ -211,17 +205,12 @@ class RerankResult(Struct, kw_only=True):
     relevance_score: float
 
 
-class RerankUsage(Struct):
-    prompt_tokens: int
-    total_tokens: int
-
-
 class RerankResponse(Struct, kw_only=True):
     """vLLM's ``RerankResponse``: the documents by score, highest first."""
 
     id: str
     model: str
-    usage: RerankUsage
+    usage: PromptUsage
     results: list[RerankResult]
 
 

@@ -72,21 +72,20 @@ def _messages(value: Any) -> tuple[list[dict], str | None]:
             return [], f"body.input[{i}].role must be one of {', '.join(ROLES)} (got {item.get('role')!r})"
         content = item.get("content")
         if isinstance(content, list):
-            bad = next(
-                (
-                    k
-                    for k, p in enumerate(content)
-                    if not isinstance(p, dict)
-                    or p.get("type") not in ("input_text", "output_text")
-                    or not isinstance(p.get("text"), str)
-                ),
-                None,
-            )
+            bad = next((k for k, p in enumerate(content) if not _text_part(p)), None)
             if bad is not None:
                 return [], f"body.input[{i}].content[{bad}]: only input_text parts are supported"
             content = "".join(p["text"] for p in content)
         out.append({"role": item["role"], "content": content})
     return out, None
+
+
+def _text_part(part: Any) -> bool:
+    return (
+        isinstance(part, dict)
+        and part.get("type") in ("input_text", "output_text")
+        and isinstance(part.get("text"), str)
+    )
 
 
 def response_body(position: int, result: RowResult, model: str, created: int, max_tokens: int) -> ResponseObject:

@@ -24,12 +24,8 @@ def text_values(column: pa.Array, name: str) -> tuple[list, list[str | None]]:
     values: list = []
     errors: list[str | None] = []
     for raw in column.to_pylist():
-        if raw is None:
-            values.append(None)
-            errors.append(None)
-            continue
         try:
-            values.append(raw.decode("utf-8"))
+            values.append(None if raw is None else raw.decode("utf-8"))
             errors.append(None)
         except UnicodeDecodeError as exc:
             values.append(None)
@@ -61,15 +57,12 @@ class RowColumns:
 
     def task_rows(self, batch: pa.RecordBatch) -> tuple[list[dict | None], list[str | None]]:
         """The task's rows from ``batch``, None for a row that fails a check here, and why those failed."""
-        names, values = [], []
+        values = []
         errors: list[str | None] = [None] * batch.num_rows
         for name in self.text_columns:
             texts, bad = text_values(batch.column(name), name)
-            names.append(name)
             values.append(texts)
             errors = [e or b for e, b in zip(errors, bad)]
-        for name in self.list_columns + self.sampling_columns:
-            names.append(name)
-            values.append(batch.column(name).to_pylist())
-        rows = [None if error else dict(zip(names, row)) for row, error in zip(zip(*values), errors)]
+        values += [batch.column(name).to_pylist() for name in self.list_columns + self.sampling_columns]
+        rows = [None if error else dict(zip(self.all, row)) for row, error in zip(zip(*values), errors)]
         return rows, errors

@@ -4,20 +4,17 @@ gathers them back into vLLM's response."""
 
 from __future__ import annotations
 
-from pipeline.data.fanned_lines import by_line, error_line
+from pipeline.data.fanned_lines import answered_line, by_line, error_line, row_tokens
 from pipeline.data.openai_format import RequestLine, RerankBody, ScoreBody, ScoringBody, read_as
 from pipeline.data.openai_output import (
-    Envelope,
-    OutputLine,
     PromptTokensDetails,
+    PromptUsage,
     RerankDocument,
     RerankResponse,
     RerankResult,
-    RerankUsage,
     ScoreData,
     ScoreResponse,
     Usage,
-    encode,
 )
 from pipeline.names import ENDPOINTS
 
@@ -146,42 +143,21 @@ def lines_of(rows: list[dict], first: int, model: str, created: int, max_tokens:
 
 def _line(number: int, group: list[tuple[dict, dict]], model: str, created: int) -> str:
     """One line's response, or the error of the line or of its first failed pair."""
-    carry = group[0][0]
     failed = error_line(number, group, "pair")
     if failed is not None:
         return failed
-    request_id = f"pipeline-batch-{number}"
-    body = (
-        _rerank_body(number, group, model) if carry["kind"] == "rerank" else _score_body(number, group, model, created)
-    )
-    return encode(
-        OutputLine(
-            id=f"pipeline-{number}",
-            custom_id=carry["custom_id"],
-            response=Envelope(status_code=200, request_id=request_id, body=body),
-        )
-    )
-
-
-def _tokens(group) -> tuple[int, int]:
-    return sum(r["prompt_tokens"] or 0 for _, r in group), sum(r["cached_tokens"] or 0 for _, r in group)
-
-
-def _score_body(number: int, group, model: str, created: int) -> ScoreResponse:
-    """vLLM's ``ScoreResponse``: each pair's score, in the pairs' order."""
-    prompt, cached = _tokens(group)
-    return ScoreResponse(
-        id=f"score-{number}",
-        created=created,
-        model=model,
-        data=[ScoreData(index=c["index"], score=r["score"]) for c, r in group],
-        usage=Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails(cached)),
-    )
+    if group[0][0]["kind"] == "rerank":
+        return answered_line(number, group, _rerank_body(number, group, model))
+    prompt, cached = row_tokens(group)
+    usage = Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails(cached))
+    scores = [ScoreData(index=c["index"], score=r["score"]) for c, r in group]
+    body = ScoreResponse(id=f"score-{number}", created=created, model=model, data=scores, usage=usage)
+    return answered_line(number, group, body)
 
 
 def _rerank_body(number: int, group, model: str) -> RerankResponse:
     """vLLM's ``RerankResponse``: the documents by score, highest first with ties in their order, cut at ``top_n``."""
-    prompt, _ = _tokens(group)
+    prompt, _ = row_tokens(group)
     results = [
         RerankResult(index=c["index"], document=RerankDocument(text=c["document"]), relevance_score=r["score"])
         for c, r in group
@@ -190,4 +166,4 @@ def _rerank_body(number: int, group, model: str) -> RerankResponse:
     top_n = group[0][0]["top_n"]
     if 0 < top_n < len(results):
         results = results[:top_n]
-    return RerankResponse(id=f"score-{number}", model=model, usage=RerankUsage(prompt, prompt), results=results)
+    return RerankResponse(id=f"score-{number}", model=model, usage=PromptUsage(prompt, prompt), results=results)

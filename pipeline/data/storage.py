@@ -8,7 +8,7 @@ import os
 import posixpath
 from typing import Any
 
-from pipeline.data.errors import JobError
+from pipeline.data.errors import JobError, one_line
 
 LOCAL_PREFIXES = ("file://", "local://")  # fsspec's protocols for the local file system
 
@@ -22,10 +22,8 @@ def is_url(spec: str | os.PathLike) -> bool:
 def local_path(spec: str | os.PathLike) -> str:
     """The absolute local path a spec names; absolute because the workers resolve it from their own working folder."""
     text = str(spec)
-    for prefix in LOCAL_PREFIXES:
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-            break
+    if text.startswith(LOCAL_PREFIXES):
+        text = text.split("://", 1)[1]
     return os.path.abspath(os.path.expanduser(text))
 
 
@@ -41,8 +39,7 @@ def filesystem(spec: str, storage_options: dict[str, Any] | None = None):
 
 def store_error(exc: BaseException, what: str) -> JobError:
     """One clear line for a failed store operation on ``what`` (a URL)."""
-    text = " ".join(str(exc).split())
-    name = type(exc).__name__
+    text = one_line(exc)
     if isinstance(exc, PermissionError) or any(
         s in text for s in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")
     ):
@@ -54,7 +51,7 @@ def store_error(exc: BaseException, what: str) -> JobError:
         return JobError(f"{what}: the bucket does not exist ({text})")
     if isinstance(exc, FileNotFoundError):
         return JobError(f"{what} not found")
-    return JobError(f"cannot reach {what}: {name}: {text}")
+    return JobError(f"cannot reach {what}: {type(exc).__name__}: {text}")
 
 
 def address(spec: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> str:

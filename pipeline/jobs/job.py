@@ -22,7 +22,7 @@ from pipeline.data.answer_files import RESULT_TYPES
 from pipeline.data.cluster_parts import ClusterParts
 from pipeline.data.errors import JobError
 from pipeline.data.input import OpenAIBatchSource, ParquetSource, check_output_apart, open_source
-from pipeline.data.output import META
+from pipeline.data.job_folder import META
 from pipeline.data.partitions import plan_blocks, plan_partitions
 from pipeline.data.storage import filesystem, is_url, local_path
 from pipeline.jobs.file_steps import FileJob, FileSteps

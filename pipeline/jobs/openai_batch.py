@@ -18,12 +18,12 @@ from pipeline.data.openai_output import (
     ChoiceLogprobs,
     Embedding,
     EmbeddingList,
-    EmbeddingUsage,
     Envelope,
     FunctionCall,
     LineError,
     OutputLine,
     PromptTokensDetails,
+    PromptUsage,
     TokenLogprob,
     ToolCall,
     TopLogprob,
@@ -100,7 +100,7 @@ def embedding_body(result: RowResult, model: str) -> EmbeddingList:
     return EmbeddingList(
         data=[Embedding(embedding=list(result.embedding))],
         model=model,
-        usage=EmbeddingUsage(result.prompt_tokens, result.prompt_tokens),
+        usage=PromptUsage(result.prompt_tokens, result.prompt_tokens),
     )
 
 

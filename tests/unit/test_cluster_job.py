@@ -82,7 +82,7 @@ def test_interrupted_job_resumes_answering_only_the_rest(null_pipeline, tmp_path
     # a run that committed partition 0's answers and half of partition 1's, and was killed
     # while writing another file
     first = job(null_pipeline, src, tmp_path / "out.parquet")
-    files = AnswerFiles(first.sink.dir)
+    files = AnswerFiles(first.sink.folder)
     answers = whole.select([n for n in ANSWER_SCHEMA.names[1:] if n in whole.column_names])
     answers = answers.add_column(0, "position", pa.array(range(len(rows))))
     for f in ANSWER_SCHEMA:  # (no JSON, log-probabilities or several answers asked for)
@@ -234,7 +234,7 @@ def test_openai_batch_jsonl_on_the_cluster_resumes_and_refuses_repeated_custom_i
             "completion_tokens": [0] * n0,
         }
     )
-    AnswerFiles(first.sink.dir).write(
+    AnswerFiles(first.sink.folder).write(
         0,
         "old-b000000-00000",
         pa.Table.from_arrays(
@@ -489,7 +489,7 @@ def test_resume_refuses_an_input_file_changed_under_its_committed_answers(null_p
         [answers.column(f.name) if f.name in answers.column_names else pa.nulls(1, f.type) for f in ANSWER_SCHEMA],
         schema=ANSWER_SCHEMA,
     )
-    AnswerFiles(first.sink.dir).write(0, "old-b000000-00000", full)
+    AnswerFiles(first.sink.folder).write(0, "old-b000000-00000", full)
     pq.write_table(pa.Table.from_pylist(list(reversed(rows))), src)  # same rows, another order
     with pytest.raises(JobError, match=r"in\.parquet changed since this job started.*holds answers for its rows"):
         job(null_pipeline, src, tmp_path / "out.parquet")

@@ -432,9 +432,10 @@ def test_a_buckets_answers_are_written_in_files_of_many_rows_each_every_row_once
     partition's, written once ``rows`` of them wait (or, after ``seconds``, all that wait), the
     rest at the end: every row once, sorted by position, counted as written."""
     from pipeline.data.answer_files import AnswerFiles, BucketCommits
+    from pipeline.data.job_folder import LocalFolder
     from pipeline.results import RowResult
 
-    files = AnswerFiles(tmp_path)
+    files = AnswerFiles(LocalFolder(tmp_path))
     starts = (0, 100, 200)  # three partitions of 100 rows
     positions = [5, 150, 7, 250, 3, 120, 9, 1, 260, 130]
     written = []

@@ -138,7 +138,7 @@ def test_a_rerun_answers_only_the_pairs_not_committed_and_each_line_is_whole(fak
     block = first.sink.partitions[0]
     assert len(fanned_rows(first.steps.source, block)) == 12
     kept = [block.start + i for i in (1, 2, 5)]  # two pairs of line 0, one of line 1
-    AnswerFiles(first.sink.dir).write(
+    AnswerFiles(first.sink.folder).write(
         0,
         "old-b000000-00000",
         pa.Table.from_arrays(

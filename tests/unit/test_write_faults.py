@@ -330,8 +330,7 @@ def test_no_write_makes_a_removed_folder_again_and_each_error_is_classed(tmp_pat
     import fsspec
 
     from pipeline.data.errors import OutputGone
-    from pipeline.data.job_folder import LocalFolder, StoreFolder, permanent_write_error
-    from pipeline.data.output import META
+    from pipeline.data.job_folder import META, LocalFolder, StoreFolder, permanent_write_error
     from pipeline.worker.engine import EngineDead
 
     table = pa.table({"position": [1]})
